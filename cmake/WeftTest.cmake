@@ -1,0 +1,14 @@
+# weft_add_test(NAME SOURCES... DEPS... [LABELS ...]): one gtest binary per unit, registered with
+# ctest under the given labels (default: unit).
+function(weft_add_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT T_LABELS)
+    set(T_LABELS unit)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600
+                       ENVIRONMENT "OMP_NUM_THREADS=2;WEFT_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

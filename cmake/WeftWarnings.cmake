@@ -1,0 +1,22 @@
+# Flags every weft target gets. Sanitizers and -march are decided here, once.
+add_library(weft_flags INTERFACE)
+target_compile_options(weft_flags INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter
+                                            -fno-math-errno)
+if(WEFT_NATIVE)
+  target_compile_options(weft_flags INTERFACE -march=native)
+endif()
+if(WEFT_SANITIZE)
+  target_compile_options(weft_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                              -fno-sanitize-recover=undefined)
+  target_link_options(weft_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# weft_module(NAME SOURCES... DEPS ...): one static library per module. The DEPS list is the
+# module's whole set of allowed edges in the DAG of DESIGN.md; a module that includes a header of
+# a module outside it fails to build because include paths are per target.
+function(weft_module name)
+  cmake_parse_arguments(M "" "" "SOURCES;DEPS;EXTERNAL" ${ARGN})
+  add_library(weft_${name} ${M_SOURCES})
+  target_include_directories(weft_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(weft_${name} PUBLIC weft_flags ${M_DEPS} ${M_EXTERNAL})
+endfunction()
