@@ -1,0 +1,1 @@
+#include "weft/kernels/kernels.h"
