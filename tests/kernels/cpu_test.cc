@@ -1,1 +1,588 @@
+// The optimized CPU kernels (weft::kernels::cpu, sgemm) against the reference templates
+// (weft::kernels::ref, run in double on the same inputs) at odd and medium sizes, plus the
+// properties the callers rely on: "+=" into pre-filled gradients, exact zeros in the masked
+// attention triangle and in padded vocabulary columns, ignored targets, and bit-identical results
+// from run to run.
+
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "weft/kernels/cpu/reference.h"
+#include "weft/kernels/gemm.h"
+#include "weft/kernels/kernels.h"
+
+namespace weft::kernels {
+namespace {
+
+using Floats = std::vector<float>;
+using Doubles = std::vector<double>;
+
+constexpr double kRelTol = 1e-5;
+
+Floats random_floats(int64_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  Floats x(static_cast<size_t>(n));
+  for (float& v : x) v = dist(gen);
+  return x;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int V, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(0, V - 1);
+  std::vector<int32_t> x(static_cast<size_t>(n));
+  for (int32_t& v : x) v = dist(gen);
+  return x;
+}
+
+Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
+
+// ||a - b|| / ||b|| (b the double-precision reference); 0 when both are 0.
+double rel_error(const Floats& a, const Doubles& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+double max_abs_error(const Floats& a, const Doubles& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+// The bits of a double as two floats' worth of storage, for bit_identical.
+Floats bits_of(double x) {
+  Floats f(2);
+  std::memcpy(f.data(), &x, sizeof(double));
+  return f;
+}
+
+bool bit_identical(const Floats& a, const Floats& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+#define EXPECT_CLOSE(actual, reference)                                           \
+  EXPECT_LT(rel_error((actual), (reference)), kRelTol) << #actual " vs reference"
+
+// ---- shapes --------------------------------------------------------------------------------
+
+struct Shape {
+  std::string name;
+  int B, T, C, NH, V, Vp;
+  int N() const { return B * T; }
+};
+
+// Odd: nothing a multiple of 16, T = 17 is one attention block. Medium: T = 130 crosses two
+// attention block boundaries (64) and ends in a short block.
+const Shape kOdd{"Odd", 3, 17, 48, 3, 101, 128};
+const Shape kMedium{"Medium", 4, 130, 192, 6, 1000, 1024};
+
+class CpuKernelsMatchTheReference : public ::testing::TestWithParam<Shape> {};
+
+// ---- embedding -----------------------------------------------------------------------------
+
+TEST_P(CpuKernelsMatchTheReference, EmbeddingForward) {
+  const Shape s = GetParam();
+  const auto tokens = random_tokens(s.N(), s.V, 1);
+  const Floats wte = random_floats(int64_t{s.V} * s.C, 2);
+  const Floats wpe = random_floats(int64_t{s.T} * s.C, 3);
+  Floats out(static_cast<size_t>(s.N()) * s.C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+  Doubles ref_out(out.size());
+  const Doubles wte_d = to_double(wte), wpe_d = to_double(wpe);
+  ref::embedding_forward(ref_out.data(), tokens.data(), wte_d.data(), wpe_d.data(), s.B, s.T, s.C);
+  EXPECT_CLOSE(out, ref_out);
+}
+
+TEST_P(CpuKernelsMatchTheReference, EmbeddingBackwardAddsIntoPrefilledGradients) {
+  const Shape s = GetParam();
+  // A small token range so that tokens repeat and their rows accumulate.
+  const auto tokens = random_tokens(s.N(), std::min(s.V, 7), 4);
+  const Floats dout = random_floats(int64_t{s.N()} * s.C, 5);
+  Floats dwte = random_floats(int64_t{s.V} * s.C, 6);
+  Floats dwpe = random_floats(int64_t{s.T} * s.C, 7);
+  Doubles ref_dwte = to_double(dwte), ref_dwpe = to_double(dwpe);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+  const Doubles dout_d = to_double(dout);
+  ref::embedding_backward(ref_dwte.data(), ref_dwpe.data(), dout_d.data(), tokens.data(), s.B, s.T,
+                          s.C);
+  EXPECT_CLOSE(dwte, ref_dwte);
+  EXPECT_CLOSE(dwpe, ref_dwpe);
+}
+
+// ---- layernorm -----------------------------------------------------------------------------
+
+TEST_P(CpuKernelsMatchTheReference, LayerNormForward) {
+  const Shape s = GetParam();
+  const int N = s.N(), C = s.C;
+  // An offset and scale so that the mean and variance matter.
+  const Floats inp = random_floats(int64_t{N} * C, 8, 0.5f, 3.f);
+  const Floats weight = random_floats(C, 9);
+  const Floats bias = random_floats(C, 10);
+  Floats out(inp.size()), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         bias.data(), N, C);
+  Doubles ref_out(out.size()), ref_mean(N), ref_rstd(N);
+  const Doubles inp_d = to_double(inp), w_d = to_double(weight), b_d = to_double(bias);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(),
+                         w_d.data(), b_d.data(), N, C);
+  EXPECT_CLOSE(out, ref_out);
+  EXPECT_CLOSE(mean, ref_mean);
+  EXPECT_CLOSE(rstd, ref_rstd);
+  EXPECT_LT(max_abs_error(out, ref_out), 1e-5);
+}
+
+TEST_P(CpuKernelsMatchTheReference, LayerNormBackwardAddsIntoPrefilledGradients) {
+  const Shape s = GetParam();
+  const int N = s.N(), C = s.C;
+  const Floats inp = random_floats(int64_t{N} * C, 11, -2.f, 1.f);
+  const Floats weight = random_floats(C, 12);
+  const Floats bias = random_floats(C, 13);
+  const Floats dout = random_floats(int64_t{N} * C, 14);
+  Floats out(inp.size()), mean(N), rstd(N);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         bias.data(), N, C);
+  Floats dinp = random_floats(inp.size(), 15);
+  Floats dweight = random_floats(C, 16);
+  Floats dbias = random_floats(C, 17);
+  Doubles ref_dinp = to_double(dinp), ref_dweight = to_double(dweight),
+          ref_dbias = to_double(dbias);
+  cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
+                          weight.data(), mean.data(), rstd.data(), N, C);
+  // The reference recomputes mean and rstd in double from the same input.
+  const Doubles inp_d = to_double(inp), w_d = to_double(weight), b_d = to_double(bias),
+                dout_d = to_double(dout);
+  Doubles ref_out(out.size()), ref_mean(N), ref_rstd(N);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(),
+                         w_d.data(), b_d.data(), N, C);
+  ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(), dout_d.data(),
+                          inp_d.data(), w_d.data(), ref_mean.data(), ref_rstd.data(), N, C);
+  EXPECT_CLOSE(dinp, ref_dinp);
+  EXPECT_CLOSE(dweight, ref_dweight);
+  EXPECT_CLOSE(dbias, ref_dbias);
+}
+
+// ---- linear --------------------------------------------------------------------------------
+
+struct LinearShape {
+  int N, IC, OC;
+};
+LinearShape linear_shape(const Shape& s) {
+  return s.name == "Odd" ? LinearShape{51, 37, 45} : LinearShape{s.N(), s.C, 3 * s.C};
+}
+
+TEST_P(CpuKernelsMatchTheReference, MatmulForwardWithAndWithoutBias) {
+  const auto [N, IC, OC] = linear_shape(GetParam());
+  const Floats inp = random_floats(int64_t{N} * IC, 18);
+  const Floats weight = random_floats(int64_t{OC} * IC, 19);
+  const Floats bias = random_floats(OC, 20);
+  const Doubles inp_d = to_double(inp), w_d = to_double(weight), b_d = to_double(bias);
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    Floats out = random_floats(int64_t{N} * OC, 21);  // garbage that must be overwritten
+    cpu::matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N,
+                        IC, OC);
+    Doubles ref_out(out.size());
+    ref::matmul_forward(ref_out.data(), inp_d.data(), w_d.data(),
+                        with_bias ? b_d.data() : nullptr, N, IC, OC);
+    EXPECT_CLOSE(out, ref_out);
+  }
+}
+
+TEST_P(CpuKernelsMatchTheReference, MatmulBackwardAddsIntoPrefilledGradients) {
+  const auto [N, IC, OC] = linear_shape(GetParam());
+  const Floats inp = random_floats(int64_t{N} * IC, 22);
+  const Floats weight = random_floats(int64_t{OC} * IC, 23);
+  const Floats dout = random_floats(int64_t{N} * OC, 24);
+  const Doubles inp_d = to_double(inp), w_d = to_double(weight), dout_d = to_double(dout);
+  for (const bool with_dinp : {true, false}) {
+    SCOPED_TRACE(with_dinp ? "with dinp and dbias" : "without dinp and dbias");
+    Floats dinp = random_floats(int64_t{N} * IC, 25);
+    Floats dweight = random_floats(int64_t{OC} * IC, 26);
+    Floats dbias = random_floats(OC, 27);
+    Doubles ref_dinp = to_double(dinp), ref_dweight = to_double(dweight),
+            ref_dbias = to_double(dbias);
+    cpu::matmul_backward(with_dinp ? dinp.data() : nullptr, dweight.data(),
+                         with_dinp ? dbias.data() : nullptr, dout.data(), inp.data(),
+                         weight.data(), N, IC, OC);
+    ref::matmul_backward(with_dinp ? ref_dinp.data() : nullptr, ref_dweight.data(),
+                         with_dinp ? ref_dbias.data() : nullptr, dout_d.data(), inp_d.data(),
+                         w_d.data(), N, IC, OC);
+    EXPECT_CLOSE(dinp, ref_dinp);
+    EXPECT_CLOSE(dweight, ref_dweight);
+    EXPECT_CLOSE(dbias, ref_dbias);
+  }
+}
+
+// ---- attention -----------------------------------------------------------------------------
+
+TEST_P(CpuKernelsMatchTheReference, AttentionForwardWritesZerosAboveTheDiagonal) {
+  const Shape s = GetParam();
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 28, -2.f, 2.f);
+  Floats out(static_cast<size_t>(B) * T * C);
+  Floats att = random_floats(int64_t{B} * NH * T * T, 29);  // garbage that must be overwritten
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  Doubles ref_out(out.size()), ref_att(att.size());
+  const Doubles qkv_d = to_double(qkv);
+  ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH);
+  EXPECT_CLOSE(out, ref_out);
+  EXPECT_CLOSE(att, ref_att);
+  EXPECT_LT(max_abs_error(att, ref_att), 1e-6);
+  int64_t nonzero_masked = 0;
+  for (int64_t bh = 0; bh < int64_t{B} * NH; ++bh) {
+    for (int t = 0; t < T; ++t) {
+      for (int j = t + 1; j < T; ++j) nonzero_masked += att[(bh * T + t) * T + j] != 0.f;
+    }
+  }
+  EXPECT_EQ(nonzero_masked, 0);
+}
+
+TEST_P(CpuKernelsMatchTheReference, AttentionBackwardAddsIntoPrefilledGradients) {
+  const Shape s = GetParam();
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 30, -2.f, 2.f);
+  const Floats dout = random_floats(int64_t{B} * T * C, 31);
+  Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  Floats dqkv = random_floats(qkv.size(), 32);
+  Doubles ref_dqkv = to_double(dqkv);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  const Doubles qkv_d = to_double(qkv), dout_d = to_double(dout);
+  Doubles ref_out(out.size()), ref_att(att.size());
+  ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH);
+  ref::attention_backward(ref_dqkv.data(), dout_d.data(), qkv_d.data(), ref_att.data(), B, T, C,
+                          NH);
+  EXPECT_CLOSE(dqkv, ref_dqkv);
+}
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+// Sizes for the elementwise ops: below and above the size where they go parallel.
+int64_t elementwise_n(const Shape& s) { return s.name == "Odd" ? 1001 : 4 * s.N() * s.C + 7; }
+
+TEST_P(CpuKernelsMatchTheReference, GeluForward) {
+  const int64_t n = elementwise_n(GetParam());
+  const Floats inp = random_floats(n, 33, -5.f, 5.f);
+  Floats out(inp.size());
+  cpu::gelu_forward(out.data(), inp.data(), n);
+  Doubles ref_out(out.size());
+  const Doubles inp_d = to_double(inp);
+  ref::gelu_forward(ref_out.data(), inp_d.data(), n);
+  EXPECT_CLOSE(out, ref_out);
+  EXPECT_LT(max_abs_error(out, ref_out), 1e-5);
+}
+
+TEST_P(CpuKernelsMatchTheReference, GeluBackwardAddsIntoPrefilledGradients) {
+  const int64_t n = elementwise_n(GetParam());
+  const Floats inp = random_floats(n, 34, -5.f, 5.f);
+  const Floats dout = random_floats(n, 35);
+  Floats dinp = random_floats(n, 36);
+  Doubles ref_dinp = to_double(dinp);
+  cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+  const Doubles inp_d = to_double(inp), dout_d = to_double(dout);
+  ref::gelu_backward(ref_dinp.data(), inp_d.data(), dout_d.data(), n);
+  EXPECT_CLOSE(dinp, ref_dinp);
+  EXPECT_LT(max_abs_error(dinp, ref_dinp), 1e-5);
+}
+
+TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackward) {
+  const int64_t n = elementwise_n(GetParam());
+  const Floats a = random_floats(n, 37), b = random_floats(n, 38), dout = random_floats(n, 39);
+  Floats out(a.size());
+  cpu::residual_forward(out.data(), a.data(), b.data(), n);
+  Floats da = random_floats(n, 40), db = random_floats(n, 41);
+  Doubles ref_da = to_double(da), ref_db = to_double(db);
+  cpu::residual_backward(da.data(), db.data(), dout.data(), n);
+  const Doubles a_d = to_double(a), b_d = to_double(b), dout_d = to_double(dout);
+  Doubles ref_out(out.size());
+  ref::residual_forward(ref_out.data(), a_d.data(), b_d.data(), n);
+  ref::residual_backward(ref_da.data(), ref_db.data(), dout_d.data(), n);
+  // Single additions: exact up to one rounding.
+  EXPECT_LT(max_abs_error(out, ref_out), 1e-6);
+  EXPECT_LT(max_abs_error(da, ref_da), 1e-6);
+  EXPECT_LT(max_abs_error(db, ref_db), 1e-6);
+}
+
+// ---- softmax + cross-entropy ---------------------------------------------------------------
+
+// Targets with every third row ignored (-1).
+std::vector<int32_t> targets_with_ignored(int N, int V, uint32_t seed) {
+  auto targets = random_tokens(N, V, seed);
+  for (int n = 0; n < N; n += 3) targets[n] = -1;
+  return targets;
+}
+
+// Logits with a spread like a trained model's, and padding columns holding garbage (never NaN
+// or inf: the kernels are built with -ffast-math) that must not take part.
+Floats random_logits(const Shape& s, uint32_t seed) {
+  Floats logits = random_floats(int64_t{s.N()} * s.Vp, seed, -8.f, 8.f);
+  for (int n = 0; n < s.N(); ++n) {
+    for (int j = s.V; j < s.Vp; ++j) logits[int64_t{n} * s.Vp + j] = 1000.f;
+  }
+  return logits;
+}
+
+TEST_P(CpuKernelsMatchTheReference, SoftmaxCrossEntropyForwardIgnoresPaddingAndNegativeTargets) {
+  const Shape s = GetParam();
+  const auto targets = targets_with_ignored(s.N(), s.V, 42);
+  const Floats logits = random_logits(s, 43);
+  Floats losses(s.N(), -1.f);
+  cpu::softmax_cross_entropy_forward(losses.data(), logits.data(), targets.data(), s.N(), s.V,
+                                     s.Vp);
+  Doubles ref_losses(losses.size());
+  const Doubles logits_d = to_double(logits);
+  ref::softmax_cross_entropy_forward(ref_losses.data(), logits_d.data(), targets.data(), s.N(),
+                                     s.V, s.Vp);
+  EXPECT_CLOSE(losses, ref_losses);
+  for (int n = 0; n < s.N(); n += 3) EXPECT_EQ(losses[n], 0.f) << "ignored row " << n;
+}
+
+TEST_P(CpuKernelsMatchTheReference, SoftmaxCrossEntropyFusedWritesExactZerosInPaddingColumns) {
+  const Shape s = GetParam();
+  const auto targets = targets_with_ignored(s.N(), s.V, 44);
+  Floats logits = random_logits(s, 45);
+  Doubles ref_logits = to_double(logits);
+  const float dloss = 1.f / static_cast<float>(s.N());
+  Floats losses(s.N(), -1.f);
+  cpu::softmax_cross_entropy_fused(losses.data(), logits.data(), targets.data(), dloss, s.N(), s.V,
+                                   s.Vp);
+  Doubles ref_losses(losses.size());
+  ref::softmax_cross_entropy_fused(ref_losses.data(), ref_logits.data(), targets.data(),
+                                   static_cast<double>(dloss), s.N(), s.V, s.Vp);
+  EXPECT_CLOSE(losses, ref_losses);
+  EXPECT_CLOSE(logits, ref_logits);
+  int64_t nonzero_padding = 0;
+  int64_t nonzero_ignored = 0;
+  for (int n = 0; n < s.N(); ++n) {
+    const float* row = logits.data() + int64_t{n} * s.Vp;
+    for (int j = s.V; j < s.Vp; ++j) nonzero_padding += row[j] != 0.f;
+    if (targets[n] < 0) {
+      EXPECT_EQ(losses[n], 0.f) << "ignored row " << n;
+      for (int j = 0; j < s.Vp; ++j) nonzero_ignored += row[j] != 0.f;
+    }
+  }
+  EXPECT_EQ(nonzero_padding, 0);
+  EXPECT_EQ(nonzero_ignored, 0);
+}
+
+// ---- optimizer -----------------------------------------------------------------------------
+
+TEST_P(CpuKernelsMatchTheReference, AdamwUpdate) {
+  const int64_t n = elementwise_n(GetParam());
+  Floats params = random_floats(n, 46);
+  const Floats grads = random_floats(n, 47, -0.1f, 0.1f);
+  Floats m = random_floats(n, 48, -0.05f, 0.05f);
+  Floats v = random_floats(n, 49, 0.f, 0.01f);
+  Doubles ref_params = to_double(params), ref_m = to_double(m), ref_v = to_double(v);
+  const Doubles grads_d = to_double(grads);
+  for (int t = 1; t <= 3; ++t) {
+    cpu::adamw_update(params.data(), grads.data(), m.data(), v.data(), n, 6e-4f, 0.9f, 0.95f, 1e-8f,
+                      0.1f, t);
+    ref::adamw_update(ref_params.data(), grads_d.data(), ref_m.data(), ref_v.data(), n,
+                      double{6e-4f}, double{0.9f}, double{0.95f}, double{1e-8f}, double{0.1f}, t);
+  }
+  EXPECT_CLOSE(params, ref_params);
+  EXPECT_CLOSE(m, ref_m);
+  EXPECT_CLOSE(v, ref_v);
+  EXPECT_LT(max_abs_error(params, ref_params), 1e-6);
+}
+
+TEST_P(CpuKernelsMatchTheReference, SumSquaresAndScale) {
+  const int64_t n = elementwise_n(GetParam()) * 3;  // several sum_squares chunks at medium size
+  Floats x = random_floats(n, 50);
+  const Doubles x_d = to_double(x);
+  const double ss = cpu::sum_squares(x.data(), n);
+  const double ref_ss = ref::sum_squares(x_d.data(), n);
+  EXPECT_NEAR(ss, ref_ss, 1e-12 * ref_ss);
+  cpu::scale(x.data(), 0.37f, n);
+  Doubles ref_x = x_d;
+  ref::scale(ref_x.data(), double{0.37f}, n);
+  EXPECT_LT(max_abs_error(x, ref_x), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, CpuKernelsMatchTheReference, ::testing::Values(kOdd, kMedium),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return info.param.name;
+                         });
+
+// ---- sgemm ---------------------------------------------------------------------------------
+
+// C[M,N] = alpha op(A) op(B) + beta C with row-major leading dimensions, in double.
+void naive_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const Floats& A, int lda,
+                const Floats& B, int ldb, double beta, Doubles& C, int ldc) {
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double a = ta ? A[int64_t{k} * lda + i] : A[int64_t{i} * lda + k];
+        const double b = tb ? B[int64_t{j} * ldb + k] : B[int64_t{k} * ldb + j];
+        acc += a * b;
+      }
+      C[int64_t{i} * ldc + j] = alpha * acc + beta * C[int64_t{i} * ldc + j];
+    }
+  }
+}
+
+TEST(Sgemm, MatchesANaiveLoopForAllFourTransposeCombinations) {
+  const int M = 37, N = 29, K = 53;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      SCOPED_TRACE(std::string("trans_a=") + (ta ? "T" : "N") + " trans_b=" + (tb ? "T" : "N"));
+      // Leading dimensions larger than the row length, as for strided q/k/v views.
+      const int lda = (ta ? M : K) + 5;
+      const int ldb = (tb ? K : N) + 3;
+      const int ldc = N + 7;
+      const Floats A = random_floats(int64_t{ta ? K : M} * lda, 51);
+      const Floats B = random_floats(int64_t{tb ? N : K} * ldb, 52);
+      Floats C = random_floats(int64_t{M} * ldc, 53);
+      Doubles ref_C = to_double(C);
+      sgemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, 0.5f, C.data(), ldc);
+      naive_gemm(ta, tb, M, N, K, 0.75, A, lda, B, ldb, 0.5, ref_C, ldc);
+      EXPECT_CLOSE(C, ref_C);
+    }
+  }
+}
+
+TEST(Sgemm, WithBetaZeroOverwritesTheOutput) {
+  const int M = 17, N = 19, K = 23;
+  const Floats A = random_floats(int64_t{M} * K, 54);
+  const Floats B = random_floats(int64_t{K} * N, 55);
+  Floats C(static_cast<size_t>(M) * N, 1e30f);
+  Doubles ref_C(C.size(), 0.0);
+  sgemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
+  naive_gemm(false, false, M, N, K, 1.0, A, K, B, N, 0.0, ref_C, N);
+  EXPECT_CLOSE(C, ref_C);
+}
+
+// ---- determinism ---------------------------------------------------------------------------
+
+// Runs `fn` (which fills its outputs from fixed inputs) twice and demands bit-identical outputs.
+// Recomputation on/off must give identical gradients, so every kernel must be deterministic.
+class CpuKernelsAreDeterministic : public ::testing::Test {
+ protected:
+  const Shape s = kMedium;
+};
+
+TEST_F(CpuKernelsAreDeterministic, BackwardKernelsGiveBitIdenticalGradientsOnTwoRuns) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, N = s.N();
+  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 60, -2.f, 2.f);
+  const Floats dout = random_floats(int64_t{N} * C, 61);
+  const Floats inp = random_floats(int64_t{N} * C, 62);
+  const Floats weight = random_floats(int64_t{3 * C} * C, 63);
+  const Floats dout3 = random_floats(int64_t{N} * 3 * C, 64);
+  const auto tokens = random_tokens(N, 11, 65);
+  Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  Floats mean(N), rstd(N), ln_out(inp.size());
+  cpu::layernorm_forward(ln_out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         weight.data() + C, N, C);
+
+  auto run = [&] {
+    std::vector<Floats> grads;
+    Floats dqkv(qkv.size(), 0.f);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    grads.push_back(dqkv);
+    Floats dinp(inp.size(), 0.f), dw(C, 0.f), db(C, 0.f);
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                            weight.data(), mean.data(), rstd.data(), N, C);
+    grads.insert(grads.end(), {dinp, dw, db});
+    Floats mdinp(inp.size(), 0.f), mdw(weight.size(), 0.f), mdb(3 * C, 0.f);
+    cpu::matmul_backward(mdinp.data(), mdw.data(), mdb.data(), dout3.data(), inp.data(),
+                         weight.data(), N, C, 3 * C);
+    grads.insert(grads.end(), {mdinp, mdw, mdb});
+    Floats dwte(static_cast<size_t>(11) * C, 0.f), dwpe(static_cast<size_t>(T) * C, 0.f);
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    grads.insert(grads.end(), {dwte, dwpe});
+    Floats gelu_d(inp.size(), 0.f);
+    cpu::gelu_backward(gelu_d.data(), inp.data(), dout.data(), static_cast<int64_t>(inp.size()));
+    grads.push_back(gelu_d);
+    return grads;
+  };
+  const auto first = run();
+  const auto second = run();
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bit_identical(first[i], second[i])) << i;
+}
+
+TEST_F(CpuKernelsAreDeterministic, LossOptimizerAndNormGiveBitIdenticalResultsOnTwoRuns) {
+  const auto targets = targets_with_ignored(s.N(), s.V, 66);
+  const Floats logits = random_logits(s, 67);
+  const int64_t n = 3 * elementwise_n(s);
+  const Floats grads = random_floats(n, 68);
+  auto run = [&] {
+    std::vector<Floats> results;
+    Floats z = logits;
+    Floats losses(s.N());
+    cpu::softmax_cross_entropy_fused(losses.data(), z.data(), targets.data(), 0.5f, s.N(), s.V,
+                                     s.Vp);
+    results.insert(results.end(), {z, losses});
+    Floats p = random_floats(n, 69), m(n, 0.f), v(n, 0.f);
+    cpu::adamw_update(p.data(), grads.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.999f, 1e-8f,
+                      0.01f, 1);
+    results.insert(results.end(), {p, m, v});
+    results.push_back(bits_of(cpu::sum_squares(grads.data(), n)));
+    return results;
+  };
+  const auto first = run();
+  const auto second = run();
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(bit_identical(first[i], second[i])) << i;
+}
+
+// The kernels that reduce across rows with fixed chunks or give each thread whole columns do not
+// depend on the thread count at all.
+TEST_F(CpuKernelsAreDeterministic, RowReductionsDoNotDependOnTheThreadCount) {
+  const int N = s.N(), C = s.C, T = s.T;
+  const Floats inp = random_floats(int64_t{N} * C, 70);
+  const Floats weight = random_floats(C, 71);
+  const Floats dout = random_floats(int64_t{N} * C, 72);
+  const auto tokens = random_tokens(N, 5, 73);
+  Floats mean(N), rstd(N), out(inp.size());
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         weight.data(), N, C);
+  auto run = [&] {
+    std::vector<Floats> results;
+    Floats dinp(inp.size(), 0.f), dw(C, 0.f), db(C, 0.f);
+    cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
+                            weight.data(), mean.data(), rstd.data(), N, C);
+    results.insert(results.end(), {dinp, dw, db});
+    Floats dwte(static_cast<size_t>(5) * C, 0.f), dwpe(static_cast<size_t>(T) * C, 0.f);
+    cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, T, C);
+    results.insert(results.end(), {dwte, dwpe});
+    results.push_back(bits_of(cpu::sum_squares(dout.data(), int64_t{N} * C)));
+    return results;
+  };
+  const int saved = num_threads();
+  set_num_threads(1);
+  const auto one = run();
+  set_num_threads(2);
+  const auto two = run();
+  set_num_threads(saved);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_identical(one[i], two[i])) << i;
+}
+
+TEST(KernelThreads, SetNumThreadsIsWhatNumThreadsReports) {
+  const int saved = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  set_num_threads(3);
+  EXPECT_EQ(num_threads(), 3);
+  set_num_threads(saved);
+  EXPECT_EQ(num_threads(), saved);
+}
+
+}  // namespace
+}  // namespace weft::kernels

@@ -29,9 +29,9 @@ template <typename... Args>
 
 }  // namespace weft
 
-#define WEFT_CHECK(cond, ...)                                                      \
-  do {                                                                             \
-    if (!(cond)) [[unlikely]] {                                                    \
+#define WEFT_CHECK(cond, ...)                                                             \
+  do {                                                                                    \
+    if (!(cond)) [[unlikely]] {                                                           \
       ::weft::detail::check_failed(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
-    }                                                                              \
+    }                                                                                     \
   } while (0)

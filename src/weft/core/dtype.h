@@ -67,7 +67,8 @@ struct F16 {
     uint32_t x = std::bit_cast<uint32_t>(f);
     uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7FFFFFFF;
-    if (ax >= 0x7F800000) return F16{static_cast<uint16_t>(sign | (ax > 0x7F800000 ? 0x7E00 : 0x7C00))};
+    if (ax >= 0x7F800000)
+      return F16{static_cast<uint16_t>(sign | (ax > 0x7F800000 ? 0x7E00 : 0x7C00))};
     if (ax >= 0x477FF000) return F16{static_cast<uint16_t>(sign | 0x7C00)};  // overflow to inf
     if (ax < 0x38800000) {  // result is subnormal or zero: scale into the subnormal grid
       float a = std::bit_cast<float>(ax);

@@ -21,7 +21,8 @@ class AlignedBuffer {
   explicit AlignedBuffer(int64_t n) : size_(n) {
     WEFT_CHECK(n >= 0, "negative buffer size ", n);
     if (n == 0) return;
-    int64_t bytes = (n * static_cast<int64_t>(sizeof(T)) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+    int64_t bytes =
+        (n * static_cast<int64_t>(sizeof(T)) + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
     data_ = static_cast<T*>(std::aligned_alloc(kAlignBytes, static_cast<size_t>(bytes)));
     if (data_ == nullptr) throw std::bad_alloc();
     std::memset(static_cast<void*>(data_), 0, static_cast<size_t>(bytes));

@@ -54,9 +54,7 @@ class FlatBuffer {
   void zero() { data_.zero(); }
 
   float* ptr(const std::string& name) { return data_.data() + layout_.at(name).offset; }
-  const float* ptr(const std::string& name) const {
-    return data_.data() + layout_.at(name).offset;
-  }
+  const float* ptr(const std::string& name) const { return data_.data() + layout_.at(name).offset; }
   TensorView view(const std::string& name) {
     const auto& s = layout_.at(name);
     return TensorView{data_.data() + s.offset, s.shape};

@@ -1,1 +1,477 @@
+// Optimized CPU kernels: the ops of ops.inc, OpenMP-parallel and vectorized, GEMMs through oneDNN.
+//
+// Compiled with -ffast-math (so `#pragma omp simd` loops call glibc's vector expf/tanhf), hence:
+// nothing here may depend on inf or NaN. Causal attention loops run over j <= t only and padded
+// vocabulary columns are skipped explicitly.
+//
+// Determinism: every kernel gives bit-identical results run to run for a fixed thread count
+// (static schedules, no float atomics, fixed reduction orders). Reductions across rows
+// (LayerNorm's dweight/dbias, sum_squares) use fixed-size chunks combined in a fixed order, and
+// scatters (embedding_backward, dbias) give each thread whole columns, so those results do not
+// depend on the thread count either. oneDNN's GEMMs are deterministic for a fixed thread count.
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "weft/core/check.h"
+#include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
+
+namespace weft::kernels::cpu {
+namespace {
+
+// Elementwise ops on fewer elements than this stay on the calling thread (a parallel region costs
+// a few microseconds).
+constexpr int64_t kMinParallel = int64_t{1} << 15;
+
+// Rows per block of causal attention: a row block [r0, r1) only needs key columns [0, r1), which
+// skips most of the masked upper triangle while keeping the GEMMs large enough to be efficient.
+constexpr int kAttBlock = 64;
+
+// Rows per chunk of layernorm_backward's dweight/dbias partial sums (fixed, so the summation order
+// does not depend on the thread count).
+constexpr int kLnRowsPerChunk = 32;
+
+// Elements per chunk of sum_squares's partial sums.
+constexpr int64_t kSumChunk = int64_t{1} << 16;
+
+constexpr float kLayerNormEps = 1e-5f;
+
+// Grows a thread's scratch buffer to at least n floats and returns it.
+float* scratch(std::vector<float>& buf, int64_t n) {
+  if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+thread_local std::vector<float> tl_attention_scratch;  // [T, T] per thread
+thread_local std::vector<float> tl_layernorm_partial;  // [chunks, 2, C] on the calling thread
+
+// [begin, end) of part `idx` of `parts` near-equal parts of [0, total), boundaries rounded to a
+// multiple of `align` so that each thread's columns start on a vector boundary.
+struct Range {
+  int64_t begin, end;
+};
+Range split(int64_t total, int parts, int idx, int64_t align) {
+  const int64_t units = (total + align - 1) / align;
+  const int64_t b = units * idx / parts * align;
+  const int64_t e = units * (idx + 1) / parts * align;
+  return {std::min(b, total), std::min(e, total)};
+}
+
+// dst[c] += sum_n src[n, c] over rows in order; each thread owns a range of columns, so the sum
+// order per column is fixed (and the same as a plain loop over n).
+void add_column_sums(float* dst, const float* src, int64_t N, int64_t cols) {
+#pragma omp parallel if (N * cols >= kMinParallel)
+  {
+    const Range r = split(cols, omp_get_num_threads(), omp_get_thread_num(), 16);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* row = src + n * cols;
+#pragma omp simd
+      for (int64_t c = r.begin; c < r.end; ++c) dst[c] += row[c];
+    }
+  }
+}
+
+}  // namespace
+
+// ---- token + position embedding -----------------------------------------------------------
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                       int B, int T, int C) {
+  const int64_t N = static_cast<int64_t>(B) * T;
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
+  for (int64_t n = 0; n < N; ++n) {
+    float* o = out + n * C;                                       // [C]
+    const float* e = wte + static_cast<int64_t>(tokens[n]) * C;  // [C]
+    const float* p = wpe + (n % T) * C;                           // [C]
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                        int B, int T, int C) {
+  const int64_t N = static_cast<int64_t>(B) * T;
+  // Each thread owns a range of columns of dwte and dwpe and walks all rows in order: no races,
+  // and every element sums its contributions in the order of a plain loop over (b, t).
+#pragma omp parallel if (N * C >= kMinParallel)
+  {
+    const Range r = split(C, omp_get_num_threads(), omp_get_thread_num(), 16);
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dout + n * C;                                 // [C]
+      float* w = dwte + static_cast<int64_t>(tokens[n]) * C;        // [C]
+      float* p = dwpe + (n % T) * C;                                 // [C]
+#pragma omp simd
+      for (int64_t c = r.begin; c < r.end; ++c) {
+        w[c] += d[c];
+        p[c] += d[c];
+      }
+    }
+  }
+}
+
+// ---- LayerNorm over the last dim ---------------------------------------------------------
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * C >= kMinParallel)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<int64_t>(n) * C;  // [C]
+    float* y = out + static_cast<int64_t>(n) * C;        // [C]
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const float m = sum / static_cast<float>(C);
+    float var = 0.f;
+#pragma omp simd reduction(+ : var)
+    for (int c = 0; c < C; ++c) {
+      const float d = x[c] - m;
+      var += d * d;
+    }
+    const float s = 1.f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+#pragma omp simd
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+  const int nchunks = (N + kLnRowsPerChunk - 1) / kLnRowsPerChunk;
+  float* partial = scratch(tl_layernorm_partial, static_cast<int64_t>(nchunks) * 2 * C);
+#pragma omp parallel if (static_cast<int64_t>(N) * C >= kMinParallel)
+  {
+#pragma omp for schedule(static)
+    for (int k = 0; k < nchunks; ++k) {
+      float* pw = partial + static_cast<int64_t>(k) * 2 * C;  // [C] dweight partial
+      float* pb = pw + C;                                      // [C] dbias partial
+      std::memset(pw, 0, sizeof(float) * 2 * static_cast<size_t>(C));
+      const int n1 = std::min(N, (k + 1) * kLnRowsPerChunk);
+      for (int n = k * kLnRowsPerChunk; n < n1; ++n) {
+        const float* dy = dout + static_cast<int64_t>(n) * C;  // [C]
+        const float* x = inp + static_cast<int64_t>(n) * C;    // [C]
+        float* dx = dinp + static_cast<int64_t>(n) * C;        // [C]
+        const float m = mean[n];
+        const float s = rstd[n];
+        float dnorm_sum = 0.f;
+        float dnorm_norm_sum = 0.f;
+#pragma omp simd reduction(+ : dnorm_sum, dnorm_norm_sum)
+        for (int c = 0; c < C; ++c) {
+          const float norm = (x[c] - m) * s;
+          const float dnorm = weight[c] * dy[c];
+          dnorm_sum += dnorm;
+          dnorm_norm_sum += dnorm * norm;
+        }
+        const float dnorm_mean = dnorm_sum / static_cast<float>(C);
+        const float dnorm_norm_mean = dnorm_norm_sum / static_cast<float>(C);
+#pragma omp simd
+        for (int c = 0; c < C; ++c) {
+          const float norm = (x[c] - m) * s;
+          const float dnorm = weight[c] * dy[c];
+          pb[c] += dy[c];
+          pw[c] += norm * dy[c];
+          dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+        }
+      }
+    }
+    // Combine the chunk partials in chunk order (the implicit barrier above makes them complete).
+    const Range r = split(C, omp_get_num_threads(), omp_get_thread_num(), 16);
+    for (int64_t c = r.begin; c < r.end; ++c) {
+      float sw = 0.f;
+      float sb = 0.f;
+      for (int k = 0; k < nchunks; ++k) {
+        sw += partial[static_cast<int64_t>(k) * 2 * C + c];
+        sb += partial[static_cast<int64_t>(k) * 2 * C + C + c];
+      }
+      dweight[c] += sw;
+      dbias[c] += sb;
+    }
+  }
+}
+
+// ---- linear --------------------------------------------------------------------------------
+
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int IC, int OC) {
+  if (bias != nullptr) {
+    // Start from the bias and let the GEMM accumulate onto it (beta = 1).
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * OC >= kMinParallel)
+    for (int n = 0; n < N; ++n) {
+      std::memcpy(out + static_cast<int64_t>(n) * OC, bias, sizeof(float) * OC);
+    }
+  }
+  sgemm(false, true, N, OC, IC, 1.f, inp, IC, weight, IC, bias != nullptr ? 1.f : 0.f, out, OC);
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC) {
+  // dinp[N,IC] += dout[N,OC] @ weight[OC,IC]
+  if (dinp != nullptr) sgemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 1.f, dinp, IC);
+  // dweight[OC,IC] += dout^T @ inp[N,IC]
+  sgemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC);
+  if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
+}
+
+// ---- causal self-attention core -------------------------------------------------------------
+// Per (b, h), with q, k, v read in place from qkv (row stride 3C) and the GEMMs run
+// single-threaded inside the parallel loop over B*NH.
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "C=", C, " is not divisible by NH=", NH);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // [T, HS], stride 3C
+    const float* k = q + C;                                            // [T, HS], stride 3C
+    const float* v = q + 2 * C;                                        // [T, HS], stride 3C
+    float* a = att + static_cast<int64_t>(bh) * T * T;                 // [T, T]
+    float* o = out + static_cast<int64_t>(b) * T * C + h * HS;         // [T, HS], stride C
+    for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+      const int r1 = std::min(T, r0 + kAttBlock);
+      // a[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T
+      sgemm(false, true, r1 - r0, r1, HS, scale, q + r0 * C3, C3, k, C3, 0.f, a + int64_t{r0} * T,
+            T);
+      for (int t = r0; t < r1; ++t) {
+        float* row = a + static_cast<int64_t>(t) * T;  // [T]
+        float mx = row[0];
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j <= t; ++j) mx = std::max(mx, row[j]);
+        float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+        for (int j = 0; j <= t; ++j) {
+          const float e = std::exp(row[j] - mx);
+          row[j] = e;
+          sum += e;
+        }
+        const float inv = 1.f / sum;
+#pragma omp simd
+        for (int j = 0; j <= t; ++j) row[j] *= inv;
+        std::fill(row + t + 1, row + T, 0.f);
+      }
+      // o[r0:r1] = a[r0:r1, 0:r1] @ v[0:r1]
+      sgemm(false, false, r1 - r0, HS, r1, 1.f, a + int64_t{r0} * T, T, v, C3, 0.f, o + r0 * C,
+            C);
+    }
+  }
+}
+
+// Relies on att holding exact zeros for j > t, as attention_forward writes it.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  WEFT_CHECK(NH > 0 && C % NH == 0, "C=", C, " is not divisible by NH=", NH);
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH;
+    const int h = bh % NH;
+    const int64_t head = static_cast<int64_t>(b) * T * C3 + h * HS;
+    const float* q = qkv + head;  // [T, HS], stride 3C
+    const float* k = q + C;
+    const float* v = q + 2 * C;
+    float* dq = dqkv + head;
+    float* dk = dq + C;
+    float* dv = dq + 2 * C;
+    const float* a = att + static_cast<int64_t>(bh) * T * T;          // [T, T]
+    const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;  // [T, HS], stride C
+    float* ds = scratch(tl_attention_scratch, static_cast<int64_t>(T) * T);  // [T, T]
+    for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+      const int r1 = std::min(T, r0 + kAttBlock);
+      // da[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T
+      sgemm(false, true, r1 - r0, r1, HS, 1.f, dy + r0 * C, C, v, C3, 0.f, ds + int64_t{r0} * T,
+            T);
+      // ds = a * (da - sum_j a da), zero for j > t (up to r1, all the GEMMs below read).
+      for (int t = r0; t < r1; ++t) {
+        const float* arow = a + static_cast<int64_t>(t) * T;
+        float* drow = ds + static_cast<int64_t>(t) * T;
+        float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+        for (int j = 0; j <= t; ++j) dot += arow[j] * drow[j];
+#pragma omp simd
+        for (int j = 0; j <= t; ++j) drow[j] = arow[j] * (drow[j] - dot);
+        std::fill(drow + t + 1, drow + r1, 0.f);
+      }
+      // dq[r0:r1] += scale * ds[r0:r1, 0:r1] @ k[0:r1]
+      sgemm(false, false, r1 - r0, HS, r1, scale, ds + int64_t{r0} * T, T, k, C3, 1.f,
+            dq + r0 * C3, C3);
+    }
+    // Key/value rows [c0, c1) receive from query rows t >= c0 only.
+    for (int c0 = 0; c0 < T; c0 += kAttBlock) {
+      const int c1 = std::min(T, c0 + kAttBlock);
+      const int64_t corner = static_cast<int64_t>(c0) * T + c0;
+      // dv[c0:c1] += a[c0:T, c0:c1]^T @ dy[c0:T]
+      sgemm(true, false, c1 - c0, HS, T - c0, 1.f, a + corner, T, dy + c0 * C, C, 1.f,
+            dv + c0 * C3, C3);
+      // dk[c0:c1] += scale * ds[c0:T, c0:c1]^T @ q[c0:T]
+      sgemm(true, false, c1 - c0, HS, T - c0, scale, ds + corner, T, q + c0 * C3, C3, 1.f,
+            dk + c0 * C3, C3);
+    }
+  }
+}
+
+// ---- GeLU (tanh approximation, as GPT-2) ---------------------------------------------------
+
+namespace {
+constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluA = 0.044715f;
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluK * (x + kGeluA * x * x * x);
+    out[i] = 0.5f * x * (1.f + std::tanh(u));
+  }
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = inp[i];
+    const float u = kGeluK * (x + kGeluA * x * x * x);
+    const float th = std::tanh(u);
+    const float du_dx = kGeluK * (1.f + 3.f * kGeluA * x * x);
+    const float grad = 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du_dx;
+    dinp[i] += grad * dout[i];
+  }
+}
+
+// ---- residual add --------------------------------------------------------------------------
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+// ---- fused softmax + cross-entropy over a padded vocabulary ---------------------------------
+
+namespace {
+void check_targets(const int32_t* targets, int N, int V) {
+  for (int n = 0; n < N; ++n) {
+    WEFT_CHECK(targets[n] < V, "target ", targets[n], " at row ", n, " is not below V=", V);
+  }
+}
+
+float row_max(const float* z, int V) {
+  float mx = z[0];
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+  return mx;
+}
+}  // namespace
+
+void softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                   int N, int V, int Vp) {
+  check_targets(targets, N, V);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp], first V real
+    const int32_t y = targets[n];
+    if (y < 0) {
+      losses[n] = 0.f;
+      continue;
+    }
+    const float mx = row_max(z, V);
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - mx);
+    losses[n] = std::log(sum) + mx - z[y];
+  }
+}
+
+void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
+                                 int N, int V, int Vp) {
+  check_targets(targets, N, V);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp]; becomes the gradient
+    const int32_t y = targets[n];
+    if (y < 0) {
+      losses[n] = 0.f;
+      std::fill(z, z + Vp, 0.f);
+      continue;
+    }
+    // Three passes over one row (which stays in L2): max; exp (stored) and sum; scale.
+    const float mx = row_max(z, V);
+    const float zy = z[y];
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < V; ++j) {
+      const float e = std::exp(z[j] - mx);
+      z[j] = e;
+      sum += e;
+    }
+    losses[n] = std::log(sum) + mx - zy;
+    const float f = dloss / sum;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) z[j] *= f;
+    z[y] -= dloss;
+    std::fill(z + V, z + Vp, 0.f);
+  }
+}
+
+// ---- optimizer -----------------------------------------------------------------------------
+
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t) {
+  const float inv_c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), t)));
+  const float inv_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), t)));
+  const float one_minus_b1 = 1.f - beta1;
+  const float one_minus_b2 = 1.f - beta2;
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grads[i];
+    const float mi = beta1 * m[i] + one_minus_b1 * g;
+    const float vi = beta2 * v[i] + one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float p = params[i];
+    params[i] = p - lr * ((mi * inv_c1) / (std::sqrt(vi * inv_c2) + eps) + weight_decay * p);
+  }
+}
+
+double sum_squares(const float* x, int64_t n) {
+  const int64_t nchunks = (n + kSumChunk - 1) / kSumChunk;
+  std::vector<double> partial(static_cast<size_t>(nchunks));
+#pragma omp parallel for schedule(static) if (n >= kMinParallel)
+  for (int64_t k = 0; k < nchunks; ++k) {
+    const int64_t i1 = std::min(n, (k + 1) * kSumChunk);
+    double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = k * kSumChunk; i < i1; ++i) {
+      const double xi = static_cast<double>(x[i]);
+      acc += xi * xi;
+    }
+    partial[static_cast<size_t>(k)] = acc;
+  }
+  double total = 0.0;
+  for (const double p : partial) total += p;
+  return total;
+}
+
+void scale(float* x, float s, int64_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+}  // namespace weft::kernels::cpu

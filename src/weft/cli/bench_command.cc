@@ -1,0 +1,138 @@
+// weft bench step: time training steps (forward, backward, AdamW) of a model on random tokens and
+// report tokens/s, model FLOP/s against the GEMM ceiling measured in the same run, and predicted
+// versus measured peak memory.
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "weft/cli/commands.h"
+#include "weft/core/memory_usage.h"
+#include "weft/core/rng.h"
+#include "weft/kernels/kernels.h"
+#include "weft/model/flops.h"
+#include "weft/model/gpt.h"
+#include "weft/model/memory.h"
+#include "weft/runtime/gemm_ceiling.h"
+#include "weft/runtime/train_step.h"
+
+namespace weft::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model_path;
+  int batch = 4, seq = 64, steps = 5, warmup = 1, threads = 0;
+  std::string recompute = "none";
+  bool json = false;
+};
+
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+void run_bench_step(const BenchOptions& o) {
+  const int threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  kernels::set_num_threads(threads);
+  auto cfg = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
+  auto recompute = model::parse_recompute(o.recompute);
+  if (!recompute)
+    throw Error("--recompute must be none, selective or full, not '" + o.recompute + "'");
+  const int B = o.batch, T = o.seq;
+  model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
+
+  const int64_t rss_before = current_resident_bytes();
+  const auto predicted = model::estimate_training_memory(cfg, B, T, *recompute, threads);
+  model::Gpt gpt(cfg, B, T, *recompute);
+  gpt.init(1234);
+  optim::AdamW opt(gpt.param_layout().buffer, gpt.param_layout().weight_decay_flags());
+
+  // random tokens: a pure function of the index, like everything random in weft
+  std::vector<int32_t> tokens(int64_t{B} * T + 1);
+  const uint64_t key = stream_key(7, "bench.tokens");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(uniform_at(key, i) * cfg.vocab_size) % cfg.vocab_size;
+  }
+  std::vector<double> times;
+  runtime::StepStats last;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    last = runtime::train_step(gpt, opt, tokens.data(), tokens.data() + 1, B, T, 1, 3e-4f, 1.0);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) times.push_back(dt);
+  }
+  const int64_t measured = peak_resident_bytes() - rss_before;
+  std::sort(times.begin(), times.end());
+  const double step_s = times[times.size() / 2];
+  const double flops = model::model_flops_per_step(cfg, B, T);
+  const auto ceiling = runtime::measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T));
+  const double achieved = flops / step_s;
+
+  nlohmann::json j = {
+      {"name", "weft"},
+      {"model", cfg.name},
+      {"params", gpt.param_layout().count()},
+      {"B", B},
+      {"T", T},
+      {"threads", threads},
+      {"recompute", o.recompute},
+      {"ms_median", step_s * 1e3},
+      {"ms_min", times.front() * 1e3},
+      {"tokens_per_s", B * T / step_s},
+      {"model_gflops", achieved / 1e9},
+      {"gemm_ceiling_gflops", ceiling.rate() / 1e9},
+      {"ratio_to_gemm_ceiling", achieved / ceiling.rate()},
+      {"loss", last.loss},
+      {"mem_predicted_mib", mib(predicted.total())},
+      {"mem_measured_mib", mib(measured)},
+      {"mem_measured_over_predicted", static_cast<double>(measured) / predicted.total()},
+  };
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("weft bench step: {} ({} parameters), B={} T={}, {} threads, recompute={}\n", cfg.name,
+             gpt.param_layout().count(), B, T, threads, o.recompute);
+  fmt::print("  step          {:9.1f} ms (median of {}; min {:.1f} ms)   loss {:.4f}\n",
+             step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
+  fmt::print("  throughput    {:9.1f} tokens/s\n", B * T / step_s);
+  fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
+             achieved / 1e9, flops);
+  fmt::print(
+      "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured now)  -> {:.1f}%\n",
+      ceiling.rate() / 1e9, 100.0 * achieved / ceiling.rate());
+  fmt::print(
+      "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + adam {:.1f} + "
+      "activations {:.1f} + workspace {:.1f}\n",
+      mib(predicted.total()), mib(predicted.params), mib(predicted.grads), mib(predicted.optimizer),
+      mib(predicted.activations), mib(predicted.workspace));
+  fmt::print(
+      "                measured  {:.1f} MiB (peak RSS above the {:.1f} MiB before the model)"
+      " -> {:.1f}% of predicted\n",
+      mib(measured), mib(rss_before), 100.0 * measured / predicted.total());
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto* step = bench->add_subcommand("step", "Time training steps of a model on random tokens");
+  auto o = std::make_shared<BenchOptions>();
+  step->add_option("--model", o->model_path, "model config (TOML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  step->add_option("--batch", o->batch, "sequences per step (B)")->check(CLI::PositiveNumber);
+  step->add_option("--seq", o->seq, "sequence length (T)")->check(CLI::PositiveNumber);
+  step->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
+  step->add_option("--warmup", o->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  step->add_option("--threads", o->threads, "kernel threads (default: all cores)");
+  step->add_option("--recompute", o->recompute, "activation recomputation: none|selective|full");
+  step->add_flag("--json", o->json, "print one JSON line instead of the report");
+  step->callback([o] { run_bench_step(*o); });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,25 @@
+// weft: train GPT models across processes, and plan such runs. Each subcommand lives in its own
+// *_command.cc; this file only wires them and turns errors into a message and exit code 1.
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "weft/cli/commands.h"
+#include "weft/core/check.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft: train GPT models with tensor, pipeline and data parallelism"};
+  app.require_subcommand(1);
+  weft::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "weft: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,46 @@
+#include "weft/optim/adamw.h"
+
+#include <cmath>
+
+#include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
+
+namespace weft::optim {
+
+AdamW::AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWConfig cfg)
+    : cfg_(cfg), m_(layout), v_(layout) {
+  const auto& slices = layout.slices();
+  WEFT_CHECK(decay.size() == slices.size(), "weight-decay flags for ", decay.size(),
+             " slices, layout has ", slices.size());
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const int64_t end = slices[i].offset + slices[i].numel;
+    if (!runs_.empty() && runs_.back().weight_decay == decay[i]) {
+      runs_.back().numel = end - runs_.back().offset;  // padding in between stays zero
+    } else {
+      runs_.push_back({slices[i].offset, end - slices[i].offset, decay[i]});
+    }
+  }
+}
+
+void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, float lr) {
+  ++t_;
+  for (const auto& g : runs_) {
+    kernels::cpu::adamw_update(params.data() + g.offset, grads.data() + g.offset,
+                               m_.data() + g.offset, v_.data() + g.offset, g.numel, lr, cfg_.beta1,
+                               cfg_.beta2, cfg_.eps, g.weight_decay ? cfg_.weight_decay : 0.0f, t_);
+  }
+}
+
+double global_grad_norm(const FlatBuffer& grads) {
+  return std::sqrt(kernels::cpu::sum_squares(grads.data(), grads.size()));
+}
+
+double clip_grad_norm(FlatBuffer& grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
+    kernels::cpu::scale(grads.data(), static_cast<float>(max_norm / (norm + 1e-6)), grads.size());
+  }
+  return norm;
+}
+
+}  // namespace weft::optim

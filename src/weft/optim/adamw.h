@@ -1,0 +1,49 @@
+#pragma once
+// AdamW over a flat parameter buffer (Loshchilov & Hutter 2019, decoupled weight decay), with its
+// two moments in flat buffers of the same layout, and global-norm gradient clipping.
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/tensor/flat_buffer.h"
+
+namespace weft::optim {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+class AdamW {
+ public:
+  // decay[i]: whether slice i of the layout gets weight decay (matrices and embeddings do;
+  // biases and LayerNorm parameters do not).
+  AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWConfig cfg = {});
+
+  // One update with learning rate lr; increments the step count first (bias correction uses t>=1).
+  void step(FlatBuffer& params, const FlatBuffer& grads, float lr);
+
+  int step_count() const { return t_; }
+  void set_step_count(int t) { t_ = t; }
+  FlatBuffer& m() { return m_; }
+  FlatBuffer& v() { return v_; }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  // A contiguous run of slices sharing the weight-decay decision: one kernel call each.
+  struct Run {
+    int64_t offset = 0, numel = 0;
+    bool weight_decay = false;
+  };
+  AdamWConfig cfg_;
+  std::vector<Run> runs_;
+  FlatBuffer m_, v_;
+  int t_ = 0;
+};
+
+// sqrt(sum of squares) over the whole buffer (alignment padding is zero and adds nothing).
+double global_grad_norm(const FlatBuffer& grads);
+// Scales grads so their global norm is at most max_norm (no-op when max_norm <= 0); returns the
+// norm before clipping.
+double clip_grad_norm(FlatBuffer& grads, double max_norm);
+
+}  // namespace weft::optim

@@ -1,0 +1,39 @@
+#include "weft/runtime/gemm_ceiling.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "weft/core/rng.h"
+#include "weft/kernels/gemm.h"
+#include "weft/tensor/aligned_buffer.h"
+
+namespace weft::runtime {
+
+GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps) {
+  GemmCeiling c;
+  for (const auto& s : shapes) {
+    AlignedBuffer<float> a(s.M * s.K), b(s.K * s.N), out(s.M * s.N);
+    fill_normal(a.data(), a.size(), stream_key(1, "gemm.a"), 0, 0.0f, 1.0f);
+    fill_normal(b.data(), b.size(), stream_key(1, "gemm.b"), 0, 0.0f, 1.0f);
+    const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
+    auto call = [&] {
+      kernels::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f,
+                     out.data(), s.N);
+    };
+    call();
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      call();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+    GemmTiming timing{s, t[reps / 2]};
+    c.flops += s.flops();
+    c.seconds += timing.seconds * s.count;
+    c.timings.push_back(timing);
+  }
+  return c;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,28 @@
+#pragma once
+// The GEMM ceiling of this machine for a model: the rate (FLOP/s) at which the step's own GEMM
+// shapes run in isolation, through the same sgemm the kernels use. MFU is reported against it as
+// well as against the spec peak (DESIGN.md §7).
+
+#include <vector>
+
+#include "weft/model/gemm_shapes.h"
+
+namespace weft::runtime {
+
+struct GemmTiming {
+  model::GemmShape shape;
+  double seconds = 0;  // per call, median
+  double rate() const { return 2.0 * shape.M * shape.N * shape.K / seconds; }
+};
+
+struct GemmCeiling {
+  std::vector<GemmTiming> timings;
+  double flops = 0;    // per step, all shapes times their counts
+  double seconds = 0;  // per step if every GEMM ran at its isolated rate
+  double rate() const { return flops / seconds; }
+};
+
+// Times each shape for `reps` calls (after one warm-up) and takes the median.
+GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps = 5);
+
+}  // namespace weft::runtime
