@@ -12,8 +12,8 @@ if(WEFT_SANITIZE)
 endif()
 
 # weft_module(NAME SOURCES... DEPS ...): one static library per module. The DEPS list is the
-# module's whole set of allowed edges in the DAG of DESIGN.md; a module that includes a header of
-# a module outside it fails to build because include paths are per target.
+# module's link dependencies; cmake/check_dag.cmake (a ctest) checks every #include against
+# the DAG of DESIGN.md §2.
 function(weft_module name)
   cmake_parse_arguments(M "" "" "SOURCES;DEPS;EXTERNAL" ${ARGN})
   add_library(weft_${name} ${M_SOURCES})

@@ -1,0 +1,42 @@
+# The README's entry points. `make test` and `make run` work on a fresh Debian 12 machine.
+PRESET ?= release
+BUILD := build/$(PRESET)
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps configure build test test-debug run bench format format-check clean
+
+all: build
+
+deps:
+	bash scripts/bootstrap.sh
+
+configure: deps
+	cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	cmake --build --preset $(PRESET) -j $(JOBS)
+
+# Installs what is missing, builds, runs every test.
+test: build
+	ctest --preset $(PRESET) -j $(JOBS)
+
+# The same under AddressSanitizer + UBSan.
+test-debug:
+	$(MAKE) test PRESET=debug
+
+# The demo: for now, training steps of GPT-2 124M on random tokens.
+run: build
+	$(BUILD)/bin/weft bench step --model configs/models/gpt2-124m.toml --batch 4 --seq 64 --steps 3
+
+# Benchmark against the PyTorch baseline; writes bench/results/.
+bench: build
+	bash bench/step/run.sh
+
+format:
+	git ls-files '*.h' '*.cc' | xargs clang-format -i
+
+format-check:
+	git ls-files '*.h' '*.cc' | xargs clang-format --dry-run -Werror
+
+clean:
+	rm -rf build

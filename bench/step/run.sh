@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Training-step benchmark (issue #2): in ONE run, weft's step, the GEMM ceiling on the model's own
+# shapes (measured inside `weft bench step`), and the PyTorch baseline (../shared/bench/torch_gpt.py
+# with Debian's python3-torch) at the same config and thread count. Writes
+# bench/results/step-<date>.{json,md}.
+#
+# Usage: bench/step/run.sh [THREADS]   (default 2)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+threads=${1:-2}
+weft=build/release/bin/weft
+model=configs/models/gpt2-124m.toml
+torch_script=${TORCH_GPT:-../shared/bench/torch_gpt.py}
+date=$(date -u +%Y-%m-%d)
+out_json=bench/results/step-$date.json
+out_md=bench/results/step-$date.md
+# The baseline may run with the BLAS core type this CPU really has (issue #2 allows it here only).
+unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+
+configs=("4 64" "8 256")
+: >"$out_json"
+for c in "${configs[@]}"; do
+  read -r B T <<<"$c"
+  echo "== B=$B T=$T: weft" >&2
+  OMP_NUM_THREADS=$threads "$weft" bench step --model "$model" --batch "$B" --seq "$T" \
+    --threads "$threads" --steps 5 --warmup 1 --json | tee -a "$out_json"
+  for r in selective full; do
+    OMP_NUM_THREADS=$threads "$weft" bench step --model "$model" --batch "$B" --seq "$T" \
+      --threads "$threads" --steps 3 --warmup 1 --recompute $r --json | tee -a "$out_json"
+  done
+  echo "== B=$B T=$T: pytorch" >&2
+  OMP_NUM_THREADS=$threads /usr/bin/python3 "$torch_script" --device cpu --layers 12 --hidden 768 \
+    --heads 12 --vocab 50304 --batch "$B" --seq "$T" --threads "$threads" --steps 3 --warmup 1 \
+    | tee -a "$out_json"
+done
+
+/usr/bin/python3 - "$out_json" "$out_md" "$threads" <<'PY'
+import json, platform, subprocess, sys, datetime
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+flags = open("/proc/cpuinfo").read()
+isa = "AVX-512" + (" + avx512_bf16" if "avx512_bf16" in flags else "") if "avx512f" in flags else "AVX2"
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+md = [f"# Training-step benchmark, GPT-2 124M (L=12, C=768, NH=12, Vp=50304)", "",
+      f"- date: {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC; commit {commit}",
+      f"- machine: {cpu} ({isa}), {sys.argv[3]} threads; {platform.platform()}",
+      "- weft: `weft bench step --json`, median of 5 steps (recompute runs: 3); PyTorch: "
+      "`torch_gpt.py --device cpu` (Debian python3-torch, fp32), median of 3 steps",
+      "- model FLOPs per step: 72 B T L C^2 (1 + T/6C + V/12LC) (no recomputation counted)", "",
+      "| B x T | recompute | weft tok/s | weft GFLOP/s | GEMM ceiling GFLOP/s | weft / ceiling | PyTorch tok/s | weft / PyTorch | mem measured / predicted (MiB) |",
+      "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+torch = {(r["B"], r["T"]): r for r in rows if r["name"] == "pytorch"}
+for r in rows:
+    if r["name"] != "weft":
+        continue
+    t = torch.get((r["B"], r["T"]))
+    md.append(f"| {r['B']} x {r['T']} | {r['recompute']} | {r['tokens_per_s']:.1f} | {r['model_gflops']:.1f} | "
+              f"{r['gemm_ceiling_gflops']:.1f} | {100 * r['ratio_to_gemm_ceiling']:.1f}% | "
+              f"{t['tokens_per_s'] if t else float('nan'):.1f} | "
+              f"{r['tokens_per_s'] / t['tokens_per_s'] if t else float('nan'):.2f}x | "
+              f"{r['mem_measured_mib']:.0f} / {r['mem_predicted_mib']:.0f} ({100 * r['mem_measured_over_predicted']:.1f}%) |")
+open(sys.argv[2], "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+PY
