@@ -36,8 +36,10 @@ namespace {
 std::array<uint32_t, 4> block_at(uint64_t key, uint64_t index) {
   return philox4x32({static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0, 0}, key);
 }
-// 24 random bits to a float strictly inside (0, 1).
-float to_unit(uint32_t x) { return ((x >> 8) + 0.5f) * (1.0f / 16777216.0f); }
+// 23 random bits to a float strictly inside (0, 1): (k + 0.5) / 2^23 needs at most 24 significant
+// bits, so it is exact and at most 1 - 2^-24. (With 24 bits, k + 0.5 rounds for k >= 2^23 and the
+// top bucket became exactly 1.0f.)
+float to_unit(uint32_t x) { return ((x >> 9) + 0.5f) * (1.0f / 8388608.0f); }
 }  // namespace
 
 float uniform_at(uint64_t key, uint64_t index) { return to_unit(block_at(key, index)[0]); }
