@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   CLI::App app{"weft: train GPT models with tensor, pipeline and data parallelism"};
   app.require_subcommand(1);
   weft::cli::add_bench_command(app);
+  weft::cli::add_schedule_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,34 @@
+#pragma once
+// A tokenized corpus as the trainer sees it: one flat stream of token ids (documents concatenated,
+// each followed by the end-of-document token), read by offset. Backed by a Megatron .bin/.idx
+// pair (indexed_dataset.h) or an llm.c token file (llmc_dataset.h); both are memory-mapped and read
+// as they are, so a dataset larger than memory streams from the page cache.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "weft/core/status.h"
+
+namespace weft::data {
+
+class TokenDataset {
+ public:
+  virtual ~TokenDataset() = default;
+  virtual int64_t num_tokens() const = 0;
+  virtual int64_t num_documents() const = 0;
+  // Copies tokens [offset, offset + n) of the stream into out (widening to int32).
+  virtual void read(int64_t offset, int64_t n, int32_t* out) const = 0;
+  // Vocabulary size and tokenizer identity recorded next to the data by `weft preprocess`
+  // (PREFIX.json), when present; the trainer checks them against the model and the tokenizer.
+  virtual std::optional<int> vocab_size() const = 0;
+  virtual std::string tokenizer() const = 0;  // "gpt2", a tokenizer dir, or "" when unknown
+  virtual std::string describe() const = 0;   // "megatron mmididx v1, uint16, 1.2M tokens, 6 docs"
+};
+
+// Opens PATH by its format: PREFIX (with PREFIX.bin + PREFIX.idx), PREFIX.bin/.idx, or an llm.c
+// .bin (magic 20240520). Every problem is named with the file.
+Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path);
+
+}  // namespace weft::data

@@ -1,0 +1,91 @@
+// Lowering: compute-only programs -> programs with matched point-to-point messages, and the
+// end-of-step instructions. The communication model is in docs/schedules.md: sends are eager
+// (the executor posts them non-blocking and waits for them before reusing the buffer or at the
+// end of the step), receives block until the message is there. Under that model a receive
+// right before its consumer and a send right after its producer add no wait the compute-only
+// order did not already have, so lowering cannot introduce a deadlock.
+
+#include <algorithm>
+
+#include "weft/schedule/schedule.h"
+
+namespace weft::schedule {
+
+Schedule add_communication(Schedule schedule) {
+  const Shape& shape = schedule.shape;
+  const int last = shape.num_stages() - 1;
+  for (int rank = 0; rank < static_cast<int>(schedule.programs.size()); ++rank) {
+    const Program& in = schedule.programs[rank];
+    Program out;
+    out.reserve(in.size() * 2);
+    for (const Instr& instr : in) {
+      WEFT_CHECK(!is_p2p(instr.op) && instr.op != Op::ReduceGrads && instr.op != Op::OptimizerStep,
+                 "add_communication expects a compute-only schedule, found ", op_name(instr.op));
+      const int s = instr.stage, mb = instr.microbatch;
+      // Neighbouring stages share a rank only when pp == 1; then no message is needed.
+      auto remote = [&](int other) { return shape.rank_of(other) != rank; };
+      switch (instr.op) {
+        case Op::Forward:
+          if (s > 0 && remote(s - 1)) out.push_back({Op::RecvAct, s, mb, shape.rank_of(s - 1)});
+          out.push_back(instr);
+          if (s < last && remote(s + 1)) out.push_back({Op::SendAct, s, mb, shape.rank_of(s + 1)});
+          break;
+        case Op::Backward:
+        case Op::BackwardInput:
+          if (s < last && remote(s + 1)) {
+            out.push_back({Op::RecvGrad, s, mb, shape.rank_of(s + 1)});
+          }
+          out.push_back(instr);
+          if (s > 0 && remote(s - 1)) out.push_back({Op::SendGrad, s, mb, shape.rank_of(s - 1)});
+          break;
+        case Op::BackwardWeight:
+          out.push_back(instr);
+          break;
+        case Op::SendAct:
+        case Op::RecvAct:
+        case Op::SendGrad:
+        case Op::RecvGrad:
+        case Op::ReduceGrads:
+        case Op::OptimizerStep:
+          break;  // rejected above
+      }
+    }
+    schedule.programs[rank] = std::move(out);
+  }
+  return schedule;
+}
+
+Schedule add_optimizer_step(Schedule schedule) {
+  for (Program& program : schedule.programs) {
+    // Position of the last instruction of each stage on this rank.
+    std::vector<std::pair<int, int>> last_of_stage;  // (index, stage)
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      const Instr& instr = program[i];
+      WEFT_CHECK(instr.op != Op::ReduceGrads && instr.op != Op::OptimizerStep,
+                 "add_optimizer_step: the schedule already ends its step");
+      auto it = std::find_if(last_of_stage.begin(), last_of_stage.end(),
+                             [&](const auto& e) { return e.second == instr.stage; });
+      if (it == last_of_stage.end()) {
+        last_of_stage.emplace_back(i, instr.stage);
+      } else {
+        it->first = i;
+      }
+    }
+    std::sort(last_of_stage.begin(), last_of_stage.end());
+    Program out;
+    out.reserve(program.size() + last_of_stage.size() + 1);
+    std::size_t next = 0;
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      out.push_back(program[i]);
+      while (next < last_of_stage.size() && last_of_stage[next].first == i) {
+        out.push_back({Op::ReduceGrads, last_of_stage[next].second, -1, -1});
+        ++next;
+      }
+    }
+    out.push_back({Op::OptimizerStep, -1, -1, -1});
+    program = std::move(out);
+  }
+  return schedule;
+}
+
+}  // namespace weft::schedule

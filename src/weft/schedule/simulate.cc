@@ -1,0 +1,249 @@
+#include "weft/schedule/simulate.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "weft/schedule/schedule.h"
+#include "weft/schedule/text.h"
+
+namespace weft::schedule {
+namespace {
+
+constexpr double kNotYet = -1;  // times are >= 0
+
+// Completion times per (stage, microbatch), indexed stage * m + microbatch.
+struct Events {
+  Events(int stages, int m)
+      : m(m),
+        forward(stages * m, kNotYet),
+        input_grad(stages * m, kNotYet),
+        act_sent(stages * m, kNotYet),
+        grad_sent(stages * m, kNotYet) {}
+  int m;
+  std::vector<double> forward;     // F ended
+  std::vector<double> input_grad;  // B or I ended: the gradient w.r.t. the stage's input exists
+  std::vector<double> act_sent;    // SendAct posted
+  std::vector<double> grad_sent;   // SendGrad posted
+  double& at(std::vector<double>& v, int stage, int mb) { return v[stage * m + mb]; }
+};
+
+// What an instruction waits for: the producer it needs, and when the input is there.
+struct Need {
+  Instr producer;
+  double ready = kNotYet;     // kNotYet while the producer has not run
+  bool any_backward = false;  // producer is "B or I" of its (stage, microbatch)
+};
+
+// The inputs of `in` on `rank`, per the model in simulate.h; at most one is missing at a time,
+// so it returns the first missing one, or the latest ready time of all.
+Need needs(const Instr& in, int rank, const Shape& shape, Events& ev, double p2p) {
+  const int s = in.stage, mb = in.microbatch, last = shape.num_stages() - 1;
+  auto from = [&](std::vector<double>& v, Op op, int stage, bool any_backward = false) {
+    Need need{.producer = {op, stage, mb, -1}, .ready = kNotYet, .any_backward = any_backward};
+    const double t = ev.at(v, stage, mb);
+    if (t != kNotYet) need.ready = t + (shape.rank_of(stage) != rank ? p2p : 0);
+    return need;
+  };
+  Need ready{.producer = in, .ready = 0, .any_backward = false};
+  auto combine = [&](const Need& need) {
+    if (ready.ready == kNotYet) return;
+    if (need.ready == kNotYet) {
+      ready = need;
+    } else {
+      ready.ready = std::max(ready.ready, need.ready);
+    }
+  };
+  switch (in.op) {
+    case Op::Forward:
+      if (s > 0) combine(from(ev.forward, Op::Forward, s - 1));
+      break;
+    case Op::Backward:
+    case Op::BackwardInput:
+      combine(from(ev.forward, Op::Forward, s));
+      if (s < last) combine(from(ev.input_grad, Op::Backward, s + 1, /*any_backward=*/true));
+      break;
+    case Op::BackwardWeight:
+      combine(from(ev.input_grad, Op::BackwardInput, s));
+      break;
+    case Op::SendAct:
+      combine(from(ev.forward, Op::Forward, s));
+      break;
+    case Op::SendGrad:
+      combine(from(ev.input_grad, Op::Backward, s, /*any_backward=*/true));
+      break;
+    case Op::RecvAct: {
+      // The message, not the compute: a receive needs its send to be posted.
+      Need need{.producer = {Op::SendAct, s - 1, mb, rank}, .ready = kNotYet};
+      if (const double t = ev.at(ev.act_sent, s - 1, mb); t != kNotYet) need.ready = t + p2p;
+      combine(need);
+      break;
+    }
+    case Op::RecvGrad: {
+      Need need{.producer = {Op::SendGrad, s + 1, mb, rank}, .ready = kNotYet};
+      if (const double t = ev.at(ev.grad_sent, s + 1, mb); t != kNotYet) need.ready = t + p2p;
+      combine(need);
+      break;
+    }
+    case Op::ReduceGrads:
+    case Op::OptimizerStep:
+      break;
+  }
+  return ready;
+}
+
+double duration(const Instr& in, const Costs& costs) {
+  switch (in.op) {
+    case Op::Forward:
+      return costs.stages[in.stage].forward;
+    case Op::Backward:
+      return costs.stages[in.stage].backward;
+    case Op::BackwardInput:
+      return costs.stages[in.stage].backward_input;
+    case Op::BackwardWeight:
+      return costs.stages[in.stage].backward_weight;
+    case Op::SendAct:
+    case Op::SendGrad:
+    case Op::RecvAct:
+    case Op::RecvGrad:
+      return 0;  // a receive's wait is computed from its send, not a cost
+    case Op::ReduceGrads:
+      return costs.reduce_grads;
+    case Op::OptimizerStep:
+      return costs.optimizer_step;
+  }
+  WEFT_CHECK(false, "unknown Op");
+}
+
+// Where the producer a blocked instruction needs is: "rank 1 has not reached it (blocked at
+// #4 1RG1<2)", "later in this rank's program" or "no rank runs it".
+std::string describe(const Need& need, int rank, const Schedule& schedule,
+                     const std::vector<int>& pc) {
+  const Shape& shape = schedule.shape;
+  const Instr& p = need.producer;
+  const int owner = shape.rank_of(p.stage);
+  const Program& program = schedule.programs[owner];
+  auto matches = [&](const Instr& in) {
+    if (in.stage != p.stage || in.microbatch != p.microbatch) return false;
+    if (need.any_backward) return in.op == Op::Backward || in.op == Op::BackwardInput;
+    return in.op == p.op;
+  };
+  const std::string what =
+      need.any_backward
+          ? fmt::format("{} or {}", instr_to_text({Op::Backward, p.stage, p.microbatch}),
+                        instr_to_text({Op::BackwardInput, p.stage, p.microbatch}))
+          : instr_to_text(p);  // a receive's producer is its send, peer already this rank
+  auto it = std::find_if(program.begin() + pc[owner], program.end(), matches);
+  if (it == program.end()) return fmt::format("needs {}, which no rank runs", what);
+  if (owner == rank) {
+    return fmt::format("needs {}, which comes later in this rank's program (#{})", what,
+                       it - program.begin());
+  }
+  return fmt::format("needs {} from rank {}, which never gets there (blocked at #{} {})", what,
+                     owner, pc[owner], instr_to_text(program[pc[owner]]));
+}
+
+}  // namespace
+
+Costs uniform_costs(const Shape& shape, const StageCosts& each, double p2p) {
+  Costs costs;
+  costs.stages.assign(shape.num_stages(), each);
+  costs.p2p = p2p;
+  return costs;
+}
+
+Costs unit_costs(const Shape& shape) {
+  return uniform_costs(shape,
+                       {.forward = 1, .backward = 1, .backward_input = 1, .backward_weight = 1}, 0);
+}
+
+Timeline simulate(const Schedule& schedule, const Costs& costs) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("simulate: malformed schedule"));
+  const Shape& shape = schedule.shape;
+  WEFT_CHECK(static_cast<int>(costs.stages.size()) == shape.num_stages(), "costs for ",
+             costs.stages.size(), " stages, the schedule has ", shape.num_stages());
+  const int pp = shape.pp;
+
+  Events ev(shape.num_stages(), shape.microbatches);
+  Timeline timeline;
+  timeline.shape = shape;
+  timeline.ranks.resize(pp);
+  timeline.busy.assign(pp, 0);
+  std::vector<int> pc(pp, 0);
+  std::vector<double> free_at(pp, 0);
+
+  // Advance every rank as far as its inputs allow, until nothing moves. Start times depend
+  // only on the dependencies, not on the order ranks are visited, so this equals an event-
+  // ordered simulation.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int rank = 0; rank < pp; ++rank) {
+      const Program& program = schedule.programs[rank];
+      while (pc[rank] < static_cast<int>(program.size())) {
+        const Instr& in = program[pc[rank]];
+        const Need need = needs(in, rank, shape, ev, costs.p2p);
+        if (need.ready == kNotYet) break;
+        Slot slot{.index = pc[rank], .instr = in, .start = free_at[rank], .end = 0};
+        if (is_recv(in.op)) {
+          slot.end = std::max(slot.start, need.ready);
+        } else {
+          slot.start = std::max(slot.start, need.ready);
+          const double d = duration(in, costs);
+          WEFT_CHECK(d >= 0, "negative cost for ", op_name(in.op));
+          slot.end = slot.start + d;
+          timeline.busy[rank] += d;
+        }
+        switch (in.op) {
+          case Op::Forward:
+            ev.at(ev.forward, in.stage, in.microbatch) = slot.end;
+            break;
+          case Op::Backward:
+          case Op::BackwardInput:
+            ev.at(ev.input_grad, in.stage, in.microbatch) = slot.end;
+            break;
+          case Op::SendAct:
+            ev.at(ev.act_sent, in.stage, in.microbatch) = slot.start;
+            break;
+          case Op::SendGrad:
+            ev.at(ev.grad_sent, in.stage, in.microbatch) = slot.start;
+            break;
+          case Op::BackwardWeight:
+          case Op::RecvAct:
+          case Op::RecvGrad:
+          case Op::ReduceGrads:
+          case Op::OptimizerStep:
+            break;
+        }
+        free_at[rank] = slot.end;
+        timeline.ranks[rank].push_back(slot);
+        ++pc[rank];
+        progress = true;
+      }
+    }
+  }
+
+  for (int rank = 0; rank < pp; ++rank) {
+    timeline.makespan = std::max(timeline.makespan, free_at[rank]);
+    const Program& program = schedule.programs[rank];
+    if (pc[rank] < static_cast<int>(program.size())) {
+      const Instr& in = program[pc[rank]];
+      const Need need = needs(in, rank, shape, ev, costs.p2p);
+      timeline.blocked.push_back({.rank = rank,
+                                  .index = pc[rank],
+                                  .instr = in,
+                                  .waiting_for = describe(need, rank, schedule, pc)});
+    }
+  }
+  timeline.idle.resize(pp);
+  for (int rank = 0; rank < pp; ++rank) {
+    timeline.idle[rank] = timeline.makespan - timeline.busy[rank];
+  }
+  const double busy = std::accumulate(timeline.busy.begin(), timeline.busy.end(), 0.0);
+  const double idle = std::accumulate(timeline.idle.begin(), timeline.idle.end(), 0.0);
+  timeline.bubble_fraction = busy > 0 ? idle / busy : 0;
+  return timeline;
+}
+
+}  // namespace weft::schedule

@@ -1,0 +1,313 @@
+// validate(): every invariant of a schedule, every problem reported (DESIGN.md §5), then a
+// unit-cost simulation that must end (DESIGN.md §1.3: a schedule that deadlocks is rejected
+// before any process starts).
+
+#include <algorithm>
+#include <array>
+
+#include <fmt/format.h>
+
+#include "weft/schedule/schedule.h"
+#include "weft/schedule/simulate.h"
+#include "weft/schedule/text.h"
+
+namespace weft::schedule {
+namespace {
+
+// Enough to read; a broken generator would otherwise print thousands of lines.
+constexpr int kMaxProblems = 60;
+
+class Problems {
+ public:
+  template <typename... Args>
+  void add(fmt::format_string<Args...> f, Args&&... args) {
+    if (count_++ < kMaxProblems) status_.add(fmt::format(f, std::forward<Args>(args)...));
+  }
+  bool ok() const { return count_ == 0; }
+  Status take() {
+    if (count_ > kMaxProblems) {
+      status_.add(fmt::format("... and {} more problems", count_ - kMaxProblems));
+    }
+    return std::move(status_);
+  }
+
+ private:
+  Status status_;
+  int count_ = 0;
+};
+
+std::string at(int rank, int index, const Instr& in) {
+  return fmt::format("rank {} #{} {}", rank, index, instr_to_text(in));
+}
+
+// The ops indexed per (stage, microbatch) below.
+constexpr std::array<Op, 8> kPerMicrobatch = {Op::Forward,        Op::Backward, Op::BackwardInput,
+                                              Op::BackwardWeight, Op::SendAct,  Op::RecvAct,
+                                              Op::SendGrad,       Op::RecvGrad};
+int slot_of(Op op) {
+  for (std::size_t i = 0; i < kPerMicrobatch.size(); ++i) {
+    if (kPerMicrobatch[i] == op) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Count and first program position of every (op, stage, microbatch); positions are on the
+// stage's own rank.
+struct Index {
+  Index(int stages, int m) : m(m) {
+    for (auto& c : count) c.assign(stages * m, 0);
+    for (auto& p : pos) p.assign(stages * m, -1);
+  }
+  int m;
+  std::array<std::vector<int>, kPerMicrobatch.size()> count, pos;
+  int n(Op op, int stage, int mb) const { return count[slot_of(op)][stage * m + mb]; }
+  int where(Op op, int stage, int mb) const { return pos[slot_of(op)][stage * m + mb]; }
+};
+
+}  // namespace
+
+Status check_structure(const Schedule& schedule) {
+  Problems problems;
+  const Shape& shape = schedule.shape;
+  if (Status sizes = check_sizes(shape); !sizes.ok()) return sizes;
+  if (static_cast<int>(schedule.programs.size()) != shape.pp) {
+    problems.add("{} programs for pp={} (one per pipeline rank)", schedule.programs.size(),
+                 shape.pp);
+    return problems.take();
+  }
+  const int stages = shape.num_stages(), m = shape.microbatches;
+  for (int rank = 0; rank < shape.pp; ++rank) {
+    const Program& program = schedule.programs[rank];
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      const Instr& in = program[i];
+      const int s = in.stage;
+      if (in.op == Op::OptimizerStep) {
+        if (s != -1 || in.microbatch != -1 || in.peer != -1) {
+          problems.add("rank {} #{}: OptimizerStep takes no stage, microbatch or peer", rank, i);
+        }
+        continue;
+      }
+      if (s < 0 || s >= stages) {
+        problems.add("rank {} #{} {}: stage {} is outside 0..{}", rank, i, op_name(in.op), s,
+                     stages - 1);
+        continue;
+      }
+      if (shape.rank_of(s) != rank) {
+        problems.add("{}: stage {} lives on rank {} (stage % pp), not {}", at(rank, i, in), s,
+                     shape.rank_of(s), rank);
+      }
+      if (has_microbatch(in.op) && (in.microbatch < 0 || in.microbatch >= m)) {
+        problems.add("rank {} #{} {}: microbatch {} is outside 0..{}", rank, i, op_name(in.op),
+                     in.microbatch, m - 1);
+        continue;
+      }
+      if (!has_microbatch(in.op) && in.microbatch != -1) {
+        problems.add("rank {} #{}: {} takes no microbatch", rank, i, op_name(in.op));
+      }
+      if (!is_p2p(in.op)) {
+        if (in.peer != -1) problems.add("{}: only sends and receives have a peer", at(rank, i, in));
+        continue;
+      }
+      // The stage at the other end of the message, and whether it exists.
+      const bool towards_next = in.op == Op::SendAct || in.op == Op::RecvGrad;
+      const int other = towards_next ? s + 1 : s - 1;
+      if (other < 0 || other >= stages) {
+        problems.add("{}: stage {} has no {} stage to {}", at(rank, i, in), s,
+                     towards_next ? "next" : "previous",
+                     is_send(in.op) ? "send to" : "receive from");
+      } else if (in.peer != shape.rank_of(other)) {
+        problems.add("{}: the peer must be rank {} (the rank of stage {})", at(rank, i, in),
+                     shape.rank_of(other), other);
+      } else if (in.peer == rank) {
+        problems.add("{}: stages {} and {} share rank {}, no message is needed", at(rank, i, in), s,
+                     other, rank);
+      }
+    }
+  }
+  return problems.take();
+}
+
+Status validate(const Schedule& schedule) {
+  if (Status structure = check_structure(schedule); !structure.ok()) return structure;
+  Problems problems;
+  const Shape& shape = schedule.shape;
+  const int pp = shape.pp, stages = shape.num_stages(), m = shape.microbatches;
+
+  Index index(stages, m);
+  bool lowered = false;
+  std::vector<int> reduce_count(stages, 0), reduce_pos(stages, -1);
+  std::vector<int> step_count(pp, 0);
+  bool any_step_op = false;
+  for (int rank = 0; rank < pp; ++rank) {
+    const Program& program = schedule.programs[rank];
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      const Instr& in = program[i];
+      lowered = lowered || is_p2p(in.op);
+      if (in.op == Op::ReduceGrads) {
+        any_step_op = true;
+        if (reduce_count[in.stage]++ == 0) reduce_pos[in.stage] = i;
+        continue;
+      }
+      if (in.op == Op::OptimizerStep) {
+        any_step_op = true;
+        ++step_count[rank];
+        if (i + 1 != static_cast<int>(program.size())) {
+          problems.add("{}: OptimizerStep must be the rank's last instruction", at(rank, i, in));
+        }
+        continue;
+      }
+      const int k = slot_of(in.op), key = in.stage * m + in.microbatch;
+      if (index.count[k][key]++ == 0) index.pos[k][key] = i;
+    }
+  }
+
+  // Exactly once.
+  // An instruction as text, with the peer a send or receive of stage s must have.
+  auto text = [&](Op op, int s, int mb) {
+    int peer = -1;
+    if (op == Op::SendAct || op == Op::RecvGrad) peer = shape.rank_of(s + 1);
+    if (op == Op::RecvAct || op == Op::SendGrad) peer = shape.rank_of(s - 1);
+    return instr_to_text({op, s, mb, peer});
+  };
+  for (int s = 0; s < stages; ++s) {
+    for (int mb = 0; mb < m; ++mb) {
+      if (const int f = index.n(Op::Forward, s, mb); f != 1) {
+        problems.add("stage {} microbatch {}: {} forwards (needs exactly one {})", s, mb, f,
+                     text(Op::Forward, s, mb));
+      }
+      const int b = index.n(Op::Backward, s, mb), bi = index.n(Op::BackwardInput, s, mb),
+                bw = index.n(Op::BackwardWeight, s, mb);
+      if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1))) {
+        problems.add("stage {} microbatch {}: {} B, {} I, {} W (needs one B, or one I and one W)",
+                     s, mb, b, bi, bw);
+      }
+    }
+  }
+  // Every send has its receive: one pair per cross-rank edge, once the schedule is lowered.
+  auto pair = [&](Op send, int from, Op recv, int to, int mb) {
+    const int ns = index.n(send, from, mb), nr = index.n(recv, to, mb);
+    const int rf = shape.rank_of(from), rt = shape.rank_of(to);
+    const std::string st = text(send, from, mb), rc = text(recv, to, mb);
+    if (ns == 1 && nr == 1) return;
+    if (ns == 1 && nr == 0) {
+      problems.add("{} on rank {} has no matching receive {} on rank {}", st, rf, rc, rt);
+    } else if (ns == 0 && nr == 1) {
+      problems.add("{} on rank {} has no matching send {} on rank {}", rc, rt, st, rf);
+    } else if (ns == 0 && nr == 0) {
+      problems.add(
+          "stage {} microbatch {} needs stage {}'s output from rank {} but has no "
+          "message ({} / {})",
+          to, mb, from, rf, st, rc);
+    } else {
+      problems.add("{} sends {} and {} receives {} (needs one of each)", ns, st, nr, rc);
+    }
+  };
+  if (lowered) {
+    for (int s = 0; s + 1 < stages; ++s) {
+      for (int mb = 0; mb < m; ++mb) {
+        pair(Op::SendAct, s, Op::RecvAct, s + 1, mb);
+        pair(Op::SendGrad, s + 1, Op::RecvGrad, s, mb);
+      }
+    }
+  }
+
+  // Order on a rank, for the pairs that are present (absences were reported above).
+  auto before = [&](Op first, int s1, Op second, int s2, int mb, std::string_view why) {
+    const int p1 = index.where(first, s1, mb), p2 = index.where(second, s2, mb);
+    if (p1 < 0 || p2 < 0 || p1 < p2) return;
+    problems.add("rank {}: {} (#{}) runs before {} (#{}), {}", shape.rank_of(s2),
+                 text(second, s2, mb), p2, text(first, s1, mb), p1, why);
+  };
+  for (int s = 0; s < stages; ++s) {
+    for (int mb = 0; mb < m; ++mb) {
+      const Op grad = index.n(Op::Backward, s, mb) > 0 ? Op::Backward : Op::BackwardInput;
+      before(Op::Forward, s, grad, s, mb, "which it needs");
+      before(Op::BackwardInput, s, Op::BackwardWeight, s, mb, "which it needs");
+      if (pp == 1 && s > 0) before(Op::Forward, s - 1, Op::Forward, s, mb, "which it needs");
+      if (pp == 1 && s + 1 < stages) {
+        const Op next = index.n(Op::Backward, s + 1, mb) > 0 ? Op::Backward : Op::BackwardInput;
+        before(next, s + 1, grad, s, mb, "which it needs");
+      }
+      if (lowered && s > 0) before(Op::RecvAct, s, Op::Forward, s, mb, "its input");
+      if (lowered && s + 1 < stages) {
+        before(Op::Forward, s, Op::SendAct, s, mb, "the activation it sends");
+        before(Op::RecvGrad, s, grad, s, mb, "its output gradient");
+      }
+      if (lowered && s > 0) before(grad, s, Op::SendGrad, s, mb, "the gradient it sends");
+    }
+  }
+
+  // The end of the step: once any rank has one, every stage reduces once after its last
+  // weight gradient, and every rank steps once, last.
+  if (any_step_op) {
+    for (int s = 0; s < stages; ++s) {
+      if (reduce_count[s] != 1) {
+        problems.add("stage {}: {} ReduceGrads (needs one, after its last weight gradient)", s,
+                     reduce_count[s]);
+        continue;
+      }
+      for (int mb = 0; mb < m; ++mb) {
+        for (Op op : {Op::Backward, Op::BackwardWeight}) {
+          const int p = index.where(op, s, mb);
+          if (p > reduce_pos[s]) {
+            problems.add("rank {}: {} (#{}) runs before {} (#{}), whose gradient it reduces",
+                         shape.rank_of(s), text(Op::ReduceGrads, s, -1), reduce_pos[s],
+                         text(op, s, mb), p);
+          }
+        }
+      }
+    }
+    for (int rank = 0; rank < pp; ++rank) {
+      if (step_count[rank] != 1) {
+        problems.add("rank {}: {} OptimizerStep (needs one, last)", rank, step_count[rank]);
+      }
+    }
+  }
+
+  // Running forwards minus backwards never negative on any rank.
+  for (int rank = 0; rank < pp; ++rank) {
+    const Program& program = schedule.programs[rank];
+    int running = 0;
+    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+      const Op op = program[i].op;
+      running += op == Op::Forward ? 1 : (op == Op::Backward || op == Op::BackwardInput) ? -1 : 0;
+      if (running < 0) {
+        problems.add("{}: more backwards than forwards have run on this rank",
+                     at(rank, i, program[i]));
+        break;
+      }
+    }
+  }
+
+  if (!problems.ok()) return problems.take();
+
+  // Deadlock freedom: sends are eager, receives block (docs/schedules.md).
+  const Timeline timeline = simulate(schedule, unit_costs(shape));
+  if (timeline.deadlocked()) {
+    problems.add("deadlock: {} of {} ranks wait forever (sends eager, receives blocking)",
+                 timeline.blocked.size(), pp);
+    for (const Blocked& b : timeline.blocked) {
+      problems.add("{} blocks: {}", at(b.rank, b.index, b.instr), b.waiting_for);
+    }
+  }
+  return problems.take();
+}
+
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight: malformed schedule"));
+  std::vector<int> peaks;
+  for (const Program& program : schedule.programs) {
+    int running = 0, peak = 0;
+    for (const Instr& in : program) {
+      // Activations live from the forward to the last backward pass that reads them.
+      if (in.op == Op::Forward) ++running;
+      if (in.op == Op::Backward || in.op == Op::BackwardWeight) --running;
+      peak = std::max(peak, running);
+    }
+    peaks.push_back(peak);
+  }
+  return peaks;
+}
+
+}  // namespace weft::schedule
