@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,8 +74,29 @@ bool bit_identical(const Floats& a, const Floats& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-#define EXPECT_CLOSE(actual, reference)                                           \
+#define EXPECT_CLOSE(actual, reference) \
   EXPECT_LT(rel_error((actual), (reference)), kRelTol) << #actual " vs reference"
+
+// A gradient buffer for a backward kernel run twice: from zeros (`zero`, compared with the
+// reference) and from random values (`filled`, starting as `prefill`), which must end as
+// prefill + the zero-start result: the "+=" convention of ops.inc.
+struct Grad {
+  Floats zero, prefill, filled;
+  Grad(int64_t n, uint32_t seed)
+      : zero(static_cast<size_t>(n), 0.f), prefill(random_floats(n, seed)), filled(prefill) {}
+  Doubles ref() const { return Doubles(zero.size(), 0.0); }
+};
+
+#define EXPECT_ADDED(grad)                                                                       \
+  do {                                                                                           \
+    double scale_ = 0.0, worst_ = 0.0;                                                           \
+    for (size_t i_ = 0; i_ < (grad).zero.size(); ++i_) {                                         \
+      scale_ = std::max(scale_, std::abs(double{(grad).zero[i_]}));                              \
+      worst_ = std::max(                                                                         \
+          worst_, std::abs((grad).filled[i_] - (double{(grad).prefill[i_]} + (grad).zero[i_]))); \
+    }                                                                                            \
+    EXPECT_LE(worst_, 1e-5 * (1.0 + scale_)) << #grad " does not add into its prefilled values"; \
+  } while (0)
 
 // ---- shapes --------------------------------------------------------------------------------
 
@@ -83,9 +105,14 @@ struct Shape {
   int B, T, C, NH, V, Vp;
   int N() const { return B * T; }
 };
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.name << " {B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " V=" << s.V
+      << " Vp=" << s.Vp << "}";
+}
 
-// Odd: nothing a multiple of 16, T = 17 is one attention block. Medium: T = 130 crosses two
-// attention block boundaries (64) and ends in a short block.
+// Odd: small, with sizes that are not multiples of the vector width (T = 17, V = 101; the linear
+// layers use N = 51, IC = 37, OC = 45); T = 17 is a single attention block. Medium: T = 130 crosses
+// two attention block boundaries (64) and ends in a short block.
 const Shape kOdd{"Odd", 3, 17, 48, 3, 101, 128};
 const Shape kMedium{"Medium", 4, 130, 192, 6, 1000, 1024};
 
@@ -111,15 +138,20 @@ TEST_P(CpuKernelsMatchTheReference, EmbeddingBackwardAddsIntoPrefilledGradients)
   // A small token range so that tokens repeat and their rows accumulate.
   const auto tokens = random_tokens(s.N(), std::min(s.V, 7), 4);
   const Floats dout = random_floats(int64_t{s.N()} * s.C, 5);
-  Floats dwte = random_floats(int64_t{s.V} * s.C, 6);
-  Floats dwpe = random_floats(int64_t{s.T} * s.C, 7);
-  Doubles ref_dwte = to_double(dwte), ref_dwpe = to_double(dwpe);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+  Grad dwte(int64_t{s.V} * s.C, 6), dwpe(int64_t{s.T} * s.C, 7);
+  auto backward = [&](Floats& gwte, Floats& gwpe) {
+    cpu::embedding_backward(gwte.data(), gwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+  };
+  backward(dwte.zero, dwpe.zero);
+  backward(dwte.filled, dwpe.filled);
+  Doubles ref_dwte = dwte.ref(), ref_dwpe = dwpe.ref();
   const Doubles dout_d = to_double(dout);
   ref::embedding_backward(ref_dwte.data(), ref_dwpe.data(), dout_d.data(), tokens.data(), s.B, s.T,
                           s.C);
-  EXPECT_CLOSE(dwte, ref_dwte);
-  EXPECT_CLOSE(dwpe, ref_dwpe);
+  EXPECT_CLOSE(dwte.zero, ref_dwte);
+  EXPECT_CLOSE(dwpe.zero, ref_dwpe);
+  EXPECT_ADDED(dwte);
+  EXPECT_ADDED(dwpe);
 }
 
 // ---- layernorm -----------------------------------------------------------------------------
@@ -136,8 +168,8 @@ TEST_P(CpuKernelsMatchTheReference, LayerNormForward) {
                          bias.data(), N, C);
   Doubles ref_out(out.size()), ref_mean(N), ref_rstd(N);
   const Doubles inp_d = to_double(inp), w_d = to_double(weight), b_d = to_double(bias);
-  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(),
-                         w_d.data(), b_d.data(), N, C);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(), w_d.data(),
+                         b_d.data(), N, C);
   EXPECT_CLOSE(out, ref_out);
   EXPECT_CLOSE(mean, ref_mean);
   EXPECT_CLOSE(rstd, ref_rstd);
@@ -154,24 +186,28 @@ TEST_P(CpuKernelsMatchTheReference, LayerNormBackwardAddsIntoPrefilledGradients)
   Floats out(inp.size()), mean(N), rstd(N);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
                          bias.data(), N, C);
-  Floats dinp = random_floats(inp.size(), 15);
-  Floats dweight = random_floats(C, 16);
-  Floats dbias = random_floats(C, 17);
-  Doubles ref_dinp = to_double(dinp), ref_dweight = to_double(dweight),
-          ref_dbias = to_double(dbias);
-  cpu::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                          weight.data(), mean.data(), rstd.data(), N, C);
+  Grad dinp(int64_t{N} * C, 15), dweight(C, 16), dbias(C, 17);
+  auto backward = [&](Floats& gi, Floats& gw, Floats& gb) {
+    cpu::layernorm_backward(gi.data(), gw.data(), gb.data(), dout.data(), inp.data(), weight.data(),
+                            mean.data(), rstd.data(), N, C);
+  };
+  backward(dinp.zero, dweight.zero, dbias.zero);
+  backward(dinp.filled, dweight.filled, dbias.filled);
   // The reference recomputes mean and rstd in double from the same input.
   const Doubles inp_d = to_double(inp), w_d = to_double(weight), b_d = to_double(bias),
                 dout_d = to_double(dout);
   Doubles ref_out(out.size()), ref_mean(N), ref_rstd(N);
-  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(),
-                         w_d.data(), b_d.data(), N, C);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(), w_d.data(),
+                         b_d.data(), N, C);
+  Doubles ref_dinp = dinp.ref(), ref_dweight = dweight.ref(), ref_dbias = dbias.ref();
   ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(), dout_d.data(),
                           inp_d.data(), w_d.data(), ref_mean.data(), ref_rstd.data(), N, C);
-  EXPECT_CLOSE(dinp, ref_dinp);
-  EXPECT_CLOSE(dweight, ref_dweight);
-  EXPECT_CLOSE(dbias, ref_dbias);
+  EXPECT_CLOSE(dinp.zero, ref_dinp);
+  EXPECT_CLOSE(dweight.zero, ref_dweight);
+  EXPECT_CLOSE(dbias.zero, ref_dbias);
+  EXPECT_ADDED(dinp);
+  EXPECT_ADDED(dweight);
+  EXPECT_ADDED(dbias);
 }
 
 // ---- linear --------------------------------------------------------------------------------
@@ -195,8 +231,8 @@ TEST_P(CpuKernelsMatchTheReference, MatmulForwardWithAndWithoutBias) {
     cpu::matmul_forward(out.data(), inp.data(), weight.data(), with_bias ? bias.data() : nullptr, N,
                         IC, OC);
     Doubles ref_out(out.size());
-    ref::matmul_forward(ref_out.data(), inp_d.data(), w_d.data(),
-                        with_bias ? b_d.data() : nullptr, N, IC, OC);
+    ref::matmul_forward(ref_out.data(), inp_d.data(), w_d.data(), with_bias ? b_d.data() : nullptr,
+                        N, IC, OC);
     EXPECT_CLOSE(out, ref_out);
   }
 }
@@ -209,20 +245,24 @@ TEST_P(CpuKernelsMatchTheReference, MatmulBackwardAddsIntoPrefilledGradients) {
   const Doubles inp_d = to_double(inp), w_d = to_double(weight), dout_d = to_double(dout);
   for (const bool with_dinp : {true, false}) {
     SCOPED_TRACE(with_dinp ? "with dinp and dbias" : "without dinp and dbias");
-    Floats dinp = random_floats(int64_t{N} * IC, 25);
-    Floats dweight = random_floats(int64_t{OC} * IC, 26);
-    Floats dbias = random_floats(OC, 27);
-    Doubles ref_dinp = to_double(dinp), ref_dweight = to_double(dweight),
-            ref_dbias = to_double(dbias);
-    cpu::matmul_backward(with_dinp ? dinp.data() : nullptr, dweight.data(),
-                         with_dinp ? dbias.data() : nullptr, dout.data(), inp.data(),
-                         weight.data(), N, IC, OC);
+    Grad dinp(int64_t{N} * IC, 25), dweight(int64_t{OC} * IC, 26), dbias(OC, 27);
+    auto backward = [&](Floats& gi, Floats& gw, Floats& gb) {
+      cpu::matmul_backward(with_dinp ? gi.data() : nullptr, gw.data(),
+                           with_dinp ? gb.data() : nullptr, dout.data(), inp.data(), weight.data(),
+                           N, IC, OC);
+    };
+    backward(dinp.zero, dweight.zero, dbias.zero);
+    backward(dinp.filled, dweight.filled, dbias.filled);
+    Doubles ref_dinp = dinp.ref(), ref_dweight = dweight.ref(), ref_dbias = dbias.ref();
     ref::matmul_backward(with_dinp ? ref_dinp.data() : nullptr, ref_dweight.data(),
                          with_dinp ? ref_dbias.data() : nullptr, dout_d.data(), inp_d.data(),
                          w_d.data(), N, IC, OC);
-    EXPECT_CLOSE(dinp, ref_dinp);
-    EXPECT_CLOSE(dweight, ref_dweight);
-    EXPECT_CLOSE(dbias, ref_dbias);
+    EXPECT_CLOSE(dinp.zero, ref_dinp);
+    EXPECT_CLOSE(dweight.zero, ref_dweight);
+    EXPECT_CLOSE(dbias.zero, ref_dbias);
+    EXPECT_ADDED(dinp);  // untouched (still the prefill) without dinp
+    EXPECT_ADDED(dweight);
+    EXPECT_ADDED(dbias);
   }
 }
 
@@ -257,15 +297,16 @@ TEST_P(CpuKernelsMatchTheReference, AttentionBackwardAddsIntoPrefilledGradients)
   const Floats dout = random_floats(int64_t{B} * T * C, 31);
   Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  Floats dqkv = random_floats(qkv.size(), 32);
-  Doubles ref_dqkv = to_double(dqkv);
-  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  Grad dqkv(static_cast<int64_t>(qkv.size()), 32);
+  cpu::attention_backward(dqkv.zero.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.filled.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   const Doubles qkv_d = to_double(qkv), dout_d = to_double(dout);
-  Doubles ref_out(out.size()), ref_att(att.size());
+  Doubles ref_out(out.size()), ref_att(att.size()), ref_dqkv = dqkv.ref();
   ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH);
   ref::attention_backward(ref_dqkv.data(), dout_d.data(), qkv_d.data(), ref_att.data(), B, T, C,
                           NH);
-  EXPECT_CLOSE(dqkv, ref_dqkv);
+  EXPECT_CLOSE(dqkv.zero, ref_dqkv);
+  EXPECT_ADDED(dqkv);
 }
 
 // ---- elementwise ---------------------------------------------------------------------------
@@ -275,7 +316,7 @@ int64_t elementwise_n(const Shape& s) { return s.name == "Odd" ? 1001 : 4 * s.N(
 
 TEST_P(CpuKernelsMatchTheReference, GeluForward) {
   const int64_t n = elementwise_n(GetParam());
-  const Floats inp = random_floats(n, 33, -5.f, 5.f);
+  const Floats inp = random_floats(n, 33, -12.f, 12.f);  // into the tails of exp(-2u)
   Floats out(inp.size());
   cpu::gelu_forward(out.data(), inp.data(), n);
   Doubles ref_out(out.size());
@@ -287,33 +328,38 @@ TEST_P(CpuKernelsMatchTheReference, GeluForward) {
 
 TEST_P(CpuKernelsMatchTheReference, GeluBackwardAddsIntoPrefilledGradients) {
   const int64_t n = elementwise_n(GetParam());
-  const Floats inp = random_floats(n, 34, -5.f, 5.f);
+  const Floats inp = random_floats(n, 34, -12.f, 12.f);
   const Floats dout = random_floats(n, 35);
-  Floats dinp = random_floats(n, 36);
-  Doubles ref_dinp = to_double(dinp);
-  cpu::gelu_backward(dinp.data(), inp.data(), dout.data(), n);
+  Grad dinp(n, 36);
+  cpu::gelu_backward(dinp.zero.data(), inp.data(), dout.data(), n);
+  cpu::gelu_backward(dinp.filled.data(), inp.data(), dout.data(), n);
+  Doubles ref_dinp = dinp.ref();
   const Doubles inp_d = to_double(inp), dout_d = to_double(dout);
   ref::gelu_backward(ref_dinp.data(), inp_d.data(), dout_d.data(), n);
-  EXPECT_CLOSE(dinp, ref_dinp);
-  EXPECT_LT(max_abs_error(dinp, ref_dinp), 1e-5);
+  EXPECT_CLOSE(dinp.zero, ref_dinp);
+  EXPECT_LT(max_abs_error(dinp.zero, ref_dinp), 1e-5);
+  EXPECT_ADDED(dinp);
 }
 
-TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackward) {
+TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackwardAddsIntoPrefilledGradients) {
   const int64_t n = elementwise_n(GetParam());
   const Floats a = random_floats(n, 37), b = random_floats(n, 38), dout = random_floats(n, 39);
   Floats out(a.size());
   cpu::residual_forward(out.data(), a.data(), b.data(), n);
-  Floats da = random_floats(n, 40), db = random_floats(n, 41);
-  Doubles ref_da = to_double(da), ref_db = to_double(db);
-  cpu::residual_backward(da.data(), db.data(), dout.data(), n);
   const Doubles a_d = to_double(a), b_d = to_double(b), dout_d = to_double(dout);
   Doubles ref_out(out.size());
   ref::residual_forward(ref_out.data(), a_d.data(), b_d.data(), n);
-  ref::residual_backward(ref_da.data(), ref_db.data(), dout_d.data(), n);
   // Single additions: exact up to one rounding.
   EXPECT_LT(max_abs_error(out, ref_out), 1e-6);
-  EXPECT_LT(max_abs_error(da, ref_da), 1e-6);
-  EXPECT_LT(max_abs_error(db, ref_db), 1e-6);
+  Grad da(n, 40), db(n, 41);
+  cpu::residual_backward(da.zero.data(), db.zero.data(), dout.data(), n);
+  cpu::residual_backward(da.filled.data(), db.filled.data(), dout.data(), n);
+  Doubles ref_da = da.ref(), ref_db = db.ref();
+  ref::residual_backward(ref_da.data(), ref_db.data(), dout_d.data(), n);
+  EXPECT_LT(max_abs_error(da.zero, ref_da), 1e-6);
+  EXPECT_LT(max_abs_error(db.zero, ref_db), 1e-6);
+  EXPECT_ADDED(da);
+  EXPECT_ADDED(db);
 }
 
 // ---- softmax + cross-entropy ---------------------------------------------------------------
@@ -344,8 +390,8 @@ TEST_P(CpuKernelsMatchTheReference, SoftmaxCrossEntropyForwardIgnoresPaddingAndN
                                      s.Vp);
   Doubles ref_losses(losses.size());
   const Doubles logits_d = to_double(logits);
-  ref::softmax_cross_entropy_forward(ref_losses.data(), logits_d.data(), targets.data(), s.N(),
-                                     s.V, s.Vp);
+  ref::softmax_cross_entropy_forward(ref_losses.data(), logits_d.data(), targets.data(), s.N(), s.V,
+                                     s.Vp);
   EXPECT_CLOSE(losses, ref_losses);
   for (int n = 0; n < s.N(); n += 3) EXPECT_EQ(losses[n], 0.f) << "ignored row " << n;
 }
@@ -456,6 +502,32 @@ TEST(Sgemm, MatchesANaiveLoopForAllFourTransposeCombinations) {
   }
 }
 
+// Large enough that sgemm splits C across threads: along the rows (tall C) or the columns (wide C).
+TEST(Sgemm, SplitAcrossThreadsMatchesANaiveLoopForTallAndWideOutputs) {
+  struct Size {
+    int M, N, K;
+  };
+  for (const Size sz : {Size{301, 263, 131}, Size{141, 307, 197}}) {
+    const int M = sz.M, N = sz.N, K = sz.K;
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                     " trans_a=" + (ta ? "T" : "N") + " trans_b=" + (tb ? "T" : "N"));
+        const int lda = (ta ? M : K) + 3;
+        const int ldb = (tb ? K : N) + 1;
+        const int ldc = N + 5;
+        const Floats A = random_floats(int64_t{ta ? K : M} * lda, 56);
+        const Floats B = random_floats(int64_t{tb ? N : K} * ldb, 57);
+        Floats C = random_floats(int64_t{M} * ldc, 58);
+        Doubles ref_C = to_double(C);
+        sgemm(ta, tb, M, N, K, -1.25f, A.data(), lda, B.data(), ldb, 1.f, C.data(), ldc);
+        naive_gemm(ta, tb, M, N, K, -1.25, A, lda, B, ldb, 1.0, ref_C, ldc);
+        EXPECT_CLOSE(C, ref_C);
+      }
+    }
+  }
+}
+
 TEST(Sgemm, WithBetaZeroOverwritesTheOutput) {
   const int M = 17, N = 19, K = 23;
   const Floats A = random_floats(int64_t{M} * K, 54);
@@ -465,6 +537,15 @@ TEST(Sgemm, WithBetaZeroOverwritesTheOutput) {
   sgemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
   naive_gemm(false, false, M, N, K, 1.0, A, K, B, N, 0.0, ref_C, N);
   EXPECT_CLOSE(C, ref_C);
+}
+
+TEST(Sgemm, WithAnEmptyInnerDimensionScalesTheOutputByBeta) {
+  Floats C = {1.f, 2.f, 3.f, 4.f, 5.f, 6.f};
+  const Floats A = {0.f}, B = {0.f};
+  sgemm(false, false, 2, 3, 0, 1.f, A.data(), 1, B.data(), 3, 0.5f, C.data(), 3);
+  EXPECT_EQ(C, (Floats{0.5f, 1.f, 1.5f, 2.f, 2.5f, 3.f}));
+  sgemm(true, true, 2, 3, 0, 1.f, A.data(), 2, B.data(), 1, 0.f, C.data(), 3);
+  EXPECT_EQ(C, Floats(6, 0.f));
 }
 
 // ---- determinism ---------------------------------------------------------------------------
@@ -572,6 +653,75 @@ TEST_F(CpuKernelsAreDeterministic, RowReductionsDoNotDependOnTheThreadCount) {
   const auto two = run();
   set_num_threads(saved);
   for (size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(bit_identical(one[i], two[i])) << i;
+}
+
+// Recomputed activations may live at other addresses than the originals; the results must not
+// depend on where the buffers are (no alignment-dependent peeling in reductions, no
+// alignment-dependent GEMM paths). Every buffer is placed 64-byte aligned and then 1, 2, 3 and 5
+// floats off, and the outputs compared bit for bit.
+TEST_F(CpuKernelsAreDeterministic, ResultsDoNotDependOnBufferAlignment) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH, N = s.N(), V = s.V, Vp = s.Vp;
+  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 80, -2.f, 2.f);
+  const Floats inp = random_floats(int64_t{N} * C, 81);
+  const Floats weight = random_floats(int64_t{3 * C} * C, 82);
+  const Floats dout = random_floats(int64_t{N} * 3 * C, 83);
+  const Floats logits = random_logits(s, 84);
+  const auto targets = targets_with_ignored(N, V, 85);
+
+  auto run = [&](int offset) {
+    // A copy of `x` starting `offset` floats after a 64-byte boundary (kept alive in `store`).
+    std::vector<Floats> store;
+    auto place = [&](const Floats& x) {
+      store.emplace_back(x.size() + 32, 0.f);
+      float* base = store.back().data();
+      base += (64 - reinterpret_cast<uintptr_t>(base) % 64) % 64 / sizeof(float);
+      std::copy(x.begin(), x.end(), base + offset);
+      return base + offset;
+    };
+    auto zeros = [&](size_t n) { return place(Floats(n, 0.f)); };
+    auto take = [](const float* p, size_t n) { return Floats(p, p + n); };
+    std::vector<Floats> results;
+
+    const size_t nc = inp.size(), n3c = qkv.size(), natt = static_cast<size_t>(B) * NH * T * T;
+    float *q = place(qkv), *x = place(inp), *w = place(weight), *dy = place(dout);
+    float *out = zeros(nc), *att = zeros(natt), *dq = zeros(n3c);
+    cpu::attention_forward(out, att, q, B, T, C, NH);
+    cpu::attention_backward(dq, dy, q, att, B, T, C, NH);
+    results.insert(results.end(), {take(out, nc), take(att, natt), take(dq, n3c)});
+
+    float *ln = zeros(nc), *mean = zeros(N), *rstd = zeros(N);
+    float *dx = zeros(nc), *dw = zeros(C), *db = zeros(C);
+    cpu::layernorm_forward(ln, mean, rstd, x, w, w + C, N, C);
+    cpu::layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+    results.insert(results.end(), {take(ln, nc), take(mean, N), take(rstd, N), take(dx, nc),
+                                   take(dw, C), take(db, C)});
+
+    float *y = zeros(n3c), *mdx = zeros(nc), *mdw = zeros(weight.size()), *mdb = zeros(3 * C);
+    cpu::matmul_forward(y, x, w, w, N, C, 3 * C);
+    cpu::matmul_backward(mdx, mdw, mdb, dy, x, w, N, C, 3 * C);
+    results.insert(results.end(),
+                   {take(y, n3c), take(mdx, nc), take(mdw, weight.size()), take(mdb, 3 * C)});
+
+    float *g = zeros(nc), *dg = zeros(nc);
+    cpu::gelu_forward(g, x, static_cast<int64_t>(nc));
+    cpu::gelu_backward(dg, x, dy, static_cast<int64_t>(nc));
+    results.insert(results.end(), {take(g, nc), take(dg, nc)});
+
+    float *z = place(logits), *losses = zeros(N);
+    cpu::softmax_cross_entropy_fused(losses, z, targets.data(), 0.25f, N, V, Vp);
+    results.insert(results.end(), {take(z, logits.size()), take(losses, N)});
+    results.push_back(bits_of(cpu::sum_squares(dy, static_cast<int64_t>(dout.size()))));
+    return results;
+  };
+  const auto aligned = run(0);
+  for (const int offset : {1, 2, 3, 5}) {
+    const auto shifted = run(offset);
+    ASSERT_EQ(aligned.size(), shifted.size());
+    for (size_t i = 0; i < aligned.size(); ++i) {
+      EXPECT_TRUE(bit_identical(aligned[i], shifted[i]))
+          << "result " << i << " at offset " << offset;
+    }
+  }
 }
 
 TEST(KernelThreads, SetNumThreadsIsWhatNumThreadsReports) {

@@ -51,7 +51,8 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   if (t == nullptr) return Status::error(fmt::format("{}: missing [model] table", origin));
 
   GptConfig c;
-  Status s;
+  Status s;                // every problem, reported together
+  bool incomplete = false;  // a key is missing or mistyped: range checks would only repeat it
   const std::vector<std::string> known = {"name",       "n_layer",      "n_embd",     "n_head",
                                           "vocab_size", "pad_vocab_to", "max_seq_len"};
   for (const auto& [key, node] : *t) {
@@ -63,13 +64,17 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   auto get_int = [&](const char* key, int& out) {
     auto node = (*t)[key];
     if (!node) {
-      if (out == 0) s.add(fmt::format("missing key model.{}", key));
+      if (out == 0) {
+        s.add(fmt::format("missing key model.{}", key));
+        incomplete = true;
+      }
       return;
     }
     if (auto v = node.value<int64_t>()) {
       out = static_cast<int>(*v);
     } else {
       s.add(fmt::format("model.{} must be an integer", key));
+      incomplete = true;
     }
   };
   if (auto v = (*t)["name"].value<std::string>()) c.name = *v;
@@ -79,7 +84,7 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   get_int("vocab_size", c.vocab_size);
   get_int("pad_vocab_to", c.pad_vocab_to);
   get_int("max_seq_len", c.max_seq_len);
-  if (s.ok()) s.merge(validate(c));
+  if (!incomplete) s.merge(validate(c));
   if (!s.ok()) {
     Status out;
     for (const auto& p : s.problems()) out.add(origin + ": " + p);
