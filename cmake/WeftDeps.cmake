@@ -5,6 +5,9 @@ find_package(fmt REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
+# PCRE2 (8-bit, with JIT) for GPT-2's pre-tokenization regex (data/bpe_tokenizer.cc).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # Debian's dnnl-config.cmake demands OpenCL headers we do not use, so find oneDNN directly.
 find_path(DNNL_INCLUDE_DIR dnnl.h REQUIRED)
 find_library(DNNL_LIBRARY dnnl REQUIRED)

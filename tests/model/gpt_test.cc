@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
+#include "weft/optim/adamw.h"
 
 using namespace weft::model;
 
@@ -99,4 +101,32 @@ TEST(Gpt, InvalidConfigIsRejectedBeforeAllocation) {
     EXPECT_NE(m.find("n_embd=30 is not divisible by n_head=4"), std::string::npos) << m;
     EXPECT_NE(m.find("sequence length 16 is larger than the position table"), std::string::npos) << m;
   }
+}
+
+// Mixed precision (kernels.h, MatmulPrecision::BF16: the linear layers' GEMM inputs in bf16, all
+// else fp32) gives the fp32 loss to bf16 accuracy and trains: AdamW on a fixed batch lowers the loss.
+TEST(Gpt, Bf16MatmulPrecisionMatchesF32LossAndTrains) {
+  using weft::kernels::MatmulPrecision;
+  auto b = batch(2, 16, 61);
+  auto train = [&](MatmulPrecision p) {
+    weft::kernels::set_matmul_precision(p);
+    Gpt gpt(tiny(), 2, 16);
+    gpt.init(11);
+    weft::optim::AdamW opt(gpt.param_layout().buffer, gpt.param_layout().weight_decay_flags());
+    std::vector<float> losses;
+    for (int step = 0; step < 21; ++step) {
+      gpt.zero_grad();
+      losses.push_back(gpt.forward(b.tokens.data(), b.targets.data(), 2, 16));
+      gpt.backward();
+      opt.step(gpt.params(), gpt.grads(), 1e-2f);
+    }
+    weft::kernels::set_matmul_precision(MatmulPrecision::F32);
+    return losses;
+  };
+  const std::vector<float> f32 = train(MatmulPrecision::F32);
+  const std::vector<float> bf16 = train(MatmulPrecision::BF16);
+  EXPECT_NEAR(bf16[0], f32[0], 2e-2f * f32[0]);
+  EXPECT_NE(bf16[0], f32[0]) << "identical losses: the bf16 GEMMs did not run";
+  EXPECT_LT(f32.back(), 0.5f * f32[0]);
+  EXPECT_LT(bf16.back(), 0.5f * bf16[0]);
 }

@@ -1,6 +1,8 @@
 // weft bench step: time training steps (forward, backward, AdamW) of a model on random tokens and
 // report tokens/s, model FLOP/s against the GEMM ceiling measured in the same run, and predicted
-// versus measured peak memory.
+// versus measured peak memory. --precision bf16 runs the linear layers' GEMMs with bf16 inputs
+// (kernels.h, MatmulPrecision); the reported ceiling stays the fp32 one, with the bf16 ceiling on
+// the same shapes next to it.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -28,6 +30,7 @@ struct BenchOptions {
   std::string model_path;
   int batch = 4, seq = 64, steps = 5, warmup = 1, threads = 0;
   std::string recompute = "none";
+  std::string precision = "f32";
   bool json = false;
 };
 
@@ -37,6 +40,9 @@ void run_bench_step(const BenchOptions& o) {
   const int threads =
       o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   kernels::set_num_threads(threads);
+  const bool bf16 = o.precision == "bf16";
+  kernels::set_matmul_precision(bf16 ? kernels::MatmulPrecision::BF16
+                                     : kernels::MatmulPrecision::F32);
   auto cfg = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
   auto recompute = model::parse_recompute(o.recompute);
   if (!recompute)
@@ -68,7 +74,11 @@ void run_bench_step(const BenchOptions& o) {
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double flops = model::model_flops_per_step(cfg, B, T);
-  const auto ceiling = runtime::measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T));
+  const auto shapes = model::training_gemm_shapes(cfg, B, T);
+  const auto ceiling = runtime::measure_gemm_ceiling(shapes);
+  const double ceiling_bf16 =
+      bf16 ? runtime::measure_gemm_ceiling(shapes, 5, kernels::MatmulPrecision::BF16).rate() : 0.0;
+  kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
   const double achieved = flops / step_s;
 
   nlohmann::json j = {
@@ -79,12 +89,14 @@ void run_bench_step(const BenchOptions& o) {
       {"T", T},
       {"threads", threads},
       {"recompute", o.recompute},
+      {"precision", o.precision},
       {"ms_median", step_s * 1e3},
       {"ms_min", times.front() * 1e3},
       {"tokens_per_s", B * T / step_s},
       {"model_gflops", achieved / 1e9},
       {"gemm_ceiling_gflops", ceiling.rate() / 1e9},
       {"ratio_to_gemm_ceiling", achieved / ceiling.rate()},
+      {"gemm_ceiling_bf16_gflops", bf16 ? nlohmann::json(ceiling_bf16 / 1e9) : nlohmann::json()},
       {"loss", last.loss},
       {"mem_predicted_mib", mib(predicted.total())},
       {"mem_measured_mib", mib(measured)},
@@ -94,8 +106,9 @@ void run_bench_step(const BenchOptions& o) {
     fmt::print("{}\n", j.dump());
     return;
   }
-  fmt::print("weft bench step: {} ({} parameters), B={} T={}, {} threads, recompute={}\n", cfg.name,
-             gpt.param_layout().count(), B, T, threads, o.recompute);
+  fmt::print(
+      "weft bench step: {} ({} parameters), B={} T={}, {} threads, recompute={}, precision={}\n",
+      cfg.name, gpt.param_layout().count(), B, T, threads, o.recompute, o.precision);
   fmt::print("  step          {:9.1f} ms (median of {}; min {:.1f} ms)   loss {:.4f}\n",
              step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
   fmt::print("  throughput    {:9.1f} tokens/s\n", B * T / step_s);
@@ -104,6 +117,11 @@ void run_bench_step(const BenchOptions& o) {
   fmt::print(
       "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured now)  -> {:.1f}%\n",
       ceiling.rate() / 1e9, 100.0 * achieved / ceiling.rate());
+  if (bf16) {
+    fmt::print(
+        "  bf16 ceiling  {:9.1f} GFLOP/s  (the same shapes through sgemm_bf16)     -> {:.1f}%\n",
+        ceiling_bf16 / 1e9, 100.0 * achieved / ceiling_bf16);
+  }
   fmt::print(
       "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + adam {:.1f} + "
       "activations {:.1f} + workspace {:.1f}\n",
@@ -131,6 +149,10 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--warmup", o->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
   step->add_option("--threads", o->threads, "kernel threads (default: all cores)");
   step->add_option("--recompute", o->recompute, "activation recomputation: none|selective|full");
+  step->add_option("--precision", o->precision,
+                   "matmul precision of the linear layers: f32|bf16 (bf16 inputs, fp32 "
+                   "accumulation; weights and optimizer state stay fp32)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   step->add_flag("--json", o->json, "print one JSON line instead of the report");
   step->callback([o] { run_bench_step(*o); });
 }

@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   weft::cli::add_bench_command(app);
   weft::cli::add_schedule_command(app);
+  weft::cli::add_tokenizer_command(app);
+  weft::cli::add_preprocess_command(app);
+  weft::cli::add_train_command(app);
+  weft::cli::add_generate_command(app);
+  weft::cli::add_plot_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

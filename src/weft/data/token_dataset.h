@@ -23,12 +23,22 @@ class TokenDataset {
   // Vocabulary size and tokenizer identity recorded next to the data by `weft preprocess`
   // (PREFIX.json), when present; the trainer checks them against the model and the tokenizer.
   virtual std::optional<int> vocab_size() const = 0;
-  virtual std::string tokenizer() const = 0;  // "gpt2", a tokenizer dir, or "" when unknown
-  virtual std::string describe() const = 0;   // "megatron mmididx v1, uint16, 1.2M tokens, 6 docs"
+  // BpeTokenizer::identity() of the tokenizer that made the ids ("gpt2", "bpe-<vocab>-<hash>"),
+  // or "" when unknown.
+  virtual std::string tokenizer() const = 0;
+  virtual std::string describe() const = 0;  // "megatron mmididx v1, uint16, 1.2M tokens, 6 docs"
 };
 
 // Opens PATH by its format: PREFIX (with PREFIX.bin + PREFIX.idx), PREFIX.bin/.idx, or an llm.c
 // .bin (magic 20240520). Every problem is named with the file.
 Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path);
+
+// Checks that data (opened from data_path), tokenizer and model agree on the vocabulary: the
+// dataset's and the tokenizer's ids must fit the model's vocab_size, and the dataset must have
+// been made by the same tokenizer. Unknown facts (no sidecar, tokenizer_identity "",
+// tokenizer_vocab_size 0) are not checked. Every mismatch is reported, naming the files.
+Status check_vocabulary(const TokenDataset& data, const std::string& data_path,
+                        int model_vocab_size, const std::string& tokenizer_identity = "",
+                        int tokenizer_vocab_size = 0);
 
 }  // namespace weft::data

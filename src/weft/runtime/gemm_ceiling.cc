@@ -9,7 +9,10 @@
 
 namespace weft::runtime {
 
-GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps) {
+GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps,
+                                 kernels::MatmulPrecision precision) {
+  const auto gemm =
+      precision == kernels::MatmulPrecision::BF16 ? kernels::sgemm_bf16 : kernels::sgemm;
   GemmCeiling c;
   for (const auto& s : shapes) {
     AlignedBuffer<float> a(s.M * s.K), b(s.K * s.N), out(s.M * s.N);
@@ -17,8 +20,8 @@ GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, in
     fill_normal(b.data(), b.size(), stream_key(1, "gemm.b"), 0, 0.0f, 1.0f);
     const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
     auto call = [&] {
-      kernels::sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f,
-                     out.data(), s.N);
+      gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f,
+           out.data(), s.N);
     };
     call();
     std::vector<double> t;

@@ -1,10 +1,12 @@
 #pragma once
 // The GEMM ceiling of this machine for a model: the rate (FLOP/s) at which the step's own GEMM
-// shapes run in isolation, through the same sgemm the kernels use. MFU is reported against it as
-// well as against the spec peak (DESIGN.md §7).
+// shapes run in isolation, through the same sgemm the kernels use (sgemm_bf16, including its
+// fp32 -> bf16 input conversion, for MatmulPrecision::BF16). MFU is reported against it as well as
+// against the spec peak (DESIGN.md §7).
 
 #include <vector>
 
+#include "weft/kernels/kernels.h"
 #include "weft/model/gemm_shapes.h"
 
 namespace weft::runtime {
@@ -23,6 +25,8 @@ struct GemmCeiling {
 };
 
 // Times each shape for `reps` calls (after one warm-up) and takes the median.
-GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps = 5);
+GemmCeiling measure_gemm_ceiling(
+    const std::vector<model::GemmShape>& shapes, int reps = 5,
+    kernels::MatmulPrecision precision = kernels::MatmulPrecision::F32);
 
 }  // namespace weft::runtime

@@ -221,6 +221,19 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 
 // ---- linear --------------------------------------------------------------------------------
 
+// The linear layers' GEMMs run at the process's matmul precision (kernels.h); attention's
+// per-head GEMMs stay fp32.
+namespace {
+void linear_gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (matmul_precision() == MatmulPrecision::BF16) {
+    sgemm_bf16(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    sgemm(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+}  // namespace
+
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int IC, int OC) {
   if (bias != nullptr) {
@@ -231,15 +244,15 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
       std::memcpy(out + static_cast<int64_t>(n) * OC, bias, sizeof(float) * OC);
     }
   }
-  sgemm(false, true, N, OC, IC, 1.f, inp, IC, weight, IC, bias != nullptr ? 1.f : 0.f, out, OC);
+  linear_gemm(false, true, N, OC, IC, inp, IC, weight, IC, bias != nullptr ? 1.f : 0.f, out, OC);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
   // dinp[N,IC] += dout[N,OC] @ weight[OC,IC]
-  if (dinp != nullptr) sgemm(false, false, N, IC, OC, 1.f, dout, OC, weight, IC, 1.f, dinp, IC);
+  if (dinp != nullptr) linear_gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.f, dinp, IC);
   // dweight[OC,IC] += dout^T @ inp[N,IC]
-  sgemm(true, false, OC, IC, N, 1.f, dout, OC, inp, IC, 1.f, dweight, IC);
+  linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.f, dweight, IC);
   if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
 }
 

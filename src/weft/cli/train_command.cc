@@ -1,0 +1,95 @@
+// weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]:
+// the serial training loop (runtime/trainer.h) on a run config (runtime/run_config.h). Everything
+// that can be checked before allocating is: the config, the dataset, the tokenizer, and that the
+// three agree on the vocabulary.
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <memory>
+
+#include "weft/cli/commands.h"
+#include "weft/data/bpe_tokenizer.h"
+#include "weft/data/token_dataset.h"
+#include "weft/runtime/run_config.h"
+#include "weft/runtime/trainer.h"
+
+namespace weft::cli {
+namespace {
+
+struct TrainOptions {
+  std::string run_path;
+  std::vector<std::string> sets;
+  std::string resume;
+  int64_t stop_after = 0;
+};
+
+void run_train(const TrainOptions& o) {
+  auto cfg = runtime::load_run_config(o.run_path, o.sets)
+                 .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
+  auto dataset = data::open_token_dataset(cfg.data.train)
+                     .value_or_throw(fmt::format("cannot read data.train ({})", o.run_path));
+  std::string identity, tokenizer_spec = cfg.data.tokenizer;
+  int tokenizer_vocab = 0;
+  if (cfg.data.tokenizer != "none") {
+    const std::string dir = data::resolve_tokenizer_dir(cfg.data.tokenizer);
+    auto tok = data::BpeTokenizer::load(dir).value_or_throw(
+        fmt::format("cannot load data.tokenizer '{}' ({})", cfg.data.tokenizer, o.run_path));
+    identity = tok.identity();
+    tokenizer_vocab = tok.vocab_size();
+    // A directory is recorded absolute, so `weft generate` finds it from anywhere.
+    if (cfg.data.tokenizer != "gpt2") {
+      tokenizer_spec = std::filesystem::absolute(cfg.data.tokenizer).lexically_normal().string();
+    }
+  }
+  runtime::validate_data(cfg, *dataset, identity, tokenizer_vocab)
+      .throw_if_error(fmt::format("invalid run ({})", o.run_path));
+
+  runtime::TrainerOptions options;
+  options.resume = o.resume;
+  options.stop_after = o.stop_after;
+  options.tokenizer_identity = identity;
+  options.tokenizer_spec = tokenizer_spec;
+  runtime::Trainer trainer(cfg, *dataset, options);
+  const auto result = trainer.run().value_or_throw("training failed");
+  if (result.stopped) return;  // the trainer said why and where the checkpoint is
+  if (result.records.empty()) {
+    fmt::print(stderr, "weft train: nothing to do: {} is at step {} of {}\n", cfg.run.out_dir,
+               result.last_step, cfg.train.steps);
+    return;
+  }
+  const auto& last = result.records.back();
+  std::string val;
+  for (auto it = result.records.rbegin(); it != result.records.rend(); ++it) {
+    if (it->val_loss) {
+      val = fmt::format(", val_loss {:.4f} (step {})", *it->val_loss, it->step);
+      break;
+    }
+  }
+  fmt::print(stderr, "weft train: step {}/{}: loss {:.4f}{}; checkpoint {}; metrics {}\n",
+             last.step, cfg.train.steps, last.loss, val, result.checkpoint, cfg.metrics_path());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "Train a model from a run config (TOML)");
+  auto o = std::make_shared<TrainOptions>();
+  cmd->add_option("RUN", o->run_path, "run config (docs/training.md)")->required();
+  cmd->add_option("--set", o->sets, "override a key: section.key=value (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--resume", o->resume,
+                  "continue a run: a checkpoint directory, or 'auto' (the default when no value "
+                  "is given): the latest in run.out_dir, or a fresh start when there is none")
+      ->expected(0, 1)
+      ->default_str("auto");
+  cmd->add_option("--stop-after", o->stop_after,
+                  "stop with a checkpoint once this many steps are done (the schedule still "
+                  "spans train.steps)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([o] { run_train(*o); });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,130 @@
+#include "weft/data/llmc_dataset.h"
+
+#include <fmt/core.h>
+
+#include <cstring>
+#include <vector>
+
+namespace weft::data {
+
+namespace {
+int32_t header_int(const std::byte* p, int i) {
+  int32_t v;
+  std::memcpy(&v, p + 4 * i, sizeof v);
+  return v;
+}
+}  // namespace
+
+Result<std::unique_ptr<LlmcDataset>> LlmcDataset::open(const std::string& path,
+                                                       std::optional<Sidecar> sidecar) {
+  auto file_or = MappedFile::open(path);
+  if (!file_or.ok()) return file_or.status();
+  MappedFile file = std::move(file_or).value();
+  auto fail = [&](const std::string& problem) { return Status::error(path + ": " + problem); };
+  const int64_t size = file.size();
+  if (size < kLlmcHeaderBytes) {
+    return fail(fmt::format("truncated: {} bytes, but the llm.c header alone takes {}", size,
+                            kLlmcHeaderBytes));
+  }
+  const int32_t magic = header_int(file.data(), 0);
+  const int32_t version = header_int(file.data(), 1);
+  const int32_t count = header_int(file.data(), 2);
+  if (magic != kLlmcMagic) {
+    return fail(fmt::format("not an llm.c token file: magic {}, expected {}{}", magic, kLlmcMagic,
+                            magic == 20240801 ? " (20240801 is llm.c's LLaMA-3 format, which "
+                                                "weft does not read)"
+                                              : ""));
+  }
+  if (version != kLlmcVersion) {
+    return fail(fmt::format(
+        "unsupported llm.c token file version {} (weft reads version 1: GPT-2 uint16 tokens)",
+        version));
+  }
+  if (count < 0) return fail(fmt::format("negative token count {} in the header", count));
+  const int64_t expected = kLlmcHeaderBytes + 2 * int64_t{count};
+  if (size < expected) {
+    return fail(fmt::format("truncated: {} bytes, but the header announces {} tokens ({} bytes)",
+                            size, count, expected));
+  }
+  if (size > expected) {
+    return fail(
+        fmt::format("{} bytes after the {} tokens the header announces", size - expected, count));
+  }
+  std::unique_ptr<LlmcDataset> ds(new LlmcDataset(std::move(file)));
+  ds->num_tokens_ = count;
+  // Each document starts with the end-of-text token (llm.c's tokenizers write [eot] + doc).
+  const int32_t eod = sidecar ? sidecar->eod : kGpt2EndOfText;
+  const std::byte* tokens = ds->file_.data() + kLlmcHeaderBytes;
+  int64_t docs = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    uint16_t t;
+    std::memcpy(&t, tokens + 2 * i, sizeof t);
+    docs += t == eod;
+  }
+  ds->num_documents_ = docs > 0 ? docs : (count > 0 ? 1 : 0);
+  if (sidecar) {
+    if (auto st =
+            check_sidecar(*sidecar, path, ds->num_tokens_, ds->num_documents_, TokenType::U16);
+        !st.ok()) {
+      return st;
+    }
+    ds->sidecar_ = std::move(sidecar);
+  }
+  return ds;
+}
+
+void LlmcDataset::read(int64_t offset, int64_t n, int32_t* out) const {
+  WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
+             offset + n, ") of ", file_.path(), " which holds ", num_tokens_);
+  const int64_t limit = *vocab_size();
+  const std::byte* src = file_.data() + kLlmcHeaderBytes + 2 * offset;
+  const int64_t bad = widen_tokens(src, TokenType::U16, n, out, limit);
+  if (bad >= 0) {
+    throw Error(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}) of {}",
+                            file_.path(), out[bad], offset + bad, limit,
+                            sidecar_ ? sidecar_->path : "GPT-2 (llm.c version 1)"));
+  }
+}
+
+std::optional<int> LlmcDataset::vocab_size() const {
+  return sidecar_ ? sidecar_->vocab_size : kGpt2VocabSize;
+}
+
+std::string LlmcDataset::tokenizer() const { return sidecar_ ? sidecar_->tokenizer : "gpt2"; }
+
+std::string LlmcDataset::describe() const {
+  return fmt::format("llm.c v1, uint16, {} tokens, {} docs, tokenizer {}", human_count(num_tokens_),
+                     human_count(num_documents_), tokenizer());
+}
+
+Status write_llmc_tokens(const std::string& path, std::span<const int32_t> tokens) {
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return Status::error(
+        fmt::format("{}: {} tokens do not fit llm.c's int32 count", path, tokens.size()));
+  }
+  auto file_or = PendingFile::create(path);
+  if (!file_or.ok()) return file_or.status();
+  PendingFile file = std::move(file_or).value();
+  int32_t header[256] = {};
+  header[0] = kLlmcMagic;
+  header[1] = kLlmcVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  if (auto st = file.write(header, sizeof header); !st.ok()) return st;
+  std::vector<uint16_t> chunk;
+  for (size_t i = 0; i < tokens.size(); i += chunk.size()) {
+    chunk.assign(std::min<size_t>(1 << 20, tokens.size() - i), 0);
+    for (size_t k = 0; k < chunk.size(); ++k) {
+      const int32_t t = tokens[i + k];
+      if (t < 0 || t > 65535) {
+        return Status::error(fmt::format("{}: token id {} does not fit uint16", path, t));
+      }
+      chunk[k] = static_cast<uint16_t>(t);
+    }
+    if (auto st = file.write(chunk.data(), static_cast<int64_t>(2 * chunk.size())); !st.ok()) {
+      return st;
+    }
+  }
+  return file.commit();
+}
+
+}  // namespace weft::data

@@ -1,0 +1,59 @@
+#pragma once
+// llm.c's token files (karpathy/llm.c, dev/data/data_common.py write_datafile; read by
+// llmc/dataloader.h): a header of 256 little-endian int32, then the tokens.
+//
+//   offset  size  field
+//        0  4     magic 20240520
+//        4  4     version 1 (GPT-2 tokens, uint16)
+//        8  4     token count N
+//       12  1012  zero
+//     1024  2*N   tokens, uint16
+//
+// llm.c puts the end-of-text token (50256) before each document, so the documents are counted as
+// its occurrences. Version 1 means GPT-2 tokens by definition (data_common.py's HEADERS_INFO), so
+// the vocabulary is GPT-2's unless a sidecar PREFIX.json says otherwise.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "weft/core/status.h"
+#include "weft/data/file_io.h"
+#include "weft/data/sidecar.h"
+#include "weft/data/token_dataset.h"
+
+namespace weft::data {
+
+inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr int32_t kLlmcVersion = 1;
+inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+inline constexpr int32_t kGpt2EndOfText = 50256;
+inline constexpr int kGpt2VocabSize = 50257;
+
+class LlmcDataset final : public TokenDataset {
+ public:
+  // `sidecar` (PATH without .bin, plus .json), when present, is checked against the data.
+  static Result<std::unique_ptr<LlmcDataset>> open(const std::string& path,
+                                                   std::optional<Sidecar> sidecar = {});
+
+  int64_t num_tokens() const override { return num_tokens_; }
+  int64_t num_documents() const override { return num_documents_; }
+  void read(int64_t offset, int64_t n, int32_t* out) const override;
+  std::optional<int> vocab_size() const override;
+  std::string tokenizer() const override;
+  std::string describe() const override;
+
+ private:
+  explicit LlmcDataset(MappedFile file) : file_(std::move(file)) {}
+  MappedFile file_;
+  int64_t num_tokens_ = 0, num_documents_ = 0;
+  std::optional<Sidecar> sidecar_;
+};
+
+// Writes an llm.c version 1 token file (tests and conversions); ids must fit uint16. Written under
+// a temporary name and renamed, like every dataset file.
+Status write_llmc_tokens(const std::string& path, std::span<const int32_t> tokens);
+
+}  // namespace weft::data

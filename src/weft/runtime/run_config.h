@@ -1,0 +1,96 @@
+#pragma once
+// A training run's configuration: RUN.toml with [model], [data], [train], [run] and [parallel]
+// tables, plus `--set section.key=value` overrides. Every key, its type, default and meaning is in
+// one table (run_config_keys(); docs/training.md is its long form): it types the overrides, names
+// the nearest key when one is misspelled, and writes the resolved config into checkpoints.
+// Problems are collected (weft::Status) and reported together, before anything is allocated.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weft/core/status.h"
+#include "weft/data/token_dataset.h"
+#include "weft/model/gpt_config.h"
+#include "weft/model/recompute.h"
+
+namespace weft::runtime {
+
+struct RunConfig {
+  std::string origin;        // the TOML file, for messages
+  model::GptConfig model;    // [model]: inline keys, or `config = "path"` (+ inline overrides)
+  std::string model_config;  // model.config when given
+
+  struct Data {
+    std::string train;               // dataset path (Megatron PREFIX or .bin/.idx, or llm.c .bin)
+    double val_fraction = 0.05;      // the last windows of the stream, held out for validation
+    std::string tokenizer = "gpt2";  // "gpt2", a tokenizer directory, or "none" (ids only)
+  } data;
+
+  struct Train {
+    int seq_len = 0;       // T; 0: model.max_seq_len
+    int micro_batch = 4;   // sequences per forward/backward
+    int global_batch = 0;  // sequences per optimizer step; 0: micro_batch x dp
+    int steps = 0;         // optimizer steps of the whole run (required)
+    double lr = 6e-4, min_lr = 6e-5;
+    int warmup_steps = 0;
+    double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+    double clip = 1.0;  // global gradient-norm clipping; 0: off
+    int eval_every = 100, eval_batches = 10;
+    int save_every = 1000, keep_last = 3;
+    int64_t seed = 1234;
+    int threads = 0;  // kernel threads; 0: every core
+    std::string recompute = "none";
+    int log_every = 10;
+    double peak_gflops = 0;  // spec peak for MFU; 0: report MFU against the GEMM ceiling only
+  } train;
+
+  struct Run {
+    std::string out_dir;  // "": runs/<RUN.toml's stem>
+  } run;
+
+  struct Parallel {
+    int tp = 1, pp = 1, dp = 1, vp = 1;
+    std::string schedule = "1f1b";
+    int zero = 0;
+  } parallel;
+
+  int microbatches() const { return train.global_batch / (train.micro_batch * parallel.dp); }
+  model::Recompute recompute() const;
+  std::string checkpoint_root() const;  // <out_dir>/checkpoints
+  std::string metrics_path() const;     // <out_dir>/metrics.jsonl
+  nlohmann::json to_json() const;       // every key, resolved
+};
+
+enum class KeyType { Int, Float, String };
+
+struct KeyInfo {
+  std::string name;  // "train.lr"
+  KeyType type;
+  std::string default_value;  // as TOML would spell it; "" when required or derived
+  std::string help;
+};
+
+// Every key a run config accepts, [model] included.
+const std::vector<KeyInfo>& run_config_keys();
+
+// Parses RUN.toml text, applies overrides ("section.key=value", typed by the key), fills the
+// derived defaults and validates the config on its own (validate()).
+Result<RunConfig> parse_run_config(const std::string& toml_text, const std::string& origin,
+                                   const std::vector<std::string>& overrides = {});
+Result<RunConfig> load_run_config(const std::string& path,
+                                  const std::vector<std::string>& overrides = {});
+
+// Problems visible from the config alone, in its own terms ("train.global_batch=10 is not
+// divisible by train.micro_batch=4").
+Status validate(const RunConfig& cfg);
+
+// Problems of the config with its data: the dataset, tokenizer and model vocabularies agree
+// (data::check_vocabulary), and the dataset holds one global batch of training windows and
+// eval_batches of validation windows. tokenizer_identity "" / tokenizer_vocab 0: no tokenizer.
+Status validate_data(const RunConfig& cfg, const data::TokenDataset& dataset,
+                     const std::string& tokenizer_identity, int tokenizer_vocab);
+
+}  // namespace weft::runtime

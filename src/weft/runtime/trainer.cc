@@ -1,0 +1,295 @@
+#include "weft/runtime/trainer.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include "weft/checkpoint/checkpoint.h"
+#include "weft/core/memory_usage.h"
+#include "weft/data/sampler.h"
+#include "weft/kernels/kernels.h"
+#include "weft/model/flops.h"
+#include "weft/runtime/gemm_ceiling.h"
+#include "weft/runtime/lr_schedule.h"
+#include "weft/runtime/plot.h"
+#include "weft/runtime/train_step.h"
+
+namespace weft::runtime {
+namespace {
+
+// SIGINT/SIGTERM set the running trainer's stop flag; the loop notices it after the step.
+std::atomic<std::atomic<bool>*> g_stop_flag{nullptr};
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+  if (auto* flag = g_stop_flag.load()) flag->store(true);
+}
+
+// Installs the handlers for the lifetime of a run() and restores the previous ones after.
+// SA_RESETHAND: a second ^C gets the default action, for a user who does not want to wait.
+class ScopedStopSignals {
+ public:
+  explicit ScopedStopSignals(std::atomic<bool>& flag, bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    g_stop_signal.store(0);
+    g_stop_flag.store(&flag);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~ScopedStopSignals() {
+    if (!enabled_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    g_stop_flag.store(nullptr);
+  }
+  ScopedStopSignals(const ScopedStopSignals&) = delete;
+  ScopedStopSignals& operator=(const ScopedStopSignals&) = delete;
+
+ private:
+  bool enabled_;
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
+
+const char* signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop request";
+}
+
+}  // namespace
+
+double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
+  const auto key =
+      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
+                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  // Three timed calls per shape: the ceiling is a reference line, not a benchmark.
+  const double rate =
+      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
+          .rate();
+  cache[key] = rate;
+  return rate;
+}
+
+Trainer::Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
+    : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
+
+Trainer::~Trainer() = default;
+
+Result<TrainResult> Trainer::run() {
+  namespace fs = std::filesystem;
+  const auto& t = cfg_.train;
+  const int T = t.seq_len, b = t.micro_batch, m = cfg_.microbatches();
+  const std::string root = cfg_.checkpoint_root();
+  const std::string tokenizer =
+      options_.tokenizer_spec.empty() ? cfg_.data.tokenizer : options_.tokenizer_spec;
+  TrainResult result;
+
+  // Where to start: decided (and checked) before anything is allocated or written.
+  std::string resume_dir;
+  if (options_.resume.empty() || options_.resume == "auto") {
+    auto latest = checkpoint::find_latest(root);
+    if (!latest.ok()) return latest.status();
+    if (latest.value()) {
+      if (options_.resume.empty()) {
+        return Status::error(fmt::format(
+            "{}: run.out_dir {} already holds checkpoints (latest {}): pass --resume to continue "
+            "that run, or choose another run.out_dir",
+            cfg_.origin, cfg_.run.out_dir, *latest.value()));
+      }
+      resume_dir = *latest.value();
+    }
+  } else {
+    auto dir = checkpoint::resolve(options_.resume);
+    if (!dir.ok()) return dir.status();
+    resume_dir = dir.value();
+  }
+
+  kernels::set_num_threads(t.threads > 0 ? t.threads
+                                         : static_cast<int>(std::thread::hardware_concurrency()));
+  data::SamplerConfig scfg;
+  scfg.seq_len = T;
+  scfg.micro_batch = b;
+  scfg.microbatches = m;
+  scfg.val_fraction = cfg_.data.val_fraction;
+  scfg.seed = static_cast<uint64_t>(t.seed);
+  auto sampler_or = data::Sampler::create(*dataset_, scfg);
+  if (!sampler_or.ok()) return sampler_or.status();
+  data::Sampler sampler = std::move(sampler_or).value();
+
+  model_ = std::make_unique<model::Gpt>(cfg_.model, b, T, cfg_.recompute());
+  model_->init(static_cast<uint64_t>(t.seed));
+  optim::AdamWConfig acfg;
+  acfg.beta1 = static_cast<float>(t.beta1);
+  acfg.beta2 = static_cast<float>(t.beta2);
+  acfg.eps = static_cast<float>(t.eps);
+  acfg.weight_decay = static_cast<float>(t.weight_decay);
+  opt_ = std::make_unique<optim::AdamW>(model_->param_layout().buffer,
+                                        model_->param_layout().weight_decay_flags(), acfg);
+  const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+
+  Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(),
+                    options_.progress ? stderr : nullptr);
+  int64_t step = 0;
+  if (!resume_dir.empty()) {
+    checkpoint::TrainState state;
+    Status s = checkpoint::load(resume_dir, cfg_.model, model_->params(), opt_.get(), &state);
+    if (!s.ok()) return s;
+    s = sampler.set_state({state.sampler_epoch, state.sampler_position});
+    if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
+    step = state.step;
+    result.resumed_from = resume_dir;
+    // The run config decides; a difference that changes the continuation deserves a word.
+    std::vector<std::string> changed;
+    if (state.seed != static_cast<uint64_t>(t.seed)) changed.push_back("train.seed");
+    if (state.data_path != cfg_.data.train) changed.push_back("data.train");
+    if (state.lr_schedule.lr != t.lr || state.lr_schedule.min_lr != t.min_lr ||
+        state.lr_schedule.warmup_steps != t.warmup_steps ||
+        state.lr_schedule.total_steps != t.steps) {
+      changed.push_back("the learning-rate schedule");
+    }
+    if (!changed.empty()) {
+      progress.message(fmt::format(
+          "weft train: warning: {} differ(s) from checkpoint {}; continuing with the run config",
+          fmt::join(changed, ", "), resume_dir));
+    }
+  }
+  result.first_step = step;
+  result.last_step = step;
+
+  std::error_code ec;
+  fs::create_directories(cfg_.run.out_dir, ec);
+  if (ec) {
+    return Status::error(
+        fmt::format("{}: cannot create run.out_dir: {}", cfg_.run.out_dir, ec.message()));
+  }
+  auto metrics_or = MetricsWriter::open(cfg_.metrics_path(), step);
+  if (!metrics_or.ok()) return metrics_or.status();
+  MetricsWriter metrics = std::move(metrics_or).value();
+
+  const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
+  const double ceiling = options_.measure_gemm_ceiling ? cached_gemm_ceiling(cfg_.model, b, T) : 0;
+  progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(),
+                      options_.progress ? stderr : nullptr);
+  progress.message(fmt::format(
+      "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
+      "micro_batch), {} steps{}; GEMM ceiling {}; out_dir {}",
+      cfg_.model.name, model_->param_layout().count(), dataset_->describe(), T, b, t.global_batch,
+      m, t.steps,
+      resume_dir.empty() ? "" : fmt::format(", resuming at step {} from {}", step, resume_dir),
+      ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
+      cfg_.run.out_dir));
+
+  const int64_t last =
+      options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
+  std::vector<int32_t> tokens(static_cast<size_t>(m) * b * T), targets(tokens.size());
+  int64_t saved_step = resume_dir.empty() ? -1 : step;
+
+  auto save = [&]() -> Status {
+    if (saved_step == step) return {};
+    checkpoint::TrainState state;
+    state.step = step;
+    state.seed = static_cast<uint64_t>(t.seed);
+    state.sampler_epoch = sampler.state().epoch;
+    state.sampler_position = sampler.state().position;
+    state.lr_schedule = {"warmup_cosine", t.lr, t.min_lr, t.warmup_steps, t.steps};
+    state.tokenizer = tokenizer;
+    state.tokenizer_identity = options_.tokenizer_identity;
+    state.data_path = cfg_.data.train;
+    state.run_config = cfg_.to_json();
+    auto dir = checkpoint::save(root, cfg_.model, model_->params(), opt_.get(), state, t.keep_last);
+    if (!dir.ok()) return dir.status();
+    saved_step = step;
+    result.checkpoint = dir.value();
+    progress.message(fmt::format("weft train: checkpoint {}", dir.value()));
+    return {};
+  };
+  auto evaluate = [&]() -> float {
+    std::vector<int32_t> vt(static_cast<size_t>(b) * T), vy(vt.size());
+    double sum = 0;
+    for (int k = 0; k < t.eval_batches; ++k) {
+      sampler.val_batch(k, vt.data(), vy.data());
+      sum += model_->forward(vt.data(), vy.data(), b, T);
+    }
+    return static_cast<float>(sum / t.eval_batches);
+  };
+
+  ScopedStopSignals signals(stop_, options_.handle_signals);
+  while (step < last && !stop_.load()) {
+    const double lr = schedule.at(step);
+    const int64_t epoch = sampler.state().epoch;
+    sampler.next_batch(tokens.data(), targets.data());
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepStats stats = train_step(*model_, *opt_, tokens.data(), targets.data(), b, T, m,
+                                       static_cast<float>(lr), t.clip);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++step;
+
+    StepRecord r;
+    r.step = step;
+    r.loss = stats.loss;
+    r.lr = lr;
+    r.grad_norm = stats.grad_norm;
+    r.step_seconds = dt;
+    r.tokens_per_s = static_cast<double>(t.global_batch) * T / dt;
+    if (t.peak_gflops > 0) r.mfu_spec = flops_per_step / (dt * t.peak_gflops * 1e9);
+    if (ceiling > 0) r.mfu_gemm = flops_per_step / (dt * ceiling);
+    r.skipped = stats.skipped;
+    r.epoch = epoch;
+    r.tokens = step * t.global_batch * T;
+    if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) r.val_loss = evaluate();
+    r.peak_mem_bytes = peak_resident_bytes();
+    if (stats.skipped) {
+      progress.message(fmt::format(
+          "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
+          "was skipped",
+          step, stats.loss, stats.grad_norm));
+    }
+    Status s = metrics.write(r);
+    if (!s.ok()) return s;
+    progress.update(r);
+    result.records.push_back(r);
+    result.last_step = step;
+    if (options_.on_step) options_.on_step(r);
+    if (t.save_every > 0 && step % t.save_every == 0) {
+      s = save();
+      if (!s.ok()) return s;
+    }
+  }
+  progress.finish();
+  if (stop_.load() && step < last) {
+    result.stopped = true;
+    result.stop_signal = options_.handle_signals ? g_stop_signal.load() : 0;
+  }
+  Status s = save();
+  if (!s.ok()) return s;
+  if (result.stopped) {
+    progress.message(fmt::format(
+        "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
+        signal_name(result.stop_signal), step, t.steps, result.checkpoint));
+  }
+  if (options_.write_plot) {
+    const std::string svg = (fs::path(cfg_.run.out_dir) / "loss.svg").string();
+    s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
+    if (!s.ok()) progress.message("weft train: warning: no loss plot: " + s.message());
+  }
+  return result;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,84 @@
+#pragma once
+// The serial training loop: data from the Sampler, gradient accumulation to the global batch
+// (train_step), the learning-rate schedule, validation every eval_every steps, metrics, progress,
+// checkpoints every save_every steps and at the end, resume, and a clean stop on SIGINT/SIGTERM.
+// The parallel trainers reuse the same pieces (sampler, schedule, metrics, checkpoint); this
+// file only sequences them.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/core/status.h"
+#include "weft/data/token_dataset.h"
+#include "weft/model/gpt.h"
+#include "weft/optim/adamw.h"
+#include "weft/runtime/metrics.h"
+#include "weft/runtime/run_config.h"
+
+namespace weft::runtime {
+
+struct TrainerOptions {
+  // "": a fresh run (an error when run.out_dir already holds checkpoints, so nothing is
+  // overwritten by mistake); "auto": continue from the latest checkpoint in run.out_dir when there
+  // is one, else start fresh; anything else: a checkpoint directory, or a root holding `latest`.
+  std::string resume;
+  // Stop, with a checkpoint, once this many steps are complete (0: run to train.steps). The lr
+  // schedule still spans train.steps, so a run split this way equals an uninterrupted one.
+  int64_t stop_after = 0;
+  bool handle_signals = true;        // SIGINT/SIGTERM -> finish the step, checkpoint, return
+  bool measure_gemm_ceiling = true;  // for MFU against the GEMM ceiling
+  bool progress = true;              // progress on stderr
+  bool write_plot = true;            // <out_dir>/loss.svg at the end
+  // Recorded in checkpoints for `weft generate`: how to load the tokenizer ("gpt2" or an absolute
+  // directory; default data.tokenizer) and what it is (BpeTokenizer::identity(), "" if none).
+  std::string tokenizer_spec;
+  std::string tokenizer_identity;
+  std::function<void(const StepRecord&)> on_step;  // after each step's metrics are written
+};
+
+struct TrainResult {
+  int64_t first_step = 0;  // steps complete when this invocation started (> 0 when resumed)
+  int64_t last_step = 0;   // steps complete when it returned
+  bool stopped = false;    // by a signal or request_stop()
+  int stop_signal = 0;     // SIGINT / SIGTERM, or 0
+  std::string resumed_from;
+  std::string checkpoint;  // the last checkpoint written ("" when none)
+  std::vector<StepRecord> records;
+};
+
+class Trainer {
+ public:
+  // cfg must have passed validate() and validate_data() with this dataset (the CLI does both).
+  Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options = {});
+  ~Trainer();
+
+  // Runs to train.steps (or stop_after, or a stop request). Errors: a checkpoint that cannot be
+  // resumed from or written, an out_dir holding another run, files that cannot be written.
+  Result<TrainResult> run();
+
+  // Finish the current step, checkpoint, return. Safe from another thread or a signal handler.
+  void request_stop() { stop_.store(true); }
+
+  // After run(): the model and optimizer as they ended.
+  const model::Gpt& model() const { return *model_; }
+  const optim::AdamW& optimizer() const { return *opt_; }
+
+ private:
+  RunConfig cfg_;
+  const data::TokenDataset* dataset_;
+  TrainerOptions options_;
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<model::Gpt> model_;
+  std::unique_ptr<optim::AdamW> opt_;
+};
+
+// The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
+// machine, measured on the first call for a shape and remembered for the process.
+double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T);
+
+}  // namespace weft::runtime

@@ -1,0 +1,306 @@
+// Checkpoints of a tiny model: a round trip is bit-exact; every kind of damage (a flipped byte, a
+// truncated or missing shard, metadata of another model, metadata that is not JSON) is an error
+// naming the file, and leaves the caller's buffers alone; a failed save leaves the previous
+// checkpoint and `latest` as they were; keep_last rotates.
+
+#include "weft/checkpoint/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "weft/checkpoint/atomic_file.h"
+#include "weft/core/rng.h"
+#include "weft/model/param_layout.h"
+
+namespace weft::checkpoint {
+namespace {
+namespace fs = std::filesystem;
+
+model::GptConfig tiny() {
+  model::GptConfig c;
+  c.name = "tiny";
+  c.n_layer = 2;
+  c.n_embd = 32;
+  c.n_head = 4;
+  c.vocab_size = 61;
+  c.pad_vocab_to = 16;
+  c.max_seq_len = 16;
+  return c;
+}
+
+void fill(FlatBuffer& b, uint64_t seed) {
+  fill_normal(b.data(), b.size(), stream_key(seed, "test"), 0, 0.0f, 1.0f);
+}
+
+bool same_bits(const FlatBuffer& a, const FlatBuffer& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() /
+             ("weft_ckpt_" + std::to_string(::getpid()) + "_" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                .string();
+    fs::remove_all(root_);
+    layout_ = model::gpt_param_layout(cfg_);
+    params_ = FlatBuffer(layout_.buffer);
+    fill(params_, 1);
+    opt_ = std::make_unique<optim::AdamW>(layout_.buffer, layout_.weight_decay_flags());
+    fill(opt_->m(), 2);
+    fill(opt_->v(), 3);
+    opt_->set_step_count(7);
+    state_.step = 7;
+    state_.seed = 99;
+    state_.sampler_epoch = 2;
+    state_.sampler_position = 12;
+    state_.lr_schedule = {"warmup_cosine", 1e-3, 1e-4, 2, 20};
+    state_.tokenizer = "gpt2";
+    state_.data_path = "/data/x";
+    state_.run_config = {{"train", {{"steps", 20}}}};
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::string save_step(int64_t step, int keep_last = 0) {
+    state_.step = step;
+    return save(root_, cfg_, params_, opt_.get(), state_, keep_last).value_or_throw("save");
+  }
+  // Loads `dir` into fresh buffers filled with a sentinel; returns the status.
+  Status load_fresh(const std::string& dir, const model::GptConfig& cfg) {
+    fresh_params_ = FlatBuffer(layout_.buffer);
+    fresh_params_.zero();
+    fresh_opt_ = std::make_unique<optim::AdamW>(layout_.buffer, layout_.weight_decay_flags());
+    return load(dir, cfg, fresh_params_, fresh_opt_.get(), &fresh_state_);
+  }
+  bool fresh_untouched() const {
+    for (int64_t i = 0; i < fresh_params_.size(); ++i) {
+      if (fresh_params_.data()[i] != 0.0f) return false;
+    }
+    return fresh_opt_->step_count() == 0;
+  }
+
+  model::GptConfig cfg_ = tiny();
+  model::ParamLayout layout_;
+  FlatBuffer params_, fresh_params_;
+  std::unique_ptr<optim::AdamW> opt_, fresh_opt_;
+  TrainState state_, fresh_state_;
+  std::string root_;
+};
+
+TEST_F(CheckpointTest, RoundTripRestoresEveryBitAndTheTrainerState) {
+  const std::string dir = save_step(7);
+  EXPECT_EQ(dir, root_ + "/step_00000007");
+  ASSERT_TRUE(load_fresh(dir, cfg_).ok());
+  EXPECT_TRUE(same_bits(fresh_params_, params_));
+  EXPECT_TRUE(same_bits(fresh_opt_->m(), opt_->m()));
+  EXPECT_TRUE(same_bits(fresh_opt_->v(), opt_->v()));
+  EXPECT_EQ(fresh_opt_->step_count(), 7);
+  EXPECT_EQ(fresh_state_.step, 7);
+  EXPECT_EQ(fresh_state_.seed, 99u);
+  EXPECT_EQ(fresh_state_.sampler_epoch, 2);
+  EXPECT_EQ(fresh_state_.sampler_position, 12);
+  EXPECT_EQ(fresh_state_.lr_schedule.total_steps, 20);
+  EXPECT_EQ(fresh_state_.lr_schedule.min_lr, 1e-4);
+  EXPECT_EQ(fresh_state_.tokenizer, "gpt2");
+  EXPECT_EQ(fresh_state_.data_path, "/data/x");
+  EXPECT_EQ(fresh_state_.run_config["train"]["steps"], 20);
+}
+
+TEST_F(CheckpointTest, LayoutIsADirectoryOfMetadataAndShardsWithLatestPointingAtIt) {
+  const std::string dir = save_step(3);
+  EXPECT_TRUE(fs::exists(dir + "/metadata.json"));
+  EXPECT_TRUE(fs::exists(dir + "/model-tp0-pp0.bin"));
+  EXPECT_TRUE(fs::exists(dir + "/optim-tp0-dp0-pp0.bin"));
+  EXPECT_EQ(read_text(root_ + "/latest"), "step_00000003\n");
+  EXPECT_EQ(find_latest(root_).value().value(), dir);
+  EXPECT_EQ(resolve(root_).value(), dir);
+  EXPECT_EQ(resolve(dir).value(), dir);
+  // Only complete checkpoints are around: no temporaries.
+  for (const auto& e : fs::directory_iterator(root_)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+  auto md = read_metadata(dir).value();
+  EXPECT_EQ(md.parallel.tp, 1);
+  EXPECT_EQ(md.parallel.dp, 1);
+  EXPECT_EQ(md.optimizer_step, 7);
+  EXPECT_EQ(md.shards.size(), 2u);
+  EXPECT_EQ(md.tensors.size(), 3 * layout_.buffer.slices().size());
+  const auto& wte = md.tensors.front();
+  EXPECT_EQ(wte.group, "params");
+  EXPECT_EQ(wte.dtype, "f32");
+  EXPECT_EQ(wte.global_shape, layout_.buffer.slices().front().shape);
+  EXPECT_EQ(wte.start, Shape(wte.shape.size(), 0));
+  // The shards hold the tensors without the flat buffers' alignment padding.
+  EXPECT_EQ(md.shards[0].bytes, layout_.count() * 4);
+  EXPECT_EQ(md.shards[1].bytes, 2 * layout_.count() * 4);
+}
+
+TEST_F(CheckpointTest, AFlippedByteIsAnErrorNamingTheShardAndLoadsNothing) {
+  const std::string dir = save_step(7);
+  {
+    std::fstream f(dir + "/model-tp0-pp0.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(1000);
+    f.write(&c, 1);
+  }
+  Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model-tp0-pp0.bin"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("corrupt"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+}
+
+TEST_F(CheckpointTest, ATruncatedShardIsAnErrorNamingIt) {
+  const std::string dir = save_step(7);
+  fs::resize_file(dir + "/optim-tp0-dp0-pp0.bin", 100);
+  Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("optim-tp0-dp0-pp0.bin"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+}
+
+TEST_F(CheckpointTest, LoadingWeightsOnlyReadsAndChecksOnlyTheParameterShard) {
+  const std::string dir = save_step(7);
+  fs::resize_file(dir + "/optim-tp0-dp0-pp0.bin", 100);  // not needed for inference
+  FlatBuffer p(layout_.buffer);
+  ASSERT_TRUE(load(dir, cfg_, p, nullptr, nullptr).ok());
+  EXPECT_TRUE(same_bits(p, params_));
+}
+
+TEST_F(CheckpointTest, AMissingShardIsAnErrorNamingIt) {
+  const std::string dir = save_step(7);
+  fs::remove(dir + "/model-tp0-pp0.bin");
+  Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model-tp0-pp0.bin"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+}
+
+TEST_F(CheckpointTest, MetadataOfAnotherModelIsAnErrorNamingTheFileAndTheDifference) {
+  const std::string dir = save_step(7);
+  model::GptConfig other = cfg_;
+  other.n_layer = 3;
+  other.name = "other";
+  Status s = load_fresh(dir, other);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(dir + "/metadata.json"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("n_layer 2 vs 3"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+}
+
+TEST_F(CheckpointTest, MetadataThatIsNotJsonIsAnErrorNamingTheFile) {
+  const std::string dir = save_step(7);
+  std::ofstream(dir + "/metadata.json") << "{\"format\": \"weft-checkpoint\", ";
+  Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("metadata.json: corrupt checkpoint metadata"), std::string::npos)
+      << s.message();
+  std::ofstream(dir + "/metadata.json") << "{\"format\": \"weft-checkpoint\", \"version\": 1}";
+  s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("metadata.json"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+}
+
+TEST_F(CheckpointTest, WeightsOnlyCheckpointCannotResumeAnOptimizer) {
+  state_.step = 1;
+  const std::string dir = save(root_, cfg_, params_, nullptr, state_).value();
+  FlatBuffer p(layout_.buffer);
+  ASSERT_TRUE(load(dir, cfg_, p, nullptr, nullptr).ok());
+  EXPECT_TRUE(same_bits(p, params_));
+  Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no optimizer state"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, AFailedSaveLeavesThePreviousCheckpointAndLatestAlone) {
+  const std::string first = save_step(1);
+  // Writes beyond 4 KiB fail (EFBIG) for this process: the next save dies in its first shard.
+  std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  fill(params_, 42);
+  state_.step = 2;
+  auto r = save(root_, cfg_, params_, opt_.get(), state_);
+  setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_DFL);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("write failed"), std::string::npos) << r.status().message();
+  EXPECT_EQ(read_text(root_ + "/latest"), "step_00000001\n");
+  EXPECT_FALSE(fs::exists(root_ + "/step_00000002"));
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(root_)) ++entries;
+  EXPECT_EQ(entries, 2);  // step_00000001 and latest: the temporary is gone
+  EXPECT_TRUE(load_fresh(first, cfg_).ok());
+}
+
+TEST_F(CheckpointTest, KeepLastRemovesTheOldestCheckpoints) {
+  for (int step = 1; step <= 5; ++step) save_step(step, /*keep_last=*/2);
+  auto all = list_checkpoints(root_);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, 4);
+  EXPECT_EQ(all[1].first, 5);
+  EXPECT_EQ(read_text(root_ + "/latest"), "step_00000005\n");
+}
+
+TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
+  save_step(4);
+  fill(params_, 5);
+  const std::string dir = save_step(4);
+  ASSERT_TRUE(load_fresh(dir, cfg_).ok());
+  EXPECT_TRUE(same_bits(fresh_params_, params_));
+  EXPECT_EQ(list_checkpoints(root_).size(), 1u);
+}
+
+TEST_F(CheckpointTest, ResolveAndFindLatestExplainWhatIsMissing) {
+  EXPECT_FALSE(find_latest(root_).value().has_value());  // no root at all: nothing to resume
+  auto r = resolve(root_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a checkpoint"), std::string::npos);
+  save_step(2);
+  fs::remove_all(root_ + "/step_00000002");
+  auto l = find_latest(root_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("latest: names"), std::string::npos) << l.status().message();
+}
+
+TEST(AtomicFile, ReplacesTheFileWholeAndLeavesNoTemporary) {
+  const std::string dir =
+      (fs::temp_directory_path() / ("weft_atomic_" + std::to_string(::getpid()))).string();
+  fs::create_directories(dir);
+  const std::string path = dir + "/a.txt";
+  ASSERT_TRUE(write_file_atomic(path, "one").ok());
+  ASSERT_TRUE(write_file_atomic(path, "two").ok());
+  EXPECT_EQ(read_text(path), "two");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1);
+  Status s = write_file_atomic(dir + "/no/such/dir/b.txt", "x");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("b.txt"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace weft::checkpoint

@@ -1,0 +1,275 @@
+// `weft train`, `weft generate` and `weft plot` as a user runs them: the binary on an llm.c token
+// file written with weft's own writer. A run split by --stop-after and --resume, a real SIGINT,
+// and every kind of bad input: one clear error naming the file, a non-zero exit, nothing written.
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "weft/data/llmc_dataset.h"
+#include "weft/data/sidecar.h"
+
+extern char** environ;
+
+namespace weft {
+namespace {
+namespace fs = std::filesystem;
+
+struct Output {
+  int rc = -1;
+  std::string text;  // stdout and stderr
+};
+
+Output weft(const std::string& args) {
+  Output o;
+  const std::string cmd = "cd " WEFT_SOURCE_DIR " && " WEFT_BIN " " + args + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
+  const int status = ::pclose(p);
+  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return o;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int count_lines(const std::string& path) {
+  const std::string t = read_text(path);
+  return static_cast<int>(std::count(t.begin(), t.end(), '\n'));
+}
+
+#define EXPECT_HAS(haystack, needle)                                                       \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "no '" << (needle) << "' in:\n" \
+                                                        << (haystack)
+
+class CliTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (fs::temp_directory_path() /
+            ("weft_cli_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    write_dataset("syn", 61, "none");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // An llm.c token file PREFIX.bin with its sidecar PREFIX.json, ids below `vocab`.
+  void write_dataset(const std::string& name, int vocab, const std::string& tokenizer,
+                     int64_t n = 16 * 50 + 1) {
+    std::vector<int32_t> tokens;
+    for (int64_t i = 0; i < n; ++i)
+      tokens.push_back(static_cast<int32_t>((i * 7 + (i / 16) * 3) % 61));
+    ASSERT_TRUE(data::write_llmc_tokens(dir_ + "/" + name + ".bin", tokens).ok());
+    data::Sidecar s;
+    s.tokenizer = tokenizer;
+    s.vocab_size = vocab;
+    s.eod = vocab - 1;
+    s.documents = std::max<int64_t>(1, std::count(tokens.begin(), tokens.end(), vocab - 1));
+    s.tokens = n;
+    s.source = "synthetic";
+    std::ofstream(dir_ + "/" + name + ".json") << data::sidecar_json(s);
+  }
+  std::string write_run(const std::string& extra = "") {
+    const std::string path = dir_ + "/run.toml";
+    std::ofstream(path) << "[model]\nconfig = \"" WEFT_SOURCE_DIR "/configs/models/tiny.toml\"\n"
+                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
+                        << "tokenizer = \"none\"\n"
+                        << "[train]\nmicro_batch = 2\nglobal_batch = 4\nsteps = 8\nlr = 1e-2\n"
+                        << "eval_every = 4\neval_batches = 2\nsave_every = 4\nthreads = 1\n"
+                        << "[run]\nout_dir = \"" << dir_ << "/out\"\n"
+                        << extra;
+    return path;
+  }
+  std::string out(const std::string& rel = "") const { return dir_ + "/out" + rel; }
+
+  std::string dir_;
+};
+
+TEST_F(CliTrainTest, TrainResumeGenerateAndPlot) {
+  const std::string run = write_run();
+  auto r = weft("train " + run + " --stop-after 4");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_EQ(count_lines(out("/metrics.jsonl")), 4);
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000004\n");
+
+  r = weft("train " + run);  // without --resume: refuses to overwrite
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "already holds checkpoints");
+
+  r = weft("train " + run + " --resume");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "resuming at step 4");
+  EXPECT_HAS(r.text, "step 8/8");
+  EXPECT_EQ(count_lines(out("/metrics.jsonl")), 8);
+  EXPECT_TRUE(fs::exists(out("/loss.svg")));
+
+  r = weft("generate --checkpoint " + out("/checkpoints") +
+           " --prompt '1 8 15' --tokens 5 --temperature 0");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_EQ(r.text.rfind("1 8 15 |", 0), 0u) << r.text;
+  EXPECT_EQ(std::count(r.text.begin(), r.text.end(), ' '), 3 + 5) << r.text;
+  // The same seed gives the same sample.
+  const std::string sample = "generate --checkpoint " + out("/checkpoints/step_00000008") +
+                             " --prompt '3' --tokens 8 --top-k 5 --seed 3";
+  EXPECT_EQ(weft(sample).text, weft(sample).text);
+
+  r = weft("plot " + out("/metrics.jsonl") + " -o " + dir_ + "/p.svg");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_EQ(read_text(dir_ + "/p.svg").rfind("<svg", 0), 0u);
+}
+
+TEST_F(CliTrainTest, TheExampleRunConfigTrains) {
+  // Relative paths in a run config are relative to the current directory: the repository here.
+  auto r =
+      weft("train configs/runs/tiny-synthetic.toml --set data.train=" + dir_ +
+           "/syn.bin --set run.out_dir=" + out() + " --set train.steps=4 --set train.threads=1");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_EQ(count_lines(out("/metrics.jsonl")), 4);
+}
+
+TEST_F(CliTrainTest, SigintStopsTheRunWithACheckpointAndExitsZero) {
+  const std::string run = write_run();
+  const std::string log = dir_ + "/log.txt";
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<std::string> args = {WEFT_BIN,
+                                   "train",
+                                   run,
+                                   "--set",
+                                   "train.steps=100000000",
+                                   "--set",
+                                   "train.save_every=0",
+                                   "--set",
+                                   "train.eval_every=0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, WEFT_BIN, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Interrupt once a few steps are logged.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (count_lines(out("/metrics.jsonl")) < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string text = read_text(log);
+  ASSERT_TRUE(WIFEXITED(status)) << text;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << text;
+  EXPECT_HAS(text, "stopped by SIGINT after step");
+  const int steps = count_lines(out("/metrics.jsonl"));
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), fmt::format("step_{:08d}\n", steps));
+}
+
+TEST_F(CliTrainTest, BadConfigsAreOneClearErrorNamingTheFile) {
+  const std::string run = write_run("[parallel]\ntp = 2\n");
+  auto r = weft("train " + run + " --set train.lrr=1 --set train.steps=x");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "invalid run config (" + run + ")");
+  EXPECT_HAS(r.text, "unknown key train.lrr (did you mean 'train.lr'?)");
+  EXPECT_HAS(r.text, "train.steps takes an integer");
+  r = weft("train " + write_run() + " --set train.global_batch=5 --set model.max_seq_len=8");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "train.global_batch=5 is not divisible by train.micro_batch=2");
+  r = weft("train " + write_run("[parallel]\ntp = 2\n"));
+  EXPECT_HAS(r.text, "parallel.tp=2: tensor parallelism is not yet supported in this build");
+  r = weft("train " + dir_ + "/nope.toml");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/nope.toml: cannot open run config");
+  EXPECT_FALSE(fs::exists(out()));
+}
+
+TEST_F(CliTrainTest, BadDataIsOneClearErrorNamingTheFile) {
+  const std::string run = write_run();
+  auto r = weft("train " + run + " --set data.train=" + dir_ + "/missing.bin");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/missing");
+  std::ofstream(dir_ + "/junk.bin") << "this is not a dataset";
+  r = weft("train " + run + " --set data.train=" + dir_ + "/junk.bin");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/junk.bin");
+  // Ids of a 100-token vocabulary do not fit the tiny model's 61.
+  write_dataset("big", 100, "none");
+  r = weft("train " + run + " --set data.train=" + dir_ + "/big.bin");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "vocabulary mismatch");
+  EXPECT_HAS(r.text, dir_ + "/big.bin");
+  // GPT-2's tokenizer (50257 tokens) does not fit it either, and did not make this dataset.
+  r = weft("train " + run + " --set data.tokenizer=gpt2");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "gpt2");
+  // Too little data for the batch.
+  write_dataset("small", 61, "none", 16 * 4 + 1);
+  r = weft("train " + run + " --set data.train=" + dir_ + "/small.bin");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "fewer than one global batch (train.global_batch=4)");
+  EXPECT_FALSE(fs::exists(out()));
+}
+
+TEST_F(CliTrainTest, BadCheckpointsAreOneClearErrorAndChangeNothing) {
+  const std::string run = write_run();
+  ASSERT_EQ(weft("train " + run + " --stop-after 4").rc, 0);
+  const std::string shard = out("/checkpoints/step_00000004/optim-tp0-dp0-pp0.bin");
+  fs::resize_file(shard, 10);
+  const std::string metrics = read_text(out("/metrics.jsonl"));
+  auto r = weft("train " + run + " --resume");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, shard);
+  EXPECT_HAS(r.text, "truncated");
+  EXPECT_EQ(read_text(out("/metrics.jsonl")), metrics);
+  r = weft("train " + run + " --resume " + dir_ + "/nowhere");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/nowhere: not a checkpoint");
+  r = weft("generate --checkpoint " + dir_ + "/nowhere --prompt 1");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/nowhere: not a checkpoint");
+  r = weft("generate --checkpoint " + out("/checkpoints") + " --prompt 'hello'");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "token ids");
+  r = weft("plot " + dir_ + "/none.jsonl -o " + dir_ + "/x.svg");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, dir_ + "/none.jsonl: cannot open");
+  EXPECT_FALSE(fs::exists(dir_ + "/x.svg"));
+}
+
+TEST_F(CliTrainTest, GenerateDecodesWithTheCheckpointsTokenizer) {
+  const std::string gpt2 = WEFT_SOURCE_DIR "/assets/gpt2/encoder.json";
+  if (!fs::exists(gpt2) && std::getenv("WEFT_ASSETS") == nullptr) {
+    GTEST_SKIP() << "GPT-2 tokenizer files not fetched (scripts/fetch_assets.sh)";
+  }
+  write_dataset("gpt2data", 50257, "gpt2");
+  const std::string run = write_run();
+  auto r = weft("train " + run + " --set data.tokenizer=gpt2 --set data.train=" + dir_ +
+                "/gpt2data.bin --set model.vocab_size=50257 --set model.n_layer=1 --set "
+                "train.steps=2 --set train.eval_every=0");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  r = weft("generate --checkpoint " + out("/checkpoints") +
+           " --prompt 'Hello, world' --tokens 4 --temperature 0 --no-stop");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_EQ(r.text.rfind("Hello, world", 0), 0u) << r.text;
+}
+
+}  // namespace
+}  // namespace weft
