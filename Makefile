@@ -3,7 +3,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-debug run bench format format-check clean
+.PHONY: all deps configure build test test-debug run bench-step bench format format-check clean
 
 all: build
 
@@ -24,8 +24,12 @@ test: build
 test-debug:
 	$(MAKE) test PRESET=debug
 
-# The demo: for now, training steps of GPT-2 124M on random tokens.
+# The demo: train a small GPT on Jane Austen's novels for a few minutes, then sample from it.
 run: build
+	WEFT=$(BUILD)/bin/weft bash scripts/demo.sh
+
+# Training steps of GPT-2 124M on random tokens (issue #2's benchmark command).
+bench-step: build
 	$(BUILD)/bin/weft bench step --model configs/models/gpt2-124m.toml --batch 4 --seq 64 --steps 3
 
 # Benchmark against the PyTorch baseline; writes bench/results/.

@@ -21,9 +21,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 if [ ! -s "$out/austen.txt" ]; then
-  # janeaustenr stores each novel as lines, with "" between paragraphs.
+  # janeaustenr stores each novel as printed lines, with "" between paragraphs. Unwrap each
+  # paragraph onto one line (the printed line breaks are layout, not language).
   Rscript -e 'library(janeaustenr); b <- austen_books();
-    for (bk in levels(b$book)) { writeLines(c(b$text[b$book == bk], "", ""), con = stdout()) }' \
+    for (bk in levels(b$book)) { writeLines(c(b$text[b$book == bk], "", ""), con = stdout()) }' |
+    awk 'BEGIN { RS = ""; ORS = "\n\n" } { gsub(/[ \t]*\n[ \t]*/, " "); print }' \
     >"$out/austen.txt.tmp"
   mv "$out/austen.txt.tmp" "$out/austen.txt"
 fi

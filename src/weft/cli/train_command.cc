@@ -6,12 +6,15 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 
 #include "weft/cli/commands.h"
 #include "weft/data/bpe_tokenizer.h"
+#include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
+#include "weft/data/token_stats.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/trainer.h"
 
@@ -46,6 +49,14 @@ void run_train(const TrainOptions& o) {
   runtime::validate_data(cfg, *dataset, identity, tokenizer_vocab)
       .throw_if_error(fmt::format("invalid run ({})", o.run_path));
 
+  // The loss a model that ignores context would reach: the bar a trained model must clear.
+  const auto split =
+      data::split_windows(dataset->num_tokens(), cfg.train.seq_len, cfg.data.val_fraction);
+  const double unigram =
+      data::unigram_entropy(*dataset, 0, std::max<int64_t>(1, split.train * cfg.train.seq_len));
+  fmt::print(stderr, "weft train: unigram entropy of the training split: {:.4f} nats/token\n",
+             unigram);
+
   runtime::TrainerOptions options;
   options.resume = o.resume;
   options.stop_after = o.stop_after;
@@ -69,6 +80,15 @@ void run_train(const TrainOptions& o) {
   }
   fmt::print(stderr, "weft train: step {}/{}: loss {:.4f}{}; checkpoint {}; metrics {}\n",
              last.step, cfg.train.steps, last.loss, val, result.checkpoint, cfg.metrics_path());
+  for (auto it = result.records.rbegin(); it != result.records.rend(); ++it) {
+    if (it->val_loss) {
+      fmt::print(stderr,
+                 "weft train: validation loss {:.4f} nats/token vs unigram entropy {:.4f} "
+                 "nats/token ({:.1f}% lower)\n",
+                 *it->val_loss, unigram, 100.0 * (1.0 - *it->val_loss / unigram));
+      break;
+    }
+  }
 }
 
 }  // namespace
