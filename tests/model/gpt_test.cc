@@ -99,12 +99,14 @@ TEST(Gpt, InvalidConfigIsRejectedBeforeAllocation) {
     std::string m = e.what();
     EXPECT_NE(m.find("n_layer=0 must be > 0"), std::string::npos) << m;
     EXPECT_NE(m.find("n_embd=30 is not divisible by n_head=4"), std::string::npos) << m;
-    EXPECT_NE(m.find("sequence length 16 is larger than the position table"), std::string::npos) << m;
+    EXPECT_NE(m.find("sequence length 16 is larger than the position table"), std::string::npos)
+        << m;
   }
 }
 
 // Mixed precision (kernels.h, MatmulPrecision::BF16: the linear layers' GEMM inputs in bf16, all
-// else fp32) gives the fp32 loss to bf16 accuracy and trains: AdamW on a fixed batch lowers the loss.
+// else fp32) gives the fp32 loss to bf16 accuracy and trains: AdamW on a fixed batch lowers the
+// loss.
 TEST(Gpt, Bf16MatmulPrecisionMatchesF32LossAndTrains) {
   using weft::kernels::MatmulPrecision;
   auto b = batch(2, 16, 61);

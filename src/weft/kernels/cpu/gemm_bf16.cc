@@ -3,20 +3,21 @@
 // docs/gemm-backend.md), and the process-wide matmul precision of kernels.h.
 //
 // The fp32 inputs are rounded to bf16 (round to nearest even) into per-thread scratch buffers on
-// every call, keeping the caller's layout (a transposed operand stays transposed; the primitive's
-// memory descriptors carry the strides). Operands larger than kMaxChunk elements are converted and
-// multiplied in chunks along one of M, N, K, so the scratch stays small (tens of MiB even for the
-// logits GEMMs of a large batch). Chunks along K accumulate into C in fp32 (beta = 1 after the
-// first), like the GEMM itself.
+// every call. B keeps its layout (the primitive's memory descriptor carries its transpose); a
+// transposed A is transposed while it is converted, as oneDNN 2.6's kernels run a transposed
+// source at about half speed. Operands larger than kMaxChunk elements are converted and multiplied
+// in chunks along one of M, N, K, so the scratch stays small (tens of MiB even for the logits GEMMs
+// of a large batch). Chunks along K accumulate into C in fp32 (beta = 1 after the first), like the
+// GEMM itself.
 //
 // Threads: as in gemm.cc, C is split along its longer side into one slab per thread. The threads
-// first convert the operand they share together, then each converts its own slab of the other and
-// runs a single-threaded oneDNN matmul on it (oneDNN runs single-threaded inside an OpenMP
-// region). One barrier per call, no oneDNN-internal synchronisation, and every element of C is
+// first convert the operand they share together, then (after one barrier) each converts its own
+// slab of the other and runs a oneDNN matmul planned for one thread on it, with its own
+// scratchpad. No nested OpenMP region is opened (see convert_block). Every element of C is
 // computed by one thread in a fixed order: results are deterministic for a fixed thread count.
 //
-// oneDNN primitives are expensive to create, so they are cached per (shape, transposes, ldc,
-// alpha, beta).
+// oneDNN primitives are expensive to create, so they are cached per (shape, transpose of B, ldc,
+// planned threads, alpha, beta).
 
 #include <omp.h>
 #include <dnnl.hpp>
@@ -58,7 +59,7 @@ constexpr int64_t kMinParallelConvert = int64_t{1} << 16;
 // be at least kMinSlab long along the split side.
 constexpr double kMinSplitFlops = double{1 << 24};
 constexpr int64_t kMinSlab = 128;
-// Cached primitives; the cache is emptied when it reaches this size (a training run uses ~20).
+// Cached primitives; the cache is emptied when it reaches this size (a GPT step uses a few dozen).
 constexpr size_t kMaxPrimitives = 256;
 
 // ---- fp32 -> bf16 ----------------------------------------------------------------------------
@@ -79,7 +80,7 @@ void convert_row(const float* src, uint16_t* dst, int64_t n) {
     const __mmask16 hi = static_cast<__mmask16>(r <= 16 ? 0 : (1u << (r - 16)) - 1);
     const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + i + 16),
                                            _mm512_maskz_loadu_ps(lo, src + i));
-    const __mmask32 mask = static_cast<__mmask32>(r == 32 ? ~0u : (1u << r) - 1);
+    const __mmask32 mask = static_cast<__mmask32>((1u << r) - 1);
     _mm512_mask_storeu_epi16(dst + i, mask, std::bit_cast<__m512i>(v));
   }
 #else
@@ -89,11 +90,17 @@ void convert_row(const float* src, uint16_t* dst, int64_t n) {
 }
 
 // dst[r * cols + c] = bf16(src[r * ld + c]) for r < rows, c < cols: a block of a row-major matrix
-// into a dense one.
+// into a dense one. Parallel when large and called outside an OpenMP region; inside one it opens
+// no nested region, not even an inactive one: with those, every later parallel region's threads
+// waited milliseconds for each other on a busy machine (libgomp apparently stops spin-waiting and
+// parks idle threads), which made a GPT-2 124M step 6x slower, fp32 GEMMs included.
 void convert_block(const float* src, int64_t ld, int64_t rows, int64_t cols, uint16_t* dst) {
-  const bool parallel = rows > 1 && rows * cols >= kMinParallelConvert && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t r = 0; r < rows; ++r) convert_row(src + r * ld, dst + r * cols, cols);
+  if (rows > 1 && rows * cols >= kMinParallelConvert && !omp_in_parallel()) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) convert_row(src + r * ld, dst + r * cols, cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r) convert_row(src + r * ld, dst + r * cols, cols);
+  }
 }
 
 #if defined(__AVX512BF16__)
@@ -267,8 +274,11 @@ void convert_a(bool trans_a, const float* A, int64_t lda, int64_t M, int64_t K, 
     convert_block(A, lda, M, K, a);
     return;
   }
-  const int threads = omp_in_parallel() || M * K < kMinParallelConvert ? 1 : omp_get_max_threads();
-#pragma omp parallel num_threads(threads)
+  if (omp_in_parallel() || M * K < kMinParallelConvert) {  // no nested region (convert_block)
+    convert_transposed(A, lda, K, M, a);
+    return;
+  }
+#pragma omp parallel
   {
     const auto [begin, end] = slab(M, omp_get_thread_num(), omp_get_num_threads());
     if (end > begin) convert_transposed(A + begin, lda, K, end - begin, a + begin * K);
