@@ -20,9 +20,10 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
 
-# The same under AddressSanitizer + UBSan.
+# The unit tests under AddressSanitizer + UBSan (the slow ones are release-only).
 test-debug:
-	$(MAKE) test PRESET=debug
+	$(MAKE) build PRESET=debug
+	ctest --preset debug -j $(JOBS) -LE slow
 
 # The demo: train a small GPT on Jane Austen's novels for a few minutes, then sample from it.
 run: build

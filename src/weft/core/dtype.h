@@ -1,6 +1,7 @@
 #pragma once
-// Element types. Compute on CPU is fp32; bf16 and fp16 are storage types for the GPU path
-// (weights/activations in 16 bits, fp32 master weights). One name table, here.
+// Element types. Compute on CPU is fp32 (bf16 GEMM inputs with fp32 accumulation are an opt-in,
+// kernels::MatmulPrecision); bf16 and fp16 are storage types for the GPU path (weights and
+// activations in 16 bits, fp32 master weights). One name table, here.
 
 #include <bit>
 #include <cmath>

@@ -1,8 +1,8 @@
 #pragma once
 // A GPT-2 model on one process: parameters and gradients in flat buffers, activations in the
 // layout of activation_layout.h, forward keeping what backward needs, backward with optional
-// recomputation. Built from three pieces that the pipeline stages reuse: embedding, transformer
-// block (block.h) and head (final LayerNorm, tied logits, cross-entropy).
+// recomputation: embedding, L pre-LN transformer blocks (layer_forward), then the head (final
+// LayerNorm, logits through the tied embedding, cross-entropy).
 
 #include <cstdint>
 
