@@ -23,12 +23,21 @@ GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, in
       gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f,
            out.data(), s.N);
     };
+    // Calls run back to back in batches of at least kMinBatchSeconds, as they do inside a step:
+    // timing single small calls would also time the OpenMP pool waking up from a passive wait,
+    // and put the ceiling below what the step itself reaches.
+    constexpr double kMinBatchSeconds = 0.005;
+    using clock = std::chrono::steady_clock;
+    auto t0 = clock::now();
+    call();
+    const double first = std::chrono::duration<double>(clock::now() - t0).count();
+    const int calls = std::max(1, static_cast<int>(kMinBatchSeconds / std::max(first, 1e-7)));
     call();
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) {
-      auto t0 = std::chrono::steady_clock::now();
-      call();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      t0 = clock::now();
+      for (int i = 0; i < calls; ++i) call();
+      t.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
     }
     std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
     GemmTiming timing{s, t[reps / 2]};

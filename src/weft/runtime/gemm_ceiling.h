@@ -24,7 +24,8 @@ struct GemmCeiling {
   double rate() const { return flops / seconds; }
 };
 
-// Times each shape for `reps` calls (after one warm-up) and takes the median.
+// Times each shape in `reps` batches of back-to-back calls (each batch >= 5 ms, after two
+// warm-up calls) and takes the median per-call time.
 GemmCeiling measure_gemm_ceiling(
     const std::vector<model::GemmShape>& shapes, int reps = 5,
     kernels::MatmulPrecision precision = kernels::MatmulPrecision::F32);

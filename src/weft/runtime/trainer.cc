@@ -79,7 +79,7 @@ double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  // Three timed calls per shape: the ceiling is a reference line, not a benchmark.
+  // Three timed batches per shape: the ceiling is a reference line, not a benchmark.
   const double rate =
       measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
           .rate();
