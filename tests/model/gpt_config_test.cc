@@ -17,8 +17,8 @@ bool has(const weft::Status& s, const std::string& text) {
 }  // namespace
 
 TEST(GptConfig, ParsesTheGpt2SmallPreset) {
-  auto r = weft::model::load_gpt_config(std::string(WEFT_SOURCE_DIR) +
-                                        "/configs/models/gpt2-124m.toml");
+  auto r =
+      weft::model::load_gpt_config(std::string(WEFT_SOURCE_DIR) + "/configs/models/gpt2-124m.toml");
   ASSERT_TRUE(r.ok()) << r.status().message();
   const GptConfig& c = r.value();
   EXPECT_EQ(c.n_layer, 12);
@@ -46,9 +46,10 @@ max_seq_len = 64
 }
 
 TEST(GptConfig, UnknownKeySuggestsTheNearestOne) {
-  auto r = parse_gpt_config("[model]\nn_layer=2\nn_embed=32\nn_head=4\nvocab_size=10\n"
-                            "max_seq_len=8\n",
-                            "typo.toml");
+  auto r = parse_gpt_config(
+      "[model]\nn_layer=2\nn_embed=32\nn_head=4\nvocab_size=10\n"
+      "max_seq_len=8\n",
+      "typo.toml");
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(has(r.status(), "unknown key model.n_embed (did you mean 'n_embd'?)"))
       << r.status().message();

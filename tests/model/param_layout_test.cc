@@ -37,7 +37,8 @@ TEST(ParamLayout, InitialValuesDependOnlyOnSeedNameAndIndex) {
   }
   const float residual_std = 0.02f / std::sqrt(4.0f);
   const auto& proj = p.buffer.at("h.0.mlp.proj.weight");
-  EXPECT_EQ(a.data()[proj.offset + 3], residual_std * weft::normal_at(weft::stream_key(7, proj.name), 3));
+  EXPECT_EQ(a.data()[proj.offset + 3],
+            residual_std * weft::normal_at(weft::stream_key(7, proj.name), 3));
   EXPECT_EQ(a.ptr("h.0.ln_1.weight")[5], 1.0f);
   EXPECT_EQ(a.ptr("h.0.attn.qkv.bias")[5], 0.0f);
 }

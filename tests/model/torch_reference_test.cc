@@ -24,7 +24,8 @@ namespace {
 template <typename T>
 void write_raw(const fs::path& p, const std::vector<T>& v) {
   std::ofstream(p, std::ios::binary)
-      .write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+      .write(reinterpret_cast<const char*>(v.data()),
+             static_cast<std::streamsize>(v.size() * sizeof(T)));
 }
 
 std::vector<double> read_doubles(const fs::path& p, size_t n) {
@@ -68,22 +69,28 @@ void check_against_torch(Recompute recompute) {
   const float loss = gpt.forward(tokens.data(), targets.data(), B, T);
   gpt.backward();
 
-  const fs::path dir = fs::temp_directory_path() /
-                       ("weft_torch_oracle_" + std::to_string(::getpid()) + "_" +
-                        std::string(weft::model::recompute_name(recompute)));
+  const fs::path dir =
+      fs::temp_directory_path() / ("weft_torch_oracle_" + std::to_string(::getpid()) + "_" +
+                                   std::string(weft::model::recompute_name(recompute)));
   fs::create_directories(dir);
-  nlohmann::json c = {{"B", B}, {"T", T}, {"n_layer", cfg.n_layer}, {"n_embd", cfg.n_embd},
-                      {"n_head", cfg.n_head}, {"vocab_size", cfg.vocab_size}};
+  nlohmann::json c = {{"B", B},
+                      {"T", T},
+                      {"n_layer", cfg.n_layer},
+                      {"n_embd", cfg.n_embd},
+                      {"n_head", cfg.n_head},
+                      {"vocab_size", cfg.vocab_size}};
   std::ofstream(dir / "config.json") << c.dump();
   nlohmann::json layout = nlohmann::json::array();
-  for (const auto& s : slices) layout.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}});
+  for (const auto& s : slices)
+    layout.push_back({{"name", s.name}, {"shape", s.shape}, {"offset", s.offset}});
   std::ofstream(dir / "layout.json") << layout.dump();
   write_raw(dir / "params.bin",
             std::vector<float>(gpt.params().data(), gpt.params().data() + gpt.params().size()));
   write_raw(dir / "tokens.bin", tokens);
   write_raw(dir / "targets.bin", targets);
 
-  const std::string cmd = std::string(WEFT_TORCH_PYTHON) + " " + WEFT_TORCH_SCRIPT + " " + dir.string();
+  const std::string cmd =
+      std::string(WEFT_TORCH_PYTHON) + " " + WEFT_TORCH_SCRIPT + " " + dir.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "the PyTorch reference failed: " << cmd;
 
   nlohmann::json out = nlohmann::json::parse(std::ifstream(dir / "loss.json"));

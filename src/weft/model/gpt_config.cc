@@ -51,7 +51,7 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   if (t == nullptr) return Status::error(fmt::format("{}: missing [model] table", origin));
 
   GptConfig c;
-  Status s;                // every problem, reported together
+  Status s;                 // every problem, reported together
   bool incomplete = false;  // a key is missing or mistyped: range checks would only repeat it
   const std::vector<std::string> known = {"name",       "n_layer",      "n_embd",     "n_head",
                                           "vocab_size", "pad_vocab_to", "max_seq_len"};

@@ -11,32 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/checkpoint/atomic_file.h"
+#include "weft/core/xml.h"
 
 namespace weft::runtime {
 namespace {
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 double nice_step(double range, int target) {
   const double raw = range / std::max(1, target);
@@ -83,7 +61,7 @@ std::string render_line_chart(const std::vector<Series>& series, const std::stri
       "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
       "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
       "<text x=\"{2}\" y=\"25\" text-anchor=\"middle\" font-size=\"15\">{3}</text>\n",
-      W, H, W / 2, escape(title));
+      W, H, W / 2, xml_escape(title));
   if (!std::isfinite(x0)) {
     svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no data</text>\n</svg>\n",
                        W / 2, H / 2);
@@ -121,8 +99,8 @@ std::string render_line_chart(const std::vector<Series>& series, const std::stri
       "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n"
       "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n"
       "<text x=\"18\" y=\"{}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {})\">{}</text>\n",
-      left, top, pw, ph, left + pw / 2, H - 12, escape(x_label), top + ph / 2, top + ph / 2,
-      escape(y_label));
+      left, top, pw, ph, left + pw / 2, H - 12, xml_escape(x_label), top + ph / 2, top + ph / 2,
+      xml_escape(y_label));
 
   int legend_row = 0;
   for (const auto& s : series) {
@@ -132,11 +110,11 @@ std::string render_line_chart(const std::vector<Series>& series, const std::stri
     if (!pts.empty()) pts.pop_back();
     svg +=
         fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n",
-                    escape(s.color), pts);
+                    xml_escape(s.color), pts);
     if (s.markers) {
       for (auto [x, y] : s.points) {
         svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", px(x),
-                           py(y), escape(s.color));
+                           py(y), xml_escape(s.color));
       }
     }
     const double ly = top + 16 + 18 * legend_row++;
@@ -144,8 +122,8 @@ std::string render_line_chart(const std::vector<Series>& series, const std::stri
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
         "stroke-width=\"2.5\"/>\n"
         "<text x=\"{4:.1f}\" y=\"{5:.1f}\">{6}</text>\n",
-        left + pw - 140, ly, left + pw - 115, escape(s.color), left + pw - 108, ly + 4,
-        escape(s.label));
+        left + pw - 140, ly, left + pw - 115, xml_escape(s.color), left + pw - 108, ly + 4,
+        xml_escape(s.label));
   }
   svg += "</svg>\n";
   return svg;

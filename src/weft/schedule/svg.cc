@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "weft/core/xml.h"
 #include "weft/schedule/text.h"
 
 namespace weft::schedule {
@@ -36,29 +37,6 @@ std::string_view colour(Op op) {
   return "#000000";
 }
 
-std::string escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string render_svg(const Timeline& timeline, std::string_view title) {
@@ -76,10 +54,11 @@ std::string render_svg(const Timeline& timeline, std::string_view title) {
       "font-family=\"monospace\" font-size=\"11\">\n",
       width, height);
   svg += fmt::format("<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-  svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"13\">{}</text>\n", kLeft,
-                     escape(title.empty() ? fmt::format("makespan {:g}, bubble fraction {:.3f}",
-                                                        timeline.makespan, timeline.bubble_fraction)
-                                          : std::string(title)));
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"20\" font-size=\"13\">{}</text>\n", kLeft,
+      xml_escape(title.empty() ? fmt::format("makespan {:g}, bubble fraction {:.3f}",
+                                             timeline.makespan, timeline.bubble_fraction)
+                               : std::string(title)));
   for (int rank = 0; rank < ranks; ++rank) {
     const double y = kTop + rank * kRowHeight;
     svg += fmt::format("<text x=\"8\" y=\"{:.1f}\">rank {}</text>\n", y + kBoxHeight * 0.7, rank);
@@ -94,7 +73,7 @@ std::string render_svg(const Timeline& timeline, std::string_view title) {
             "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
             "stroke-width=\"1\"><title>{4}</title></line>\n",
             x_of(slot.start), y + kBoxHeight, y + kBoxHeight + 4, colour(in.op),
-            escape(instr_to_text(in)));
+            xml_escape(instr_to_text(in)));
         continue;
       }
       if (is_recv(in.op) || slot.end <= slot.start) continue;
@@ -107,12 +86,12 @@ std::string render_svg(const Timeline& timeline, std::string_view title) {
           "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" "
           "fill-opacity=\"{:.2f}\" stroke=\"white\" stroke-width=\"0.5\"><title>{} [{:g}, "
           "{:g})</title></rect>\n",
-          x, y, w, kBoxHeight, colour(in.op), opacity, escape(instr_to_text(in)), slot.start,
+          x, y, w, kBoxHeight, colour(in.op), opacity, xml_escape(instr_to_text(in)), slot.start,
           slot.end);
       if (w >= 7.0 * label.size() + 4) {
         svg += fmt::format(
             "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" fill=\"white\">{}</text>\n",
-            x + w / 2, y + kBoxHeight * 0.7, escape(label));
+            x + w / 2, y + kBoxHeight * 0.7, xml_escape(label));
       }
     }
   }
