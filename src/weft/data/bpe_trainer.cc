@@ -2,6 +2,8 @@
 
 #include "weft/data/bpe_trainer.h"
 
+#include "weft/data/file_io.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -91,12 +93,15 @@ void append_json_string(std::string& out, std::string_view utf8) {
   out += '"';
 }
 
+// Written to a temporary and renamed: a failed or interrupted run leaves PATH as it was.
 Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) return Status::error(fmt::format("cannot write {}: {}", path, std::strerror(errno)));
-  return Status();
+  auto file = PendingFile::create(path);
+  if (!file.ok()) return file.status();
+  PendingFile f = std::move(file).value();
+  Status s = f.write(text.data(), static_cast<int64_t>(text.size()));
+  if (s.ok()) s = f.close();
+  if (s.ok()) s = f.commit();
+  return s;
 }
 
 }  // namespace
