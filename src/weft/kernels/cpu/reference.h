@@ -14,8 +14,9 @@
 
 #include <cmath>
 #include <cstdint>
-#include <numbers>
 #include <type_traits>
+#include <utility>
+#include <utility>
 
 #include "weft/core/check.h"
 
@@ -317,6 +318,17 @@ void residual_backward(T* da, T* db, const T* dout, int64_t n) {
 // Numerically stable softmax: subtract the row max before exp. Only columns < V are real.
 //   loss = -log softmax(z)[y] = (max - z_y) + log(sum_j exp(z_j - max))
 
+// One row's softmax statistics over its V real columns: the max (subtracted for stability) and
+// sum_j exp(z_j - max). log softmax(z)_y = (z_y - max) - log(sum).
+template <typename T>
+std::pair<T, T> softmax_row_stats(const T* z, int V) {
+  T maxval = z[0];
+  for (int j = 1; j < V; ++j) maxval = z[j] > maxval ? z[j] : maxval;
+  T sum = 0;
+  for (int j = 0; j < V; ++j) sum += std::exp(z[j] - maxval);
+  return {maxval, sum};
+}
+
 // logits[N,Vp]: only the first V columns are real; padding columns never get probability.
 // losses[N] = -log softmax(logits[n, :V])[targets[n]]; a target < 0 is ignored (loss 0).
 template <typename T>
@@ -330,10 +342,7 @@ void softmax_cross_entropy_forward(T* losses, const T* logits, const int32_t* ta
       continue;
     }
     WEFT_CHECK(y < V, "target ", y, " at row ", n, " is outside the vocabulary V=", V);
-    T maxval = z[0];
-    for (int j = 1; j < V; ++j) maxval = z[j] > maxval ? z[j] : maxval;
-    T sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - maxval);
+    const auto [maxval, sum] = softmax_row_stats(z, V);
     losses[n] = (maxval - z[y]) + std::log(sum);
   }
 }
@@ -352,10 +361,7 @@ void softmax_cross_entropy_fused(T* losses, T* logits, const int32_t* targets, N
       continue;
     }
     WEFT_CHECK(y < V, "target ", y, " at row ", n, " is outside the vocabulary V=", V);
-    T maxval = z[0];
-    for (int j = 1; j < V; ++j) maxval = z[j] > maxval ? z[j] : maxval;
-    T sum = 0;
-    for (int j = 0; j < V; ++j) sum += std::exp(z[j] - maxval);
+    const auto [maxval, sum] = softmax_row_stats(z, V);
     losses[n] = (maxval - z[y]) + std::log(sum);
     // Overwrite with dloss * (p - onehot(y)); p_j = exp(z_j - max) / sum.
     for (int j = 0; j < V; ++j) {
