@@ -14,8 +14,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 #include <type_traits>
-#include <utility>
 #include <utility>
 
 #include "weft/core/check.h"
