@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "weft/checkpoint/atomic_file.h"
+#include "weft/core/pending_file.h"
 #include "weft/core/rng.h"
 #include "weft/model/param_layout.h"
 

@@ -17,7 +17,7 @@
 #include <set>
 #include <sstream>
 
-#include "weft/checkpoint/atomic_file.h"
+#include "weft/core/pending_file.h"
 
 namespace weft::checkpoint {
 namespace fs = std::filesystem;

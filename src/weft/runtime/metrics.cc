@@ -6,7 +6,7 @@
 #include <cmath>
 #include <fstream>
 
-#include "weft/checkpoint/atomic_file.h"
+#include "weft/core/pending_file.h"
 
 namespace weft::runtime {
 namespace {
@@ -47,7 +47,7 @@ Result<MetricsWriter> MetricsWriter::open(const std::string& path, int64_t keep_
       }
     }
   }
-  Status s = checkpoint::write_file_atomic(path, kept);
+  Status s = write_file_atomic(path, kept);
   if (!s.ok()) return s;
   MetricsWriter w;
   w.path_ = path;

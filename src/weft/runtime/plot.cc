@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weft/checkpoint/atomic_file.h"
+#include "weft/core/pending_file.h"
 #include "weft/core/xml.h"
 
 namespace weft::runtime {
@@ -166,7 +166,7 @@ Status write_loss_plot(const std::string& metrics_path, const std::string& svg_p
   if (!curves.ok()) return curves.status();
   const std::string t =
       title.empty() ? std::filesystem::path(metrics_path).parent_path().filename().string() : title;
-  return checkpoint::write_file_atomic(
+  return write_file_atomic(
       svg_path, render_line_chart(curves.value(), t.empty() ? "loss" : t, "step", "loss"));
 }
 
