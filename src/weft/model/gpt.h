@@ -28,7 +28,6 @@ class Gpt {
   const FlatBuffer& params() const { return params_; }
   FlatBuffer& grads() { return grads_; }
   const FlatBuffer& grads() const { return grads_; }
-  int64_t activation_bytes() const { return acts_.bytes() + work_.bytes(); }
 
   void init(uint64_t seed) { init_params(params_, layout_, seed); }
   void zero_grad() { grads_.zero(); }
