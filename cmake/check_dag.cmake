@@ -3,15 +3,18 @@
 # DAG of DESIGN.md §2, checked on the sources themselves (link lines alone would not catch a
 # header-only edge).
 set(allowed_core core)
+set(allowed_comm core comm)
 set(allowed_tensor core tensor)
 set(allowed_kernels core tensor kernels)
-set(allowed_model core tensor kernels model)
+set(allowed_model core tensor kernels comm parallel model)
 set(allowed_optim core tensor kernels optim)
 set(allowed_schedule core schedule)
+set(allowed_parallel core comm parallel)
 set(allowed_data core data)
-set(allowed_checkpoint core tensor kernels model optim checkpoint)
-set(allowed_runtime core tensor kernels model optim schedule data checkpoint runtime)
-set(allowed_cli core tensor kernels model optim schedule data checkpoint runtime cli)
+set(allowed_checkpoint core tensor kernels comm parallel model optim checkpoint)
+set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint runtime)
+set(allowed_planner core tensor schedule parallel model planner)
+set(allowed_cli core tensor kernels comm parallel model optim schedule data checkpoint runtime planner cli)
 
 file(GLOB modules RELATIVE ${SRC} ${SRC}/*)
 set(violations "")

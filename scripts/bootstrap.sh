@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # independent oracle for the model test and the baseline benchmark
   libxxhash-dev          # checkpoint shard checksums (XXH3)
+  openmpi-bin libopenmpi-dev   # the MPI backend (weft_comm_mpi) and the mpi tests (mpirun)
   libpcre2-dev bible-kjv   # GPT-2's pre-tokenization regex; the tokenizer test corpus (KJV)
 )
 

@@ -69,3 +69,103 @@ TEST(MemoryEstimate, CountsParamsGradsAndTwoMoments) {
   EXPECT_GT(m.activations, 0);
   EXPECT_EQ(m.total(), m.params * 4 + m.activations + m.workspace);
 }
+
+TEST(TensorParallelLayout, ShardsTileEveryTensorExactlyOnce) {
+  // Over the tp ranks, every global element of every tensor is held once (split tensors) or by
+  // every rank (replicated ones), and the shards sum to the serial parameter count.
+  const GptConfig cfg = tiny();
+  const ParamLayout serial = gpt_param_layout(cfg);
+  for (int tp : {2, 4}) {
+    int64_t split_elements = 0, replicated_elements = 0;
+    for (size_t i = 0; i < serial.buffer.slices().size(); ++i) {
+      const int64_t numel = serial.buffer.slices()[i].numel;
+      std::vector<int> hits(numel, 0);
+      for (int r = 0; r < tp; ++r) {
+        const ParamLayout local = gpt_param_layout(cfg, tp, r);
+        int64_t covered = 0;
+        for (const ShardRun& run : local.runs(i)) {
+          for (int64_t k = 0; k < run.n; ++k) ++hits[run.global + k];
+          covered += run.n;
+        }
+        EXPECT_EQ(covered, local.buffer.slices()[i].numel) << local.buffer.slices()[i].name;
+      }
+      const int expect = serial.splits[i].replicated() ? tp : 1;
+      for (int64_t k = 0; k < numel; ++k) {
+        ASSERT_EQ(hits[k], expect) << serial.buffer.slices()[i].name << " element " << k;
+      }
+      (serial.splits[i].replicated() ? replicated_elements : split_elements) += numel;
+    }
+    EXPECT_EQ(split_elements + replicated_elements, serial.count());
+  }
+}
+
+TEST(TensorParallelLayout, QkvShardsHoldTheirHeadsOfQueryKeyAndValue) {
+  // tp=2, C=32, 4 heads: rank 1 holds rows [16,32) of q, [48,64) of k, [80,96) of v.
+  const ParamLayout p = gpt_param_layout(tiny(), 2, 1);
+  const size_t qkv = [&] {
+    for (size_t i = 0; i < p.buffer.slices().size(); ++i) {
+      if (p.buffer.slices()[i].name == "h.0.attn.qkv.weight") return i;
+    }
+    return size_t{0};
+  }();
+  EXPECT_EQ(p.buffer.slices()[qkv].shape, (weft::Shape{48, 32}));
+  const auto runs = p.runs(qkv);
+  ASSERT_EQ(runs.size(), 3u);
+  EXPECT_EQ(runs[0].global, 16 * 32);
+  EXPECT_EQ(runs[1].global, 48 * 32);
+  EXPECT_EQ(runs[2].global, 80 * 32);
+  EXPECT_EQ(p.buffer.at("h.0.attn.proj.weight").shape, (weft::Shape{32, 16}));
+  EXPECT_EQ(p.buffer.at("h.0.mlp.fc.weight").shape, (weft::Shape{64, 32}));
+  EXPECT_EQ(p.buffer.at("wte").shape, (weft::Shape{32, 32}));
+  EXPECT_EQ(p.buffer.at("h.0.ln_1.weight").shape, (weft::Shape{32}));
+}
+
+TEST(TensorParallelLayout, AShardInitializesToItsSliceOfTheSerialModel) {
+  const GptConfig cfg = tiny();
+  const ParamLayout serial = gpt_param_layout(cfg);
+  weft::FlatBuffer whole(serial.buffer);
+  init_params(whole, serial, 11);
+  for (int r = 0; r < 4; ++r) {
+    const ParamLayout local = gpt_param_layout(cfg, 4, r);
+    weft::FlatBuffer shard(local.buffer);
+    init_params(shard, local, 11);
+    for (size_t i = 0; i < local.buffer.slices().size(); ++i) {
+      for (const ShardRun& run : local.runs(i)) {
+        for (int64_t k = 0; k < run.n; ++k) {
+          ASSERT_EQ(shard.data()[local.buffer.slices()[i].offset + run.local + k],
+                    whole.data()[serial.buffer.slices()[i].offset + run.global + k])
+              << local.buffer.slices()[i].name << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorParallelLayout, ValidationListsEverySplitThatFails) {
+  GptConfig c = tiny();
+  EXPECT_TRUE(validate_tensor_parallel(c, 4, true, 2, 8).ok());
+  c.n_head = 6;
+  c.n_embd = 30;
+  c.pad_vocab_to = 1;  // Vp = 61
+  const weft::Status s = validate_tensor_parallel(c, 4, true, 1, 3);
+  ASSERT_EQ(s.problems().size(), 4u) << s.message();
+  EXPECT_NE(s.message().find("n_head=6 is not divisible by tp=4"), std::string::npos);
+  EXPECT_NE(s.message().find("n_embd=30 is not divisible by tp=4"), std::string::npos);
+  EXPECT_NE(s.message().find("padded vocabulary 61"), std::string::npos);
+  EXPECT_NE(s.message().find("1x3 = 3 tokens"), std::string::npos);
+}
+
+TEST(TensorParallelLayout, ActivationsShrinkAsTheSplitPredicts) {
+  // Per layer, tp divides qkv, att, atty, fc, fc_gelu; sequence parallelism also divides the
+  // residual stream (Korthikanti et al. 2022, Table 2).
+  const GptConfig c = gpt2_small();
+  const int64_t B = 4, T = 256, C = 768, NH = 12, L = 12;
+  const auto none1 = gpt_activation_layout(c, B, T, Recompute::None).total();
+  const auto none2 = gpt_activation_layout(c, B, T, Recompute::None, {2, false}).total();
+  const auto sp2 = gpt_activation_layout(c, B, T, Recompute::None, {2, true}).total();
+  const int64_t split_per_layer = B * T * (3 * C + C + 8 * C) + B * NH * T * T;
+  EXPECT_NEAR(static_cast<double>(none1 - none2),
+              static_cast<double>(L * split_per_layer / 2 + B * T * 50304 / 2 - 2 * B * T),
+              16.0 * 64 * L);
+  EXPECT_LT(sp2, none2);
+}

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "weft/data/llmc_dataset.h"
@@ -30,9 +31,10 @@ struct Output {
   std::string text;  // stdout and stderr
 };
 
-Output weft(const std::string& args) {
+// Runs a shell command line in the repository (stdout and stderr together).
+Output weft_command(const std::string& command) {
   Output o;
-  const std::string cmd = "cd " WEFT_SOURCE_DIR " && " WEFT_BIN " " + args + " 2>&1";
+  const std::string cmd = "cd " WEFT_SOURCE_DIR " && " + command + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
   size_t n;
@@ -41,6 +43,8 @@ Output weft(const std::string& args) {
   o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return o;
 }
+
+Output weft(const std::string& args) { return weft_command(WEFT_BIN " " + args); }
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path);
@@ -145,6 +149,61 @@ TEST_F(CliTrainTest, TheExampleRunConfigTrains) {
   EXPECT_EQ(count_lines(out("/metrics.jsonl")), 4);
 }
 
+// The losses of metrics.jsonl, in order.
+std::vector<double> losses(const std::string& metrics) {
+  std::vector<double> out;
+  std::istringstream in(read_text(metrics));
+  for (std::string line; std::getline(in, line);) {
+    const auto at = line.find("\"loss\":");
+    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
+  }
+  return out;
+}
+
+// `mpirun -n 2 weft train ... --set parallel.tp=2` trains the same model as one process; its
+// checkpoint (the serial layout) continues under tp=1 and under tp=2 with sequence parallelism.
+TEST_F(CliTrainTest, TensorParallelRunsGiveTheSerialLosses) {
+  const std::string run = write_run();
+  auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const std::vector<double> serial = losses(dir_ + "/serial/metrics.jsonl");
+  ASSERT_EQ(serial.size(), 8u);
+
+  const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
+  r = weft_command(mpirun + "train " + run + " --set parallel.tp=2 --stop-after 4");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "tp=2 pp=1 dp=1, 2 ranks x 1 thread");
+  // Continue the tp=2 checkpoint in one process for 2 steps, then with tp=2 and sequence
+  // parallelism to the end.
+  r = weft("train " + run + " --resume --stop-after 6");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  r = weft_command(mpirun + "train " + run +
+                   " --resume --set parallel.tp=2 --set parallel.sequence_parallel=true");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "(sequence parallel)");
+  const std::vector<double> parallel = losses(out("/metrics.jsonl"));
+  ASSERT_EQ(parallel.size(), serial.size()) << read_text(out("/metrics.jsonl"));
+  for (size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_NEAR(parallel[i], serial[i], 1e-5 * serial[i]) << "step " << i + 1;
+  }
+}
+
+TEST_F(CliTrainTest, ALayoutTheModelCannotTakeIsOneErrorFromTheJob) {
+  const std::string run = write_run();
+  auto r = weft_command(WEFT_MPIRUN " -n 3 " WEFT_BIN " train " + run +
+                        " --set parallel.tp=3 --set model.pad_vocab_to=4");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "n_head=4 is not divisible by tp=3");
+  EXPECT_HAS(r.text, "is not divisible by tp=3: set pad_vocab_to to a multiple of 3");
+  // said once, by rank 0, not once per rank
+  const auto first = r.text.find("n_head=4 is not divisible");
+  EXPECT_EQ(r.text.find("n_head=4 is not divisible", first + 1), std::string::npos) << r.text;
+  EXPECT_FALSE(fs::exists(out("/metrics.jsonl")));
+  r = weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " train " + run);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "tp*pp*dp = 1*1*1 = 1 does not equal the world size 2");
+}
+
 TEST_F(CliTrainTest, SigintStopsTheRunWithACheckpointAndExitsZero) {
   const std::string run = write_run();
   const std::string log = dir_ + "/log.txt";
@@ -194,7 +253,8 @@ TEST_F(CliTrainTest, BadConfigsAreOneClearErrorNamingTheFile) {
   EXPECT_EQ(r.rc, 1);
   EXPECT_HAS(r.text, "train.global_batch=5 is not divisible by train.micro_batch=2");
   r = weft("train " + write_run("[parallel]\ntp = 2\n"));
-  EXPECT_HAS(r.text, "parallel.tp=2: tensor parallelism is not yet supported in this build");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "tp*pp*dp = 2*1*1 = 2 does not equal the world size 1");
   r = weft("train " + dir_ + "/nope.toml");
   EXPECT_EQ(r.rc, 1);
   EXPECT_HAS(r.text, dir_ + "/nope.toml: cannot open run config");

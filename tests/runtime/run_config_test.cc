@@ -150,7 +150,7 @@ recompute = "some"
 log_every = 0
 peak_gflops = -5
 [parallel]
-tp = 2
+tp = 3
 pp = 4
 dp = 0
 vp = 2
@@ -175,7 +175,7 @@ zero = 1
            "train.recompute='some' must be none, selective or full",
            "train.log_every=0 must be > 0",
            "train.peak_gflops=-5 must be >= 0",
-           "parallel.tp=2: tensor parallelism is not yet supported in this build",
+           "n_head=4 is not divisible by tp=3",
            "parallel.pp=4: pipeline parallelism is not yet supported in this build",
            "parallel.dp=0 must be >= 1",
            "parallel.vp=2: interleaving",
@@ -188,6 +188,17 @@ zero = 1
              "train.global_batch=10 is not divisible by train.micro_batch=4");
   EXPECT_HAS(problems(run_toml(), {"data.val_fraction=0"}),
              "train.eval_every=100 needs validation data");
+}
+
+TEST(RunConfig, SequenceParallelismIsABooleanInTomlAndOnTheCommandLine) {
+  EXPECT_TRUE(
+      parse_ok(run_toml() + "[parallel]\nsequence_parallel = true\n").parallel.sequence_parallel);
+  EXPECT_TRUE(parse_ok(run_toml(), {"parallel.sequence_parallel=true"}).parallel.sequence_parallel);
+  EXPECT_FALSE(parse_ok(run_toml(), {"parallel.sequence_parallel=0"}).parallel.sequence_parallel);
+  EXPECT_HAS(problems(run_toml(), {"parallel.sequence_parallel=yes"}),
+             "parallel.sequence_parallel takes true or false, not 'yes'");
+  EXPECT_HAS(problems(run_toml() + "[parallel]\nsequence_parallel = 1\n"),
+             "parallel.sequence_parallel must be true or false");
 }
 
 TEST(RunConfig, LoadNamesAMissingFile) {

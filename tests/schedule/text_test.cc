@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/golden.h"
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -120,49 +122,6 @@ TEST(Text, ReportsEveryBadLineWithItsNumber) {
 
 // --- Golden grids (DESIGN.md §6: goldens are text; a mismatch prints a diff). ---
 
-std::string golden_path(const std::string& name) {
-  const char* root = std::getenv("WEFT_SOURCE_DIR");
-  return std::string(root ? root : ".") + "/tests/golden/schedule/" + name;
-}
-
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-// A line-by-line diff: "-" expected, "+" actual, for each line that differs.
-std::string diff(const std::string& expected, const std::string& actual) {
-  const auto e = lines(expected), a = lines(actual);
-  std::string out;
-  for (std::size_t i = 0; i < std::max(e.size(), a.size()); ++i) {
-    const std::string el = i < e.size() ? e[i] : "<missing>";
-    const std::string al = i < a.size() ? a[i] : "<missing>";
-    if (el == al) continue;
-    out += "line " + std::to_string(i + 1) + ":\n  - " + el + "\n  + " + al + "\n";
-  }
-  return out;
-}
-
-// Compares `actual` with the golden file; WEFT_UPDATE_GOLDEN=1 rewrites it instead.
-void expect_golden(const std::string& name, const std::string& actual) {
-  const std::string path = golden_path(name);
-  if (const char* update = std::getenv("WEFT_UPDATE_GOLDEN");
-      update && std::string(update) == "1") {
-    std::ofstream(path) << actual;
-    return;
-  }
-  std::ifstream file(path);
-  ASSERT_TRUE(file) << "missing golden " << path << " (WEFT_UPDATE_GOLDEN=1 writes it)";
-  std::stringstream expected;
-  expected << file.rdbuf();
-  EXPECT_TRUE(expected.str() == actual)
-      << path << " differs (- golden, + actual; WEFT_UPDATE_GOLDEN=1 rewrites it):\n"
-      << diff(expected.str(), actual) << "actual grid:\n"
-      << actual;
-}
-
 class GoldenGrid : public ::testing::TestWithParam<Kind> {};
 
 TEST_P(GoldenGrid, Pp4M8MatchesTheGolden) {
@@ -172,7 +131,7 @@ TEST_P(GoldenGrid, Pp4M8MatchesTheGolden) {
   const std::string grid = format_grid(s);
   // Messages take no time on the grid's clock: lowering draws the same grid.
   EXPECT_EQ(format_grid(add_communication(s)), grid);
-  expect_golden(std::string(kind_name(kind)) + "_pp4_m8.txt", grid);
+  test::expect_golden("schedule/" + std::string(kind_name(kind)) + "_pp4_m8.txt", grid);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, GoldenGrid,
@@ -187,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(EveryKind, GoldenGrid,
 TEST(Grid, MarksInterleavedChunksAndIdleSlots) {
   const std::string grid =
       format_grid(make(Kind::Interleaved, {.pp = 2, .vp = 2, .microbatches = 2}));
-  const auto rows = lines(grid);
+  const auto rows = test::golden_lines(grid);
   ASSERT_EQ(rows.size(), 2u) << grid;
   EXPECT_TRUE(rows[0].starts_with("rank 0 | F0a F1a F0b F1b")) << grid;
   EXPECT_TRUE(rows[1].starts_with("rank 1 | .   F0a F1a")) << grid;

@@ -3,6 +3,11 @@
 // versus measured peak memory. --precision bf16 runs the linear layers' GEMMs with bf16 inputs
 // (kernels.h, MatmulPrecision); the reported ceiling stays the fp32 one, with the bf16 ceiling on
 // the same shapes next to it.
+//
+// Under `mpirun -n N ... --tp N [--sequence-parallel]` every rank runs the tensor-parallel step and
+// rank 0 reports it, with the share of the step spent in the tp group's collectives (measured by
+// the Recording communicator: from each call until its wait returned). Each rank measures the
+// GEMM ceiling at its own thread count at the same moment; the job's ceiling is their sum.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -10,10 +15,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/comm/mpi_communicator.h"
+#include "weft/comm/recording_communicator.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/kernels.h"
@@ -32,13 +41,35 @@ struct BenchOptions {
   std::string recompute = "none";
   std::string precision = "f32";
   bool json = false;
+  int tp = 1;
+  bool sequence_parallel = false;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_bench_step(const BenchOptions& o) {
+  std::optional<comm::MpiSession> mpi;
+  std::unique_ptr<comm::Communicator> world;
+  if (comm::launched_by_mpi()) {
+    mpi.emplace();
+    world = mpi->world();
+  }
+  const int world_size = world ? world->size() : 1;
+  if (o.tp != world_size) {
+    throw Error(fmt::format("--tp {} needs {} processes (mpirun -n {}); {} started", o.tp, o.tp,
+                            o.tp, world_size));
+  }
+  const bool leader = !world || world->rank() == 0;
+  auto recorder = std::make_shared<comm::CommRecorder>();
+  std::unique_ptr<comm::RecordingCommunicator> tp;
+  if (world_size > 1) {
+    tp = std::make_unique<comm::RecordingCommunicator>(world->split(0, world->rank(), "tp"),
+                                                       recorder);
+  }
   const int threads =
-      o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+      o.threads > 0
+          ? o.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
   kernels::set_num_threads(threads);
   const bool bf16 = o.precision == "bf16";
   kernels::set_matmul_precision(bf16 ? kernels::MatmulPrecision::BF16
@@ -51,8 +82,10 @@ void run_bench_step(const BenchOptions& o) {
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
 
   const int64_t rss_before = current_resident_bytes();
-  const auto predicted = model::estimate_training_memory(cfg, B, T, *recompute, threads);
-  model::Gpt gpt(cfg, B, T, *recompute);
+  const bool sp = o.sequence_parallel && o.tp > 1;
+  const auto predicted =
+      model::estimate_training_memory(cfg, B, T, *recompute, threads, {o.tp, sp});
+  model::Gpt gpt(cfg, B, T, *recompute, {tp.get(), sp});
   gpt.init(1234);
   optim::AdamW opt(gpt.param_layout().buffer, gpt.param_layout().weight_decay_flags());
 
@@ -64,18 +97,33 @@ void run_bench_step(const BenchOptions& o) {
   }
   std::vector<double> times;
   runtime::StepStats last;
+  double comm_seconds = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (world) world->barrier();  // every rank starts the step together
+    recorder->clear();
     auto t0 = std::chrono::steady_clock::now();
     last = runtime::train_step(gpt, opt, tokens.data(), tokens.data() + 1, B, T, 1, 3e-4f, 1.0);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= o.warmup) times.push_back(dt);
+    if (s >= o.warmup) {
+      times.push_back(dt);
+      comm_seconds += recorder->seconds();
+    }
   }
+  // The slowest rank's time is the step's.
+  if (world)
+    world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
+  const double comm_share = comm_seconds / std::accumulate(times.begin(), times.end(), 0.0);
   const int64_t measured = peak_resident_bytes() - rss_before;
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double flops = model::model_flops_per_step(cfg, B, T);
   const auto shapes = model::training_gemm_shapes(cfg, B, T);
-  const auto ceiling = runtime::measure_gemm_ceiling(shapes);
+  if (world) world->barrier();
+  auto ceiling = runtime::measure_gemm_ceiling(shapes);
+  if (world) {  // the ranks' rates add up: sum the FLOPs, keep the slowest rank's time
+    world->all_reduce(&ceiling.flops, 1);
+    world->all_reduce(&ceiling.seconds, 1, comm::ReduceOp::Max);
+  }
   const double ceiling_bf16 =
       bf16 ? runtime::measure_gemm_ceiling(shapes, 5, kernels::MatmulPrecision::BF16).rate() : 0.0;
   kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
@@ -84,10 +132,14 @@ void run_bench_step(const BenchOptions& o) {
   nlohmann::json j = {
       {"name", "weft"},
       {"model", cfg.name},
-      {"params", gpt.param_layout().count()},
+      {"params", model::gpt_param_layout(cfg).count()},
       {"B", B},
       {"T", T},
       {"threads", threads},
+      {"ranks", world_size},
+      {"tp", o.tp},
+      {"sequence_parallel", sp},
+      {"comm_share", comm_share},
       {"recompute", o.recompute},
       {"precision", o.precision},
       {"ms_median", step_s * 1e3},
@@ -102,16 +154,24 @@ void run_bench_step(const BenchOptions& o) {
       {"mem_measured_mib", mib(measured)},
       {"mem_measured_over_predicted", static_cast<double>(measured) / predicted.total()},
   };
+  if (!leader) return;
   if (o.json) {
     fmt::print("{}\n", j.dump());
     return;
   }
   fmt::print(
-      "weft bench step: {} ({} parameters), B={} T={}, {} threads, recompute={}, precision={}\n",
-      cfg.name, gpt.param_layout().count(), B, T, threads, o.recompute, o.precision);
+      "weft bench step: {} ({} parameters), B={} T={}, {} threads{}, recompute={}, precision={}\n",
+      cfg.name, model::gpt_param_layout(cfg).count(), B, T, threads,
+      o.tp > 1 ? fmt::format(" x {} ranks, tp={}{}", o.tp, o.tp, sp ? " (sequence parallel)" : "")
+               : "",
+      o.recompute, o.precision);
   fmt::print("  step          {:9.1f} ms (median of {}; min {:.1f} ms)   loss {:.4f}\n",
              step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
   fmt::print("  throughput    {:9.1f} tokens/s\n", B * T / step_s);
+  if (o.tp > 1) {
+    fmt::print("  tp collectives {:8.1f}% of the step (rank 0, from call to completion)\n",
+               100.0 * comm_share);
+  }
   fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
              achieved / 1e9, flops);
   fmt::print(
@@ -154,6 +214,12 @@ void add_bench_command(CLI::App& app) {
                    "accumulation; weights and optimizer state stay fp32)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   step->add_flag("--json", o->json, "print one JSON line instead of the report");
+  step->add_option("--tp", o->tp,
+                   "tensor-parallel size; run under mpirun -n TP (each rank gets cores/TP "
+                   "threads unless --threads says otherwise)")
+      ->check(CLI::PositiveNumber);
+  step->add_flag("--sequence-parallel", o->sequence_parallel,
+                 "with --tp > 1, split the LayerNorm and residual regions along the sequence");
   step->callback([o] { run_bench_step(*o); });
 }
 

@@ -19,10 +19,15 @@ int main(int argc, char** argv) {
   weft::cli::add_train_command(app);
   weft::cli::add_generate_command(app);
   weft::cli::add_plot_command(app);
+  weft::cli::add_plan_command(app);
+  weft::cli::add_simulate_command(app);
+  weft::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const weft::cli::ExitQuietly& e) {
+    return e.code;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "weft: error: %s\n", e.what());
     return 1;

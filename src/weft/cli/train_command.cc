@@ -1,7 +1,10 @@
 // weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]:
-// the serial training loop (runtime/trainer.h) on a run config (runtime/run_config.h). Everything
-// that can be checked before allocating is: the config, the dataset, the tokenizer, and that the
-// three agree on the vocabulary.
+// the training loop (runtime/trainer.h) on a run config (runtime/run_config.h), as one process or
+// as every rank of `mpirun -n N weft train ...`. Everything that can be checked before allocating
+// is: the config, the dataset, the tokenizer, and that the three agree on the vocabulary. Those
+// checks reach the same verdict on every rank, so rank 0 alone reports a problem and every rank
+// exits 1. A failure later, while ranks depend on each other, ends the whole job with that rank's
+// message (comm::abort_job), so no rank waits forever.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -9,8 +12,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "weft/cli/commands.h"
+#include "weft/comm/mpi_communicator.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
@@ -28,9 +33,17 @@ struct TrainOptions {
   int64_t stop_after = 0;
 };
 
-void run_train(const TrainOptions& o) {
+struct Checked {
+  runtime::RunConfig cfg;
+  std::unique_ptr<data::TokenDataset> dataset;
+  std::string identity, tokenizer_spec;
+};
+
+Checked check_inputs(const TrainOptions& o, int world_size) {
   auto cfg = runtime::load_run_config(o.run_path, o.sets)
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
+  runtime::validate_world(cfg, world_size)
+      .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
   auto dataset = data::open_token_dataset(cfg.data.train)
                      .value_or_throw(fmt::format("cannot read data.train ({})", o.run_path));
   std::string identity, tokenizer_spec = cfg.data.tokenizer;
@@ -48,23 +61,33 @@ void run_train(const TrainOptions& o) {
   }
   runtime::validate_data(cfg, *dataset, identity, tokenizer_vocab)
       .throw_if_error(fmt::format("invalid run ({})", o.run_path));
+  return {std::move(cfg), std::move(dataset), identity, tokenizer_spec};
+}
+
+void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
+  const runtime::RunConfig& cfg = in.cfg;
+  const data::TokenDataset* dataset = in.dataset.get();
+  const bool leader = world == nullptr || world->rank() == 0;
 
   // The loss a model that ignores context would reach: the bar a trained model must clear.
   const auto split =
       data::split_windows(dataset->num_tokens(), cfg.train.seq_len, cfg.data.val_fraction);
   const double unigram =
       data::unigram_entropy(*dataset, 0, std::max<int64_t>(1, split.train * cfg.train.seq_len));
-  fmt::print(stderr, "weft train: unigram entropy of the training split: {:.4f} nats/token\n",
-             unigram);
+  if (leader) {
+    fmt::print(stderr, "weft train: unigram entropy of the training split: {:.4f} nats/token\n",
+               unigram);
+  }
 
   runtime::TrainerOptions options;
   options.resume = o.resume;
   options.stop_after = o.stop_after;
-  options.tokenizer_identity = identity;
-  options.tokenizer_spec = tokenizer_spec;
+  options.tokenizer_identity = in.identity;
+  options.tokenizer_spec = in.tokenizer_spec;
+  options.world = world;
   runtime::Trainer trainer(cfg, *dataset, options);
   const auto result = trainer.run().value_or_throw("training failed");
-  if (result.stopped) return;  // the trainer said why and where the checkpoint is
+  if (result.stopped || !leader) return;  // the trainer said why and where the checkpoint is
   if (result.records.empty()) {
     fmt::print(stderr, "weft train: nothing to do: {} is at step {} of {}\n", cfg.run.out_dir,
                result.last_step, cfg.train.steps);
@@ -88,6 +111,32 @@ void run_train(const TrainOptions& o) {
                  *it->val_loss, unigram, 100.0 * (1.0 - *it->val_loss / unigram));
       break;
     }
+  }
+}
+
+void run_train(const TrainOptions& o) {
+  std::optional<comm::MpiSession> mpi;
+  std::unique_ptr<comm::Communicator> world;
+  if (comm::launched_by_mpi()) {
+    mpi.emplace();
+    world = mpi->world();
+  }
+  const bool leader = world == nullptr || world->rank() == 0;
+  std::optional<Checked> in;
+  try {
+    in.emplace(check_inputs(o, world != nullptr ? world->size() : 1));
+  } catch (const Error&) {
+    if (leader) throw;  // one message for the job
+    throw ExitQuietly{1};
+  }
+  if (world == nullptr || world->size() == 1) {
+    train(o, std::move(*in), world.get());
+    return;
+  }
+  try {
+    train(o, std::move(*in), world.get());
+  } catch (const std::exception& e) {
+    comm::abort_job(e.what());
   }
 }
 

@@ -27,6 +27,12 @@ class Status {
     problems_.insert(problems_.end(), other.problems_.begin(), other.problems_.end());
   }
   bool ok() const { return problems_.empty(); }
+  // The same problems, each as "<prefix>: <problem>" (prefix: the file they come from).
+  Status prefixed(const std::string& prefix) const {
+    Status s;
+    for (const auto& p : problems_) s.add(prefix + ": " + p);
+    return s;
+  }
   const std::vector<std::string>& problems() const { return problems_; }
 
   // All problems, one per line, under a heading such as "invalid model config (gpt2.toml)".

@@ -12,13 +12,21 @@ const std::vector<std::string>& layer_activation_names() {
 }
 
 namespace {
-Shape layer_activation_shape(const std::string& name, const GptConfig& cfg, int64_t B, int64_t T) {
-  const int64_t C = cfg.n_embd;
-  if (name == "qkv") return {B, T, 3 * C};
-  if (name == "att") return {B, cfg.n_head, T, T};
-  if (name == "fc" || name == "fc_gelu") return {B, T, 4 * C};
-  if (name.ends_with(".mean") || name.ends_with(".rstd")) return {B, T};
-  return {B, T, C};
+// Rows of the residual stream on this rank: B*T, or B*T/t with sequence parallelism.
+int64_t stream_rows(int64_t B, int64_t T, TpShape tp) {
+  return tp.sequence_parallel ? B * T / tp.tp : B * T;
+}
+
+Shape layer_activation_shape(const std::string& name, const GptConfig& cfg, int64_t B, int64_t T,
+                             TpShape tp) {
+  const int64_t C = cfg.n_embd, t = tp.tp, Ns = stream_rows(B, T, tp);
+  if (name == "qkv") return {B, T, 3 * C / t};
+  if (name == "att") return {B, cfg.n_head / t, T, T};
+  if (name == "atty") return {B, T, C / t};
+  if (name == "fc" || name == "fc_gelu") return {B, T, 4 * C / t};
+  if (name.ends_with(".mean") || name.ends_with(".rstd")) return {Ns};
+  if (name == "res_attn" || name == "out") return {Ns, C};
+  return {B, T, C};  // ln_1, ln_2: gathered
 }
 }  // namespace
 
@@ -34,38 +42,49 @@ bool kept_per_layer(const std::string& name, Recompute mode) {
   return true;
 }
 
-BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode) {
+BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp) {
   validate_for_run(cfg, T).throw_if_error("invalid model config");
-  const int64_t C = cfg.n_embd;
+  validate_tensor_parallel(cfg, tp.tp, tp.sequence_parallel, B, T)
+      .throw_if_error("invalid tensor-parallel layout");
+  const int64_t C = cfg.n_embd, Ns = stream_rows(B, T, tp);
   BufferLayout a;
-  a.add("embed", {B, T, C});
+  a.add("embed", {Ns, C});
   for (int l = 0; l < cfg.n_layer; ++l) {
     for (const auto& n : layer_activation_names()) {
       if (kept_per_layer(n, mode)) {
-        a.add("h." + std::to_string(l) + "." + n, layer_activation_shape(n, cfg, B, T));
+        a.add("h." + std::to_string(l) + "." + n, layer_activation_shape(n, cfg, B, T, tp));
       }
     }
   }
   for (const auto& n : layer_activation_names()) {
-    if (!kept_per_layer(n, mode)) a.add("layer." + n, layer_activation_shape(n, cfg, B, T));
+    if (!kept_per_layer(n, mode)) a.add("layer." + n, layer_activation_shape(n, cfg, B, T, tp));
   }
   a.add("ln_f", {B, T, C});
-  a.add("ln_f.mean", {B, T});
-  a.add("ln_f.rstd", {B, T});
-  a.add("logits", {B, T, cfg.padded_vocab()});
+  a.add("ln_f.mean", {Ns});
+  a.add("ln_f.rstd", {Ns});
+  a.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
   a.add("losses", {B, T});
+  if (tp.tp > 1) a.add("ce.stats", {2, B, T});  // vocabulary-parallel softmax: row max, sum of exp
+  if (tp.sequence_parallel && tp.tp > 1) {
+    a.add("sp.ln", {Ns, C});
+    a.add("sp.partial", {B, T, C});
+  }
   return a;
 }
 
-BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T) {
-  const int64_t C = cfg.n_embd;
+BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpShape tp) {
+  const int64_t C = cfg.n_embd, t = tp.tp, Ns = stream_rows(B, T, tp);
   BufferLayout w;
-  w.add("d.residual", {B, T, C});
+  w.add("d.residual", {Ns, C});
   w.add("d.ln", {B, T, C});
-  w.add("d.atty", {B, T, C});
-  w.add("d.qkv", {B, T, 3 * C});
-  w.add("d.fc_gelu", {B, T, 4 * C});
-  w.add("d.fc", {B, T, 4 * C});
+  w.add("d.atty", {B, T, C / t});
+  w.add("d.qkv", {B, T, 3 * C / t});
+  w.add("d.fc_gelu", {B, T, 4 * C / t});
+  w.add("d.fc", {B, T, 4 * C / t});
+  if (tp.sequence_parallel && tp.tp > 1) {
+    w.add("d.gathered", {B, T, C});
+    w.add("d.ln_local", {Ns, C});
+  }
   return w;
 }
 

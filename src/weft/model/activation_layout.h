@@ -10,6 +10,16 @@
 // full:      only h.l.out per layer (the next layer's input); the rest in scratch.
 // Top level: embed [B,T,C] (layer 0's input), ln_f [B,T,C], ln_f.mean, ln_f.rstd [B,T],
 //            logits [B,T,Vp] (overwritten by their gradient in backward), losses [B,T].
+//
+// Tensor parallelism of size t (Megatron-LM): qkv [B,T,3C/t], att [B,NH/t,T,T], atty [B,T,C/t],
+// fc and fc_gelu [B,T,4C/t], logits [B,T,Vp/t]. Sequence parallelism (Korthikanti et al. 2022)
+// also splits the residual stream's B*T rows across the t ranks: embed, res_attn, out, and the
+// LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f are kept gathered
+// (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather), and two
+// scratch tensors hold a LayerNorm's local rows before the all-gather (sp.ln [N/t,C]) and a
+// row-parallel GEMM's partial sum before the reduce-scatter (sp.partial [B,T,C]). With t > 1 the
+// vocabulary-parallel cross-entropy keeps each row's max and sum of exponentials (ce.stats
+// [2,B,T]).
 
 #include <string>
 #include <vector>
@@ -26,11 +36,20 @@ const std::vector<std::string>& layer_activation_names();
 // True when `name` of a layer is kept per layer under `mode` (else it lives in scratch).
 bool kept_per_layer(const std::string& name, Recompute mode);
 
-BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode);
+// How tensor parallelism divides one rank's tensors (validate_tensor_parallel checks it).
+struct TpShape {
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+
+BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
+                                   TpShape tp = {});
 
 // Gradients of activations for the layer being back-propagated (reused across layers):
-// d.residual [B,T,C] (gradient of the residual stream), d.ln [B,T,C], d.atty [B,T,C],
-// d.qkv [B,T,3C], d.fc_gelu [B,T,4C], d.fc [B,T,4C].
-BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T);
+// d.residual [B,T,C] (gradient of the residual stream; N/t rows with sequence parallelism),
+// d.ln [B,T,C], d.atty [B,T,C/t], d.qkv [B,T,3C/t], d.fc_gelu [B,T,4C/t], d.fc [B,T,4C/t];
+// with sequence parallelism also d.gathered [B,T,C] (the all-gathered d.residual) and
+// d.ln_local [N/t,C] (the reduce-scattered d.ln).
+BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpShape tp = {});
 
 }  // namespace weft::model

@@ -1,6 +1,7 @@
 #include "weft/model/gpt.h"
 
 #include <string>
+#include <vector>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
@@ -16,16 +17,19 @@ struct Gpt::LayerActs {
   float *ln_2, *ln_2_mean, *ln_2_rstd, *fc, *fc_gelu, *out;
 };
 
-Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute)
-    : cfg_(cfg), B_(B), T_(T), recompute_(recompute) {
+Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp)
+    : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp) {
   Status s = validate_for_run(cfg, T);
   if (B <= 0) s.add("batch size " + std::to_string(B) + " must be > 0");
+  if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
   s.throw_if_error("invalid model config '" + cfg.name + "'");
-  layout_ = gpt_param_layout(cfg_);
+  sp_ = tp.sequence_parallel && tp.size() > 1;
+  const TpShape shape{tp.size(), sp_};
+  layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank());
   params_ = FlatBuffer(layout_.buffer);
   grads_ = FlatBuffer(layout_.buffer);
-  acts_ = FlatBuffer(gpt_activation_layout(cfg_, B, T, recompute));
-  work_ = FlatBuffer(gpt_grad_workspace_layout(cfg_, B, T));
+  acts_ = FlatBuffer(gpt_activation_layout(cfg_, B, T, recompute, shape));
+  work_ = FlatBuffer(gpt_grad_workspace_layout(cfg_, B, T, shape));
 }
 
 Gpt::LayerActs Gpt::layer_acts(int l) {
@@ -38,31 +42,101 @@ Gpt::LayerActs Gpt::layer_acts(int l) {
                    p("fc"),   p("fc_gelu"),   p("out")};
 }
 
+// ---- the conjugate operators of tensor parallelism, forward and backward side by side ----------
+// N = B*T rows; Ns = N/t rows of the residual stream with sequence parallelism, else N.
+//
+// Entering a column-parallel GEMM (Megatron's f): forward identity, backward all-reduce of the
+// input gradient. With sequence parallelism: forward all-gather of the LayerNorm's Ns rows,
+// backward reduce-scatter. Leaving a row-parallel GEMM (Megatron's g): forward all-reduce of the
+// partial sums, backward identity. With sequence parallelism: forward reduce-scatter, backward
+// all-gather.
+
+// f forward: LayerNorm of the Ns local rows of `in`, gathered into full[N,C] under SP.
+void Gpt::layernorm_gathered(float* full, float* mean, float* rstd, const float* in, const float* w,
+                             const float* b, int N) {
+  const int C = cfg_.n_embd;
+  if (!sp_) {
+    k::layernorm_forward(full, mean, rstd, in, w, b, N, C);
+    return;
+  }
+  const int Ns = N / tp_.size();
+  float* local = acts_.ptr("sp.ln");
+  k::layernorm_forward(local, mean, rstd, in, w, b, Ns, C);
+  tp_.comm->all_gather(full, local, int64_t{Ns} * C);
+}
+
+// g forward: partial[N,C] summed over the tp group into out (N rows, or this rank's Ns under SP).
+// Without SP, `partial` and `out` may be the same buffer (all-reduce in place).
+void Gpt::reduce_partial(float* out, float* partial, int N) {
+  const int64_t C = cfg_.n_embd;
+  if (tp_.size() == 1) return;
+  if (sp_) {
+    tp_.comm->reduce_scatter(out, partial, N / tp_.size() * C);
+  } else {
+    WEFT_CHECK(out == partial, "without sequence parallelism g reduces in place");
+    tp_.comm->all_reduce(out, N * C);
+  }
+}
+
+// g backward: the gradient of a row-parallel output, d_res (Ns rows), as the full [N,C] every rank
+// needs for its GEMM's backward (all-gather under SP; identity otherwise).
+const float* Gpt::gather_grad(float* d_res, int N) {
+  if (!sp_) return d_res;
+  float* full = work_.ptr("d.gathered");
+  tp_.comm->all_gather(full, d_res, int64_t{N} / tp_.size() * cfg_.n_embd);
+  return full;
+}
+
+// f backward: the column-parallel GEMM's input gradient d_partial[N,C] (this rank's heads or
+// columns only) summed over the group: in place, or reduce-scattered to Ns rows under SP.
+float* Gpt::reduce_grad(float* d_partial, int N) {
+  if (tp_.size() == 1) return d_partial;
+  if (!sp_) {
+    tp_.comm->all_reduce(d_partial, int64_t{N} * cfg_.n_embd);
+    return d_partial;
+  }
+  float* local = work_.ptr("d.ln_local");
+  tp_.comm->reduce_scatter(local, d_partial, int64_t{N} / tp_.size() * cfg_.n_embd);
+  return local;
+}
+
 // One pre-LN transformer block (GPT-2):
 //   res_attn = in + attn.proj(attention(attn.qkv(ln_1(in))))
 //   out      = res_attn + mlp.proj(gelu(mlp.fc(ln_2(res_attn))))
+// On a tp rank: qkv [N,3C/t] and fc [N,4C/t] are its heads and columns; each proj GEMM gives a
+// partial sum [N,C] that g reduces. The row-parallel biases are added by tp rank 0 only, so the
+// reduction adds each once.
 void Gpt::layer_forward(int l, const float* in, const LayerActs& a, int B, int T) {
-  const int C = cfg_.n_embd, NH = cfg_.n_head, N = B * T;
+  const int t = tp_.size(), C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, N = B * T;
+  const int64_t Ns = sp_ ? N / t : N;
   auto w = [&](const char* n) { return params_.ptr(layer_param(l, n)); };
-  k::layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N,
-                       C);
-  k::matmul_forward(a.qkv, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C, 3 * C);
-  k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-  float* proj = a.res_attn;  // attn.proj output, then the residual sum in place
-  k::matmul_forward(proj, a.atty, w("attn.proj.weight"), w("attn.proj.bias"), N, C, C);
-  k::residual_forward(a.res_attn, proj, in, int64_t{N} * C);
-  k::layernorm_forward(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"),
-                       w("ln_2.bias"), N, C);
-  k::matmul_forward(a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * C);
-  k::gelu_forward(a.fc_gelu, a.fc, int64_t{N} * 4 * C);
-  k::matmul_forward(a.out, a.fc_gelu, w("mlp.proj.weight"), w("mlp.proj.bias"), N, 4 * C, C);
-  k::residual_forward(a.out, a.out, a.res_attn, int64_t{N} * C);
+  auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? w(n) : nullptr; };
+  float* partial = sp_ ? acts_.ptr("sp.partial") : nullptr;
+
+  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N);
+  k::matmul_forward(a.qkv, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C, 3 * Cl);
+  k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  float* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
+  k::matmul_forward(proj, a.atty, w("attn.proj.weight"), row_bias("attn.proj.bias"), N, Cl, C);
+  reduce_partial(a.res_attn, proj, N);
+  k::residual_forward(a.res_attn, a.res_attn, in, Ns * C);
+
+  layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"), w("ln_2.bias"),
+                     N);
+  k::matmul_forward(a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * Cl);
+  k::gelu_forward(a.fc_gelu, a.fc, int64_t{N} * 4 * Cl);
+  proj = sp_ ? partial : a.out;
+  k::matmul_forward(proj, a.fc_gelu, w("mlp.proj.weight"), row_bias("mlp.proj.bias"), N, 4 * Cl, C);
+  reduce_partial(a.out, proj, N);
+  k::residual_forward(a.out, a.out, a.res_attn, Ns * C);
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
-  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab(), N = B * T;
+  const int t = tp_.size(), C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
+  const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl;
+  WEFT_CHECK(!sp_ || N % t == 0, "sequence parallelism needs B*T=", N, " divisible by tp=", t);
   for (int i = 0; i < N; ++i) {
     WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
                " is outside the vocabulary of ", V);
@@ -72,22 +146,35 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   last_B_ = B;
   last_T_ = T;
 
+  // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
   float* x = acts_.ptr("embed");
-  k::embedding_forward(x, tokens, params_.ptr("wte"), params_.ptr("wpe"), B, T, C);
+  if (t == 1) {
+    k::embedding_forward(x, tokens, params_.ptr("wte"), params_.ptr("wpe"), B, T, C);
+  } else {
+    float* partial = sp_ ? acts_.ptr("sp.partial") : x;
+    parallel::vocab_parallel_embedding_forward(
+        partial, tokens, params_.ptr("wte"), params_.ptr("wpe"), tp_.rank() == 0, B, T, C, v0, Vl);
+    reduce_partial(x, partial, N);
+  }
   for (int l = 0; l < cfg_.n_layer; ++l) {
     LayerActs a = layer_acts(l);
     layer_forward(l, x, a, B, T);
     x = a.out;
   }
   float* lnf = acts_.ptr("ln_f");
-  k::layernorm_forward(lnf, acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"), x,
-                       params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N, C);
-  float* logits = acts_.ptr("logits");
-  k::matmul_forward(logits, lnf, params_.ptr("wte"), nullptr, N, C, Vp);  // tied embedding
+  layernorm_gathered(lnf, acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"), x,
+                     params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N);
+  float* logits = acts_.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
+  k::matmul_forward(logits, lnf, params_.ptr("wte"), nullptr, N, C, Vl);  // tied embedding
   if (targets == nullptr) return 0.0f;
 
   float* losses = acts_.ptr("losses");
-  k::softmax_cross_entropy_forward(losses, logits, targets, N, V, Vp);
+  if (t == 1) {
+    k::softmax_cross_entropy_forward(losses, logits, targets, N, V, Vl);
+  } else {
+    parallel::vocab_parallel_cross_entropy_forward(*tp_.comm, losses, acts_.ptr("ce.stats"), logits,
+                                                   targets, N, V, v0, Vl);
+  }
   double sum = 0.0;
   valid_targets_ = 0;
   for (int i = 0; i < N; ++i) {
@@ -102,11 +189,11 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
 
 void Gpt::backward(float loss_scale) {
   WEFT_CHECK(targets_ != nullptr, "backward() needs a forward() with targets");
-  const int B = last_B_, T = last_T_, N = B * T;
-  const int C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
-  const int64_t NC = int64_t{N} * C;
-  float* d_res = work_.ptr("d.residual");
-  float* d_ln = work_.ptr("d.ln");
+  const int B = last_B_, T = last_T_, N = B * T, t = tp_.size();
+  const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, V = cfg_.vocab_size;
+  const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl, Ns = sp_ ? N / t : N;
+  float* d_res = work_.ptr("d.residual");  // [Ns, C]
+  float* d_ln = work_.ptr("d.ln");         // [N, C]
   float* d_atty = work_.ptr("d.atty");
   float* d_qkv = work_.ptr("d.qkv");
   float* d_fc_gelu = work_.ptr("d.fc_gelu");
@@ -121,54 +208,108 @@ void Gpt::backward(float loss_scale) {
   // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
   float* logits = acts_.ptr("logits");
   const float dloss = valid_targets_ > 0 ? loss_scale / static_cast<float>(valid_targets_) : 0.0f;
-  k::softmax_cross_entropy_fused(acts_.ptr("losses"), logits, targets_, dloss, N, V, Vp);
-  zero(d_ln, NC);
+  if (t == 1) {
+    k::softmax_cross_entropy_fused(acts_.ptr("losses"), logits, targets_, dloss, N, V, Vl);
+  } else {
+    parallel::vocab_parallel_cross_entropy_backward(logits, acts_.ptr("ce.stats"), targets_, dloss,
+                                                    N, V, v0, Vl);
+  }
+  zero(d_ln, int64_t{N} * C);
   k::matmul_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts_.ptr("ln_f"),
-                     params_.ptr("wte"), N, C, Vp);
-  zero(d_res, NC);
+                     params_.ptr("wte"), N, C, Vl);
+  zero(d_res, Ns * C);
   const float* last_out = layer_acts(cfg_.n_layer - 1).out;
-  k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"), d_ln, last_out,
-                        params_.ptr("ln_f.weight"), acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"),
-                        N, C);
+  k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"),
+                        reduce_grad(d_ln, N), last_out, params_.ptr("ln_f.weight"),
+                        acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"), Ns, C);
 
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const float* in = layer_input(l);
     LayerActs a = layer_acts(l);
     if (recompute_ == Recompute::Full) {
-      // Recompute the block into scratch; its output is discarded (h.l.out is kept), so write it
-      // to scratch as well.
+      // Recompute the block into scratch (its collectives too); its output is discarded (h.l.out
+      // is kept), so write it to d_ln, which is free until the MLP backward below.
       LayerActs r = a;
-      r.out = d_fc;  // free until the MLP backward below overwrites it
+      r.out = d_ln;
       layer_forward(l, in, r, B, T);
     } else if (recompute_ == Recompute::Selective) {
-      k::attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+      k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
     }
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
-    zero(d_fc_gelu, int64_t{N} * 4 * C);
-    k::matmul_backward(d_fc_gelu, g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), d_res, a.fc_gelu,
-                       w(l, "mlp.proj.weight"), N, 4 * C, C);
-    zero(d_fc, int64_t{N} * 4 * C);
-    k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * C);
-    zero(d_ln, NC);
+    const float* d_out = gather_grad(d_res, N);
+    zero(d_fc_gelu, int64_t{N} * 4 * Cl);
+    k::matmul_backward(d_fc_gelu, g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), d_out, a.fc_gelu,
+                       w(l, "mlp.proj.weight"), N, 4 * Cl, C);
+    zero(d_fc, int64_t{N} * 4 * Cl);
+    k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * Cl);
+    zero(d_ln, int64_t{N} * C);
     k::matmul_backward(d_ln, g(l, "mlp.fc.weight"), g(l, "mlp.fc.bias"), d_fc, a.ln_2,
-                       w(l, "mlp.fc.weight"), N, C, 4 * C);
+                       w(l, "mlp.fc.weight"), N, C, 4 * Cl);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
-    k::layernorm_backward(d_res, g(l, "ln_2.weight"), g(l, "ln_2.bias"), d_ln, a.res_attn,
-                          w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, N, C);
+    k::layernorm_backward(d_res, g(l, "ln_2.weight"), g(l, "ln_2.bias"), reduce_grad(d_ln, N),
+                          a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
-    zero(d_atty, NC);
-    k::matmul_backward(d_atty, g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), d_res, a.atty,
-                       w(l, "attn.proj.weight"), N, C, C);
-    zero(d_qkv, int64_t{N} * 3 * C);
-    k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, C, NH);
-    zero(d_ln, NC);
+    const float* d_res_attn = gather_grad(d_res, N);
+    zero(d_atty, int64_t{N} * Cl);
+    k::matmul_backward(d_atty, g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), d_res_attn, a.atty,
+                       w(l, "attn.proj.weight"), N, Cl, C);
+    zero(d_qkv, int64_t{N} * 3 * Cl);
+    k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, Cl, NHl);
+    zero(d_ln, int64_t{N} * C);
     k::matmul_backward(d_ln, g(l, "attn.qkv.weight"), g(l, "attn.qkv.bias"), d_qkv, a.ln_1,
-                       w(l, "attn.qkv.weight"), N, C, 3 * C);
-    k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), d_ln, in,
-                          w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, N, C);
+                       w(l, "attn.qkv.weight"), N, C, 3 * Cl);
+    k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), reduce_grad(d_ln, N), in,
+                          w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
   }
-  k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_res, tokens_, B, T, C);
+  if (t == 1) {
+    k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_res, tokens_, B, T, C);
+  } else {
+    parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"),
+                                                gather_grad(d_res, N), tokens_, B, T, C, v0, Vl);
+  }
   targets_ = nullptr;  // the logits are gone; a second backward needs a new forward
+}
+
+namespace {
+bool is_layernorm(const std::string& name) {
+  return name.starts_with("ln_f.") || name.find(".ln_1.") != std::string::npos ||
+         name.find(".ln_2.") != std::string::npos;
+}
+}  // namespace
+
+void Gpt::finish_grad_sync() {
+  if (!sp_) return;
+  // One all-reduce for all LayerNorm gradients: pack, reduce, unpack.
+  std::vector<const SliceSpec*> slices;
+  int64_t total = 0;
+  for (const SliceSpec& s : layout_.buffer.slices()) {
+    if (is_layernorm(s.name)) {
+      slices.push_back(&s);
+      total += s.numel;
+    }
+  }
+  std::vector<float> packed(total);
+  int64_t at = 0;
+  for (const SliceSpec* s : slices) {
+    std::copy_n(grads_.data() + s->offset, s->numel, packed.data() + at);
+    at += s->numel;
+  }
+  tp_.comm->all_reduce(packed.data(), total);
+  at = 0;
+  for (const SliceSpec* s : slices) {
+    std::copy_n(packed.data() + at, s->numel, grads_.data() + s->offset);
+    at += s->numel;
+  }
+}
+
+double Gpt::grad_sum_squares() const {
+  double sum = 0.0;
+  const auto& slices = layout_.buffer.slices();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (layout_.splits[i].replicated() && tp_.rank() != 0) continue;
+    sum += k::sum_squares(grads_.data() + slices[i].offset, slices[i].numel);
+  }
+  return sum;
 }
 
 }  // namespace weft::model

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "weft/core/suggest.h"
+#include "weft/core/text_file.h"
 
 namespace weft::model {
 
@@ -35,6 +36,31 @@ Status validate_for_run(const GptConfig& c, int seq_len) {
   if (c.max_seq_len > 0 && seq_len > c.max_seq_len) {
     s.add(fmt::format("sequence length {} is larger than the position table (max_seq_len={})",
                       seq_len, c.max_seq_len));
+  }
+  return s;
+}
+
+Status validate_tensor_parallel(const GptConfig& c, int tp, bool sequence_parallel, int B, int T) {
+  Status s;
+  if (tp < 1) return Status::error(fmt::format("parallel.tp={} must be >= 1", tp));
+  if (c.n_head > 0 && c.n_head % tp != 0) {
+    s.add(fmt::format("n_head={} is not divisible by tp={} (each rank computes whole heads)",
+                      c.n_head, tp));
+  }
+  if (c.n_embd > 0 && c.n_embd % tp != 0) {
+    s.add(fmt::format("n_embd={} is not divisible by tp={}", c.n_embd, tp));
+  }
+  if (c.vocab_size > 0 && c.pad_vocab_to > 0 && c.padded_vocab() % tp != 0) {
+    s.add(fmt::format(
+        "the padded vocabulary {} (vocab_size={} rounded up to pad_vocab_to={}) is not divisible "
+        "by tp={}: set pad_vocab_to to a multiple of {}",
+        c.padded_vocab(), c.vocab_size, c.pad_vocab_to, tp, tp));
+  }
+  if (sequence_parallel && B > 0 && T > 0 && (int64_t{B} * T) % tp != 0) {
+    s.add(
+        fmt::format("sequence parallelism splits the {}x{} = {} tokens of a microbatch across "
+                    "tp={} ranks: they must divide",
+                    B, T, int64_t{B} * T, tp));
   }
   return s;
 }
@@ -85,20 +111,14 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   get_int("pad_vocab_to", c.pad_vocab_to);
   get_int("max_seq_len", c.max_seq_len);
   if (!incomplete) s.merge(validate(c));
-  if (!s.ok()) {
-    Status out;
-    for (const auto& p : s.problems()) out.add(origin + ": " + p);
-    return out;
-  }
+  if (!s.ok()) return s.prefixed(origin);
   return c;
 }
 
 Result<GptConfig> load_gpt_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return Status::error(fmt::format("{}: cannot open model config", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_gpt_config(ss.str(), path);
+  const auto text = read_text_file(path);
+  if (!text) return Status::error(fmt::format("{}: cannot open model config", path));
+  return parse_gpt_config(*text, path);
 }
 
 }  // namespace weft::model

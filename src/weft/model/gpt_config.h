@@ -28,6 +28,12 @@ Status validate(const GptConfig& cfg);
 // Also checks a run's sequence length against the position table.
 Status validate_for_run(const GptConfig& cfg, int seq_len);
 
+// Can tensor parallelism of size tp split this model? Heads (and so n_embd and 4*n_embd) and the
+// padded vocabulary must divide by tp; with sequence parallelism also the B*T rows of a
+// microbatch (B, T > 0 only when known). Every problem at once, in the user's terms.
+Status validate_tensor_parallel(const GptConfig& cfg, int tp, bool sequence_parallel = false,
+                                int B = 0, int T = 0);
+
 // Parses a [model] table (keys: name, n_layer, n_embd, n_head, vocab_size, pad_vocab_to,
 // max_seq_len); unknown keys are errors that suggest the nearest known key. Validated.
 Result<GptConfig> parse_gpt_config(const std::string& toml_text, const std::string& origin);

@@ -1,10 +1,12 @@
 #pragma once
-// Predicted memory of one serial training process (fp32 everything): parameters, gradients, the two
-// AdamW moments, saved activations and the backward workspace, each from the same layouts the model
-// allocates. Kernel scratch (per-thread attention rows) is counted under workspace.
+// Predicted memory of one training process (fp32 everything; one tensor-parallel rank's shards):
+// parameters, gradients, the two AdamW moments, saved activations and the backward workspace, each
+// from the same layouts the model allocates. Kernel scratch (per-thread attention rows) is counted
+// under workspace.
 
 #include <cstdint>
 
+#include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/recompute.h"
 
@@ -16,6 +18,6 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
-                                        int threads);
+                                        int threads, TpShape tp = {});
 
 }  // namespace weft::model

@@ -1,8 +1,10 @@
 #include "weft/model/param_layout.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "weft/core/check.h"
 #include "weft/core/rng.h"
 
 namespace weft::model {
@@ -11,34 +13,69 @@ std::string layer_param(int layer, const char* suffix) {
   return "h." + std::to_string(layer) + "." + suffix;
 }
 
-ParamLayout gpt_param_layout(const GptConfig& cfg) {
+std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank) {
+  int64_t numel = 1;
+  for (int64_t d : global) numel *= d;
+  if (split.replicated() || tp == 1) return {{0, 0, numel}};
+  WEFT_CHECK(split.dim < static_cast<int>(global.size()), "split dim ", split.dim, " of a ",
+             global.size(), "-d tensor");
+  std::vector<ShardRun> runs;
+  if (split.dim == 0) {
+    // [R, cols]: each of the `blocks` row blocks contributes rows [rank*r, (rank+1)*r) of itself.
+    const int64_t cols = numel / global[0], block_rows = global[0] / split.blocks;
+    const int64_t r = block_rows / tp;
+    for (int b = 0; b < split.blocks; ++b) {
+      runs.push_back({b * r * cols, (b * block_rows + rank * r) * cols, r * cols});
+    }
+  } else {
+    // [R, K]: every row contributes columns [rank*k, (rank+1)*k).
+    const int64_t R = global[0], K = global[1], k = K / tp;
+    for (int64_t i = 0; i < R; ++i) runs.push_back({i * k, i * K + rank * k, k});
+  }
+  return runs;
+}
+
+Shape shard_shape(const Shape& global, TpSplit split, int tp) {
+  Shape s = global;
+  if (!split.replicated()) s[split.dim] /= tp;
+  return s;
+}
+
+ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank) {
   validate(cfg).throw_if_error("invalid model config");
+  validate_tensor_parallel(cfg, tp).throw_if_error("invalid tensor-parallel layout");
+  WEFT_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " outside tp=", tp);
   const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
   using K = ParamInit::Kind;
+  const TpSplit rep{}, rows{0}, cols{1}, qkv{0, 3};
   ParamLayout p;
-  auto add = [&](const std::string& name, const Shape& shape, ParamInit init) {
-    p.buffer.add(name, shape);
+  p.tp = tp;
+  p.tp_rank = tp_rank;
+  auto add = [&](const std::string& name, const Shape& shape, ParamInit init, TpSplit split) {
+    p.buffer.add(name, shard_shape(shape, split, tp));
     p.init.push_back(init);
+    p.global_shapes.push_back(shape);
+    p.splits.push_back(split);
   };
-  add("wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size});
-  add("wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true});
+  add("wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
+  add("wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
   for (int l = 0; l < L; ++l) {
-    add(layer_param(l, "ln_1.weight"), {C}, {K::Ones});
-    add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros});
-    add(layer_param(l, "attn.qkv.weight"), {3 * C, C}, {K::Normal, 0.02f, true});
-    add(layer_param(l, "attn.qkv.bias"), {3 * C}, {K::Zeros});
-    add(layer_param(l, "attn.proj.weight"), {C, C}, {K::Normal, residual_std, true});
-    add(layer_param(l, "attn.proj.bias"), {C}, {K::Zeros});
-    add(layer_param(l, "ln_2.weight"), {C}, {K::Ones});
-    add(layer_param(l, "ln_2.bias"), {C}, {K::Zeros});
-    add(layer_param(l, "mlp.fc.weight"), {4 * C, C}, {K::Normal, 0.02f, true});
-    add(layer_param(l, "mlp.fc.bias"), {4 * C}, {K::Zeros});
-    add(layer_param(l, "mlp.proj.weight"), {C, 4 * C}, {K::Normal, residual_std, true});
-    add(layer_param(l, "mlp.proj.bias"), {C}, {K::Zeros});
+    add(layer_param(l, "ln_1.weight"), {C}, {K::Ones}, rep);
+    add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros}, rep);
+    add(layer_param(l, "attn.qkv.weight"), {3 * C, C}, {K::Normal, 0.02f, true}, qkv);
+    add(layer_param(l, "attn.qkv.bias"), {3 * C}, {K::Zeros}, qkv);
+    add(layer_param(l, "attn.proj.weight"), {C, C}, {K::Normal, residual_std, true}, cols);
+    add(layer_param(l, "attn.proj.bias"), {C}, {K::Zeros}, rep);
+    add(layer_param(l, "ln_2.weight"), {C}, {K::Ones}, rep);
+    add(layer_param(l, "ln_2.bias"), {C}, {K::Zeros}, rep);
+    add(layer_param(l, "mlp.fc.weight"), {4 * C, C}, {K::Normal, 0.02f, true}, rows);
+    add(layer_param(l, "mlp.fc.bias"), {4 * C}, {K::Zeros}, rows);
+    add(layer_param(l, "mlp.proj.weight"), {C, 4 * C}, {K::Normal, residual_std, true}, cols);
+    add(layer_param(l, "mlp.proj.bias"), {C}, {K::Zeros}, rep);
   }
-  add("ln_f.weight", {C}, {K::Ones});
-  add("ln_f.bias", {C}, {K::Zeros});
+  add("ln_f.weight", {C}, {K::Ones}, rep);
+  add("ln_f.bias", {C}, {K::Zeros}, rep);
   return p;
 }
 
@@ -56,10 +93,17 @@ void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed) {
         std::fill(out, out + s.numel, 1.0f);
         break;
       case ParamInit::Kind::Normal: {
-        int64_t live = s.numel;
-        if (init.live_rows >= 0) live = init.live_rows * (s.numel / s.shape[0]);
-        fill_normal(out, live, stream_key(seed, s.name), 0, 0.0f, init.std);
-        std::fill(out + live, out + s.numel, 0.0f);
+        // Global elements at or beyond `live` (padding rows) stay zero.
+        const Shape& g = layout.global_shapes[i];
+        int64_t live = 1;
+        for (int64_t d : g) live *= d;
+        if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
+        const uint64_t key = stream_key(seed, s.name);
+        for (const ShardRun& r : layout.runs(i)) {
+          const int64_t n = std::clamp<int64_t>(live - r.global, 0, r.n);
+          fill_normal(out + r.local, n, key, static_cast<uint64_t>(r.global), 0.0f, init.std);
+          std::fill(out + r.local + n, out + r.local + r.n, 0.0f);
+        }
         break;
       }
     }

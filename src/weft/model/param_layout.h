@@ -2,6 +2,14 @@
 // The parameters of a GPT-2 model: names, shapes, initialization and weight-decay flags, in the
 // order they sit in the flat parameter buffer. Names follow GPT-2's module tree
 // ("h.3.attn.qkv.weight"). Linear weights are stored [out, in] (as torch.nn.Linear).
+//
+// Under tensor parallelism (Shoeybi et al. 2019, "Megatron-LM") a rank holds its shard of each
+// parameter, in the same order; the layout records each tensor's global shape and how it is split,
+// so initialization, gathering and checkpoints address every element by its global index.
+//   column-parallel (split output rows): attn.qkv (q, k and v each split by heads), mlp.fc,
+//                                        wte (vocabulary rows; also the tied LM head)
+//   row-parallel (split input columns):  attn.proj.weight, mlp.proj.weight
+//   replicated:                          LayerNorms, wpe, row-parallel biases
 
 #include <cstdint>
 #include <string>
@@ -12,16 +20,38 @@
 
 namespace weft::model {
 
+// How tensor parallelism splits one parameter.
+struct TpSplit {
+  int dim = -1;    // -1: replicated on every tp rank; 0: rows; 1: columns (2-D tensors)
+  int blocks = 1;  // dim holds `blocks` equal parts, each split across ranks (attn.qkv: q, k, v)
+  bool replicated() const { return dim < 0; }
+};
+
+// A contiguous run of a shard: local element offset, global element offset, length.
+struct ShardRun {
+  int64_t local = 0, global = 0, n = 0;
+};
+// The runs of rank `rank`'s shard of a tensor of global shape `global` (in local order).
+std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank);
+// The local shape of that shard.
+Shape shard_shape(const Shape& global, TpSplit split, int tp);
+
 struct ParamInit {
   enum class Kind { Normal, Zeros, Ones } kind = Kind::Zeros;
   float std = 0.0f;
   bool weight_decay = false;  // AdamW decays matrices and embeddings, not biases or LayerNorm
-  int64_t live_rows = -1;     // rows beyond this stay zero (vocabulary padding of wte); -1: all
+  int64_t live_rows = -1;     // global rows beyond this stay zero (wte's vocabulary padding)
 };
 
 struct ParamLayout {
-  BufferLayout buffer;
-  std::vector<ParamInit> init;  // parallel to buffer.slices()
+  BufferLayout buffer;               // this rank's shards (local shapes)
+  std::vector<ParamInit> init;       // parallel to buffer.slices()
+  std::vector<Shape> global_shapes;  // parallel to buffer.slices()
+  std::vector<TpSplit> splits;       // parallel to buffer.slices()
+  int tp = 1, tp_rank = 0;
+  std::vector<ShardRun> runs(size_t slice) const {
+    return shard_runs(global_shapes[slice], splits[slice], tp, tp_rank);
+  }
   int64_t count() const { return buffer.numel(); }
   std::vector<bool> weight_decay_flags() const {  // one per slice
     std::vector<bool> f;
@@ -33,12 +63,14 @@ struct ParamLayout {
 // Per-layer names, so model code and tests spell them once.
 std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1.weight")
 
-ParamLayout gpt_param_layout(const GptConfig& cfg);
+// Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel).
+ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0);
 
 // GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)
 // for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero biases,
 // LayerNorm weight 1. Element i of parameter `name` is normal_at(stream_key(seed, name), i): the
-// value depends only on (seed, name, global index), whatever the layout.
+// value depends only on (seed, name, global index), whatever the layout: a shard holds exactly
+// its slice of the serial model.
 void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed);
 
 }  // namespace weft::model

@@ -35,11 +35,15 @@ double global_grad_norm(const FlatBuffer& grads) {
   return std::sqrt(kernels::cpu::sum_squares(grads.data(), grads.size()));
 }
 
-double clip_grad_norm(FlatBuffer& grads, double max_norm) {
-  const double norm = global_grad_norm(grads);
+void clip_to_norm(FlatBuffer& grads, double norm, double max_norm) {
   if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
     kernels::cpu::scale(grads.data(), static_cast<float>(max_norm / (norm + 1e-6)), grads.size());
   }
+}
+
+double clip_grad_norm(FlatBuffer& grads, double max_norm) {
+  const double norm = global_grad_norm(grads);
+  clip_to_norm(grads, norm, max_norm);
   return norm;
 }
 

@@ -42,6 +42,9 @@ class AdamW {
 
 // sqrt(sum of squares) over the whole buffer (alignment padding is zero and adds nothing).
 double global_grad_norm(const FlatBuffer& grads);
+// Scales grads by max_norm / norm when the (already known, e.g. summed across ranks) global norm
+// exceeds max_norm > 0.
+void clip_to_norm(FlatBuffer& grads, double norm, double max_norm);
 // Scales grads so their global norm is at most max_norm (no-op when max_norm <= 0); returns the
 // norm before clipping.
 double clip_grad_norm(FlatBuffer& grads, double max_norm);

@@ -14,13 +14,15 @@
 #include <toml++/toml.h>
 
 #include "weft/core/suggest.h"
+#include "weft/core/text_file.h"
 #include "weft/data/sampler.h"
+#include "weft/parallel/topology.h"
 #include "weft/schedule/instr.h"
 
 namespace weft::runtime {
 namespace {
 
-using FieldRef = std::variant<int*, int64_t*, double*, std::string*>;
+using FieldRef = std::variant<int*, int64_t*, double*, std::string*, bool*>;
 
 // One key of [data], [train], [run] or [parallel]: where it lives in RunConfig and what it means.
 // [model] keys are GptConfig's and are parsed by model::parse_gpt_config.
@@ -72,7 +74,10 @@ const std::vector<Binding>& bindings() {
        "the machine's spec peak (GFLOP/s) for MFU; 0: MFU against the measured GEMM ceiling only"},
       {"run.out_dir", WEFT_FIELD(run.out_dir),
        "where metrics.jsonl, loss.svg and checkpoints/ go; default runs/<RUN.toml's stem>"},
-      {"parallel.tp", WEFT_FIELD(parallel.tp), "tensor-parallel size (1 in this build)"},
+      {"parallel.tp", WEFT_FIELD(parallel.tp),
+       "tensor-parallel size: each layer's matrices split across tp ranks (run under mpirun)"},
+      {"parallel.sequence_parallel", WEFT_FIELD(parallel.sequence_parallel),
+       "with tp > 1, also split the LayerNorm and residual regions along the sequence"},
       {"parallel.pp", WEFT_FIELD(parallel.pp), "pipeline-parallel size (1 in this build)"},
       {"parallel.dp", WEFT_FIELD(parallel.dp), "data-parallel size (1 in this build)"},
       {"parallel.vp", WEFT_FIELD(parallel.vp), "model chunks per pipeline rank (1 in this build)"},
@@ -109,6 +114,7 @@ const std::vector<std::string> kSections = {"model", "data", "train", "run", "pa
 KeyType type_of(const FieldRef& f) {
   if (std::holds_alternative<double*>(f)) return KeyType::Float;
   if (std::holds_alternative<std::string*>(f)) return KeyType::String;
+  if (std::holds_alternative<bool*>(f)) return KeyType::Bool;
   return KeyType::Int;
 }
 
@@ -120,6 +126,8 @@ const char* type_words(KeyType t) {
       return "a number";
     case KeyType::String:
       return "a string";
+    case KeyType::Bool:
+      return "true or false";
   }
   return "?";
 }
@@ -178,6 +186,14 @@ void apply_override(toml::table& root, const std::string& text, Status& s) {
       t->insert_or_assign(key, v);
       break;
     }
+    case KeyType::Bool: {
+      if (value != "true" && value != "false" && value != "1" && value != "0") {
+        s.add(fmt::format("--set {}: {} takes true or false, not '{}'", text, name, value));
+        return;
+      }
+      t->insert_or_assign(key, value == "true" || value == "1");
+      break;
+    }
     case KeyType::String: {
       std::string v = value;
       if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) {
@@ -187,14 +203,6 @@ void apply_override(toml::table& root, const std::string& text, Status& s) {
       break;
     }
   }
-}
-
-std::string read_file(const std::string& path, bool& ok) {
-  std::ifstream f(path);
-  ok = static_cast<bool>(f);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 // The [model] table: model.config's [model] (when given), overlaid with the inline keys.
@@ -210,14 +218,13 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
   if (auto path = (*inline_tbl)["config"].value<std::string>()) {
     c.model_config = *path;
     model_origin = *path;
-    bool ok = false;
-    const std::string text = read_file(*path, ok);
-    if (!ok) {
+    const auto text = read_text_file(*path);
+    if (!text) {
       s.add(fmt::format("{}: cannot open model config {} (model.config)", origin, *path));
       return;
     }
     try {
-      toml::table file = toml::parse(text, *path);
+      toml::table file = toml::parse(*text, *path);
       if (const toml::table* m = file["model"].as_table()) merged = *m;
     } catch (const toml::parse_error& e) {
       s.add(fmt::format("{}: TOML syntax error at line {}: {}", *path, e.source().begin.line,
@@ -294,6 +301,8 @@ const std::vector<KeyInfo>& run_config_keys() {
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_same_v<T, std::string>) {
               return p->empty() ? "" : "\"" + *p + "\"";
+            } else if constexpr (std::is_same_v<T, bool>) {
+              return *p ? "true" : "false";
             } else {
               return fmt::format("{}", *p);
             }
@@ -354,6 +363,10 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
             auto v = node.value<std::string>();
             if (v && node.is_string()) *p = *v;
             return v.has_value() && node.is_string();
+          } else if constexpr (std::is_same_v<T, bool>) {
+            auto v = node.value<bool>();
+            if (v && node.is_boolean()) *p = *v;
+            return v.has_value() && node.is_boolean();
           } else if constexpr (std::is_same_v<T, double>) {
             auto v = node.value<double>();
             if (v && (node.is_floating_point() || node.is_integer())) *p = *v;
@@ -387,10 +400,9 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
 
 Result<RunConfig> load_run_config(const std::string& path,
                                   const std::vector<std::string>& overrides) {
-  bool ok = false;
-  const std::string text = read_file(path, ok);
-  if (!ok) return Status::error(fmt::format("{}: cannot open run config", path));
-  return parse_run_config(text, path, overrides);
+  const auto text = read_text_file(path);
+  if (!text) return Status::error(fmt::format("{}: cannot open run config", path));
+  return parse_run_config(*text, path, overrides);
 }
 
 Status validate(const RunConfig& c) {
@@ -460,7 +472,12 @@ Status validate(const RunConfig& c) {
                       what));
     }
   };
-  axis("tp", p.tp, "tensor parallelism");
+  if (p.tp < 1) add(fmt::format("parallel.tp={} must be >= 1", p.tp));
+  if (p.tp >= 1) {
+    Status tp = model::validate_tensor_parallel(c.model, p.tp, p.sequence_parallel, t.micro_batch,
+                                                t.seq_len);
+    for (const auto& problem : tp.problems()) add(problem);
+  }
   axis("pp", p.pp, "pipeline parallelism");
   axis("dp", p.dp, "data parallelism");
   axis("vp", p.vp, "interleaving (model chunks per pipeline rank)");
@@ -475,6 +492,16 @@ Status validate(const RunConfig& c) {
                     p.zero));
   }
   return s;
+}
+
+Status validate_world(const RunConfig& c, int world_size) {
+  const parallel::GridShape grid{c.parallel.tp, c.parallel.pp, c.parallel.dp};
+  const Status s = parallel::validate(grid, world_size);
+  if (s.ok()) return s;
+  return Status::error(s.message(fmt::format(
+      "{}: the parallel layout does not match the {} process(es) started (start tp*pp*dp ranks: "
+      "mpirun -n {} weft train ...)",
+      c.origin, world_size, std::max(1, grid.world()))));
 }
 
 Status validate_data(const RunConfig& c, const data::TokenDataset& ds,

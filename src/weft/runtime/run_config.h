@@ -53,6 +53,7 @@ struct RunConfig {
 
   struct Parallel {
     int tp = 1, pp = 1, dp = 1, vp = 1;
+    bool sequence_parallel = false;
     std::string schedule = "1f1b";
     int zero = 0;
   } parallel;
@@ -64,7 +65,7 @@ struct RunConfig {
   nlohmann::json to_json() const;       // every key, resolved
 };
 
-enum class KeyType { Int, Float, String };
+enum class KeyType { Int, Float, String, Bool };
 
 struct KeyInfo {
   std::string name;  // "train.lr"
@@ -90,6 +91,9 @@ Status validate(const RunConfig& cfg);
 // Problems of the config with its data: the dataset, tokenizer and model vocabularies agree
 // (data::check_vocabulary), and the dataset holds one global batch of training windows and
 // eval_batches of validation windows. tokenizer_identity "" / tokenizer_vocab 0: no tokenizer.
+// The process grid: parallel.tp * pp * dp must equal the number of processes started.
+Status validate_world(const RunConfig& c, int world_size);
+
 Status validate_data(const RunConfig& cfg, const data::TokenDataset& dataset,
                      const std::string& tokenizer_identity, int tokenizer_vocab);
 

@@ -16,7 +16,12 @@ StepStats train_step(model::Gpt& model, optim::AdamW& opt, const int32_t* tokens
     model.backward(1.0f / static_cast<float>(microbatches));
   }
   s.loss = static_cast<float>(loss_sum / microbatches);
-  s.grad_norm = optim::clip_grad_norm(model.grads(), clip_norm);
+  // The global norm over every parameter element once, whatever the tensor-parallel split.
+  model.finish_grad_sync();
+  double sum_squares = model.grad_sum_squares();
+  if (auto* tp = model.tensor_parallel().comm) tp->all_reduce(&sum_squares, 1);
+  s.grad_norm = std::sqrt(sum_squares);
+  optim::clip_to_norm(model.grads(), s.grad_norm, clip_norm);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (!s.skipped) opt.step(model.params(), model.grads(), lr);
   return s;

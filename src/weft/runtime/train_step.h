@@ -1,6 +1,7 @@
 #pragma once
-// One serial training step: zero gradients, forward + backward over the microbatches (gradient
-// accumulation), global-norm clipping, AdamW update.
+// One training step of a model (serial or tensor-parallel): zero gradients, forward + backward
+// over the microbatches (gradient accumulation), global-norm clipping, AdamW update. Every tp rank
+// passes the same tokens.
 
 #include <cstdint>
 

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -17,6 +19,8 @@
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
+#include "weft/model/tp_shards.h"
+#include "weft/parallel/topology.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
 #include "weft/runtime/plot.h"
@@ -63,6 +67,23 @@ class ScopedStopSignals {
   struct sigaction old_int_ {
   }, old_term_{};
 };
+
+// Kernel threads per rank when train.threads = 0: the cores shared by the ranks on this node.
+int default_threads() {
+  int local_ranks = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::atoi(v);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / std::max(1, local_ranks));
+}
+
+// "tp=2 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
+std::string layout_summary(const parallel::GridShape& g, bool sequence_parallel, int threads) {
+  const std::string threads_text = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
+  if (g.world() == 1) return threads_text + "; ";
+  return fmt::format("tp={} pp={} dp={}{}, {} ranks x {}; ", g.tp, g.pp, g.dp,
+                     sequence_parallel && g.tp > 1 ? " (sequence parallel)" : "", g.world(),
+                     threads_text);
+}
 
 const char* signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop request";
@@ -121,8 +142,18 @@ Result<TrainResult> Trainer::run() {
     resume_dir = dir.value();
   }
 
-  kernels::set_num_threads(t.threads > 0 ? t.threads
-                                         : static_cast<int>(std::thread::hardware_concurrency()));
+  // The process grid: checked before anything is allocated. Every rank reaches the same verdict.
+  comm::Communicator* world = options_.world;
+  const int world_size = world != nullptr ? world->size() : 1;
+  const int world_rank = world != nullptr ? world->rank() : 0;
+  const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
+  if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
+  const parallel::Topology topo(grid);
+  if (world != nullptr && world_size > 1) {
+    tp_comm_ = world->split(topo.tp_group_id(world_rank), topo.coord(world_rank).tp, "tp");
+  }
+  const bool leader = world_rank == 0;
+  kernels::set_num_threads(t.threads > 0 ? t.threads : default_threads());
   data::SamplerConfig scfg;
   scfg.seq_len = T;
   scfg.micro_batch = b;
@@ -133,7 +164,9 @@ Result<TrainResult> Trainer::run() {
   if (!sampler_or.ok()) return sampler_or.status();
   data::Sampler sampler = std::move(sampler_or).value();
 
-  model_ = std::make_unique<model::Gpt>(cfg_.model, b, T, cfg_.recompute());
+  model_ = std::make_unique<model::Gpt>(
+      cfg_.model, b, T, cfg_.recompute(),
+      parallel::TensorParallel{tp_comm_.get(), cfg_.parallel.sequence_parallel});
   model_->init(static_cast<uint64_t>(t.seed));
   optim::AdamWConfig acfg;
   acfg.beta1 = static_cast<float>(t.beta1);
@@ -144,12 +177,29 @@ Result<TrainResult> Trainer::run() {
                                         model_->param_layout().weight_decay_flags(), acfg);
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
 
-  Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(),
-                    options_.progress ? stderr : nullptr);
+  std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
+  Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
+  // Checkpoints hold the serial layout: the shards are gathered for a save and sliced on a load.
+  const model::ParamLayout serial_layout = model::gpt_param_layout(cfg_.model);
+  const bool sharded = model_->tensor_parallel().size() > 1;
   int64_t step = 0;
   if (!resume_dir.empty()) {
     checkpoint::TrainState state;
-    Status s = checkpoint::load(resume_dir, cfg_.model, model_->params(), opt_.get(), &state);
+    Status s;
+    if (!sharded) {
+      s = checkpoint::load(resume_dir, cfg_.model, model_->params(), opt_.get(), &state);
+    } else {
+      FlatBuffer params(serial_layout.buffer);
+      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
+      s = checkpoint::load(resume_dir, cfg_.model, params, &opt, &state);
+      if (s.ok()) {
+        const model::ParamLayout& local = model_->param_layout();
+        model::take_tp_shards(serial_layout, params.data(), local, model_->params().data());
+        model::take_tp_shards(serial_layout, opt.m().data(), local, opt_->m().data());
+        model::take_tp_shards(serial_layout, opt.v().data(), local, opt_->v().data());
+        opt_->set_step_count(opt.step_count());
+      }
+    }
     if (!s.ok()) return s;
     s = sampler.set_state({state.sampler_epoch, state.sampler_position});
     if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
@@ -173,26 +223,33 @@ Result<TrainResult> Trainer::run() {
   result.first_step = step;
   result.last_step = step;
 
-  std::error_code ec;
-  fs::create_directories(cfg_.run.out_dir, ec);
-  if (ec) {
-    return Status::error(
-        fmt::format("{}: cannot create run.out_dir: {}", cfg_.run.out_dir, ec.message()));
+  // Rank 0 owns the run directory: metrics, plot and checkpoints.
+  std::optional<MetricsWriter> metrics;
+  if (leader) {
+    std::error_code ec;
+    fs::create_directories(cfg_.run.out_dir, ec);
+    if (ec) {
+      return Status::error(
+          fmt::format("{}: cannot create run.out_dir: {}", cfg_.run.out_dir, ec.message()));
+    }
+    auto metrics_or = MetricsWriter::open(cfg_.metrics_path(), step);
+    if (!metrics_or.ok()) return metrics_or.status();
+    metrics.emplace(std::move(metrics_or).value());
   }
-  auto metrics_or = MetricsWriter::open(cfg_.metrics_path(), step);
-  if (!metrics_or.ok()) return metrics_or.status();
-  MetricsWriter metrics = std::move(metrics_or).value();
 
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
-  const double ceiling = options_.measure_gemm_ceiling ? cached_gemm_ceiling(cfg_.model, b, T) : 0;
-  progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(),
-                      options_.progress ? stderr : nullptr);
+  // Each rank's ceiling at its thread count, times the ranks: the job's GEMM ceiling.
+  const double ceiling = options_.measure_gemm_ceiling && leader
+                             ? cached_gemm_ceiling(cfg_.model, b, T) * world_size
+                             : 0;
+  progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
-      "micro_batch), {} steps{}; GEMM ceiling {}; out_dir {}",
-      cfg_.model.name, model_->param_layout().count(), dataset_->describe(), T, b, t.global_batch,
-      m, t.steps,
+      "micro_batch), {} steps{}; {}GEMM ceiling {}; out_dir {}",
+      cfg_.model.name, serial_layout.count(), dataset_->describe(), T, b, t.global_batch, m,
+      t.steps,
       resume_dir.empty() ? "" : fmt::format(", resuming at step {} from {}", step, resume_dir),
+      layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
 
@@ -213,11 +270,34 @@ Result<TrainResult> Trainer::run() {
     state.tokenizer_identity = options_.tokenizer_identity;
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
-    auto dir = checkpoint::save(root, cfg_.model, model_->params(), opt_.get(), state, t.keep_last);
-    if (!dir.ok()) return dir.status();
+    if (!sharded) {
+      auto dir =
+          checkpoint::save(root, cfg_.model, model_->params(), opt_.get(), state, t.keep_last);
+      if (!dir.ok()) return dir.status();
+      result.checkpoint = dir.value();
+    } else {
+      // Gather the serial layout on every rank (a collective); rank 0 writes it, then tells the
+      // others whether it worked, so a failed save fails every rank.
+      FlatBuffer params(serial_layout.buffer);
+      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), opt_->config());
+      opt.set_step_count(opt_->step_count());
+      const model::ParamLayout& local = model_->param_layout();
+      model::gather_tp_shards(local, model_->params().data(), serial_layout, params.data(),
+                              tp_comm_.get());
+      model::gather_tp_shards(local, opt_->m().data(), serial_layout, opt.m().data(),
+                              tp_comm_.get());
+      model::gather_tp_shards(local, opt_->v().data(), serial_layout, opt.v().data(),
+                              tp_comm_.get());
+      Result<std::string> dir = Status::error("not written");
+      if (leader) dir = checkpoint::save(root, cfg_.model, params, &opt, state, t.keep_last);
+      int32_t failed = leader && !dir.ok() ? 1 : 0;
+      world->all_reduce(&failed, 1, comm::ReduceOp::Max);
+      if (leader && !dir.ok()) return dir.status();
+      if (failed != 0) return Status::error("rank 0 could not write the checkpoint");
+      result.checkpoint = leader ? dir.value() : root;
+    }
     saved_step = step;
-    result.checkpoint = dir.value();
-    progress.message(fmt::format("weft train: checkpoint {}", dir.value()));
+    progress.message(fmt::format("weft train: checkpoint {}", result.checkpoint));
     return {};
   };
   auto evaluate = [&]() -> float {
@@ -230,8 +310,15 @@ Result<TrainResult> Trainer::run() {
     return static_cast<float>(sum / t.eval_batches);
   };
 
+  // A stop request reaches the ranks at different moments: they agree on it before each step,
+  // so all of them stop after the same one.
+  auto stop_requested = [&]() {
+    int32_t stop = stop_.load() ? 1 : 0;
+    if (world != nullptr && world_size > 1) world->all_reduce(&stop, 1, comm::ReduceOp::Max);
+    return stop != 0;
+  };
   ScopedStopSignals signals(stop_, options_.handle_signals);
-  while (step < last && !stop_.load()) {
+  while (step < last && !stop_requested()) {
     const double lr = schedule.at(step);
     const int64_t epoch = sampler.state().epoch;
     sampler.next_batch(tokens.data(), targets.data());
@@ -261,19 +348,21 @@ Result<TrainResult> Trainer::run() {
           "was skipped",
           step, stats.loss, stats.grad_norm));
     }
-    Status s = metrics.write(r);
-    if (!s.ok()) return s;
+    if (metrics) {
+      Status s = metrics->write(r);
+      if (!s.ok()) return s;
+    }
     progress.update(r);
     result.records.push_back(r);
     result.last_step = step;
     if (options_.on_step) options_.on_step(r);
     if (t.save_every > 0 && step % t.save_every == 0) {
-      s = save();
+      Status s = save();
       if (!s.ok()) return s;
     }
   }
   progress.finish();
-  if (stop_.load() && step < last) {
+  if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;
     result.stop_signal = options_.handle_signals ? g_stop_signal.load() : 0;
   }
@@ -284,7 +373,7 @@ Result<TrainResult> Trainer::run() {
         "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
         signal_name(result.stop_signal), step, t.steps, result.checkpoint));
   }
-  if (options_.write_plot) {
+  if (options_.write_plot && leader) {
     const std::string svg = (fs::path(cfg_.run.out_dir) / "loss.svg").string();
     s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
     if (!s.ok()) progress.message("weft train: warning: no loss plot: " + s.message());

@@ -1,9 +1,11 @@
 #pragma once
-// The serial training loop: data from the Sampler, gradient accumulation to the global batch
+// The training loop: data from the Sampler, gradient accumulation to the global batch
 // (train_step), the learning-rate schedule, validation every eval_every steps, metrics, progress,
 // checkpoints every save_every steps and at the end, resume, and a clean stop on SIGINT/SIGTERM.
-// The parallel trainers reuse the same pieces (sampler, schedule, metrics, checkpoint); this
-// file only sequences them.
+// One process, or every rank of a tensor-parallel job (the world is one tp group; pipeline and
+// data parallelism come later): every rank runs this loop on the same batches, world rank 0
+// alone prints, writes metrics and writes checkpoints (in the serial layout, gathered from the
+// shards, so they load under any tp).
 
 #include <atomic>
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/comm/communicator.h"
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
 #include "weft/model/gpt.h"
@@ -39,6 +42,9 @@ struct TrainerOptions {
   std::string tokenizer_spec;
   std::string tokenizer_identity;
   std::function<void(const StepRecord&)> on_step;  // after each step's metrics are written
+  // The job's ranks (from comm::MpiSession::world()); null: one process. Its size must equal
+  // parallel.tp * pp * dp.
+  comm::Communicator* world = nullptr;
 };
 
 struct TrainResult {
@@ -73,6 +79,7 @@ class Trainer {
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
   std::atomic<bool> stop_{false};
+  std::unique_ptr<comm::Communicator> tp_comm_;
   std::unique_ptr<model::Gpt> model_;
   std::unique_ptr<optim::AdamW> opt_;
 };

@@ -1,0 +1,303 @@
+// weft calibrate: measure this machine and write a cluster preset (configs/clusters/*.toml) the
+// planner reads: GEMM rates by shape (fitted to the planner's GEMM model), the memory bandwidth
+// of a streaming copy, and, when started by mpirun with two or more ranks, the alpha and beta of
+// all-reduce and point-to-point messages between ranks (least squares over several sizes).
+// Without mpirun (or with --no-mpi) the link constants keep the preset defaults, and it says so.
+
+#include <fmt/core.h>
+#include <omp.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/cli/commands.h"
+#include "weft/comm/mpi_communicator.h"
+#include "weft/core/status.h"
+#include "weft/kernels/kernels.h"
+#include "weft/model/gemm_shapes.h"
+#include "weft/planner/cost_model.h"
+#include "weft/planner/hardware.h"
+#include "weft/runtime/gemm_ceiling.h"
+
+namespace weft::cli {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct CalibrateOptions {
+  std::string output = "configs/clusters/this-machine.toml";
+  int threads = 0;  // per process; 0: every core / ranks per node
+  int ranks_per_node = 1;
+  bool no_mpi = false;
+  bool quick = false;
+};
+
+struct Measured {
+  int64_t M, N, K;
+  double seconds;
+};
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// GEMM rates over shapes that span the model's (square, tall, skinny, short K).
+std::vector<Measured> measure_gemms(bool quick) {
+  std::vector<model::GemmShape> shapes;
+  const std::vector<std::array<int64_t, 3>> mnk =
+      quick ? std::vector<std::array<int64_t, 3>>{{256, 256, 256},
+                                                  {1024, 1024, 1024},
+                                                  {2048, 768, 768},
+                                                  {1024, 1024, 64}}
+            : std::vector<std::array<int64_t, 3>>{
+                  {128, 128, 128},    {256, 256, 256},  {512, 512, 512},   {1024, 1024, 1024},
+                  {1536, 1536, 1536}, {2048, 768, 768}, {2048, 3072, 768}, {2048, 768, 3072},
+                  {4096, 256, 1024},  {1024, 1024, 64}, {1024, 64, 1024},  {64, 1024, 1024},
+                  {8192, 512, 128},   {2048, 2048, 256}};
+  for (const auto& [M, N, K] : mnk) {
+    shapes.push_back({.name = fmt::format("{}x{}x{}", M, N, K), .M = M, .N = N, .K = K});
+  }
+  const runtime::GemmCeiling ceiling = runtime::measure_gemm_ceiling(shapes, quick ? 3 : 5);
+  std::vector<Measured> out;
+  for (const auto& t : ceiling.timings) out.push_back({t.shape.M, t.shape.N, t.shape.K, t.seconds});
+  return out;
+}
+
+// Fits the GEMM model: the best measured rate is the peak (the source says so); tile size,
+// k_half and efficiency by least squares on log time over a small grid.
+void fit_gemm(planner::Cluster& c, const std::vector<Measured>& m, int units) {
+  double best_rate = 0, min_time = 1e9;
+  for (const auto& x : m) {
+    best_rate = std::max(best_rate, 2.0 * x.M * x.N * x.K / x.seconds);
+    min_time = std::min(min_time, x.seconds);
+  }
+  c.peak_fp32 = best_rate;
+  c.gemm.compute_units = units;
+  c.gemm.min_time = 0;
+  double best_error = 1e300;
+  for (int tile : {8, 16, 32, 64, 128}) {
+    for (double k_half : {0.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0}) {
+      planner::Cluster trial = c;
+      trial.gemm.tile_m = trial.gemm.tile_n = tile;
+      trial.gemm.k_half = k_half;
+      trial.gemm.efficiency = 1;
+      // log(measured) = log(model at efficiency 1) - log(efficiency): the mean gives efficiency.
+      double sum = 0;
+      for (const auto& x : m) {
+        sum += std::log(x.seconds / planner::gemm_time(trial, best_rate, x.M, x.N, x.K));
+      }
+      const double efficiency = std::clamp(std::exp(-sum / m.size()), 0.05, 1.0);
+      trial.gemm.efficiency = efficiency;
+      double error = 0;
+      for (const auto& x : m) {
+        const double r = std::log(x.seconds / planner::gemm_time(trial, best_rate, x.M, x.N, x.K));
+        error += r * r;
+      }
+      if (error < best_error) {
+        best_error = error;
+        c.gemm = trial.gemm;
+      }
+    }
+  }
+}
+
+// A streaming copy over buffers much larger than the caches, every thread on its own slice:
+// bytes read + written per second.
+double measure_copy_bandwidth(bool quick) {
+  const size_t n = (quick ? 64u : 256u) << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  double best = 0;
+  for (int rep = 0; rep < (quick ? 3 : 7); ++rep) {
+    const auto t0 = clock_type::now();
+#pragma omp parallel
+    {
+      const size_t threads = omp_get_num_threads(), id = omp_get_thread_num();
+      const size_t chunk = n / threads, begin = id * chunk,
+                   end = id + 1 == threads ? n : begin + chunk;
+      std::memcpy(b.data() + begin, a.data() + begin, end - begin);
+    }
+    best = std::max(best, 2.0 * n / seconds_since(t0));
+    std::swap(a, b);
+  }
+  return best;
+}
+
+// Least-squares line y = alpha + beta * x, weighted by 1/y^2 (relative error), so the small
+// messages that fix alpha count as much as the large ones that fix beta.
+std::pair<double, double> fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double w = 1 / (y[i] * y[i]);
+    sw += w;
+    sx += w * x[i];
+    sy += w * y[i];
+    sxx += w * x[i] * x[i];
+    sxy += w * x[i] * y[i];
+  }
+  const double beta = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  return {std::max(0.0, (sy - beta * sx) / sw), beta};
+}
+
+// All-reduce and ping-pong over MPI_COMM_WORLD at several sizes; fits the ring model
+// t = 2(p-1) alpha + 2(p-1)/p * S / bandwidth and t = alpha + S / bandwidth.
+struct LinkFit {
+  planner::Link allreduce, p2p;
+};
+LinkFit measure_links(comm::Communicator& world, bool quick) {
+  const int p = world.size();
+  std::vector<double> xs, ys, px, py;
+  const std::vector<int64_t> sizes =
+      quick ? std::vector<int64_t>{1 << 10, 1 << 16, 1 << 20}
+            : std::vector<int64_t>{1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
+  for (int64_t n : sizes) {
+    std::vector<float> buf(n, 1.0f);
+    const int reps = n >= (1 << 20) ? 5 : 50;
+    world.all_reduce(buf.data(), n);
+    world.barrier();
+    auto t0 = clock_type::now();
+    for (int i = 0; i < reps; ++i) world.all_reduce(buf.data(), n);
+    const double t = seconds_since(t0) / reps;
+    xs.push_back(2.0 * (p - 1) / p * n * 4);
+    ys.push_back(t);
+    // Ping-pong between ranks 0 and 1: half the round trip.
+    world.barrier();
+    t0 = clock_type::now();
+    for (int i = 0; i < reps; ++i) {
+      if (world.rank() == 0) {
+        world.send(buf.data(), n, 1);
+        world.recv(buf.data(), n, 1);
+      } else if (world.rank() == 1) {
+        world.recv(buf.data(), n, 0);
+        world.send(buf.data(), n, 0);
+      }
+    }
+    px.push_back(n * 4.0);
+    py.push_back(seconds_since(t0) / reps / 2);
+  }
+  LinkFit f;
+  auto [a, b] = fit_line(xs, ys);
+  f.allreduce = {.bandwidth = b > 0 ? 1 / b : 0, .latency = a / (2.0 * (p - 1))};
+  auto [pa, pb] = fit_line(px, py);
+  f.p2p = {.bandwidth = pb > 0 ? 1 / pb : 0, .latency = pa};
+  return f;
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+void run_calibrate(const CalibrateOptions& o) {
+  using namespace planner;
+  std::unique_ptr<comm::MpiSession> session;
+  std::unique_ptr<comm::Communicator> world;
+  const bool use_mpi = !o.no_mpi && comm::launched_by_mpi();
+  if (use_mpi) {
+    session = std::make_unique<comm::MpiSession>();
+    world = session->world();
+  }
+  const int rank = world ? world->rank() : 0;
+  const int ranks = world ? world->size() : 1;
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  const int per_node = std::max(o.ranks_per_node, ranks);
+  const int threads = o.threads > 0 ? o.threads : std::max<int>(1, cores / per_node);
+  kernels::set_num_threads(threads);
+  omp_set_num_threads(threads);
+
+  Cluster c;
+  c.name = "this-machine";
+  c.device = fmt::format("CPU process ({} threads)", threads);
+  c.description =
+      fmt::format("{} processes of {} threads on one machine ({} cores)", per_node, threads, cores);
+  c.devices_per_node = per_node;
+  c.max_nodes = 1;
+  const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  c.memory_bytes = ram / per_node;
+  c.reserved_bytes = 0.1 * c.memory_bytes;  // the OS, MPI, the page cache
+  std::string notes;
+  if (rank == 0) fmt::print("measuring GEMM rates ({} threads) ...\n", threads);
+  const std::vector<Measured> gemms = measure_gemms(o.quick);
+  fit_gemm(c, gemms, threads);
+  c.peak_bf16 = 0;
+  if (rank == 0) fmt::print("measuring memory bandwidth ...\n");
+  c.memory_bandwidth = measure_copy_bandwidth(o.quick);
+  c.memory_efficiency = 1;
+  // Links default to shared-memory-ish figures until measured.
+  c.node = {.bandwidth = c.memory_bandwidth / 4, .latency = 2e-6};
+  c.network = c.node;
+  if (world && ranks >= 2) {
+    if (rank == 0) fmt::print("measuring all-reduce and point-to-point over {} ranks ...\n", ranks);
+    const LinkFit f = measure_links(*world, o.quick);
+    if (f.allreduce.bandwidth > 0) c.node = f.allreduce;
+    if (f.p2p.bandwidth > 0) c.network = f.p2p;
+    notes += fmt::format(
+        "# link.node: all-reduce over {} MPI ranks, fitted 2(p-1)alpha + 2(p-1)/p S/bandwidth;\n"
+        "# link.network: ping-pong between ranks 0 and 1, fitted alpha + S/bandwidth (one\n"
+        "# machine: there is no network; pipeline messages cross the same shared memory).\n",
+        ranks);
+  } else {
+    notes += fmt::format(
+        "# link.*: NOT measured ({}): a quarter of the copy bandwidth and 2 us are placeholders.\n"
+        "# Run `mpirun -n 2 weft calibrate` to measure them.\n",
+        o.no_mpi ? "--no-mpi" : "not started by mpirun");
+  }
+  if (rank != 0) return;
+  std::string header = fmt::format(
+      "# This machine, measured by `weft calibrate` on {} (docs/planner.md §2).\n"
+      "# peak_tflops.fp32: the best rate of the measured GEMMs (sgemm through oneDNN, {} "
+      "threads),\n"
+      "# not a spec sheet's figure; gemm.*: the GEMM model fitted to {} shapes by least squares\n"
+      "# on log time. memory.bandwidth_gbps: a streaming copy (bytes read + written per second).\n"
+      "{}# GEMMs measured (M x N x K: GFLOP/s):",
+      today(), threads, gemms.size(), notes);
+  for (size_t i = 0; i < gemms.size(); ++i) {
+    const Measured& x = gemms[i];
+    header += fmt::format("{}{}x{}x{}: {:.1f}", i % 4 == 0 ? "\n#   " : ", ", x.M, x.N, x.K,
+                          2.0 * x.M * x.N * x.K / x.seconds / 1e9);
+  }
+  header += "\n\n";
+  const std::string text = to_toml(c, header);
+  parse_cluster(text, o.output).value_or_throw("calibrate produced an invalid preset (a bug)");
+  std::ofstream out(o.output);
+  out << text;
+  if (!out) throw Error(fmt::format("cannot write '{}'", o.output));
+  fmt::print("peak fp32 {:.1f} GFLOP/s (best GEMM), GEMM efficiency {:.2f}, tile {}, k_half {}\n",
+             c.peak_fp32 / 1e9, c.gemm.efficiency, c.gemm.tile_m, c.gemm.k_half);
+  fmt::print("memory {:.1f} GB/s (copy)\n", c.memory_bandwidth / 1e9);
+  fmt::print("links  all-reduce {:.2f} GB/s alpha {:.1f} us; p2p {:.2f} GB/s alpha {:.1f} us{}\n",
+             c.node.bandwidth / 1e9, c.node.latency * 1e6, c.network.bandwidth / 1e9,
+             c.network.latency * 1e6, ranks >= 2 ? "" : " (placeholders: not measured)");
+  fmt::print("wrote {}\n", o.output);
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure this machine (GEMM rates, memory bandwidth, MPI alpha-beta) into a "
+      "cluster preset");
+  auto o = std::make_shared<CalibrateOptions>();
+  cmd->add_option("-o,--output", o->output, "the preset to write")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "kernel threads per process (0: cores / ranks)");
+  cmd->add_option("--ranks-per-node", o->ranks_per_node,
+                  "processes the runs will start on this machine (devices_per_node)")
+      ->capture_default_str();
+  cmd->add_flag("--no-mpi", o->no_mpi, "skip the MPI link measurement even under mpirun");
+  cmd->add_flag("--quick", o->quick, "fewer shapes and sizes (for tests)");
+  cmd->callback([o] { run_calibrate(*o); });
+}
+
+}  // namespace weft::cli

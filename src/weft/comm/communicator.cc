@@ -1,0 +1,135 @@
+#include "weft/comm/communicator.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "weft/core/check.h"
+
+namespace weft::comm {
+
+size_t dtype_size(DataType t) {
+  switch (t) {
+    case DataType::F32:
+      return 4;
+    case DataType::F64:
+      return 8;
+    case DataType::I32:
+      return 4;
+    case DataType::I64:
+      return 8;
+    case DataType::U8:
+      return 1;
+  }
+  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+}
+
+std::string_view dtype_name(DataType t) {
+  switch (t) {
+    case DataType::F32:
+      return "f32";
+    case DataType::F64:
+      return "f64";
+    case DataType::I32:
+      return "i32";
+    case DataType::I64:
+      return "i64";
+    case DataType::U8:
+      return "u8";
+  }
+  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+}
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Max:
+      return "max";
+  }
+  WEFT_CHECK(false, "unknown ReduceOp ", static_cast<int>(op));
+}
+
+namespace {
+
+constexpr double kDefaultTimeoutSeconds = 300.0;
+
+// WEFT_COMM_TIMEOUT=<seconds> (> 0); a value that is not one is an error, not silently ignored.
+double timeout_from_env() {
+  const char* env = std::getenv("WEFT_COMM_TIMEOUT");
+  if (env == nullptr || *env == '\0') return kDefaultTimeoutSeconds;
+  char* end = nullptr;
+  errno = 0;
+  const double s = std::strtod(env, &end);
+  if (errno != 0 || end == env || *end != '\0' || !std::isfinite(s) || s <= 0) {
+    throw Error(fmt::format("WEFT_COMM_TIMEOUT='{}' is not a number of seconds > 0", env));
+  }
+  return s;
+}
+
+// Size 1: every collective's result is this rank's own input.
+class LocalCommunicator final : public Communicator {
+ public:
+  explicit LocalCommunicator(std::string name) : name_(std::move(name)) {}
+
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+
+  Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
+    check_count("all_reduce", n);
+    return {};
+  }
+  Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
+    check_count("reduce_scatter", n);
+    copy(out, in, n, t);
+    return {};
+  }
+  Work all_gather_async(void* out, const void* in, int64_t n, DataType t) override {
+    check_count("all_gather", n);
+    copy(out, in, n, t);
+    return {};
+  }
+  Work broadcast_async(void* data, int64_t n, DataType t, int root) override {
+    check_count("broadcast", n);
+    WEFT_CHECK(root == 0, "broadcast on group '", name_, "' (size 1) from root ", root);
+    return {};
+  }
+  Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) override {
+    throw Error(
+        fmt::format("send to rank {} on group '{}': a group of size 1 has no peer", peer, name_));
+  }
+  Work recv_async(void* data, int64_t n, DataType t, int peer, int tag) override {
+    throw Error(
+        fmt::format("recv from rank {} on group '{}': a group of size 1 has no peer", peer, name_));
+  }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    WEFT_CHECK(color >= 0, "split of group '", name_, "': color ", color, " must be >= 0");
+    auto sub = std::make_unique<LocalCommunicator>(name);
+    sub->set_timeout_seconds(timeout_seconds());
+    return sub;
+  }
+
+ private:
+  void check_count(const char* op, int64_t n) const {
+    WEFT_CHECK(n >= 0, op, " on group '", name_, "': negative count ", n);
+  }
+  static void copy(void* out, const void* in, int64_t n, DataType t) {
+    if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
+  }
+  std::string name_;
+};
+
+}  // namespace
+
+Communicator::Communicator() : timeout_s_(timeout_from_env()) {}
+
+std::unique_ptr<Communicator> make_local_communicator(const std::string& name) {
+  return std::make_unique<LocalCommunicator>(name);
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,135 @@
+#pragma once
+// The Communicator (DESIGN.md §4): a small, c10d-shaped set of collectives and point-to-point
+// messages over one group of ranks. Layers are given the communicator they use (never a global
+// group). Backends: LocalCommunicator (size 1), MpiCommunicator (host buffers over Open MPI;
+// comm/mpi_communicator.h, a separate library so only the runtime links MPI), and
+// RecordingCommunicator (wraps another one and records op, bytes and group, so tests can assert
+// the communication volume the PTD-P analysis predicts).
+//
+// Buffers are host memory of one DataType; counts are elements. Every blocking call waits at
+// most timeout_seconds() and then throws weft::Error naming the op and group, so no rank hangs
+// forever on a peer that died.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace weft::comm {
+
+enum class DataType { F32, F64, I32, I64, U8 };
+size_t dtype_size(DataType t);
+std::string_view dtype_name(DataType t);
+
+enum class ReduceOp { Sum, Max };
+std::string_view reduce_op_name(ReduceOp op);
+
+template <typename T>
+constexpr DataType data_type_of();
+template <>
+constexpr DataType data_type_of<float>() {
+  return DataType::F32;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+  return DataType::F64;
+}
+template <>
+constexpr DataType data_type_of<int32_t>() {
+  return DataType::I32;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+  return DataType::I64;
+}
+template <>
+constexpr DataType data_type_of<uint8_t>() {
+  return DataType::U8;
+}
+
+// A handle on an asynchronous operation. wait() returns when it is complete (its buffers may then
+// be reused) and throws weft::Error on failure or timeout. A default Work is already complete.
+class Work {
+ public:
+  Work() = default;
+  // wait_fn is called once by the first wait(); it must block until completion or throw.
+  explicit Work(std::function<void()> wait_fn) : wait_(std::move(wait_fn)) {}
+  void wait() {
+    if (wait_) {
+      auto f = std::move(wait_);
+      wait_ = nullptr;
+      f();
+    }
+  }
+  bool pending() const { return static_cast<bool>(wait_); }
+
+ private:
+  std::function<void()> wait_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The group's name in messages and recordings ("world", "tp", "dp", "pp", ...).
+  virtual const std::string& name() const = 0;
+
+  // ---- the backend's primitives (untyped; the typed wrappers below are what callers use) ----
+  // In place: data[n] = op over ranks of data[n].
+  virtual Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) = 0;
+  // in[size*n] on every rank; out[n] on rank r = sum over ranks of in[r*n, (r+1)*n).
+  virtual Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) = 0;
+  // in[n] on every rank; out[size*n] = the ranks' inputs concatenated in rank order.
+  virtual Work all_gather_async(void* out, const void* in, int64_t n, DataType t) = 0;
+  virtual Work broadcast_async(void* data, int64_t n, DataType t, int root) = 0;
+  virtual Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) = 0;
+  virtual Work recv_async(void* data, int64_t n, DataType t, int peer, int tag) = 0;
+  virtual void barrier() = 0;
+  // Collective over this group: ranks with equal `color` form a new group, ordered by `key`
+  // (then by rank here), named `name`.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;
+
+  // Seconds a blocking wait may take before it throws (default 300; WEFT_COMM_TIMEOUT overrides).
+  double timeout_seconds() const { return timeout_s_; }
+  void set_timeout_seconds(double s) { timeout_s_ = s; }
+
+  // ---- typed, blocking wrappers ----
+  template <typename T>
+  void all_reduce(T* data, int64_t n, ReduceOp op = ReduceOp::Sum) {
+    all_reduce_async(data, n, data_type_of<T>(), op).wait();
+  }
+  template <typename T>
+  void reduce_scatter(T* out, const T* in, int64_t n) {
+    reduce_scatter_async(out, in, n, data_type_of<T>()).wait();
+  }
+  template <typename T>
+  void all_gather(T* out, const T* in, int64_t n) {
+    all_gather_async(out, in, n, data_type_of<T>()).wait();
+  }
+  template <typename T>
+  void broadcast(T* data, int64_t n, int root) {
+    broadcast_async(data, n, data_type_of<T>(), root).wait();
+  }
+  template <typename T>
+  void send(const T* data, int64_t n, int peer, int tag = 0) {
+    send_async(data, n, data_type_of<T>(), peer, tag).wait();
+  }
+  template <typename T>
+  void recv(T* data, int64_t n, int peer, int tag = 0) {
+    recv_async(data, n, data_type_of<T>(), peer, tag).wait();
+  }
+
+ protected:
+  Communicator();
+
+ private:
+  double timeout_s_;
+};
+
+// Size 1: collectives copy or do nothing; send/recv to oneself are an error.
+std::unique_ptr<Communicator> make_local_communicator(const std::string& name = "world");
+
+}  // namespace weft::comm

@@ -1,0 +1,144 @@
+#include "weft/comm/recording_communicator.h"
+
+#include <chrono>
+
+#include "weft/core/check.h"
+
+namespace weft::comm {
+
+std::string_view comm_op_name(CommOp op) {
+  switch (op) {
+    case CommOp::AllReduce:
+      return "all_reduce";
+    case CommOp::ReduceScatter:
+      return "reduce_scatter";
+    case CommOp::AllGather:
+      return "all_gather";
+    case CommOp::Broadcast:
+      return "broadcast";
+    case CommOp::Send:
+      return "send";
+    case CommOp::Recv:
+      return "recv";
+    case CommOp::Barrier:
+      return "barrier";
+  }
+  WEFT_CHECK(false, "unknown CommOp ", static_cast<int>(op));
+}
+
+size_t CommRecorder::add(CommRecord r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.push_back(std::move(r));
+  return records_.size() - 1;
+}
+
+void CommRecorder::add_seconds(size_t index, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index < records_.size()) records_[index].seconds += seconds;  // clear() may have run
+}
+
+double CommRecorder::seconds(const std::string& group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  double total = 0;
+  for (const CommRecord& r : records_) {
+    if (group.empty() || r.group == group) total += r.seconds;
+  }
+  return total;
+}
+
+std::vector<CommRecord> CommRecorder::records() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_;
+}
+
+void CommRecorder::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  records_.clear();
+}
+
+int64_t CommRecorder::bytes(CommOp op, const std::string& group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const CommRecord& r : records_) {
+    if (r.op == op && (group.empty() || r.group == group)) total += r.bytes;
+  }
+  return total;
+}
+
+int64_t CommRecorder::count(CommOp op, const std::string& group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t total = 0;
+  for (const CommRecord& r : records_) {
+    if (r.op == op && (group.empty() || r.group == group)) ++total;
+  }
+  return total;
+}
+
+RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner,
+                                             std::shared_ptr<CommRecorder> rec)
+    : inner_(std::move(inner)), rec_(std::move(rec)) {
+  WEFT_CHECK(inner_ != nullptr, "RecordingCommunicator needs a communicator to wrap");
+  WEFT_CHECK(rec_ != nullptr, "RecordingCommunicator needs a recorder");
+  // The waits happen in the inner communicator; start from its timeout.
+  set_timeout_seconds(inner_->timeout_seconds());
+}
+
+Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,
+                                   const std::function<Work()>& issue, int peer) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const size_t index = rec_->add(CommRecord{.op = op,
+                                            .group = inner_->name(),
+                                            .group_size = inner_->size(),
+                                            .dtype = t,
+                                            .elements = elements,
+                                            .bytes = elements * static_cast<int64_t>(dtype_size(t)),
+                                            .peer = peer});
+  Work inner = issue();  // after recording: an op that fails to start is recorded too
+  return Work([inner, rec = rec_, index, start]() mutable {
+    inner.wait();
+    rec->add_seconds(index, std::chrono::duration<double>(Clock::now() - start).count());
+  });
+}
+
+Work RecordingCommunicator::all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) {
+  return record(CommOp::AllReduce, t, n, [&] { return inner_->all_reduce_async(data, n, t, op); });
+}
+
+Work RecordingCommunicator::reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) {
+  return record(CommOp::ReduceScatter, t, n * inner_->size(),
+                [&] { return inner_->reduce_scatter_async(out, in, n, t); });
+}
+
+Work RecordingCommunicator::all_gather_async(void* out, const void* in, int64_t n, DataType t) {
+  return record(CommOp::AllGather, t, n * inner_->size(),
+                [&] { return inner_->all_gather_async(out, in, n, t); });
+}
+
+Work RecordingCommunicator::broadcast_async(void* data, int64_t n, DataType t, int root) {
+  return record(CommOp::Broadcast, t, n, [&] { return inner_->broadcast_async(data, n, t, root); });
+}
+
+Work RecordingCommunicator::send_async(const void* data, int64_t n, DataType t, int peer, int tag) {
+  return record(
+      CommOp::Send, t, n, [&] { return inner_->send_async(data, n, t, peer, tag); }, peer);
+}
+
+Work RecordingCommunicator::recv_async(void* data, int64_t n, DataType t, int peer, int tag) {
+  return record(
+      CommOp::Recv, t, n, [&] { return inner_->recv_async(data, n, t, peer, tag); }, peer);
+}
+
+void RecordingCommunicator::barrier() {
+  record(CommOp::Barrier, DataType::U8, 0, [this] {
+    inner_->barrier();
+    return Work();
+  }).wait();
+}
+
+std::unique_ptr<Communicator> RecordingCommunicator::split(int color, int key,
+                                                           const std::string& name) {
+  return std::make_unique<RecordingCommunicator>(inner_->split(color, key, name), rec_);
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,69 @@
+#pragma once
+// The communication of one training step per group, in weft's own conventions, so that a
+// RecordingCommunicator wrapped around one real step can be compared with the planner element
+// for element (docs/planner.md §4). Elements follow the Recording convention
+// (comm/recording_communicator.h): all_reduce the buffer, all_gather the gathered output,
+// reduce_scatter the input, send/recv the message.
+//
+// Per transformer layer and microbatch, on every rank of a tp group (n = b*s*h):
+//   forward   2 all-reduces of n            (with sequence parallelism: 2 all-gathers + 2
+//   backward  2 all-reduces of n             reduce-scatters of n, forward and backward alike)
+//   full recomputation repeats the forward's collectives before the backward.
+// Vocab-parallel embedding: forward 1 all-reduce of n (sp: reduce-scatter forward, all-gather
+// backward). Vocab-parallel cross-entropy: forward all-reduce b*s (Max) and 2*b*s (Sum). LM head:
+// backward all-reduce n of the input gradient (sp: reduce-scatter).
+// Pipeline: per microbatch, one activation message per stage boundary forward and one gradient
+// back, n elements (n/t with sequence parallelism).
+// Data parallel, per step: ZeRO 0 all-reduces the local gradients; ZeRO 1 and 2 reduce-scatter
+// them and all-gather the updated parameters; ZeRO 3 all-gathers the parameters before each
+// microbatch's forward and backward and reduce-scatters each microbatch's gradients.
+// Tied embeddings with pp > 1: the first and last pipeline ranks all-reduce the word embedding's
+// gradient (Vp/t * h elements) once per step (group "embedding").
+
+#include <cstdint>
+#include <string>
+
+#include "weft/planner/config.h"
+
+namespace weft::planner {
+
+struct OpVolume {
+  int64_t ops = 0;       // calls
+  int64_t elements = 0;  // Recording convention, summed over calls
+  int64_t bytes = 0;     // elements times their size under the job's precision (activations and
+                         // the loss's statistics as activations/fp32, gradients as
+                         // precision_bytes().grad, gathered weights as .weight)
+  bool operator==(const OpVolume&) const = default;
+};
+
+struct GroupVolume {
+  OpVolume all_reduce, reduce_scatter, all_gather, send, recv;
+  int64_t elements() const {
+    return all_reduce.elements + reduce_scatter.elements + all_gather.elements + send.elements +
+           recv.elements;
+  }
+  int64_t bytes() const {
+    return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + send.bytes + recv.bytes;
+  }
+  bool operator==(const GroupVolume&) const = default;
+};
+
+// One pipeline rank's communication (every tp/dp rank of it records the same).
+struct StepVolume {
+  GroupVolume tp, pp, dp, embedding;
+  bool operator==(const StepVolume&) const = default;
+};
+
+// Parameters held by pipeline rank `pp_rank` of one tp shard: its layers' matrices split by tp
+// (biases and LayerNorms of row-parallel layers replicated), the word embedding (Vp/t rows) and
+// position table on the first rank, the word embedding again (tied LM head) and ln_f on the last.
+int64_t local_parameters(const model::GptConfig& m, const ParallelConfig& c, int pp_rank);
+
+// Communication of pipeline rank `pp_rank` for one microbatch (tp and pp only) or for a whole
+// step (all groups).
+StepVolume microbatch_volume(const Job& job, const ParallelConfig& c, int pp_rank);
+StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank);
+
+std::string format_volume(const StepVolume& v);
+
+}  // namespace weft::planner

@@ -1,0 +1,71 @@
+#pragma once
+// A cluster preset (configs/clusters/*.toml): one device's peak rates and memory, the GEMM
+// efficiency model's constants, and the links between devices inside a package, inside a node and
+// across nodes. docs/planner.md §2 explains every field; each preset cites the source of its
+// numbers in comments.
+//
+//   Result<Cluster> c = load_cluster("configs/clusters/dgx-a100.toml");
+
+#include <string>
+#include <vector>
+
+#include "weft/core/status.h"
+
+namespace weft::planner {
+
+// Number formats a device has a peak rate for. bf16 and fp16 run on tensor cores (GPU); fp32 is
+// what weft's CPU trainer computes in.
+enum class NumberFormat { BF16, FP16, TF32, FP32 };
+std::string_view number_format_name(NumberFormat f);
+Result<NumberFormat> parse_number_format(std::string_view name);
+
+// One kind of link, as one device sees it: alpha (latency per message) and beta (1/bandwidth).
+// `bandwidth` is the achievable one-direction rate per device in bytes/s (what a large ring
+// collective's bus bandwidth reaches), not the marketing bidirectional figure.
+struct Link {
+  double bandwidth = 0;  // bytes/s, one direction, per device
+  double latency = 0;    // s per message (alpha)
+  bool present() const { return bandwidth > 0; }
+};
+
+// GEMM time model (docs/planner.md §3.1): a GEMM [M,K] x [K,N] is cut into tile_m x tile_n
+// output tiles spread over `compute_units` (SMs, CUs, cores) in waves; its time is
+//   max(min_time, 2MNK / (peak * efficiency * wave_eff(M, N) * K / (K + k_half)))
+// where wave_eff is the useful fraction of the tiles x waves the hardware executes.
+struct GemmModel {
+  int compute_units = 1;
+  int tile_m = 128, tile_n = 128;
+  double efficiency = 0.75;  // fraction of the peak a large, well-shaped GEMM reaches
+  double k_half = 0;         // the K at which the K loop's fixed cost halves the rate
+  double min_time = 0;       // s: the shortest a GEMM call takes (launch, synchronization)
+};
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  std::string device;            // "A100-SXM4-80GB"
+  int devices_per_node = 1;      // GPUs (GCDs for MI250X; 1 for a CPU process)
+  int devices_per_package = 1;   // 2 for MI250X: its two GCDs share a package
+  int max_nodes = 0;             // 0: no limit
+  double memory_bytes = 0;       // per device
+  double reserved_bytes = 0;     // per device: runtime context, allocator slack (not usable)
+  double memory_bandwidth = 0;   // bytes/s per device, spec
+  double memory_efficiency = 1;  // fraction of memory_bandwidth streaming kernels reach
+  double peak_bf16 = 0, peak_fp16 = 0, peak_tf32 = 0, peak_fp32 = 0;  // FLOP/s per device
+  GemmModel gemm;
+  Link package;  // between the devices of one package (absent: use `node`)
+  Link node;     // between devices of one node (NVLink/NVSwitch, Infinity Fabric, shared memory)
+  Link network;  // across nodes, per device (its share of the node's NICs)
+
+  double peak(NumberFormat f) const;  // 0 when the device has no such rate
+  double usable_memory() const { return memory_bytes - reserved_bytes; }
+};
+
+// Every problem at once (missing keys, unknown keys with a suggestion, values out of range).
+Status validate(const Cluster& c);
+Result<Cluster> parse_cluster(const std::string& toml_text, const std::string& origin);
+Result<Cluster> load_cluster(const std::string& path);
+// The TOML text of a preset (what `weft calibrate` writes); parse_cluster(to_toml(c)) == c.
+std::string to_toml(const Cluster& c, const std::string& header_comment = "");
+
+}  // namespace weft::planner

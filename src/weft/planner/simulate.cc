@@ -1,0 +1,206 @@
+#include "weft/planner/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "weft/model/flops.h"
+#include "weft/planner/comm_volume.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::planner {
+
+const ScheduleCache::Entry& ScheduleCache::get(schedule::Kind kind, const schedule::Shape& shape) {
+  const auto key = std::make_tuple(static_cast<int>(kind), shape.pp, shape.vp, shape.microbatches);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    Entry e;
+    e.schedule = schedule::add_optimizer_step(
+        schedule::add_communication(schedule::make_schedule(kind, shape).value_or_throw()));
+    e.in_flight = schedule::peak_in_flight(e.schedule);
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  return it->second;
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Bytes the optimizer step streams per parameter of its shard: AdamW reads the gradient, the
+// weights (fp32 master for mixed precision) and both moments and writes back weights and
+// moments; mixed precision also writes the bf16 copy.
+double optimizer_bytes_per_param(Precision p) {
+  return p == Precision::FP32 ? 4 + 4 + 8 + 4 + 8 : 4 + 12 + 12 + 2;
+}
+
+}  // namespace
+
+Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConfig& c,
+                           const Options& options) {
+  Simulation sim;
+  Prediction& p = sim.prediction;
+  p.config = c;
+  p.memory_capacity = cl.memory_bytes;
+  Status v = validate(c, job);
+  if (compute_peak(cl, job.precision) <= 0) {
+    v.add(fmt::format("cluster {} gives no peak rate for {} (its [peak_tflops] lacks {})", cl.name,
+                      precision_name(job.precision),
+                      job.precision == Precision::FP32 ? "fp32" : "bf16 and fp16"));
+  }
+  if (!v.ok()) {
+    p.feasible = false;
+    p.reasons = v.problems();
+    return sim;
+  }
+  const int m = c.microbatches(job);
+  const schedule::Shape shape{.pp = c.pp, .vp = c.vp, .microbatches = m};
+  ScheduleCache local;
+  const ScheduleCache::Entry& entry =
+      (options.cache ? *options.cache : local).get(c.schedule, shape);
+  p.in_flight = entry.in_flight;
+
+  // Memory first: the search skips pricing what cannot fit.
+  p.memory = peak_memory(job, c, p.in_flight);
+  if (p.memory.total() > cl.usable_memory()) {
+    p.feasible = false;
+    p.reasons.push_back(fmt::format("needs {:.1f} GiB per device, has {:.0f} ({:.1f} usable)",
+                                    std::ceil(p.memory.total() / kGiB * 10) / 10,
+                                    cl.memory_bytes / kGiB, cl.usable_memory() / kGiB));
+    if (!options.time_infeasible) return sim;
+  }
+
+  p.placement = place(cl, c);
+  const StageCostInputs in{.cluster = &cl, .job = &job, .config = &c, .placement = &p.placement};
+  sim.stages = stage_costs(in);
+
+  schedule::Costs costs;
+  costs.stages.resize(sim.stages.size());
+  for (size_t s = 0; s < sim.stages.size(); ++s) {
+    const StageCost& sc = sim.stages[s];
+    PassCost input = sc.recompute;
+    input += sc.backward_input;
+    costs.stages[s] = {.forward = sc.forward.total(),
+                       .backward = sc.backward().total(),
+                       .backward_input = input.total(),
+                       .backward_weight = sc.backward_weight.total()};
+  }
+  const PrecisionBytes pb = precision_bytes(job.precision);
+  const double message = static_cast<double>(c.micro_batch) * job.seq_len * job.model.n_embd *
+                         pb.activation / (c.sequence_parallel ? c.tp : 1);
+  costs.p2p = p2p_time(p.placement.pp, message);
+  if (options.pp_scatter_gather && c.tp > 1 && !c.sequence_parallel) {
+    costs.p2p = p2p_time(p.placement.pp, message / c.tp) +
+                collective_time(p.placement.tp, Collective::AllGather, message);
+  }
+
+  // The data-parallel reduction, per ReduceGrads (one per stage): the largest rank's share.
+  int64_t params = 0;
+  for (int r = 0; r < c.pp; ++r) params = std::max(params, local_parameters(job.model, c, r));
+  double dp_step = 0;
+  if (c.zero == 0) {
+    dp_step = collective_time(p.placement.dp, Collective::AllReduce, params * pb.grad);
+  } else if (c.zero <= 2) {
+    dp_step = collective_time(p.placement.dp, Collective::ReduceScatter, params * pb.grad) +
+              collective_time(p.placement.dp, Collective::AllGather, params * pb.weight);
+  }
+  if (c.pp > 1) {  // tied embedding: first and last pipeline ranks, over the pp link
+    GroupLink pair = p.placement.pp;
+    pair.size = 2;
+    dp_step += collective_time(
+        pair, Collective::AllReduce,
+        static_cast<double>(job.model.padded_vocab()) / c.tp * job.model.n_embd * pb.grad);
+  }
+  const double dp_chunk = dp_step / c.vp;
+  costs.reduce_grads = dp_chunk;
+  if (options.overlap_dp && dp_chunk > 0) {
+    // Buckets go out while the stage's last backward still runs; the last layer's bucket (at
+    // least) is exposed.
+    const double layers = static_cast<double>(job.model.n_layer) / (c.pp * c.vp);
+    const double backward = sim.stages[c.pp * c.vp / 2].backward().total();
+    costs.reduce_grads = std::max(dp_chunk - backward * (1 - 1 / layers), dp_chunk / layers);
+  }
+  const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
+  costs.optimizer_step = memory_time(cl, shard * optimizer_bytes_per_param(job.precision));
+
+  if (options.bound_only) {
+    // Each rank runs m forwards and backwards of each of its vp stages, their reductions and the
+    // optimizer step; the busiest one's sum bounds the makespan from below.
+    for (int r = 0; r < c.pp; ++r) {
+      double busy = costs.optimizer_step;
+      for (int s = r; s < c.pp * c.vp; s += c.pp) {
+        busy += m * (costs.stages[s].forward + costs.stages[s].backward) + costs.reduce_grads;
+      }
+      p.time.total = std::max(p.time.total, busy);
+    }
+    return sim;
+  }
+  sim.schedule = entry.schedule;
+  p.simulated = true;
+  schedule::Timeline timeline = schedule::simulate(entry.schedule, costs);
+  if (timeline.deadlocked()) {
+    p.feasible = false;
+    p.reasons.push_back("the schedule deadlocks");
+    return sim;
+  }
+
+  // Breakdown on the busiest rank: what its own stream did, and what it waited for.
+  const int rank = static_cast<int>(std::max_element(timeline.busy.begin(), timeline.busy.end()) -
+                                    timeline.busy.begin());
+  StepBreakdown& t = p.time;
+  t.total = timeline.makespan;
+  for (const schedule::Slot& slot : timeline.ranks[rank]) {
+    const schedule::Instr& i = slot.instr;
+    PassCost pass;
+    switch (i.op) {
+      case schedule::Op::Forward:
+        pass = sim.stages[i.stage].forward;
+        break;
+      case schedule::Op::Backward:
+        pass = sim.stages[i.stage].backward();
+        break;
+      case schedule::Op::BackwardInput:
+        pass = sim.stages[i.stage].recompute;
+        pass += sim.stages[i.stage].backward_input;
+        break;
+      case schedule::Op::BackwardWeight:
+        pass = sim.stages[i.stage].backward_weight;
+        break;
+      case schedule::Op::ReduceGrads:
+        t.dp_comm += slot.end - slot.start;
+        break;
+      case schedule::Op::OptimizerStep:
+        t.optimizer += slot.end - slot.start;
+        break;
+      case schedule::Op::SendAct:
+      case schedule::Op::SendGrad:
+      case schedule::Op::RecvAct:
+      case schedule::Op::RecvGrad:
+        break;
+    }
+    t.compute += pass.compute;
+    t.tp_comm += pass.tp_comm;
+    t.dp_comm += pass.dp_comm;
+  }
+  const double idle = t.total - timeline.busy[rank];
+  if (options.detailed && c.pp > 1 && costs.p2p > 0) {
+    schedule::Costs free = costs;
+    free.p2p = 0;
+    const double ideal = schedule::simulate(entry.schedule, free).makespan;
+    t.pp_comm = std::clamp(t.total - ideal, 0.0, idle);
+  }
+  t.bubble = std::max(0.0, idle - t.pp_comm);
+  if (options.keep_timeline) sim.timeline = std::move(timeline);
+
+  const double tokens = static_cast<double>(job.global_batch) * job.seq_len;
+  p.tokens_per_s = tokens / t.total;
+  p.tflops_per_device = hardware_flops_per_step(job, c.recompute) / (t.total * job.world) / 1e12;
+  const double peak = compute_peak(cl, job.precision);
+  p.mfu = model::model_flops_per_step(job.model, job.global_batch, job.seq_len) /
+          (t.total * job.world * peak);
+  if (job.tokens > 0) p.days = job.tokens / p.tokens_per_s / 86400.0;
+  return sim;
+}
+
+}  // namespace weft::planner

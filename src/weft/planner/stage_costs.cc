@@ -1,0 +1,186 @@
+#include "weft/planner/stage_costs.h"
+
+#include "weft/model/flops.h"
+#include "weft/planner/comm_volume.h"
+
+namespace weft::planner {
+
+double compute_peak(const Cluster& c, Precision p) {
+  if (p == Precision::FP32) return c.peak(NumberFormat::FP32);
+  return c.peak(NumberFormat::BF16) > 0 ? c.peak(NumberFormat::BF16) : c.peak(NumberFormat::FP16);
+}
+
+namespace {
+
+// Shapes and sizes of one layer on one device, named as in docs/planner.md §3.
+struct LayerShape {
+  int64_t b, s, h, a, t, M, d, heads;  // M = b*s rows, d head size, heads = b*a/t attention GEMMs
+  double n, act, A, e;                 // n = b*s*h; act: the rows a LayerNorm or dropout sees
+  bool sp;
+};
+
+LayerShape shape_of(const Job& job, const ParallelConfig& c) {
+  LayerShape l;
+  l.b = c.micro_batch;
+  l.s = job.seq_len;
+  l.h = job.model.n_embd;
+  l.a = job.model.n_head;
+  l.t = c.tp;
+  l.M = l.b * l.s;
+  l.d = l.h / l.a;
+  l.heads = l.b * l.a / l.t;
+  l.n = static_cast<double>(l.M) * l.h;
+  l.sp = c.sequence_parallel;
+  l.act = l.sp ? l.n / l.t : l.n;
+  l.A = static_cast<double>(l.heads) * l.s * l.s;
+  l.e = precision_bytes(job.precision).activation;
+  return l;
+}
+
+// Bytes the memory-bound kernels of one layer's forward stream: 2 LayerNorms (read, write),
+// 2 fused bias-dropout-residual adds (read 2, write 1, a 1-byte mask), the fused bias-GeLU on the
+// 4h/t intermediate, and on the b*a/t*s*s scores the fused scale-mask-softmax and the attention
+// dropout (with its mask). Backward streams twice as much (each reads a gradient and a saved
+// input and writes a gradient).
+double forward_memory_bytes(const LayerShape& l) {
+  return l.e * (4 * l.act + 6 * l.act + 8 * l.n / l.t + 4 * l.A) + 2 * l.act + l.A;
+}
+double attention_core_memory_bytes(const LayerShape& l) { return l.e * 4 * l.A + l.A; }
+
+// Two all-reduces of b*s*h, or with sequence parallelism two all-gathers and two
+// reduce-scatters of it (the all-reduce's two halves).
+double tp_pass_time(const LayerShape& l, const GroupLink& tp) {
+  const double bytes = l.n * l.e;
+  if (l.sp) {
+    return 2 * (collective_time(tp, Collective::AllGather, bytes) +
+                collective_time(tp, Collective::ReduceScatter, bytes));
+  }
+  return 2 * collective_time(tp, Collective::AllReduce, bytes);
+}
+
+}  // namespace
+
+StageCost layer_cost(const StageCostInputs& in) {
+  const Cluster& cl = *in.cluster;
+  const LayerShape l = shape_of(*in.job, *in.config);
+  const double peak = compute_peak(cl, in.job->precision);
+  auto G = [&](int64_t M, int64_t N, int64_t K, int64_t batch = 1) {
+    return gemm_time(cl, peak, M, N, K, batch);
+  };
+  const int64_t M = l.M, h = l.h, t = l.t, s = l.s, d = l.d, heads = l.heads;
+  StageCost c;
+  // Forward: qkv, attention scores and context (batched over b*a/t heads), proj, fc, fc proj.
+  const double attention_forward = G(s, s, d, heads) + G(s, d, s, heads);
+  c.forward.compute = G(M, 3 * h / t, h) + G(M, h, h / t) + G(M, 4 * h / t, h) +
+                      G(M, h, 4 * h / t) + attention_forward +
+                      memory_time(cl, forward_memory_bytes(l));
+  c.forward.tp_comm = tp_pass_time(l, in.placement->tp);
+  // Input gradients: dX = dY W for the four linears, the four attention GEMMs' gradients.
+  c.backward_input.compute = G(M, h, 3 * h / t) + G(M, h / t, h) + G(M, h, 4 * h / t) +
+                             G(M, 4 * h / t, h) + 3 * G(s, d, s, heads) + G(s, s, d, heads) +
+                             memory_time(cl, 2 * forward_memory_bytes(l));
+  c.backward_input.tp_comm = tp_pass_time(l, in.placement->tp);
+  // Weight gradients: dW = dY^T X, inner dimension M.
+  c.backward_weight.compute =
+      G(3 * h / t, h, M) + G(h, h / t, M) + G(4 * h / t, h, M) + G(h, 4 * h / t, M);
+  switch (in.config->recompute) {
+    case model::Recompute::None:
+      break;
+    case model::Recompute::Selective:
+      c.recompute.compute = attention_forward + memory_time(cl, attention_core_memory_bytes(l));
+      break;
+    case model::Recompute::Full:
+      c.recompute = c.forward;
+      break;
+  }
+  return c;
+}
+
+std::vector<StageCost> stage_costs(const StageCostInputs& in) {
+  const Cluster& cl = *in.cluster;
+  const Job& job = *in.job;
+  const ParallelConfig& cfg = *in.config;
+  const LayerShape l = shape_of(job, cfg);
+  const double peak = compute_peak(cl, job.precision);
+  const GroupLink& tp = in.placement->tp;
+  const int stages = cfg.pp * cfg.vp;
+  const int layers = job.model.n_layer / stages;
+  const StageCost one = layer_cost(in);
+  auto times = [](PassCost p, double k) {
+    p.compute *= k;
+    p.tp_comm *= k;
+    p.dp_comm *= k;
+    return p;
+  };
+  std::vector<StageCost> out(stages);
+  for (int s = 0; s < stages; ++s) {
+    StageCost& c = out[s];
+    c.forward = times(one.forward, layers);
+    c.recompute = times(one.recompute, layers);
+    c.backward_input = times(one.backward_input, layers);
+    c.backward_weight = times(one.backward_weight, layers);
+  }
+  const double nbytes = l.n * l.e;
+  // Embedding: gather rows of wte and wpe, add (read 2, write 1); its gradient scatters back.
+  // Vocab-parallel: an all-reduce of the output (sp: a reduce-scatter; all-gather backward).
+  {
+    StageCost& c = out.front();
+    c.forward.compute += memory_time(cl, 3 * nbytes);
+    c.backward_weight.compute += memory_time(cl, 3 * nbytes);
+    if (l.sp) {
+      c.forward.tp_comm += collective_time(tp, Collective::ReduceScatter, nbytes);
+      c.backward_weight.tp_comm += collective_time(tp, Collective::AllGather, nbytes);
+    } else {
+      c.forward.tp_comm += collective_time(tp, Collective::AllReduce, nbytes);
+    }
+  }
+  // Head: ln_f, logits [M, Vp/t] = x W^T, fp32 softmax cross-entropy (reads the logits twice,
+  // writes their gradient), the all-reduces of the vocab-parallel loss and of the input gradient.
+  {
+    StageCost& c = out.back();
+    const int64_t Vt = job.model.padded_vocab() / l.t;
+    const double logits_bytes = static_cast<double>(l.M) * Vt * 4;
+    c.forward.compute +=
+        gemm_time(cl, peak, l.M, Vt, l.h) + memory_time(cl, 4 * l.act * l.e + 2 * logits_bytes);
+    c.forward.tp_comm += collective_time(tp, Collective::AllReduce, l.M * 4.0) +
+                         collective_time(tp, Collective::AllReduce, 2 * l.M * 4.0);
+    c.backward_input.compute +=
+        gemm_time(cl, peak, l.M, l.h, Vt) + memory_time(cl, 2 * logits_bytes + 6 * l.act * l.e);
+    c.backward_input.tp_comm +=
+        collective_time(tp, l.sp ? Collective::ReduceScatter : Collective::AllReduce, nbytes);
+    c.backward_weight.compute += gemm_time(cl, peak, Vt, l.h, l.M);
+  }
+  // ZeRO-3: gather the stage's weights before its forward and again before its backward, and
+  // reduce-scatter its gradients after each microbatch (Rajbhandari et al. 2020, §5.3).
+  if (cfg.zero >= 3 && cfg.dp > 1) {
+    const PrecisionBytes pb = precision_bytes(job.precision);
+    for (int s = 0; s < stages; ++s) {
+      const double params =
+          static_cast<double>(local_parameters(job.model, cfg, s % cfg.pp)) / cfg.vp;
+      const GroupLink& dp = in.placement->dp;
+      out[s].forward.dp_comm += collective_time(dp, Collective::AllGather, params * pb.weight);
+      out[s].backward_input.dp_comm +=
+          collective_time(dp, Collective::AllGather, params * pb.weight);
+      out[s].backward_weight.dp_comm +=
+          collective_time(dp, Collective::ReduceScatter, params * pb.grad);
+    }
+  }
+  return out;
+}
+
+double hardware_flops_per_step(const Job& job, model::Recompute recompute) {
+  const model::GptConfig& m = job.model;
+  const double B = job.global_batch, s = job.seq_len, l = m.n_layer, h = m.n_embd,
+               V = m.padded_vocab();
+  switch (recompute) {
+    case model::Recompute::None:
+      return model::model_flops_per_step(m, B, s);
+    case model::Recompute::Selective:  // + the attention core's forward again: 4 s^2 h per layer
+      return model::model_flops_per_step(m, B, s) + B * l * 4 * s * s * h;
+    case model::Recompute::Full:
+      return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+  }
+  return 0;
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,173 @@
+// The Local backend (a group of one) and what every Communicator shares: dtypes, the timeout.
+
+#include "weft/comm/communicator.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/core/check.h"
+
+namespace weft::comm {
+namespace {
+
+// Sets an environment variable for one scope and restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(DataType, SizesAndNamesAreTheElementTypes) {
+  EXPECT_EQ(dtype_size(DataType::F32), 4u);
+  EXPECT_EQ(dtype_size(DataType::F64), 8u);
+  EXPECT_EQ(dtype_size(DataType::I32), 4u);
+  EXPECT_EQ(dtype_size(DataType::I64), 8u);
+  EXPECT_EQ(dtype_size(DataType::U8), 1u);
+  EXPECT_EQ(dtype_name(DataType::F32), "f32");
+  EXPECT_EQ(dtype_name(DataType::U8), "u8");
+  EXPECT_EQ(reduce_op_name(ReduceOp::Sum), "sum");
+  EXPECT_EQ(reduce_op_name(ReduceOp::Max), "max");
+  static_assert(data_type_of<int64_t>() == DataType::I64);
+  static_assert(data_type_of<uint8_t>() == DataType::U8);
+}
+
+TEST(Work, ADefaultWorkIsAlreadyComplete) {
+  Work w;
+  EXPECT_FALSE(w.pending());
+  w.wait();
+}
+
+TEST(Work, WaitRunsTheWaitOnce) {
+  int calls = 0;
+  Work w([&] { ++calls; });
+  EXPECT_TRUE(w.pending());
+  w.wait();
+  w.wait();
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(w.pending());
+}
+
+TEST(LocalCommunicator, IsAGroupOfOneNamedAsAsked) {
+  auto c = make_local_communicator("tp");
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->size(), 1);
+  EXPECT_EQ(c->name(), "tp");
+  EXPECT_EQ(make_local_communicator()->name(), "world");
+}
+
+TEST(LocalCommunicator, AllReduceAndBroadcastLeaveTheBufferAsItIs) {
+  auto c = make_local_communicator();
+  std::vector<float> v = {1.5f, -2.0f, 3.0f};
+  c->all_reduce(v.data(), 3);
+  c->all_reduce(v.data(), 3, ReduceOp::Max);
+  c->broadcast(v.data(), 3, 0);
+  EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f, 3.0f}));
+  std::vector<uint8_t> bytes = {7, 8};
+  c->broadcast(bytes.data(), 2, 0);
+  EXPECT_EQ(bytes, (std::vector<uint8_t>{7, 8}));
+}
+
+TEST(LocalCommunicator, AllGatherAndReduceScatterCopyTheInput) {
+  auto c = make_local_communicator();
+  const std::vector<int64_t> in = {1, 2, 3, 4};
+  std::vector<int64_t> out(4, 0);
+  c->all_gather(out.data(), in.data(), 4);
+  EXPECT_EQ(out, in);
+  std::vector<double> din = {0.5, 0.25}, dout(2, 0.0);
+  c->reduce_scatter(dout.data(), din.data(), 2);
+  EXPECT_EQ(dout, din);
+  // In place too.
+  c->all_gather(dout.data(), dout.data(), 2);
+  EXPECT_EQ(dout, din);
+}
+
+TEST(LocalCommunicator, AsyncOpsAreCompleteAtOnce) {
+  auto c = make_local_communicator();
+  float x = 1.0f;
+  Work w = c->all_reduce_async(&x, 1, DataType::F32, ReduceOp::Sum);
+  EXPECT_FALSE(w.pending());
+  w.wait();
+  c->barrier();
+}
+
+TEST(LocalCommunicator, SendAndRecvHaveNoPeer) {
+  auto c = make_local_communicator("pp");
+  float x = 0.0f;
+  try {
+    c->send(&x, 1, 0);
+    FAIL() << "send on a group of one did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("send to rank 0 on group 'pp'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no peer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c->recv(&x, 1, 0), Error);
+}
+
+TEST(LocalCommunicator, BroadcastFromAnotherRootIsAnError) {
+  auto c = make_local_communicator();
+  float x = 0.0f;
+  EXPECT_THROW(c->broadcast(&x, 1, 1), Error);
+}
+
+TEST(LocalCommunicator, SplitGivesANewGroupOfOneWithTheNewName) {
+  auto c = make_local_communicator();
+  c->set_timeout_seconds(7.0);
+  auto dp = c->split(3, 0, "dp");
+  EXPECT_EQ(dp->name(), "dp");
+  EXPECT_EQ(dp->size(), 1);
+  EXPECT_EQ(dp->rank(), 0);
+  EXPECT_EQ(dp->timeout_seconds(), 7.0);
+  EXPECT_EQ(c->name(), "world");
+}
+
+TEST(CommunicatorTimeout, DefaultsToFiveMinutes) {
+  ScopedEnv env("WEFT_COMM_TIMEOUT", nullptr);
+  EXPECT_EQ(make_local_communicator()->timeout_seconds(), 300.0);
+}
+
+TEST(CommunicatorTimeout, WeftCommTimeoutOverridesIt) {
+  ScopedEnv env("WEFT_COMM_TIMEOUT", "2.5");
+  auto c = make_local_communicator();
+  EXPECT_EQ(c->timeout_seconds(), 2.5);
+  c->set_timeout_seconds(0.5);
+  EXPECT_EQ(c->timeout_seconds(), 0.5);
+}
+
+TEST(CommunicatorTimeout, ABadWeftCommTimeoutIsAnErrorNamingIt) {
+  for (const char* bad : {"abc", "-1", "0", "5s", "nan"}) {
+    ScopedEnv env("WEFT_COMM_TIMEOUT", bad);
+    try {
+      make_local_communicator();
+      ADD_FAILURE() << "WEFT_COMM_TIMEOUT=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("WEFT_COMM_TIMEOUT='") + bad + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft::comm

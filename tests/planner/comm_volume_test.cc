@@ -1,0 +1,126 @@
+// The planner's communication volume in weft's conventions (planner/comm_volume.h), checked
+// against the formulas by hand: what a RecordingCommunicator around one real step must record.
+
+#include <gtest/gtest.h>
+
+#include "weft/planner/comm_volume.h"
+
+namespace weft::planner {
+namespace {
+
+Job job() {
+  Job j;
+  j.model = {.name = "t",
+             .n_layer = 8,
+             .n_embd = 64,
+             .n_head = 4,
+             .vocab_size = 100,
+             .pad_vocab_to = 64,
+             .max_seq_len = 32};
+  j.seq_len = 16;
+  j.global_batch = 16;
+  j.world = 8;
+  j.precision = Precision::FP32;
+  return j;
+}
+
+TEST(CommVolume, TensorParallelLayersAllReduceTwiceForwardAndTwiceBackward) {
+  const Job j = job();
+  const ParallelConfig c{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 2};
+  const int64_t n = 2 * 16 * 64;  // b*s*h
+  // Middle of nothing: rank 0 has 4 layers and the embedding.
+  const StepVolume first = microbatch_volume(j, c, 0);
+  EXPECT_EQ(first.tp.all_reduce.ops, 4 * 4 + 1);
+  EXPECT_EQ(first.tp.all_reduce.elements, (4 * 4 + 1) * n);
+  // Rank 1: 4 layers, the cross-entropy's Max (b*s) and Sum (2*b*s), the LM head's input grad.
+  const StepVolume last = microbatch_volume(j, c, 1);
+  EXPECT_EQ(last.tp.all_reduce.ops, 4 * 4 + 3);
+  EXPECT_EQ(last.tp.all_reduce.elements, 4 * 4 * n + 2 * 16 + 2 * 2 * 16 + n);
+  EXPECT_EQ(last.tp.all_gather.ops, 0);
+  // fp32: 4 bytes per element, the loss statistics included.
+  EXPECT_EQ(last.tp.all_reduce.bytes, 4 * last.tp.all_reduce.elements);
+}
+
+TEST(CommVolume, BytesFollowThePrecision) {
+  Job j = job();
+  j.precision = Precision::BF16Mixed;
+  ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .zero = 1};
+  const StepVolume v = step_volume(j, c, 0);
+  const int64_t n = 16 * 64, m = 4;
+  // Activations in bf16, except the cross-entropy's fp32 statistics (b*s and 2*b*s).
+  EXPECT_EQ(v.tp.all_reduce.bytes, m * (2 * (v.tp.all_reduce.ops / m - 2) * n + 4 * 3 * 16));
+  // ZeRO-1: fp32 gradients scattered, bf16 weights gathered.
+  EXPECT_EQ(v.dp.reduce_scatter.bytes, 4 * v.dp.reduce_scatter.elements);
+  EXPECT_EQ(v.dp.all_gather.bytes, 2 * v.dp.all_gather.elements);
+}
+
+TEST(CommVolume, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
+  const Job j = job();
+  const ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .sequence_parallel = true};
+  const int64_t n = 16 * 64;
+  const StepVolume v = microbatch_volume(j, c, 0);
+  // 8 layers x (2 forward + 2 backward), + embedding (RS forward, AG backward), + head (RS).
+  EXPECT_EQ(v.tp.all_gather.ops, 8 * 4 + 1);
+  EXPECT_EQ(v.tp.reduce_scatter.ops, 8 * 4 + 1 + 1);
+  EXPECT_EQ(v.tp.all_gather.elements, (8 * 4 + 1) * n);
+  EXPECT_EQ(v.tp.all_reduce.ops, 2);  // the cross-entropy's two small ones
+}
+
+TEST(CommVolume, FullRecomputationRepeatsTheForwardCollectives) {
+  const Job j = job();
+  ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1};
+  const int64_t base = microbatch_volume(j, c, 0).tp.all_reduce.ops;
+  c.recompute = model::Recompute::Full;
+  EXPECT_EQ(microbatch_volume(j, c, 0).tp.all_reduce.ops, base + 8 * 2);
+}
+
+TEST(CommVolume, PipelineRanksSendOneActivationAndOneGradientPerBoundary) {
+  const Job j = job();
+  const ParallelConfig c{.tp = 1,
+                         .pp = 4,
+                         .dp = 2,
+                         .vp = 2,
+                         .micro_batch = 2,
+                         .schedule = schedule::Kind::Interleaved};
+  const int64_t n = 2 * 16 * 64;
+  // 8 stages; rank 0 holds stages 0 and 4: stage 0 has one boundary, stage 4 two.
+  const StepVolume v0 = microbatch_volume(j, c, 0);
+  EXPECT_EQ(v0.pp.send.ops, 3);
+  EXPECT_EQ(v0.pp.recv.ops, 3);
+  EXPECT_EQ(v0.pp.send.elements, 3 * n);
+  // A step has m = 16 / (2*2) = 4 microbatches.
+  EXPECT_EQ(step_volume(j, c, 0).pp.send.ops, 12);
+}
+
+TEST(CommVolume, DataParallelTrafficFollowsTheZeroStage) {
+  const Job j = job();
+  ParallelConfig c{.tp = 1, .pp = 1, .dp = 8, .micro_batch = 1};
+  const int64_t p = local_parameters(j.model, c, 0);
+  StepVolume v = step_volume(j, c, 0);
+  EXPECT_EQ(v.dp.all_reduce.elements, p);
+  EXPECT_EQ(v.dp.reduce_scatter.ops, 0);
+  c.zero = 2;
+  v = step_volume(j, c, 0);
+  EXPECT_EQ(v.dp.all_reduce.ops, 0);
+  EXPECT_EQ(v.dp.reduce_scatter.elements, p);  // the input: every local gradient
+  EXPECT_EQ(v.dp.all_gather.elements, p);      // the output: every local parameter
+  c.zero = 3;
+  v = step_volume(j, c, 0);  // m = 2: gather before each forward and backward, scatter each
+  EXPECT_EQ(v.dp.all_gather.ops, 4);
+  EXPECT_EQ(v.dp.reduce_scatter.ops, 2);
+}
+
+TEST(CommVolume, LocalParametersSumToTheModelWithoutTensorParallelism) {
+  const Job j = job();
+  const model::GptConfig& m = j.model;
+  const int64_t h = m.n_embd, Vp = m.padded_vocab();
+  const int64_t whole =
+      Vp * h + int64_t{m.max_seq_len} * h + m.n_layer * (12 * h * h + 13 * h) + 2 * h;
+  EXPECT_EQ(local_parameters(m, {.tp = 1, .pp = 1, .dp = 1}, 0), whole);
+  // With pp = 2 the last rank also holds the tied word embedding.
+  const ParallelConfig c{.tp = 1, .pp = 2, .dp = 1};
+  EXPECT_EQ(local_parameters(m, c, 0) + local_parameters(m, c, 1), whole + Vp * h);
+}
+
+}  // namespace
+}  // namespace weft::planner

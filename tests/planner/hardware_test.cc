@@ -1,0 +1,86 @@
+#include <gtest/gtest.h>
+
+#include "planner/test_paths.h"
+#include "weft/planner/hardware.h"
+
+namespace weft::planner {
+namespace {
+
+constexpr const char* kMinimal = R"(
+[cluster]
+name = "mini"
+device = "X1"
+devices_per_node = 4
+[memory]
+capacity_gib = 16
+bandwidth_gbps = 1000
+[peak_tflops]
+bf16 = 100
+[gemm]
+compute_units = 10
+efficiency = 0.8
+[link.node]
+bandwidth_gbps = 100
+latency_us = 2
+[link.network]
+bandwidth_gbps = 10
+latency_us = 5
+)";
+
+TEST(Hardware, EveryCommittedPresetParses) {
+  for (const char* name : {"dgx-a100", "frontier", "dgx-h100", "h200", "this-machine"}) {
+    const Result<Cluster> c =
+        load_cluster(test::source_path(std::string("configs/clusters/") + name + ".toml"));
+    EXPECT_TRUE(c.ok()) << name << ": " << c.status().message();
+  }
+}
+
+TEST(Hardware, PresetUnitsAreConverted) {
+  const Cluster c = parse_cluster(kMinimal, "mini.toml").value();
+  EXPECT_EQ(c.devices_per_node, 4);
+  EXPECT_DOUBLE_EQ(c.memory_bytes, 16.0 * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(c.peak(NumberFormat::BF16), 100e12);
+  EXPECT_DOUBLE_EQ(c.peak(NumberFormat::FP32), 0);
+  EXPECT_DOUBLE_EQ(c.node.bandwidth, 100e9);
+  EXPECT_DOUBLE_EQ(c.network.latency, 5e-6);
+  EXPECT_FALSE(c.package.present());
+}
+
+TEST(Hardware, EveryProblemIsListedWithSuggestions) {
+  std::string text = kMinimal;
+  text.replace(text.find("devices_per_node"), 16, "devices_per_nod");
+  text.replace(text.find("efficiency = 0.8"), 16, "efficiency = 1.5");
+  text += "[linkz]\n";
+  const Result<Cluster> c = parse_cluster(text, "bad.toml");
+  ASSERT_FALSE(c.ok());
+  const std::string m = c.status().message();
+  EXPECT_NE(m.find("bad.toml: unknown key cluster.devices_per_nod (did you mean "
+                   "'devices_per_node'?)"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("unknown table [linkz] (did you mean 'link'?)"), std::string::npos) << m;
+  EXPECT_NE(m.find("missing key cluster.devices_per_node"), std::string::npos) << m;
+}
+
+TEST(Hardware, RangeProblemsAreReportedTogether) {
+  std::string text = kMinimal;
+  text.replace(text.find("efficiency = 0.8"), 16, "efficiency = 1.5");
+  text.replace(text.find("compute_units = 10"), 18, "compute_units = 0");
+  const Result<Cluster> c = parse_cluster(text, "bad.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().problems().size(), 2u) << c.status().message();
+  EXPECT_NE(c.status().message().find("gemm.efficiency=1.5 must be in (0, 1]"), std::string::npos);
+}
+
+TEST(Hardware, TomlRoundTrips) {
+  const Cluster c = load_cluster(test::source_path("configs/clusters/frontier.toml")).value();
+  const Cluster back = parse_cluster(to_toml(c), "again").value();
+  EXPECT_EQ(back.name, c.name);
+  EXPECT_EQ(back.devices_per_package, 2);
+  EXPECT_NEAR(back.package.bandwidth, c.package.bandwidth, 1);
+  EXPECT_NEAR(back.peak_bf16, c.peak_bf16, 1e6);
+  EXPECT_NEAR(back.gemm.efficiency, c.gemm.efficiency, 1e-9);
+}
+
+}  // namespace
+}  // namespace weft::planner

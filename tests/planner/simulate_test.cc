@@ -1,0 +1,150 @@
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/test_paths.h"
+#include "weft/model/gpt_config.h"
+#include "weft/planner/report.h"
+#include "weft/planner/simulate.h"
+
+namespace weft::planner {
+namespace {
+
+Cluster a100() { return load_cluster(test::source_path("configs/clusters/dgx-a100.toml")).value(); }
+
+Job gpt175b(int gpus, int batch) {
+  Job j;
+  j.model = model::load_gpt_config(test::source_path("configs/models/gpt-175b.toml")).value();
+  j.seq_len = 2048;
+  j.global_batch = batch;
+  j.world = gpus;
+  j.tokens = 300e9;
+  return j;
+}
+
+TEST(ParallelConfig, ParsesTheCommandLineFormAndDerivesDp) {
+  const ParallelConfig c =
+      parse_parallel_config("tp=8,pp=8,vp=2,mb=1,schedule=interleaved,recompute=full,sp=1,zero=1",
+                            1024)
+          .value();
+  EXPECT_EQ(c.dp, 16);
+  EXPECT_EQ(c.vp, 2);
+  EXPECT_EQ(c.schedule, schedule::Kind::Interleaved);
+  EXPECT_EQ(c.recompute, model::Recompute::Full);
+  EXPECT_TRUE(c.sequence_parallel);
+  EXPECT_EQ(c.zero, 1);
+  EXPECT_EQ(parse_parallel_config(to_string(c), 1024).value(), c);
+}
+
+TEST(ParallelConfig, TyposAndBadValuesAreAllReported) {
+  const Result<ParallelConfig> r = parse_parallel_config("tq=8,pp=x,recompute=most", 64);
+  ASSERT_FALSE(r.ok());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("unknown key 'tq' (did you mean 'tp'?)"), std::string::npos) << m;
+  EXPECT_NE(m.find("pp=x must be an integer"), std::string::npos) << m;
+  EXPECT_NE(m.find("recompute=most must be none, selective or full"), std::string::npos) << m;
+}
+
+TEST(Verdict, AConfigurationThatCannotRunSaysWhyInTheUsersTerms) {
+  const Job j = gpt175b(1024, 1536);
+  const Prediction p = predict(a100(), j, {.tp = 16, .pp = 5, .dp = 12, .micro_batch = 1});
+  EXPECT_FALSE(p.feasible);
+  const std::string all = fmt::format("{}", fmt::join(p.reasons, "\n"));
+  EXPECT_NE(all.find("tp*pp*dp = 16*5*12 = 960 does not equal the world size 1024"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("n_layer=96 is not divisible by pp*vp = 5*1"), std::string::npos) << all;
+}
+
+TEST(Verdict, TooLargeForTheDeviceSaysHowMuchItNeeds) {
+  // 175B on 8 pipeline stages without tensor parallelism: 22B parameters per GPU.
+  const Job j = gpt175b(1024, 1536);
+  const Prediction p = predict(a100(), j, {.tp = 1, .pp = 8, .dp = 128, .micro_batch = 1});
+  ASSERT_FALSE(p.feasible);
+  EXPECT_TRUE(p.reasons.front().starts_with("needs ")) << p.reasons.front();
+  EXPECT_NE(p.reasons.front().find(" GiB per device, has 80 (76.0 usable)"), std::string::npos)
+      << p.reasons.front();
+}
+
+TEST(Verdict, APrecisionTheClusterHasNoPeakForIsRejected) {
+  Cluster cpu = a100();
+  cpu.name = "cpu";
+  cpu.peak_bf16 = cpu.peak_fp16 = 0;
+  const Prediction p = predict(cpu, gpt175b(1024, 1536), {.tp = 8, .pp = 8, .dp = 16});
+  ASSERT_FALSE(p.feasible);
+  EXPECT_EQ(
+      p.reasons.back(),
+      "cluster cpu gives no peak rate for bf16-mixed (its [peak_tflops] lacks bf16 and fp16)");
+}
+
+TEST(Simulate, TheBreakdownAddsUpToTheSimulatedStep) {
+  const Job j = gpt175b(1024, 1536);
+  const ParallelConfig c{.tp = 8,
+                         .pp = 8,
+                         .dp = 16,
+                         .vp = 2,
+                         .micro_batch = 1,
+                         .schedule = schedule::Kind::Interleaved,
+                         .recompute = model::Recompute::Full};
+  Options o;
+  o.keep_timeline = true;
+  const Simulation sim = simulate_config(a100(), j, c, o);
+  const Prediction& p = sim.prediction;
+  ASSERT_TRUE(p.feasible) << p.reasons.front();
+  const StepBreakdown& t = p.time;
+  EXPECT_NEAR(t.compute + t.bubble + t.tp_comm + t.pp_comm + t.dp_comm + t.optimizer, t.total,
+              1e-9 * t.total);
+  EXPECT_GT(t.bubble, 0);
+  EXPECT_GT(t.tp_comm, 0);
+  EXPECT_GT(p.mfu, 0.2);
+  EXPECT_LT(p.mfu, 0.7);
+  EXPECT_GT(p.days, 1);
+  // The in-flight counts are the interleaved schedule's (docs/schedules.md §3): rank 0 holds
+  // 2(p-1) + (v-1)p + 1 = 23 (stage, microbatch) pairs.
+  EXPECT_EQ(p.in_flight.front(), 23);
+  EXPECT_EQ(sim.timeline.ranks.size(), 8u);
+}
+
+TEST(Simulate, ScatterGatherShrinksTheExposedPipelineMessages) {
+  const Job j = gpt175b(1024, 1536);
+  const ParallelConfig c{.tp = 8,
+                         .pp = 8,
+                         .dp = 16,
+                         .vp = 2,
+                         .micro_batch = 1,
+                         .schedule = schedule::Kind::Interleaved,
+                         .recompute = model::Recompute::Full};
+  const Prediction whole = predict(a100(), j, c);
+  Options o;
+  o.pp_scatter_gather = true;
+  const Prediction split = predict(a100(), j, c, o);
+  EXPECT_LT(split.time.pp_comm, whole.time.pp_comm);
+  EXPECT_LT(split.time.total, whole.time.total);
+  EXPECT_DOUBLE_EQ(split.time.compute, whole.time.compute);
+}
+
+TEST(Report, TheChromeTraceHasOneTrackPerPipelineRank) {
+  const Job j = gpt175b(64, 64);
+  const ParallelConfig c{
+      .tp = 8, .pp = 4, .dp = 2, .micro_batch = 1, .recompute = model::Recompute::Full};
+  Options o;
+  o.keep_timeline = true;
+  const Simulation sim = simulate_config(a100(), j, c, o);
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json(sim.timeline, "t"));
+  std::set<int> tracks;
+  int forwards = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") {
+      tracks.insert(e["tid"].get<int>());
+      forwards += e["cat"] == "forward";
+      EXPECT_GT(e["dur"].get<double>(), 0);
+    }
+  }
+  EXPECT_EQ(tracks, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(forwards, 4 * 32);  // every rank runs m = 64/2 forwards
+  EXPECT_NE(timeline_svg(sim.timeline, "t").find("<svg"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::planner
