@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-5}
-weft=build/release/bin/weft
+weft=${WEFT:-build/release/bin/weft}
 model=configs/models/gpt2-124m.toml
 date=$(date -u +%Y-%m-%d)
 out_json=bench/results/tp-$date.json
