@@ -161,8 +161,8 @@ std::vector<double> losses(const std::string& metrics) {
 }
 
 // `mpirun -n 2 weft train ... --set parallel.tp=2` trains the same model as one process; its
-// checkpoint (the serial layout) continues under tp=1 and under tp=2 with sequence parallelism.
-TEST_F(CliTrainTest, TensorParallelRunsGiveTheSerialLosses) {
+// checkpoint (the serial layout) continues under tp=1, tp=2 with sequence parallelism, and pp=2.
+TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   const std::string run = write_run();
   auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
   ASSERT_EQ(r.rc, 0) << r.text;
@@ -178,9 +178,14 @@ TEST_F(CliTrainTest, TensorParallelRunsGiveTheSerialLosses) {
   r = weft("train " + run + " --resume --stop-after 6");
   ASSERT_EQ(r.rc, 0) << r.text;
   r = weft_command(mpirun + "train " + run +
-                   " --resume --set parallel.tp=2 --set parallel.sequence_parallel=true");
+                   " --resume --stop-after 7 --set parallel.tp=2 "
+                   "--set parallel.sequence_parallel=true");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "(sequence parallel)");
+  // and the last step as a two-stage pipeline
+  r = weft_command(mpirun + "train " + run + " --resume --set parallel.pp=2");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "tp=1 pp=2 dp=1");
   const std::vector<double> parallel = losses(out("/metrics.jsonl"));
   ASSERT_EQ(parallel.size(), serial.size()) << read_text(out("/metrics.jsonl"));
   for (size_t i = 0; i < serial.size(); ++i) {

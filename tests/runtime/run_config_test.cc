@@ -176,9 +176,8 @@ zero = 1
            "train.log_every=0 must be > 0",
            "train.peak_gflops=-5 must be >= 0",
            "n_head=4 is not divisible by tp=3",
-           "parallel.pp=4: pipeline parallelism is not yet supported in this build",
+           "n_layer=2 does not split into pp*vp = 4*2 = 8 stages of equal size",
            "parallel.dp=0 must be >= 1",
-           "parallel.vp=2: interleaving",
            "parallel.schedule='2f2b' must be gpipe, 1f1b, interleaved or zb-h1",
            "parallel.zero=1: ZeRO is not yet supported in this build",
        }) {
@@ -188,6 +187,20 @@ zero = 1
              "train.global_batch=10 is not divisible by train.micro_batch=4");
   EXPECT_HAS(problems(run_toml(), {"data.val_fraction=0"}),
              "train.eval_every=100 needs validation data");
+}
+
+TEST(RunConfig, APipelineScheduleThatDoesNotFitIsRejectedBeforeLaunch) {
+  const std::string p = problems(
+      run_toml("micro_batch = 1\nglobal_batch = 3\n"),
+      {"model.n_layer=4", "parallel.pp=2", "parallel.vp=2", "parallel.schedule=interleaved"});
+  EXPECT_HAS(p, "parallel.schedule='interleaved' with pp=2 vp=2 and 3 microbatches");
+  EXPECT_HAS(parse_ok(run_toml("micro_batch = 1\nglobal_batch = 4\n"),
+                      {"model.n_layer=4", "parallel.pp=2", "parallel.vp=2",
+                       "parallel.schedule=interleaved"})
+                 .parallel.schedule,
+             "interleaved");
+  EXPECT_HAS(problems(run_toml("micro_batch = 1\nglobal_batch = 1\n"), {"parallel.pp=2"}),
+             "and 1 microbatches");
 }
 
 TEST(RunConfig, SequenceParallelismIsABooleanInTomlAndOnTheCommandLine) {

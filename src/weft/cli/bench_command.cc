@@ -27,10 +27,12 @@
 #include "weft/core/rng.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
-#include "weft/model/gpt.h"
 #include "weft/model/memory.h"
+#include "weft/parallel/groups.h"
 #include "weft/runtime/gemm_ceiling.h"
-#include "weft/runtime/train_step.h"
+#include "weft/runtime/pipeline_runner.h"
+#include "weft/schedule/schedule.h"
+#include "weft/schedule/simulate.h"
 
 namespace weft::cli {
 namespace {
@@ -41,7 +43,8 @@ struct BenchOptions {
   std::string recompute = "none";
   std::string precision = "f32";
   bool json = false;
-  int tp = 1;
+  int tp = 1, pp = 1, vp = 1, microbatches = 1;
+  std::string schedule = "1f1b";
   bool sequence_parallel = false;
 };
 
@@ -55,17 +58,18 @@ void run_bench_step(const BenchOptions& o) {
     world = mpi->world();
   }
   const int world_size = world ? world->size() : 1;
-  if (o.tp != world_size) {
-    throw Error(fmt::format("--tp {} needs {} processes (mpirun -n {}); {} started", o.tp, o.tp,
-                            o.tp, world_size));
+  if (o.tp * o.pp != world_size) {
+    throw Error(fmt::format("--tp {} x --pp {} needs {} processes (mpirun -n {}); {} started", o.tp,
+                            o.pp, o.tp * o.pp, o.tp * o.pp, world_size));
   }
   const bool leader = !world || world->rank() == 0;
+  const parallel::Topology topo({.tp = o.tp, .pp = o.pp, .dp = 1});
+  parallel::ProcessGroups groups;
+  if (world_size > 1) groups = parallel::make_groups(*world, topo);
+  // The tp group records its collectives' time: the communication share of the step.
   auto recorder = std::make_shared<comm::CommRecorder>();
   std::unique_ptr<comm::RecordingCommunicator> tp;
-  if (world_size > 1) {
-    tp = std::make_unique<comm::RecordingCommunicator>(world->split(0, world->rank(), "tp"),
-                                                       recorder);
-  }
+  if (groups.tp) tp = std::make_unique<comm::RecordingCommunicator>(std::move(groups.tp), recorder);
   const int threads =
       o.threads > 0
           ? o.threads
@@ -78,45 +82,80 @@ void run_bench_step(const BenchOptions& o) {
   auto recompute = model::parse_recompute(o.recompute);
   if (!recompute)
     throw Error("--recompute must be none, selective or full, not '" + o.recompute + "'");
-  const int B = o.batch, T = o.seq;
+  const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
+  const schedule::Kind kind = schedule::parse_kind(o.schedule).value_or_throw("--schedule");
+  const schedule::Schedule sched = schedule::add_optimizer_step(schedule::add_communication(
+      schedule::make_schedule(kind, {.pp = o.pp, .vp = o.vp, .microbatches = m})
+          .value_or_throw("--schedule")));
+  model::validate_pipeline(cfg, o.pp, o.vp).throw_if_error("invalid pipeline");
 
   const int64_t rss_before = current_resident_bytes();
   const bool sp = o.sequence_parallel && o.tp > 1;
+  // Predicted for one microbatch slot of the whole model's layers (pp = 1).
+  const bool predict = o.pp == 1 && runtime::peak_in_flight_per_chunk(sched, 0)[0] == 1;
   const auto predicted =
       model::estimate_training_memory(cfg, B, T, *recompute, threads, {o.tp, sp});
-  model::Gpt gpt(cfg, B, T, *recompute, {tp.get(), sp});
-  gpt.init(1234);
-  optim::AdamW opt(gpt.param_layout().buffer, gpt.param_layout().weight_decay_flags());
+  runtime::PipelineOptions po;
+  po.B = B;
+  po.T = T;
+  po.recompute = *recompute;
+  po.tp = {tp.get(), sp};
+  po.pp = groups.pp.get();
+  po.pp_rank = topo.coord(world ? world->rank() : 0).pp;
+  po.groups = {groups.model.get(), groups.embedding.get()};
+  runtime::PipelineRunner runner(cfg, sched, po);
+  runner.init(1234);
 
   // random tokens: a pure function of the index, like everything random in weft
-  std::vector<int32_t> tokens(int64_t{B} * T + 1);
+  std::vector<int32_t> tokens(int64_t{m} * B * T + 1);
   const uint64_t key = stream_key(7, "bench.tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     tokens[i] = static_cast<int32_t>(uniform_at(key, i) * cfg.vocab_size) % cfg.vocab_size;
   }
   std::vector<double> times;
   runtime::StepStats last;
-  double comm_seconds = 0;
+  double comm_seconds = 0, waiting = 0, busy = 0;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (world) world->barrier();  // every rank starts the step together
     recorder->clear();
     auto t0 = std::chrono::steady_clock::now();
-    last = runtime::train_step(gpt, opt, tokens.data(), tokens.data() + 1, B, T, 1, 3e-4f, 1.0);
+    last = runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) {
       times.push_back(dt);
       comm_seconds += recorder->seconds();
+      waiting += runner.last_timing().waiting;
+      busy += runner.last_timing().seconds - runner.last_timing().waiting;
     }
   }
-  // The slowest rank's time is the step's.
-  if (world)
+  // The slowest rank's time is the step's; the bubble is Narayanan et al.'s: total waiting over
+  // total busy time, summed over the ranks.
+  std::vector<double> waits(world_size, waiting), busies(world_size, busy);
+  if (world) {
     world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
-  const double comm_share = comm_seconds / std::accumulate(times.begin(), times.end(), 0.0);
+    world->all_gather(waits.data(), &waiting, 1);
+    world->all_gather(busies.data(), &busy, 1);
+  }
+  const double total_time = std::accumulate(times.begin(), times.end(), 0.0);
+  const double comm_share = comm_seconds / total_time;
+  const double bubble = std::accumulate(waits.begin(), waits.end(), 0.0) /
+                        std::accumulate(busies.begin(), busies.end(), 0.0);
+  // The same schedule simulated with each stage's forward priced by its FLOPs per token (PTD-P
+  // appendix: 24h^2 + 4sh per layer, 2hV for the LM head), backward = 2 x forward, free messages.
+  schedule::Costs costs = schedule::uniform_costs(sched.shape, {});
+  for (int st = 0; st < sched.shape.num_stages(); ++st) {
+    const model::StageSpec spec = model::pipeline_stage(cfg, st, sched.shape.num_stages());
+    const double h = cfg.n_embd;
+    const double f = (spec.end_layer(cfg) - spec.first_layer) * (24 * h * h + 4.0 * T * h) +
+                     (spec.head ? 2 * h * cfg.padded_vocab() : 0.0);
+    costs.stages[st] = {f, 2 * f, f, f};
+  }
+  const double bubble_simulated = schedule::simulate(sched, costs).bubble_fraction;
   const int64_t measured = peak_resident_bytes() - rss_before;
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
-  const double flops = model::model_flops_per_step(cfg, B, T);
+  const double flops = model::model_flops_per_step(cfg, double(B) * m, T);
   const auto shapes = model::training_gemm_shapes(cfg, B, T);
   if (world) world->barrier();
   auto ceiling = runtime::measure_gemm_ceiling(shapes);
@@ -128,6 +167,7 @@ void run_bench_step(const BenchOptions& o) {
       bf16 ? runtime::measure_gemm_ceiling(shapes, 5, kernels::MatmulPrecision::BF16).rate() : 0.0;
   kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
   const double achieved = flops / step_s;
+  const int64_t tokens_per_step = int64_t{m} * B * T;
 
   nlohmann::json j = {
       {"name", "weft"},
@@ -135,42 +175,64 @@ void run_bench_step(const BenchOptions& o) {
       {"params", model::gpt_param_layout(cfg).count()},
       {"B", B},
       {"T", T},
+      {"microbatches", m},
       {"threads", threads},
       {"ranks", world_size},
       {"tp", o.tp},
+      {"pp", o.pp},
+      {"vp", o.vp},
+      {"schedule", o.schedule},
       {"sequence_parallel", sp},
       {"comm_share", comm_share},
+      {"bubble_measured", bubble},
+      {"bubble_simulated", bubble_simulated},
+      {"waiting_share_per_rank",
+       [&] {
+         std::vector<double> share(world_size);
+         for (int r = 0; r < world_size; ++r) share[r] = waits[r] / (waits[r] + busies[r]);
+         return share;
+       }()},
       {"recompute", o.recompute},
       {"precision", o.precision},
       {"ms_median", step_s * 1e3},
       {"ms_min", times.front() * 1e3},
-      {"tokens_per_s", B * T / step_s},
+      {"tokens_per_s", tokens_per_step / step_s},
       {"model_gflops", achieved / 1e9},
       {"gemm_ceiling_gflops", ceiling.rate() / 1e9},
       {"ratio_to_gemm_ceiling", achieved / ceiling.rate()},
       {"gemm_ceiling_bf16_gflops", bf16 ? nlohmann::json(ceiling_bf16 / 1e9) : nlohmann::json()},
       {"loss", last.loss},
-      {"mem_predicted_mib", mib(predicted.total())},
+      {"mem_predicted_mib", predict ? nlohmann::json(mib(predicted.total())) : nlohmann::json()},
       {"mem_measured_mib", mib(measured)},
-      {"mem_measured_over_predicted", static_cast<double>(measured) / predicted.total()},
+      {"mem_measured_over_predicted",
+       predict ? nlohmann::json(static_cast<double>(measured) / predicted.total())
+               : nlohmann::json()},
   };
   if (!leader) return;
   if (o.json) {
     fmt::print("{}\n", j.dump());
     return;
   }
+  std::string layout;
+  if (o.tp > 1) layout += fmt::format(", tp={}{}", o.tp, sp ? " (sequence parallel)" : "");
+  if (o.pp > 1) layout += fmt::format(", pp={} vp={} {}", o.pp, o.vp, o.schedule);
   fmt::print(
-      "weft bench step: {} ({} parameters), B={} T={}, {} threads{}, recompute={}, precision={}\n",
-      cfg.name, model::gpt_param_layout(cfg).count(), B, T, threads,
-      o.tp > 1 ? fmt::format(" x {} ranks, tp={}{}", o.tp, o.tp, sp ? " (sequence parallel)" : "")
-               : "",
+      "weft bench step: {} ({} parameters), B={} T={} x {} microbatch(es), {} threads x {} "
+      "rank(s){}, recompute={}, precision={}\n",
+      cfg.name, model::gpt_param_layout(cfg).count(), B, T, m, threads, world_size, layout,
       o.recompute, o.precision);
   fmt::print("  step          {:9.1f} ms (median of {}; min {:.1f} ms)   loss {:.4f}\n",
              step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
-  fmt::print("  throughput    {:9.1f} tokens/s\n", B * T / step_s);
+  fmt::print("  throughput    {:9.1f} tokens/s\n", tokens_per_step / step_s);
   if (o.tp > 1) {
     fmt::print("  tp collectives {:8.1f}% of the step (rank 0, from call to completion)\n",
                100.0 * comm_share);
+  }
+  if (o.pp > 1) {
+    fmt::print(
+        "  bubble        {:9.3f} measured (waiting / busy, all ranks); {:.3f} simulated "
+        "(stages priced by FLOPs, B = 2F, free messages)\n",
+        bubble, bubble_simulated);
   }
   fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
              achieved / 1e9, flops);
@@ -181,6 +243,13 @@ void run_bench_step(const BenchOptions& o) {
     fmt::print(
         "  bf16 ceiling  {:9.1f} GFLOP/s  (the same shapes through sgemm_bf16)     -> {:.1f}%\n",
         ceiling_bf16 / 1e9, 100.0 * achieved / ceiling_bf16);
+  }
+  if (!predict) {
+    fmt::print(
+        "  memory        measured {:.1f} MiB on rank 0 (peak RSS above the {:.1f} MiB before "
+        "the model)\n",
+        mib(measured), mib(rss_before));
+    return;
   }
   fmt::print(
       "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + adam {:.1f} + "
@@ -215,8 +284,13 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   step->add_flag("--json", o->json, "print one JSON line instead of the report");
   step->add_option("--tp", o->tp,
-                   "tensor-parallel size; run under mpirun -n TP (each rank gets cores/TP "
-                   "threads unless --threads says otherwise)")
+                   "tensor-parallel size; run under mpirun -n TP*PP (each rank gets "
+                   "cores/ranks threads unless --threads says otherwise)")
+      ->check(CLI::PositiveNumber);
+  step->add_option("--pp", o->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+  step->add_option("--vp", o->vp, "model chunks per pipeline rank")->check(CLI::PositiveNumber);
+  step->add_option("--schedule", o->schedule, "gpipe|1f1b|interleaved|zb-h1");
+  step->add_option("--microbatches", o->microbatches, "microbatches of B sequences per step")
       ->check(CLI::PositiveNumber);
   step->add_flag("--sequence-parallel", o->sequence_parallel,
                  "with --tp > 1, split the LayerNorm and residual regions along the sequence");

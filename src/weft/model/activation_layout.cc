@@ -42,14 +42,15 @@ bool kept_per_layer(const std::string& name, Recompute mode) {
   return true;
 }
 
-BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp) {
+BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
+                                   StageSpec stage) {
   validate_for_run(cfg, T).throw_if_error("invalid model config");
   validate_tensor_parallel(cfg, tp.tp, tp.sequence_parallel, B, T)
       .throw_if_error("invalid tensor-parallel layout");
   const int64_t C = cfg.n_embd, Ns = stream_rows(B, T, tp);
   BufferLayout a;
   a.add("embed", {Ns, C});
-  for (int l = 0; l < cfg.n_layer; ++l) {
+  for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
     for (const auto& n : layer_activation_names()) {
       if (kept_per_layer(n, mode)) {
         a.add("h." + std::to_string(l) + "." + n, layer_activation_shape(n, cfg, B, T, tp));
@@ -59,12 +60,16 @@ BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute
   for (const auto& n : layer_activation_names()) {
     if (!kept_per_layer(n, mode)) a.add("layer." + n, layer_activation_shape(n, cfg, B, T, tp));
   }
-  a.add("ln_f", {B, T, C});
-  a.add("ln_f.mean", {Ns});
-  a.add("ln_f.rstd", {Ns});
-  a.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
-  a.add("losses", {B, T});
-  if (tp.tp > 1) a.add("ce.stats", {2, B, T});  // vocabulary-parallel softmax: row max, sum of exp
+  if (stage.head) {
+    a.add("ln_f", {B, T, C});
+    a.add("ln_f.mean", {Ns});
+    a.add("ln_f.rstd", {Ns});
+    a.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
+    a.add("losses", {B, T});
+    if (tp.tp > 1) a.add("ce.stats", {2, B, T});  // vocabulary-parallel softmax: max, sum of exp
+  } else {
+    a.add("d.output", {Ns, C});
+  }
   if (tp.sequence_parallel && tp.tp > 1) {
     a.add("sp.ln", {Ns, C});
     a.add("sp.partial", {B, T, C});

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "weft/model/gpt_config.h"
+#include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
 #include "weft/tensor/flat_buffer.h"
 
@@ -42,8 +43,12 @@ struct TpShape {
   bool sequence_parallel = false;
 };
 
+// One microbatch's activations of `stage` (param_layout.h): "embed" is the stage's input (the
+// embedding's output on the first stage, the received activations on the others); the head's
+// tensors only on the last stage; a stage that is not last also holds d.output [Ns,C], the
+// gradient of its output (received from the next stage).
 BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
-                                   TpShape tp = {});
+                                   TpShape tp = {}, StageSpec stage = {});
 
 // Gradients of activations for the layer being back-propagated (reused across layers):
 // d.residual [B,T,C] (gradient of the residual stream; N/t rows with sequence parallelism),

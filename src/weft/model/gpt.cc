@@ -17,25 +17,35 @@ struct Gpt::LayerActs {
   float *ln_2, *ln_2_mean, *ln_2_rstd, *fc, *fc_gelu, *out;
 };
 
-Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp)
-    : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp) {
+Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
+         StageSpec stage, int slots)
+    : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp), stage_(stage) {
   Status s = validate_for_run(cfg, T);
   if (B <= 0) s.add("batch size " + std::to_string(B) + " must be > 0");
+  if (slots < 1) s.add("a model needs at least one activation slot, got " + std::to_string(slots));
+  if (s.ok() && (stage.first_layer < 0 || stage.end_layer(cfg) > cfg.n_layer ||
+                 stage.end_layer(cfg) <= stage.first_layer)) {
+    s.add("stage layers [" + std::to_string(stage.first_layer) + ", " +
+          std::to_string(stage.end_layer(cfg)) + ") are not a run of the model's " +
+          std::to_string(cfg.n_layer) + " layers");
+  }
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
   s.throw_if_error("invalid model config '" + cfg.name + "'");
   sp_ = tp.sequence_parallel && tp.size() > 1;
   const TpShape shape{tp.size(), sp_};
-  layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank());
+  layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage);
   params_ = FlatBuffer(layout_.buffer);
   grads_ = FlatBuffer(layout_.buffer);
-  acts_ = FlatBuffer(gpt_activation_layout(cfg_, B, T, recompute, shape));
+  const BufferLayout acts = gpt_activation_layout(cfg_, B, T, recompute, shape, stage);
+  for (int i = 0; i < slots; ++i) acts_.emplace_back(acts);
+  pending_.resize(slots);
   work_ = FlatBuffer(gpt_grad_workspace_layout(cfg_, B, T, shape));
 }
 
-Gpt::LayerActs Gpt::layer_acts(int l) {
+Gpt::LayerActs Gpt::layer_acts(FlatBuffer& acts, int l) {
   const std::string own = "h." + std::to_string(l) + ".";
   auto p = [&](const char* name) {
-    return acts_.ptr((kept_per_layer(name, recompute_) ? own : std::string("layer.")) + name);
+    return acts.ptr((kept_per_layer(name, recompute_) ? own : std::string("layer.")) + name);
   };
   return LayerActs{p("ln_1"), p("ln_1.mean"), p("ln_1.rstd"), p("qkv"),       p("att"),
                    p("atty"), p("res_attn"),  p("ln_2"),      p("ln_2.mean"), p("ln_2.rstd"),
@@ -53,14 +63,14 @@ Gpt::LayerActs Gpt::layer_acts(int l) {
 
 // f forward: LayerNorm of the Ns local rows of `in`, gathered into full[N,C] under SP.
 void Gpt::layernorm_gathered(float* full, float* mean, float* rstd, const float* in, const float* w,
-                             const float* b, int N) {
+                             const float* b, int N, FlatBuffer& acts) {
   const int C = cfg_.n_embd;
   if (!sp_) {
     k::layernorm_forward(full, mean, rstd, in, w, b, N, C);
     return;
   }
   const int Ns = N / tp_.size();
-  float* local = acts_.ptr("sp.ln");
+  float* local = acts.ptr("sp.ln");
   k::layernorm_forward(local, mean, rstd, in, w, b, Ns, C);
   tp_.comm->all_gather(full, local, int64_t{Ns} * C);
 }
@@ -106,14 +116,16 @@ float* Gpt::reduce_grad(float* d_partial, int N) {
 // On a tp rank: qkv [N,3C/t] and fc [N,4C/t] are its heads and columns; each proj GEMM gives a
 // partial sum [N,C] that g reduces. The row-parallel biases are added by tp rank 0 only, so the
 // reduction adds each once.
-void Gpt::layer_forward(int l, const float* in, const LayerActs& a, int B, int T) {
+void Gpt::layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& acts, int B,
+                        int T) {
   const int t = tp_.size(), C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, N = B * T;
   const int64_t Ns = sp_ ? N / t : N;
   auto w = [&](const char* n) { return params_.ptr(layer_param(l, n)); };
   auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? w(n) : nullptr; };
-  float* partial = sp_ ? acts_.ptr("sp.partial") : nullptr;
+  float* partial = sp_ ? acts.ptr("sp.partial") : nullptr;
 
-  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N);
+  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N,
+                     acts);
   k::matmul_forward(a.qkv, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C, 3 * Cl);
   k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
   float* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
@@ -122,7 +134,7 @@ void Gpt::layer_forward(int l, const float* in, const LayerActs& a, int B, int T
   k::residual_forward(a.res_attn, a.res_attn, in, Ns * C);
 
   layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"), w("ln_2.bias"),
-                     N);
+                     N, acts);
   k::matmul_forward(a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * Cl);
   k::gelu_forward(a.fc_gelu, a.fc, int64_t{N} * 4 * Cl);
   proj = sp_ ? partial : a.out;
@@ -131,107 +143,129 @@ void Gpt::layer_forward(int l, const float* in, const LayerActs& a, int B, int T
   k::residual_forward(a.out, a.out, a.res_attn, Ns * C);
 }
 
-float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+const float* Gpt::stage_output(int slot) const {
+  WEFT_CHECK(!stage_.head, "the last stage's output is its loss");
+  return acts_.at(slot).ptr("h." + std::to_string(stage_.end_layer(cfg_) - 1) + ".out");
+}
+
+float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
+  WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
   const int t = tp_.size(), C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
   const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl;
   WEFT_CHECK(!sp_ || N % t == 0, "sequence parallelism needs B*T=", N, " divisible by tp=", t);
-  for (int i = 0; i < N; ++i) {
-    WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
-               " is outside the vocabulary of ", V);
-  }
-  tokens_ = tokens;
-  targets_ = targets;
-  last_B_ = B;
-  last_T_ = T;
+  FlatBuffer& acts = acts_[slot];
+  Pending& p = pending_[slot];
+  p = Pending{tokens, stage_.head ? targets : nullptr, B, T, 0, false};
 
   // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
-  float* x = acts_.ptr("embed");
-  if (t == 1) {
-    k::embedding_forward(x, tokens, params_.ptr("wte"), params_.ptr("wpe"), B, T, C);
-  } else {
-    float* partial = sp_ ? acts_.ptr("sp.partial") : x;
-    parallel::vocab_parallel_embedding_forward(
-        partial, tokens, params_.ptr("wte"), params_.ptr("wpe"), tp_.rank() == 0, B, T, C, v0, Vl);
-    reduce_partial(x, partial, N);
+  float* x = acts.ptr("embed");
+  if (stage_.embedding) {
+    for (int i = 0; i < N; ++i) {
+      WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
+                 " is outside the vocabulary of ", V);
+    }
+    if (t == 1) {
+      k::embedding_forward(x, tokens, params_.ptr("wte"), params_.ptr("wpe"), B, T, C);
+    } else {
+      float* partial = sp_ ? acts.ptr("sp.partial") : x;
+      parallel::vocab_parallel_embedding_forward(partial, tokens, params_.ptr("wte"),
+                                                 params_.ptr("wpe"), tp_.rank() == 0, B, T, C, v0,
+                                                 Vl);
+      reduce_partial(x, partial, N);
+    }
   }
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    LayerActs a = layer_acts(l);
-    layer_forward(l, x, a, B, T);
+  for (int l = stage_.first_layer; l < stage_.end_layer(cfg_); ++l) {
+    LayerActs a = layer_acts(acts, l);
+    layer_forward(l, x, a, acts, B, T);
     x = a.out;
   }
-  float* lnf = acts_.ptr("ln_f");
-  layernorm_gathered(lnf, acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"), x,
-                     params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N);
-  float* logits = acts_.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
+  p.backward_due = true;
+  if (!stage_.head) return 0.0f;
+
+  float* lnf = acts.ptr("ln_f");
+  layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x,
+                     params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N, acts);
+  float* logits = acts.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
   k::matmul_forward(logits, lnf, params_.ptr("wte"), nullptr, N, C, Vl);  // tied embedding
   if (targets == nullptr) return 0.0f;
 
-  float* losses = acts_.ptr("losses");
+  float* losses = acts.ptr("losses");
   if (t == 1) {
     k::softmax_cross_entropy_forward(losses, logits, targets, N, V, Vl);
   } else {
-    parallel::vocab_parallel_cross_entropy_forward(*tp_.comm, losses, acts_.ptr("ce.stats"), logits,
+    parallel::vocab_parallel_cross_entropy_forward(*tp_.comm, losses, acts.ptr("ce.stats"), logits,
                                                    targets, N, V, v0, Vl);
   }
   double sum = 0.0;
-  valid_targets_ = 0;
   for (int i = 0; i < N; ++i) {
     WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
     if (targets[i] >= 0) {
       sum += losses[i];
-      ++valid_targets_;
+      ++p.valid_targets;
     }
   }
-  return valid_targets_ > 0 ? static_cast<float>(sum / valid_targets_) : 0.0f;
+  return p.valid_targets > 0 ? static_cast<float>(sum / p.valid_targets) : 0.0f;
 }
 
-void Gpt::backward(float loss_scale) {
-  WEFT_CHECK(targets_ != nullptr, "backward() needs a forward() with targets");
-  const int B = last_B_, T = last_T_, N = B * T, t = tp_.size();
+void Gpt::backward(float loss_scale, int slot) {
+  WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
+  Pending& p = pending_[slot];
+  WEFT_CHECK(p.backward_due && (!stage_.head || p.targets != nullptr),
+             "backward() needs a forward() with targets on slot ", slot);
+  FlatBuffer& acts = acts_[slot];
+  const int B = p.B, T = p.T, N = B * T, t = tp_.size();
   const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, V = cfg_.vocab_size;
   const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl, Ns = sp_ ? N / t : N;
+  const int first = stage_.first_layer, end = stage_.end_layer(cfg_);
   float* d_res = work_.ptr("d.residual");  // [Ns, C]
   float* d_ln = work_.ptr("d.ln");         // [N, C]
   float* d_atty = work_.ptr("d.atty");
   float* d_qkv = work_.ptr("d.qkv");
   float* d_fc_gelu = work_.ptr("d.fc_gelu");
   float* d_fc = work_.ptr("d.fc");
-  auto zero = [](float* p, int64_t n) { std::fill(p, p + n, 0.0f); };
+  auto zero = [](float* q, int64_t n) { std::fill(q, q + n, 0.0f); };
   auto g = [&](int l, const char* n) { return grads_.ptr(layer_param(l, n)); };
   auto w = [&](int l, const char* n) { return params_.ptr(layer_param(l, n)); };
   auto layer_input = [&](int l) {
-    return l == 0 ? acts_.ptr("embed") : acts_.ptr("h." + std::to_string(l - 1) + ".out");
+    return l == first ? acts.ptr("embed") : acts.ptr("h." + std::to_string(l - 1) + ".out");
   };
 
-  // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
-  float* logits = acts_.ptr("logits");
-  const float dloss = valid_targets_ > 0 ? loss_scale / static_cast<float>(valid_targets_) : 0.0f;
-  if (t == 1) {
-    k::softmax_cross_entropy_fused(acts_.ptr("losses"), logits, targets_, dloss, N, V, Vl);
+  if (stage_.head) {
+    // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
+    float* logits = acts.ptr("logits");
+    const float dloss =
+        p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
+    if (t == 1) {
+      k::softmax_cross_entropy_fused(acts.ptr("losses"), logits, p.targets, dloss, N, V, Vl);
+    } else {
+      parallel::vocab_parallel_cross_entropy_backward(logits, acts.ptr("ce.stats"), p.targets,
+                                                      dloss, N, V, v0, Vl);
+    }
+    zero(d_ln, int64_t{N} * C);
+    k::matmul_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts.ptr("ln_f"),
+                       params_.ptr("wte"), N, C, Vl);
+    zero(d_res, Ns * C);
+    k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"),
+                          reduce_grad(d_ln, N), layer_acts(acts, end - 1).out,
+                          params_.ptr("ln_f.weight"), acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"),
+                          Ns, C);
   } else {
-    parallel::vocab_parallel_cross_entropy_backward(logits, acts_.ptr("ce.stats"), targets_, dloss,
-                                                    N, V, v0, Vl);
+    // The next stage sent the gradient of this stage's output (already scaled by its loss_scale).
+    const float* d_out = acts.ptr("d.output");
+    std::copy(d_out, d_out + Ns * C, d_res);
   }
-  zero(d_ln, int64_t{N} * C);
-  k::matmul_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts_.ptr("ln_f"),
-                     params_.ptr("wte"), N, C, Vl);
-  zero(d_res, Ns * C);
-  const float* last_out = layer_acts(cfg_.n_layer - 1).out;
-  k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"),
-                        reduce_grad(d_ln, N), last_out, params_.ptr("ln_f.weight"),
-                        acts_.ptr("ln_f.mean"), acts_.ptr("ln_f.rstd"), Ns, C);
 
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+  for (int l = end - 1; l >= first; --l) {
     const float* in = layer_input(l);
-    LayerActs a = layer_acts(l);
+    LayerActs a = layer_acts(acts, l);
     if (recompute_ == Recompute::Full) {
       // Recompute the block into scratch (its collectives too); its output is discarded (h.l.out
       // is kept), so write it to d_ln, which is free until the MLP backward below.
       LayerActs r = a;
       r.out = d_ln;
-      layer_forward(l, in, r, B, T);
+      layer_forward(l, in, r, acts, B, T);
     } else if (recompute_ == Recompute::Selective) {
       k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
     }
@@ -261,13 +295,15 @@ void Gpt::backward(float loss_scale) {
     k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), reduce_grad(d_ln, N), in,
                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
   }
-  if (t == 1) {
-    k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_res, tokens_, B, T, C);
-  } else {
-    parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"),
-                                                gather_grad(d_res, N), tokens_, B, T, C, v0, Vl);
+  if (stage_.embedding) {
+    if (t == 1) {
+      k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_res, p.tokens, B, T, C);
+    } else {
+      parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"),
+                                                  gather_grad(d_res, N), p.tokens, B, T, C, v0, Vl);
+    }
   }
-  targets_ = nullptr;  // the logits are gone; a second backward needs a new forward
+  p.backward_due = false;  // the logits are gone; a second backward needs a new forward
 }
 
 namespace {
@@ -307,6 +343,8 @@ double Gpt::grad_sum_squares() const {
   const auto& slices = layout_.buffer.slices();
   for (size_t i = 0; i < slices.size(); ++i) {
     if (layout_.splits[i].replicated() && tp_.rank() != 0) continue;
+    // The last stage's copy of the tied embedding is the first stage's parameter: count it there.
+    if (slices[i].name == "wte" && !stage_.embedding) continue;
     sum += k::sum_squares(grads_.data() + slices[i].offset, slices[i].numel);
   }
   return sum;

@@ -11,8 +11,14 @@
 // sequence parallelism (Korthikanti et al. 2022) the LayerNorm and residual regions run on N/t
 // rows each, with all-gather / reduce-scatter in place of the all-reduces. Every loss and gathered
 // parameter equals the serial model's up to float rounding (tests/parallel).
-
+//
+// Under pipeline parallelism a Gpt is one stage (a model chunk, StageSpec): its layers, plus the
+// embedding on the first stage and the head on the last. It keeps the activations of `slots`
+// microbatches at once (a pipeline rank has several in flight); the executor moves the stage's
+// input and output activations and gradients between ranks (stage_input, stage_output,
+// output_grad, input_grad).
 #include <cstdint>
+#include <vector>
 
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_layout.h"
@@ -27,12 +33,14 @@ class Gpt {
   // Allocates for batches up to B x T (validated first, including the split across tp: throws
   // weft::Error listing every problem).
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
-      parallel::TensorParallel tp = {});
+      parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
   Recompute recompute() const { return recompute_; }
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
+  const StageSpec& stage() const { return stage_; }
+  int slots() const { return static_cast<int>(acts_.size()); }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
 
@@ -47,10 +55,22 @@ class Gpt {
   // tokens, targets: [B,T] with B <= max_batch(), T <= max_seq(); a target < 0 is ignored.
   // Every tp rank passes the same batch. Returns the mean loss over the non-ignored targets. With
   // targets == nullptr only logits are computed (inference) and 0 is returned.
-  float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
-  // Back-propagates the last forward: grads += loss_scale * d(mean loss)/d(params).
-  // Pass loss_scale = 1/k to average over k accumulated microbatches.
-  void backward(float loss_scale = 1.0f);
+  // A stage without the embedding reads stage_input(slot) instead of tokens (tokens may be null);
+  // a stage without the head leaves its output in stage_output(slot), ignores targets and
+  // returns 0. Both arrays must stay valid until the slot's backward.
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot = 0);
+  // Back-propagates the slot's forward: grads += loss_scale * d(mean loss)/d(params). Pass
+  // loss_scale = 1/k to average over k accumulated microbatches. A stage without the head
+  // starts from output_grad(slot) (already scaled) instead; one without the embedding leaves the
+  // gradient of its input in input_grad().
+  void backward(float loss_scale = 1.0f, int slot = 0);
+
+  // The stage boundary, [Ns,C] each (Ns = B*T, or B*T/tp with sequence parallelism).
+  float* stage_input(int slot) { return acts_.at(slot).ptr("embed"); }
+  const float* stage_output(int slot) const;
+  float* output_grad(int slot) { return acts_.at(slot).ptr("d.output"); }
+  // Valid after backward() until the next backward() of any slot.
+  const float* input_grad() const { return work_.ptr("d.residual"); }
 
   // After the last backward of a step: with sequence parallelism each rank's LayerNorm gradients
   // cover only its rows, so they are summed over the tp group (once per step, as Megatron-LM's
@@ -62,15 +82,15 @@ class Gpt {
 
   // [B,T,Vp/tp] logits of the last forward: this rank's vocabulary columns (only valid before
   // backward, which overwrites them).
-  const float* logits() const { return acts_.ptr("logits"); }
+  const float* logits(int slot = 0) const { return acts_.at(slot).ptr("logits"); }
 
  private:
   struct LayerActs;
-  LayerActs layer_acts(int l);
-  void layer_forward(int l, const float* in, const LayerActs& a, int B, int T);
+  LayerActs layer_acts(FlatBuffer& acts, int l);
+  void layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& acts, int B, int T);
   // The conjugate operators around the tensor-parallel regions (see gpt.cc).
   void layernorm_gathered(float* full, float* mean, float* rstd, const float* in, const float* w,
-                          const float* b, int N);
+                          const float* b, int N, FlatBuffer& acts);
   void reduce_partial(float* out, float* partial, int N);
   const float* gather_grad(float* d_res, int N);
   float* reduce_grad(float* d_partial, int N);
@@ -80,13 +100,19 @@ class Gpt {
   Recompute recompute_;
   parallel::TensorParallel tp_;
   bool sp_ = false;  // sequence parallelism in effect (tp > 1)
+  StageSpec stage_;
   ParamLayout layout_;
-  FlatBuffer params_, grads_, acts_, work_;
-  // last forward
-  const int32_t* tokens_ = nullptr;
-  const int32_t* targets_ = nullptr;
-  int last_B_ = 0, last_T_ = 0;
-  int64_t valid_targets_ = 0;
+  FlatBuffer params_, grads_, work_;
+  std::vector<FlatBuffer> acts_;  // one per slot
+  // Each slot's last forward.
+  struct Pending {
+    const int32_t* tokens = nullptr;
+    const int32_t* targets = nullptr;
+    int B = 0, T = 0;
+    int64_t valid_targets = 0;
+    bool backward_due = false;
+  };
+  std::vector<Pending> pending_;
 };
 
 }  // namespace weft::model

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 #include <string>
 
 #include "weft/core/check.h"
@@ -41,7 +43,25 @@ Shape shard_shape(const Shape& global, TpSplit split, int tp) {
   return s;
 }
 
-ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank) {
+StageSpec pipeline_stage(const GptConfig& cfg, int s, int S) {
+  validate_pipeline(cfg, S, 1).throw_if_error("invalid pipeline layout");
+  WEFT_CHECK(s >= 0 && s < S, "stage ", s, " outside ", S, " stages");
+  const int per = cfg.n_layer / S;
+  return StageSpec{s * per, per, s == 0, s == S - 1};
+}
+
+Status validate_pipeline(const GptConfig& cfg, int pp, int vp) {
+  Status s;
+  if (pp < 1) s.add(fmt::format("parallel.pp={} must be >= 1", pp));
+  if (vp < 1) s.add(fmt::format("parallel.vp={} must be >= 1", vp));
+  if (s.ok() && cfg.n_layer > 0 && cfg.n_layer % (pp * vp) != 0) {
+    s.add(fmt::format("n_layer={} does not split into pp*vp = {}*{} = {} stages of equal size",
+                      cfg.n_layer, pp, vp, pp * vp));
+  }
+  return s;
+}
+
+ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpec stage) {
   validate(cfg).throw_if_error("invalid model config");
   validate_tensor_parallel(cfg, tp).throw_if_error("invalid tensor-parallel layout");
   WEFT_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " outside tp=", tp);
@@ -58,9 +78,11 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank) {
     p.global_shapes.push_back(shape);
     p.splits.push_back(split);
   };
-  add("wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
-  add("wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
-  for (int l = 0; l < L; ++l) {
+  if (stage.embedding || stage.head) {
+    add("wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
+  }
+  if (stage.embedding) add("wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
+  for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
     add(layer_param(l, "ln_1.weight"), {C}, {K::Ones}, rep);
     add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros}, rep);
     add(layer_param(l, "attn.qkv.weight"), {3 * C, C}, {K::Normal, 0.02f, true}, qkv);
@@ -74,8 +96,10 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank) {
     add(layer_param(l, "mlp.proj.weight"), {C, 4 * C}, {K::Normal, residual_std, true}, cols);
     add(layer_param(l, "mlp.proj.bias"), {C}, {K::Zeros}, rep);
   }
-  add("ln_f.weight", {C}, {K::Ones}, rep);
-  add("ln_f.bias", {C}, {K::Zeros}, rep);
+  if (stage.head) {
+    add("ln_f.weight", {C}, {K::Ones}, rep);
+    add("ln_f.bias", {C}, {K::Zeros}, rep);
+  }
   return p;
 }
 

@@ -60,11 +60,33 @@ struct ParamLayout {
   }
 };
 
+// The part of the model one pipeline stage (a model chunk) holds: a contiguous run of layers, plus
+// the embedding on the first stage and the head (ln_f, the LM head through the tied wte) on the
+// last. The default is the whole model. Both ends hold wte: the first and last stage keep their
+// copies in sync by summing their gradients (Narayanan et al. SC'21, tied embeddings).
+struct StageSpec {
+  int first_layer = 0;
+  int layers = -1;  // -1: through the last layer
+  bool embedding = true;
+  bool head = true;
+  int end_layer(const GptConfig& c) const { return layers < 0 ? c.n_layer : first_layer + layers; }
+  bool whole_model(const GptConfig& c) const {
+    return first_layer == 0 && end_layer(c) == c.n_layer && embedding && head;
+  }
+};
+
+// Global stage s of S = pp*vp stages of L/S layers each (checked by validate_pipeline).
+StageSpec pipeline_stage(const GptConfig& cfg, int s, int S);
+// The layers must split evenly into pp*vp stages. Every problem at once, in the user's terms.
+Status validate_pipeline(const GptConfig& cfg, int pp, int vp);
+
 // Per-layer names, so model code and tests spell them once.
 std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1.weight")
 
-// Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel).
-ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0);
+// Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel)
+// of the parameters of `stage`, in the serial order and under their global names.
+ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
+                             StageSpec stage = {});
 
 // GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)
 // for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero biases,

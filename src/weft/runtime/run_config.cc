@@ -16,8 +16,10 @@
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
 #include "weft/data/sampler.h"
+#include "weft/model/param_layout.h"
 #include "weft/parallel/topology.h"
 #include "weft/schedule/instr.h"
+#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
 namespace {
@@ -78,9 +80,11 @@ const std::vector<Binding>& bindings() {
        "tensor-parallel size: each layer's matrices split across tp ranks (run under mpirun)"},
       {"parallel.sequence_parallel", WEFT_FIELD(parallel.sequence_parallel),
        "with tp > 1, also split the LayerNorm and residual regions along the sequence"},
-      {"parallel.pp", WEFT_FIELD(parallel.pp), "pipeline-parallel size (1 in this build)"},
+      {"parallel.pp", WEFT_FIELD(parallel.pp),
+       "pipeline-parallel size: the layers split into pp*vp stages over pp ranks"},
       {"parallel.dp", WEFT_FIELD(parallel.dp), "data-parallel size (1 in this build)"},
-      {"parallel.vp", WEFT_FIELD(parallel.vp), "model chunks per pipeline rank (1 in this build)"},
+      {"parallel.vp", WEFT_FIELD(parallel.vp),
+       "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel.schedule", WEFT_FIELD(parallel.schedule),
        "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"},
       {"parallel.zero", WEFT_FIELD(parallel.zero), "ZeRO stage (0 in this build)"},
@@ -478,12 +482,22 @@ Status validate(const RunConfig& c) {
                                                 t.seq_len);
     for (const auto& problem : tp.problems()) add(problem);
   }
-  axis("pp", p.pp, "pipeline parallelism");
   axis("dp", p.dp, "data parallelism");
-  axis("vp", p.vp, "interleaving (model chunks per pipeline rank)");
-  if (!schedule::parse_kind(p.schedule).ok()) {
+  // The pipeline: layers split into pp*vp equal stages, and a schedule that fits the shape.
+  const Status pipeline = model::validate_pipeline(c.model, p.pp, p.vp);
+  for (const auto& problem : pipeline.problems()) add(problem);
+  if (auto kind = schedule::parse_kind(p.schedule); !kind.ok()) {
     add(fmt::format("parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
                     p.schedule));
+  } else if (p.pp >= 1 && p.vp >= 1 && p.dp >= 1 && t.micro_batch > 0 && t.global_batch > 0) {
+    const schedule::Shape shape{.pp = p.pp, .vp = p.vp, .microbatches = c.microbatches()};
+    const Status fits = schedule::check_shape(kind.value(), shape);
+    for (const auto& problem : fits.problems()) {
+      add(
+          fmt::format("parallel.schedule='{}' with pp={} vp={} and {} microbatches "
+                      "(train.global_batch / (micro_batch x dp)): {}",
+                      p.schedule, p.pp, p.vp, c.microbatches(), problem));
+    }
   }
   if (p.zero < 0 || p.zero > 3) {
     add(fmt::format("parallel.zero={} must be 0, 1, 2 or 3", p.zero));

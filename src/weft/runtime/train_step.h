@@ -1,10 +1,13 @@
 #pragma once
-// One training step of a model (serial or tensor-parallel): zero gradients, forward + backward
-// over the microbatches (gradient accumulation), global-norm clipping, AdamW update. Every tp rank
-// passes the same tokens.
+// One training step of a model held by one process or split by tensor parallelism: zero
+// gradients, forward + backward over the microbatches (gradient accumulation), then finish_step.
+// Pipelines run the same step through the executor (pipeline_runner.h), which ends with the same
+// finish_step.
 
 #include <cstdint>
+#include <span>
 
+#include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 
@@ -15,6 +18,22 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   bool skipped = false;  // non-finite loss or gradient norm: no update was made
 };
+
+// The ranks that hold parts of one model replica, as finish_step needs them.
+struct ModelGroups {
+  // Every rank holding a part of the replica (tp x pp); null: this process holds all of it.
+  comm::Communicator* model = nullptr;
+  // The pipeline ranks of the first and last stage (the two copies of the tied wte); null when
+  // one rank holds both.
+  comm::Communicator* embedding = nullptr;
+};
+
+// The end of a step, for any layout: completes the gradients (sequence-parallel LayerNorms, the
+// tied embedding's two copies), takes the global norm over every parameter element once (summed
+// over groups.model), clips, and updates every chunk with its optimizer unless the loss or norm is
+// not finite. `loss` is the step's mean loss, already known on every rank.
+StepStats finish_step(std::span<model::Gpt* const> chunks, std::span<optim::AdamW* const> opts,
+                      const ModelGroups& groups, float loss, float lr, double clip_norm);
 
 // tokens/targets: `microbatches` consecutive [B,T] blocks.
 StepStats train_step(model::Gpt& model, optim::AdamW& opt, const int32_t* tokens,

@@ -20,11 +20,13 @@
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
 #include "weft/model/tp_shards.h"
+#include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
 #include "weft/runtime/plot.h"
 #include "weft/runtime/train_step.h"
+#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
 namespace {
@@ -149,9 +151,7 @@ Result<TrainResult> Trainer::run() {
   const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
   const parallel::Topology topo(grid);
-  if (world != nullptr && world_size > 1) {
-    tp_comm_ = world->split(topo.tp_group_id(world_rank), topo.coord(world_rank).tp, "tp");
-  }
+  if (world != nullptr && world_size > 1) groups_ = parallel::make_groups(*world, topo);
   const bool leader = world_rank == 0;
   kernels::set_num_threads(t.threads > 0 ? t.threads : default_threads());
   data::SamplerConfig scfg;
@@ -164,40 +164,59 @@ Result<TrainResult> Trainer::run() {
   if (!sampler_or.ok()) return sampler_or.status();
   data::Sampler sampler = std::move(sampler_or).value();
 
-  model_ = std::make_unique<model::Gpt>(
-      cfg_.model, b, T, cfg_.recompute(),
-      parallel::TensorParallel{tp_comm_.get(), cfg_.parallel.sequence_parallel});
-  model_->init(static_cast<uint64_t>(t.seed));
+  // This rank's model chunks, run by the pipeline schedule (pp = 1: one chunk, the microbatches
+  // one after the other).
   optim::AdamWConfig acfg;
   acfg.beta1 = static_cast<float>(t.beta1);
   acfg.beta2 = static_cast<float>(t.beta2);
   acfg.eps = static_cast<float>(t.eps);
   acfg.weight_decay = static_cast<float>(t.weight_decay);
-  opt_ = std::make_unique<optim::AdamW>(model_->param_layout().buffer,
-                                        model_->param_layout().weight_decay_flags(), acfg);
+  {
+    auto made = schedule::make_schedule(
+        schedule::parse_kind(cfg_.parallel.schedule).value(),
+        {.pp = cfg_.parallel.pp, .vp = cfg_.parallel.vp, .microbatches = m});
+    if (!made.ok()) return made.status();
+    PipelineOptions po;
+    po.B = b;
+    po.T = T;
+    po.recompute = cfg_.recompute();
+    po.tp = {groups_.tp.get(), cfg_.parallel.sequence_parallel};
+    po.pp = groups_.pp.get();
+    po.pp_rank = topo.coord(world_rank).pp;
+    po.groups = {groups_.model.get(), groups_.embedding.get()};
+    po.adamw = acfg;
+    runner_ = std::make_unique<PipelineRunner>(
+        cfg_.model,
+        schedule::add_optimizer_step(schedule::add_communication(std::move(made).value())), po);
+  }
+  runner_->init(static_cast<uint64_t>(t.seed));
+  const auto chunks = runner_->chunks();
+  const auto opts = runner_->optimizers();
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
 
   std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
   Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
-  // Checkpoints hold the serial layout: the shards are gathered for a save and sliced on a load.
+  // Checkpoints hold the serial layout: the parts are gathered for a save and sliced on a load.
+  // A process holding the whole model reads and writes its own buffers.
   const model::ParamLayout serial_layout = model::gpt_param_layout(cfg_.model);
-  const bool sharded = model_->tensor_parallel().size() > 1;
+  const bool sharded = chunks.size() > 1 || !chunks[0]->stage().whole_model(cfg_.model) ||
+                       chunks[0]->tensor_parallel().size() > 1;
   int64_t step = 0;
   if (!resume_dir.empty()) {
     checkpoint::TrainState state;
     Status s;
     if (!sharded) {
-      s = checkpoint::load(resume_dir, cfg_.model, model_->params(), opt_.get(), &state);
+      s = checkpoint::load(resume_dir, cfg_.model, chunks[0]->params(), opts[0], &state);
     } else {
       FlatBuffer params(serial_layout.buffer);
       optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
       s = checkpoint::load(resume_dir, cfg_.model, params, &opt, &state);
-      if (s.ok()) {
-        const model::ParamLayout& local = model_->param_layout();
-        model::take_tp_shards(serial_layout, params.data(), local, model_->params().data());
-        model::take_tp_shards(serial_layout, opt.m().data(), local, opt_->m().data());
-        model::take_tp_shards(serial_layout, opt.v().data(), local, opt_->v().data());
-        opt_->set_step_count(opt.step_count());
+      for (size_t j = 0; s.ok() && j < chunks.size(); ++j) {
+        const model::ParamLayout& local = chunks[j]->param_layout();
+        model::take_tp_shards(serial_layout, params.data(), local, chunks[j]->params().data());
+        model::take_tp_shards(serial_layout, opt.m().data(), local, opts[j]->m().data());
+        model::take_tp_shards(serial_layout, opt.v().data(), local, opts[j]->v().data());
+        opts[j]->set_step_count(opt.step_count());
       }
     }
     if (!s.ok()) return s;
@@ -272,22 +291,30 @@ Result<TrainResult> Trainer::run() {
     state.run_config = cfg_.to_json();
     if (!sharded) {
       auto dir =
-          checkpoint::save(root, cfg_.model, model_->params(), opt_.get(), state, t.keep_last);
+          checkpoint::save(root, cfg_.model, chunks[0]->params(), opts[0], state, t.keep_last);
       if (!dir.ok()) return dir.status();
       result.checkpoint = dir.value();
     } else {
-      // Gather the serial layout on every rank (a collective); rank 0 writes it, then tells the
-      // others whether it worked, so a failed save fails every rank.
+      // Gather the serial layout on every rank (a collective over the replica's ranks); rank 0
+      // writes it, then tells the others whether it worked, so a failed save fails every rank.
       FlatBuffer params(serial_layout.buffer);
-      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), opt_->config());
-      opt.set_step_count(opt_->step_count());
-      const model::ParamLayout& local = model_->param_layout();
-      model::gather_tp_shards(local, model_->params().data(), serial_layout, params.data(),
-                              tp_comm_.get());
-      model::gather_tp_shards(local, opt_->m().data(), serial_layout, opt.m().data(),
-                              tp_comm_.get());
-      model::gather_tp_shards(local, opt_->v().data(), serial_layout, opt.v().data(),
-                              tp_comm_.get());
+      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
+      opt.set_step_count(opts[0]->step_count());
+      params.zero();
+      opt.m().zero();
+      opt.v().zero();
+      for (size_t j = 0; j < chunks.size(); ++j) {
+        const model::ParamLayout& local = chunks[j]->param_layout();
+        const model::StageSpec& stage = chunks[j]->stage();
+        model::place_shards(local, stage, chunks[j]->params().data(), serial_layout, params.data());
+        model::place_shards(local, stage, opts[j]->m().data(), serial_layout, opt.m().data());
+        model::place_shards(local, stage, opts[j]->v().data(), serial_layout, opt.v().data());
+      }
+      if (comm::Communicator* replica = groups_.model.get()) {
+        replica->all_reduce(params.data(), params.size());
+        replica->all_reduce(opt.m().data(), opt.m().size());
+        replica->all_reduce(opt.v().data(), opt.v().size());
+      }
       Result<std::string> dir = Status::error("not written");
       if (leader) dir = checkpoint::save(root, cfg_.model, params, &opt, state, t.keep_last);
       int32_t failed = leader && !dir.ok() ? 1 : 0;
@@ -301,13 +328,12 @@ Result<TrainResult> Trainer::run() {
     return {};
   };
   auto evaluate = [&]() -> float {
-    std::vector<int32_t> vt(static_cast<size_t>(b) * T), vy(vt.size());
-    double sum = 0;
+    const size_t block = static_cast<size_t>(b) * T;
+    std::vector<int32_t> vt(block * t.eval_batches), vy(vt.size());
     for (int k = 0; k < t.eval_batches; ++k) {
-      sampler.val_batch(k, vt.data(), vy.data());
-      sum += model_->forward(vt.data(), vy.data(), b, T);
+      sampler.val_batch(k, vt.data() + k * block, vy.data() + k * block);
     }
-    return static_cast<float>(sum / t.eval_batches);
+    return runner_->evaluate(vt.data(), vy.data(), t.eval_batches);
   };
 
   // A stop request reaches the ranks at different moments: they agree on it before each step,
@@ -323,8 +349,8 @@ Result<TrainResult> Trainer::run() {
     const int64_t epoch = sampler.state().epoch;
     sampler.next_batch(tokens.data(), targets.data());
     const auto t0 = std::chrono::steady_clock::now();
-    const StepStats stats = train_step(*model_, *opt_, tokens.data(), targets.data(), b, T, m,
-                                       static_cast<float>(lr), t.clip);
+    const StepStats stats =
+        runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
 

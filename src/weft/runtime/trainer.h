@@ -2,10 +2,11 @@
 // The training loop: data from the Sampler, gradient accumulation to the global batch
 // (train_step), the learning-rate schedule, validation every eval_every steps, metrics, progress,
 // checkpoints every save_every steps and at the end, resume, and a clean stop on SIGINT/SIGTERM.
-// One process, or every rank of a tensor-parallel job (the world is one tp group; pipeline and
-// data parallelism come later): every rank runs this loop on the same batches, world rank 0
-// alone prints, writes metrics and writes checkpoints (in the serial layout, gathered from the
-// shards, so they load under any tp).
+// One process, or every rank of a tensor- and pipeline-parallel job (data parallelism comes
+// later): every rank runs this loop on the same batches through its PipelineRunner (one chunk and
+// the microbatches in turn when pp = 1), world rank 0 alone prints, writes metrics and writes
+// checkpoints (in the serial layout, gathered from every rank's part, so they load under any tp
+// and pp).
 
 #include <atomic>
 #include <cstdint>
@@ -20,7 +21,9 @@
 #include "weft/data/token_dataset.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
+#include "weft/parallel/groups.h"
 #include "weft/runtime/metrics.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 
 namespace weft::runtime {
@@ -70,18 +73,18 @@ class Trainer {
   // Finish the current step, checkpoint, return. Safe from another thread or a signal handler.
   void request_stop() { stop_.store(true); }
 
-  // After run(): the model and optimizer as they ended.
-  const model::Gpt& model() const { return *model_; }
-  const optim::AdamW& optimizer() const { return *opt_; }
+  // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
+  // as they ended.
+  const model::Gpt& model() const { return *runner_->chunks()[0]; }
+  const optim::AdamW& optimizer() const { return *runner_->optimizers()[0]; }
 
  private:
   RunConfig cfg_;
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
   std::atomic<bool> stop_{false};
-  std::unique_ptr<comm::Communicator> tp_comm_;
-  std::unique_ptr<model::Gpt> model_;
-  std::unique_ptr<optim::AdamW> opt_;
+  parallel::ProcessGroups groups_;
+  std::unique_ptr<PipelineRunner> runner_;
 };
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this

@@ -1,0 +1,288 @@
+#include "weft/runtime/pipeline_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "weft/core/check.h"
+
+namespace weft::runtime {
+
+std::vector<int> peak_in_flight_per_chunk(const schedule::Schedule& s, int pp_rank) {
+  using schedule::Op;
+  const int vp = s.shape.vp;
+  std::vector<int> live(vp, 0), peak(vp, 0);
+  // A split backward (I then W) ends a microbatch at W; a full one at B.
+  for (const schedule::Instr& i : s.programs.at(pp_rank)) {
+    const int j = i.stage >= 0 ? s.shape.chunk_of(i.stage) : -1;
+    if (i.op == Op::Forward) peak[j] = std::max(peak[j], ++live[j]);
+    if (i.op == Op::Backward || i.op == Op::BackwardWeight) --live[j];
+  }
+  return peak;
+}
+
+namespace {
+// Adds the seconds of its scope to `total`.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double& total) : total_(total) {}
+  ~ScopedSeconds() {
+    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+}  // namespace
+
+struct PipelineRunner::Chunk {
+  int stage = 0;
+  std::unique_ptr<model::Gpt> model;
+  std::unique_ptr<optim::AdamW> opt;
+  std::vector<int> slot_of;       // per microbatch; -1: none
+  std::vector<int> free_slots;    // LIFO
+  std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
+  // Per microbatch: d(stage input), kept until its send completes at the end of the step. Not per
+  // slot: a slot is reused as soon as its backward ends, maybe before the previous rank posts the
+  // matching receive, and waiting for it then could deadlock a rendezvous-size message.
+  std::vector<std::vector<float>> grad_out;
+  std::vector<comm::Work> grad_sends;
+};
+
+PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                               PipelineOptions options)
+    : cfg_(cfg), schedule_(schedule), o_(options) {
+  const schedule::Shape& sh = schedule_.shape;
+  S_ = sh.num_stages();
+  m_ = sh.microbatches;
+  WEFT_CHECK(o_.pp_rank >= 0 && o_.pp_rank < sh.pp, "pp rank ", o_.pp_rank, " of ", sh.pp);
+  WEFT_CHECK(sh.pp == 1 || (o_.pp != nullptr && o_.pp->size() == sh.pp), "a pipeline of ", sh.pp,
+             " ranks needs its pp group");
+  const std::vector<int> slots = peak_in_flight_per_chunk(schedule_, o_.pp_rank);
+  const int tp = o_.tp.size();
+  const bool scatter = tp > 1 && !o_.tp.sequence_parallel;
+  for (int j = 0; j < sh.vp; ++j) {
+    auto c = std::make_unique<Chunk>();
+    c->stage = o_.pp_rank + j * sh.pp;
+    c->model = std::make_unique<model::Gpt>(cfg_, o_.B, o_.T, o_.recompute, o_.tp,
+                                            model::pipeline_stage(cfg_, c->stage, S_),
+                                            std::max(1, slots[j]));
+    c->opt = std::make_unique<optim::AdamW>(
+        c->model->param_layout().buffer, c->model->param_layout().weight_decay_flags(), o_.adamw);
+    c->slot_of.assign(m_, -1);
+    for (int k = c->model->slots() - 1; k >= 0; --k) c->free_slots.push_back(k);
+    c->sends.resize(c->model->slots());
+    // d(input) goes to another rank only from a stage whose predecessor is remote.
+    if (c->stage > 0 && sh.rank_of(c->stage - 1) != o_.pp_rank) {
+      c->grad_out.assign(m_, std::vector<float>(boundary_elements()));
+    }
+    c->grad_sends.resize(m_);
+    chunk_models_.push_back(c->model.get());
+    chunk_opts_.push_back(c->opt.get());
+    chunks_.push_back(std::move(c));
+  }
+  if (scatter) scatter_buf_.resize(int64_t{o_.B} * o_.T / tp * cfg_.n_embd);
+}
+
+PipelineRunner::~PipelineRunner() {
+  // Sends still in flight read the slots' buffers: let them finish. Not while an error unwinds
+  // (the peer may never receive; the job is ending) and never by throwing from here.
+  if (std::uncaught_exceptions() > 0) return;
+  for (auto& c : chunks_) {
+    for (auto* works : {&c->sends, &c->grad_sends}) {
+      for (auto& w : *works) {
+        try {
+          w.wait();
+        } catch (const std::exception&) {
+        }
+      }
+    }
+  }
+}
+
+void PipelineRunner::init(uint64_t seed) {
+  for (auto& c : chunks_) c->model->init(seed);
+}
+
+PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
+  WEFT_CHECK(stage >= 0 && stage < S_ && schedule_.shape.rank_of(stage) == o_.pp_rank, "stage ",
+             stage, " is not on pipeline rank ", o_.pp_rank);
+  return *chunks_[schedule_.shape.chunk_of(stage)];
+}
+
+int PipelineRunner::acquire(Chunk& c, int mb) {
+  if (c.slot_of[mb] >= 0) return c.slot_of[mb];
+  WEFT_CHECK(!c.free_slots.empty(), "stage ", c.stage, " has more microbatches in flight than ",
+             c.model->slots(), " (its program's peak)");
+  const int slot = c.free_slots.back();
+  c.free_slots.pop_back();
+  // The slot's output may still be on its way to the next stage, whose receive is posted: that
+  // stage ran its forward before this slot's backward could end.
+  c.sends[slot].wait();
+  c.slot_of[mb] = slot;
+  return slot;
+}
+
+void PipelineRunner::release(Chunk& c, int mb) {
+  WEFT_CHECK(c.slot_of[mb] >= 0, "stage ", c.stage, " microbatch ", mb, " holds no slot");
+  c.free_slots.push_back(c.slot_of[mb]);
+  c.slot_of[mb] = -1;
+}
+
+int64_t PipelineRunner::boundary_elements() const {
+  const int64_t N = int64_t{o_.B} * o_.T, tp = o_.tp.size();
+  return (o_.tp.sequence_parallel && tp > 1 ? N / tp : N) * cfg_.n_embd;
+}
+
+int PipelineRunner::tag(int stage, int mb, bool grad) const {
+  return (stage * m_ + mb) * 2 + (grad ? 1 : 0);
+}
+
+// A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows.
+comm::Work PipelineRunner::send_rows(const float* full, int peer, int tag) {
+  if (!scatter_buf_.empty()) {
+    const int64_t part = static_cast<int64_t>(scatter_buf_.size());
+    return o_.pp->send_async(full + o_.tp.rank() * part, part, comm::DataType::F32, peer, tag);
+  }
+  return o_.pp->send_async(full, boundary_elements(), comm::DataType::F32, peer, tag);
+}
+
+void PipelineRunner::recv_rows(float* full, int peer, int tag) {
+  const ScopedSeconds waiting(timing_.waiting);
+  if (!scatter_buf_.empty()) {
+    const int64_t part = static_cast<int64_t>(scatter_buf_.size());
+    o_.pp->recv(scatter_buf_.data(), part, peer, tag);
+    o_.tp.comm->all_gather(full, scatter_buf_.data(), part);
+    return;
+  }
+  o_.pp->recv(full, boundary_elements(), peer, tag);
+}
+
+void PipelineRunner::forward(int stage, int mb) {
+  Chunk& c = chunk(stage);
+  const int slot = acquire(c, mb);
+  const int64_t block = int64_t{o_.B} * o_.T;
+  if (stage > 0 && schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
+    // The previous stage is on this rank (pp = 1): hand its output over in memory.
+    Chunk& prev = chunk(stage - 1);
+    const float* out = prev.model->stage_output(prev.slot_of[mb]);
+    std::copy(out, out + boundary_elements(), c.model->stage_input(slot));
+  }
+  const float loss =
+      c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.B, o_.T, slot);
+  if (stage == S_ - 1) loss_sum_ += loss;
+}
+
+void PipelineRunner::run_backward(int stage, int mb, bool release_slot) {
+  Chunk& c = chunk(stage);
+  const int slot = c.slot_of[mb];
+  WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
+  c.model->backward(1.0f / static_cast<float>(m_), slot);
+  if (stage > 0) {
+    // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
+    const int64_t n = boundary_elements();
+    if (schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
+      Chunk& prev = chunk(stage - 1);
+      std::copy_n(c.model->input_grad(), n, prev.model->output_grad(prev.slot_of[mb]));
+    } else {
+      std::copy_n(c.model->input_grad(), n, c.grad_out[mb].data());
+    }
+  }
+  if (release_slot) release(c, mb);
+}
+
+void PipelineRunner::backward(int stage, int mb) { run_backward(stage, mb, true); }
+void PipelineRunner::backward_input(int stage, int mb) { run_backward(stage, mb, false); }
+void PipelineRunner::backward_weight(int stage, int mb) { release(chunk(stage), mb); }
+
+void PipelineRunner::send_activation(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
+  const int slot = c.slot_of[mb];
+  c.sends[slot].wait();
+  c.sends[slot] = send_rows(c.model->stage_output(slot), peer, tag(stage + 1, mb, false));
+}
+
+void PipelineRunner::recv_activation(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
+  recv_rows(c.model->stage_input(acquire(c, mb)), peer, tag(stage, mb, false));
+}
+
+void PipelineRunner::send_grad(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
+  c.grad_sends[mb] = send_rows(c.grad_out[mb].data(), peer, tag(stage - 1, mb, true));
+}
+
+void PipelineRunner::recv_grad(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
+  const int slot = c.slot_of[mb];
+  WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
+  recv_rows(c.model->output_grad(slot), peer, tag(stage, mb, true));
+}
+
+void PipelineRunner::reduce_grads(int /*stage*/) {
+  // Data-parallel gradient reduction: nothing to reduce with one replica.
+}
+
+void PipelineRunner::optimizer_step() {
+  // Every send of the step was issued before this: waiting for them cannot cycle.
+  for (auto& c : chunks_) {
+    for (auto& w : c->grad_sends) w.wait();
+  }
+  // The loss lives on the last stage's rank: every rank gets the mean.
+  double loss = loss_sum_;
+  if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
+  stats_ =
+      finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
+}
+
+StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, float lr,
+                               double clip_norm) {
+  tokens_ = tokens;
+  targets_ = targets;
+  lr_ = lr;
+  clip_ = clip_norm;
+  loss_sum_ = 0;
+  timing_ = {};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& c : chunks_) c->model->zero_grad();
+  execute(schedule_.programs.at(o_.pp_rank), *this);
+  timing_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats_;
+}
+
+float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, int batches) {
+  // Forward only, stage after stage: a rank receives a stage's input, runs it, sends its output
+  // (asynchronously), so every rank walks the stages in the same order without waiting in a cycle.
+  const int64_t block = int64_t{o_.B} * o_.T;
+  double loss = 0;
+  for (int k = 0; k < batches; ++k) {
+    for (int s = 0; s < S_; ++s) {
+      if (schedule_.shape.rank_of(s) != o_.pp_rank) continue;
+      Chunk& c = chunk(s);
+      c.sends[0].wait();
+      if (s > 0) {
+        const int from = schedule_.shape.rank_of(s - 1);
+        if (from == o_.pp_rank) {
+          Chunk& prev = chunk(s - 1);
+          std::copy_n(prev.model->stage_output(0), boundary_elements(), c.model->stage_input(0));
+        } else {
+          recv_rows(c.model->stage_input(0), from, tag(s, k % m_, false));
+        }
+      }
+      const float l = c.model->forward(tokens + k * block, targets + k * block, o_.B, o_.T, 0);
+      if (s == S_ - 1) loss += l;
+      if (s < S_ - 1 && schedule_.shape.rank_of(s + 1) != o_.pp_rank) {
+        c.sends[0] = send_rows(c.model->stage_output(0), schedule_.shape.rank_of(s + 1),
+                               tag(s + 1, k % m_, false));
+      }
+    }
+  }
+  for (auto& c : chunks_) c->sends[0].wait();
+  if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
+  return static_cast<float>(loss / batches);
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,108 @@
+#pragma once
+// The StageRunner that trains: this pipeline rank's model chunks (global stages pp_rank + j*pp,
+// j < vp), each a model::Gpt holding exactly as many microbatches' activations as the rank's
+// program keeps in flight for it, and the moves between ranks: activations and gradients go by
+// send/recv over the pp group (sends eager and asynchronous, receives blocking, as the schedule
+// simulation assumes). With tp > 1 and no sequence parallelism a boundary tensor is the same on
+// every tp rank, so each sends 1/tp of its rows and the receiver all-gathers them (the PTD-P
+// paper's scatter/gather optimization); with sequence parallelism the tensors are already split.
+//
+// ZB-H1: BackwardInput runs the stage's whole backward (input and weight gradients) and
+// BackwardWeight frees the microbatch, so the results equal every other schedule's but the
+// weight-gradient GEMMs are not yet deferred (no bubble reduction measured from it yet).
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/model/gpt.h"
+#include "weft/optim/adamw.h"
+#include "weft/runtime/executor.h"
+#include "weft/runtime/train_step.h"
+#include "weft/schedule/instr.h"
+
+namespace weft::runtime {
+
+// Per chunk of a rank's program (index j: stage pp_rank + j*pp), the most microbatches whose
+// forward has run and whose last backward pass has not: the activation slots it needs.
+std::vector<int> peak_in_flight_per_chunk(const schedule::Schedule& s, int pp_rank);
+
+struct PipelineOptions {
+  int B = 1, T = 1;
+  model::Recompute recompute = model::Recompute::None;
+  parallel::TensorParallel tp;
+  comm::Communicator* pp = nullptr;  // the pipeline group (ranks in pp order); null when pp = 1
+  int pp_rank = 0;
+  ModelGroups groups;  // for finish_step
+  optim::AdamWConfig adamw;
+};
+
+class PipelineRunner : public StageRunner {
+ public:
+  // `schedule`: lowered (add_communication, add_optimizer_step) and validated.
+  PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                 PipelineOptions options);
+  ~PipelineRunner() override;
+
+  void init(uint64_t seed);
+  // One optimizer step over m microbatches: tokens/targets are [m, B, T] (every rank passes the
+  // same). Returns the mean loss on every rank.
+  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
+  // The mean loss of forward passes over `batches` [B,T] blocks (no gradients), on every rank.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches);
+
+  // Wall time of the last step() and the part of it this rank spent blocked in receives, waiting
+  // for another stage: the pipeline bubble as this rank saw it (Narayanan et al.'s bubble
+  // fraction is waiting / (seconds - waiting), summed over ranks).
+  struct Timing {
+    double seconds = 0, waiting = 0;
+  };
+  const Timing& last_timing() const { return timing_; }
+
+  std::span<model::Gpt* const> chunks() const { return chunk_models_; }
+  std::span<optim::AdamW* const> optimizers() const { return chunk_opts_; }
+  const schedule::Schedule& schedule() const { return schedule_; }
+
+  // StageRunner
+  void forward(int stage, int microbatch) override;
+  void backward(int stage, int microbatch) override;
+  void backward_input(int stage, int microbatch) override;
+  void backward_weight(int stage, int microbatch) override;
+  void send_activation(int stage, int microbatch, int peer) override;
+  void recv_activation(int stage, int microbatch, int peer) override;
+  void send_grad(int stage, int microbatch, int peer) override;
+  void recv_grad(int stage, int microbatch, int peer) override;
+  void reduce_grads(int stage) override;
+  void optimizer_step() override;
+
+ private:
+  struct Chunk;
+  Chunk& chunk(int stage);
+  int acquire(Chunk& c, int microbatch);
+  void release(Chunk& c, int microbatch);
+  void run_backward(int stage, int microbatch, bool release_slot);
+  comm::Work send_rows(const float* full, int peer, int tag);
+  void recv_rows(float* full, int peer, int tag);
+  int tag(int stage, int microbatch, bool grad) const;
+  int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
+
+  model::GptConfig cfg_;
+  schedule::Schedule schedule_;
+  PipelineOptions o_;
+  int S_ = 1, m_ = 1;
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::vector<model::Gpt*> chunk_models_;
+  std::vector<optim::AdamW*> chunk_opts_;
+  // the step in progress
+  const int32_t* tokens_ = nullptr;
+  const int32_t* targets_ = nullptr;
+  float lr_ = 0;
+  double clip_ = 0, loss_sum_ = 0;
+  StepStats stats_;
+  Timing timing_;
+  std::vector<float> scatter_buf_;
+};
+
+}  // namespace weft::runtime
