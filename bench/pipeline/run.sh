@@ -43,9 +43,7 @@ md = ["# Pipeline bubble benchmark: configs/models/pipe-8l.toml (L=8, C=256, V=4
       "- measured: sum over ranks of time blocked in receives / sum of the rest (idle / busy); "
       "simulated: the same program, stages priced by FLOPs per token (24h^2+4sh per layer, 2hV "
       "for the head), B = 2F, free messages; formula: (p-1)/m, interleaved (p-1)/(m vp)",
-      "- pp=4 runs 4 ranks on 2 cores: time-sharing inflates the measured waiting",
-      "- ZB-H1 runs its whole backward in I (the weight-gradient deferral is not implemented yet), "
-      "so its measured bubble is 1F1B's", "",
+      "- pp=4 runs 4 ranks on 2 cores: time-sharing inflates the measured waiting", "",
       "| pp | schedule | vp | step ms | bubble measured | bubble simulated | formula | waiting share per rank |",
       "|---:|---|---:|---:|---:|---:|---:|---|"]
 for r in rows:

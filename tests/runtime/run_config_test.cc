@@ -201,6 +201,8 @@ TEST(RunConfig, APipelineScheduleThatDoesNotFitIsRejectedBeforeLaunch) {
              "interleaved");
   EXPECT_HAS(problems(run_toml("micro_batch = 1\nglobal_batch = 1\n"), {"parallel.pp=2"}),
              "and 1 microbatches");
+  EXPECT_HAS(problems(run_toml("recompute = \"full\"\n"), {"parallel.schedule=zb-h1"}),
+             "train.recompute must be none or selective");
 }
 
 TEST(RunConfig, SequenceParallelismIsABooleanInTomlAndOnTheCommandLine) {

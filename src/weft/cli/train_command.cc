@@ -125,8 +125,11 @@ void run_train(const TrainOptions& o) {
   std::optional<Checked> in;
   try {
     in.emplace(check_inputs(o, world != nullptr ? world->size() : 1));
-  } catch (const Error&) {
-    if (leader) throw;  // one message for the job
+  } catch (const Error& e) {
+    if (world == nullptr) throw;
+    // One message for the job, printed before MPI_Finalize (which waits for every rank), so no
+    // rank exits and gets the job killed before rank 0 has said why.
+    if (leader) fmt::print(stderr, "weft: error: {}\n", e.what());
     throw ExitQuietly{1};
   }
   if (world == nullptr || world->size() == 1) {

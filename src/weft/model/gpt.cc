@@ -157,7 +157,13 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   WEFT_CHECK(!sp_ || N % t == 0, "sequence parallelism needs B*T=", N, " divisible by tp=", t);
   FlatBuffer& acts = acts_[slot];
   Pending& p = pending_[slot];
-  p = Pending{tokens, stage_.head ? targets : nullptr, B, T, 0, false};
+  WEFT_CHECK(!p.weights_due, "slot ", slot, " still owes its deferred weight gradients");
+  p.tokens = tokens;
+  p.targets = stage_.head ? targets : nullptr;
+  p.B = B;
+  p.T = T;
+  p.valid_targets = 0;
+  p.backward_due = false;
 
   // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
   float* x = acts.ptr("embed");
@@ -209,11 +215,14 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   return p.valid_targets > 0 ? static_cast<float>(sum / p.valid_targets) : 0.0f;
 }
 
-void Gpt::backward(float loss_scale, int slot) {
+void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
   Pending& p = pending_[slot];
   WEFT_CHECK(p.backward_due && (!stage_.head || p.targets != nullptr),
              "backward() needs a forward() with targets on slot ", slot);
+  WEFT_CHECK(!defer_weight_grads || recompute_ != Recompute::Full,
+             "deferred weight gradients need each layer's inputs kept (recompute none or "
+             "selective, not full)");
   FlatBuffer& acts = acts_[slot];
   const int B = p.B, T = p.T, N = B * T, t = tp_.size();
   const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, V = cfg_.vocab_size;
@@ -231,6 +240,24 @@ void Gpt::backward(float loss_scale, int slot) {
   auto layer_input = [&](int l) {
     return l == first ? acts.ptr("embed") : acts.ptr("h." + std::to_string(l - 1) + ".out");
   };
+  // A linear layer's backward: the input gradient now; the weight and bias gradients now, or
+  // (deferred) by backward_weights() from a copy of dout unless the slot keeps dout itself.
+  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* weight, int n, int ic, int oc,
+                             bool dout_kept_by_slot) {
+    if (!defer_weight_grads) {
+      k::matmul_backward(dinp, dweight, dbias, dout, inp, weight, n, ic, oc);
+      return;
+    }
+    k::matmul_backward(dinp, nullptr, nullptr, dout, inp, weight, n, ic, oc);
+    Deferred d{dweight, dbias, inp, weight, {}, dout, n, ic, oc};
+    if (!dout_kept_by_slot) {
+      d.dout_copy.assign(dout, dout + int64_t{n} * oc);
+      d.dout = nullptr;
+    }
+    p.deferred.push_back(std::move(d));
+  };
+  p.deferred.clear();
 
   if (stage_.head) {
     // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
@@ -244,8 +271,8 @@ void Gpt::backward(float loss_scale, int slot) {
                                                       dloss, N, V, v0, Vl);
     }
     zero(d_ln, int64_t{N} * C);
-    k::matmul_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts.ptr("ln_f"),
-                       params_.ptr("wte"), N, C, Vl);
+    linear_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts.ptr("ln_f"), params_.ptr("wte"),
+                    N, C, Vl, /*dout_kept_by_slot=*/true);
     zero(d_res, Ns * C);
     k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"),
                           reduce_grad(d_ln, N), layer_acts(acts, end - 1).out,
@@ -272,38 +299,68 @@ void Gpt::backward(float loss_scale, int slot) {
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
     const float* d_out = gather_grad(d_res, N);
     zero(d_fc_gelu, int64_t{N} * 4 * Cl);
-    k::matmul_backward(d_fc_gelu, g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), d_out, a.fc_gelu,
-                       w(l, "mlp.proj.weight"), N, 4 * Cl, C);
+    linear_backward(d_fc_gelu, g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), d_out, a.fc_gelu,
+                    w(l, "mlp.proj.weight"), N, 4 * Cl, C, false);
     zero(d_fc, int64_t{N} * 4 * Cl);
     k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * Cl);
     zero(d_ln, int64_t{N} * C);
-    k::matmul_backward(d_ln, g(l, "mlp.fc.weight"), g(l, "mlp.fc.bias"), d_fc, a.ln_2,
-                       w(l, "mlp.fc.weight"), N, C, 4 * Cl);
+    linear_backward(d_ln, g(l, "mlp.fc.weight"), g(l, "mlp.fc.bias"), d_fc, a.ln_2,
+                    w(l, "mlp.fc.weight"), N, C, 4 * Cl, false);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
     k::layernorm_backward(d_res, g(l, "ln_2.weight"), g(l, "ln_2.bias"), reduce_grad(d_ln, N),
                           a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
     const float* d_res_attn = gather_grad(d_res, N);
     zero(d_atty, int64_t{N} * Cl);
-    k::matmul_backward(d_atty, g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), d_res_attn, a.atty,
-                       w(l, "attn.proj.weight"), N, Cl, C);
+    linear_backward(d_atty, g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), d_res_attn, a.atty,
+                    w(l, "attn.proj.weight"), N, Cl, C, false);
     zero(d_qkv, int64_t{N} * 3 * Cl);
     k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, Cl, NHl);
     zero(d_ln, int64_t{N} * C);
-    k::matmul_backward(d_ln, g(l, "attn.qkv.weight"), g(l, "attn.qkv.bias"), d_qkv, a.ln_1,
-                       w(l, "attn.qkv.weight"), N, C, 3 * Cl);
+    linear_backward(d_ln, g(l, "attn.qkv.weight"), g(l, "attn.qkv.bias"), d_qkv, a.ln_1,
+                    w(l, "attn.qkv.weight"), N, C, 3 * Cl, false);
     k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), reduce_grad(d_ln, N), in,
                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
   }
   if (stage_.embedding) {
-    if (t == 1) {
-      k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_res, p.tokens, B, T, C);
+    // The embedding's gradients are weight gradients too: deferred with a copy of d(embed).
+    const float* d_embed = t == 1 ? d_res : gather_grad(d_res, N);
+    if (defer_weight_grads) {
+      p.d_embed.assign(d_embed, d_embed + int64_t{N} * C);
     } else {
-      parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"),
-                                                  gather_grad(d_res, N), p.tokens, B, T, C, v0, Vl);
+      embedding_weight_grads(p, d_embed);
     }
   }
   p.backward_due = false;  // the logits are gone; a second backward needs a new forward
+  p.weights_due = defer_weight_grads;
+}
+
+void Gpt::embedding_weight_grads(const Pending& p, const float* d_embed) {
+  const int C = cfg_.n_embd, t = tp_.size();
+  if (t == 1) {
+    k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_embed, p.tokens, p.B, p.T, C);
+  } else {
+    const int64_t Vl = cfg_.padded_vocab() / t;
+    parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_embed,
+                                                p.tokens, p.B, p.T, C, tp_.rank() * Vl, Vl);
+  }
+}
+
+void Gpt::backward_weights(int slot) {
+  WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
+  Pending& p = pending_[slot];
+  WEFT_CHECK(p.weights_due, "backward_weights() needs a backward() that deferred them, slot ",
+             slot);
+  for (const Deferred& d : p.deferred) {
+    const float* dout = d.dout != nullptr ? d.dout : d.dout_copy.data();
+    k::matmul_backward(nullptr, d.dweight, d.dbias, dout, d.inp, d.weight, d.N, d.IC, d.OC);
+  }
+  p.deferred.clear();
+  if (stage_.embedding) {
+    embedding_weight_grads(p, p.d_embed.data());
+    p.d_embed.clear();
+  }
+  p.weights_due = false;
 }
 
 namespace {

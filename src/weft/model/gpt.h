@@ -63,7 +63,12 @@ class Gpt {
   // loss_scale = 1/k to average over k accumulated microbatches. A stage without the head
   // starts from output_grad(slot) (already scaled) instead; one without the embedding leaves the
   // gradient of its input in input_grad().
-  void backward(float loss_scale = 1.0f, int slot = 0);
+  // With defer_weight_grads only the input gradients are computed (a zero-bubble schedule's I
+  // pass); backward_weights(slot) then adds the weight gradients (its W pass). Deferring keeps
+  // copies of the linear layers' output gradients until then, and needs each layer's inputs kept
+  // (recompute none or selective).
+  void backward(float loss_scale = 1.0f, int slot = 0, bool defer_weight_grads = false);
+  void backward_weights(int slot = 0);
 
   // The stage boundary, [Ns,C] each (Ns = B*T, or B*T/tp with sequence parallelism).
   float* stage_input(int slot) { return acts_.at(slot).ptr("embed"); }
@@ -104,14 +109,25 @@ class Gpt {
   ParamLayout layout_;
   FlatBuffer params_, grads_, work_;
   std::vector<FlatBuffer> acts_;  // one per slot
+  // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.
+  struct Deferred {
+    float *dweight, *dbias;
+    const float *inp, *weight;
+    std::vector<float> dout_copy;  // when the slot does not keep dout
+    const float* dout;             // else: dout in the slot's activations
+    int N, IC, OC;
+  };
   // Each slot's last forward.
   struct Pending {
     const int32_t* tokens = nullptr;
     const int32_t* targets = nullptr;
     int B = 0, T = 0;
     int64_t valid_targets = 0;
-    bool backward_due = false;
+    bool backward_due = false, weights_due = false;
+    std::vector<Deferred> deferred;
+    std::vector<float> d_embed;  // the embedding output's gradient, when deferred
   };
+  void embedding_weight_grads(const Pending& p, const float* d_embed);
   std::vector<Pending> pending_;
 };
 

@@ -176,11 +176,13 @@ void PipelineRunner::forward(int stage, int mb) {
   if (stage == S_ - 1) loss_sum_ += loss;
 }
 
-void PipelineRunner::run_backward(int stage, int mb, bool release_slot) {
+// B (split = false): the whole backward, then the slot is free. I (split = true): input
+// gradients only; the slot stays until W has computed the weight gradients from it.
+void PipelineRunner::run_backward(int stage, int mb, bool split) {
   Chunk& c = chunk(stage);
   const int slot = c.slot_of[mb];
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
-  c.model->backward(1.0f / static_cast<float>(m_), slot);
+  c.model->backward(1.0f / static_cast<float>(m_), slot, /*defer_weight_grads=*/split);
   if (stage > 0) {
     // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
     const int64_t n = boundary_elements();
@@ -191,12 +193,18 @@ void PipelineRunner::run_backward(int stage, int mb, bool release_slot) {
       std::copy_n(c.model->input_grad(), n, c.grad_out[mb].data());
     }
   }
-  if (release_slot) release(c, mb);
+  if (!split) release(c, mb);
 }
 
-void PipelineRunner::backward(int stage, int mb) { run_backward(stage, mb, true); }
-void PipelineRunner::backward_input(int stage, int mb) { run_backward(stage, mb, false); }
-void PipelineRunner::backward_weight(int stage, int mb) { release(chunk(stage), mb); }
+void PipelineRunner::backward(int stage, int mb) { run_backward(stage, mb, false); }
+void PipelineRunner::backward_input(int stage, int mb) { run_backward(stage, mb, true); }
+
+void PipelineRunner::backward_weight(int stage, int mb) {
+  Chunk& c = chunk(stage);
+  WEFT_CHECK(c.slot_of[mb] >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
+  c.model->backward_weights(c.slot_of[mb]);
+  release(c, mb);
+}
 
 void PipelineRunner::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);

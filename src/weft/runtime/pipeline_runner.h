@@ -7,9 +7,9 @@
 // every tp rank, so each sends 1/tp of its rows and the receiver all-gathers them (the PTD-P
 // paper's scatter/gather optimization); with sequence parallelism the tensors are already split.
 //
-// ZB-H1: BackwardInput runs the stage's whole backward (input and weight gradients) and
-// BackwardWeight frees the microbatch, so the results equal every other schedule's but the
-// weight-gradient GEMMs are not yet deferred (no bubble reduction measured from it yet).
+// ZB-H1 (Qi et al. 2024): BackwardInput computes the input gradients only (what the previous stage
+// waits for) and BackwardWeight the weight gradients later, from the output gradients the I pass
+// kept; the slot is freed after W.
 
 #include <cstdint>
 #include <memory>
@@ -82,7 +82,7 @@ class PipelineRunner : public StageRunner {
   Chunk& chunk(int stage);
   int acquire(Chunk& c, int microbatch);
   void release(Chunk& c, int microbatch);
-  void run_backward(int stage, int microbatch, bool release_slot);
+  void run_backward(int stage, int microbatch, bool split);
   comm::Work send_rows(const float* full, int peer, int tag);
   void recv_rows(float* full, int peer, int tag);
   int tag(int stage, int microbatch, bool grad) const;

@@ -491,6 +491,10 @@ Status validate(const RunConfig& c) {
                     p.schedule));
   } else if (p.pp >= 1 && p.vp >= 1 && p.dp >= 1 && t.micro_batch > 0 && t.global_batch > 0) {
     const schedule::Shape shape{.pp = p.pp, .vp = p.vp, .microbatches = c.microbatches()};
+    if (kind.value() == schedule::Kind::ZeroBubbleH1 && t.recompute == "full") {
+      add("parallel.schedule='zb-h1' defers weight gradients, which needs each layer's inputs "
+          "kept: train.recompute must be none or selective, not full");
+    }
     const Status fits = schedule::check_shape(kind.value(), shape);
     for (const auto& problem : fits.problems()) {
       add(

@@ -252,7 +252,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   // dinp[N,IC] += dout[N,OC] @ weight[OC,IC]
   if (dinp != nullptr) linear_gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.f, dinp, IC);
   // dweight[OC,IC] += dout^T @ inp[N,IC]
-  linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.f, dweight, IC);
+  if (dweight != nullptr) linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.f, dweight, IC);
   if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
 }
 

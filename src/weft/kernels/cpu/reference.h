@@ -159,13 +159,15 @@ void matmul_backward(Nondeduced<T*> dinp, T* dweight, Nondeduced<T*> dbias, cons
     const T* x = inp + static_cast<int64_t>(n) * IC;    // [IC]
     for (int o = 0; o < OC; ++o) {
       const T* w = weight + static_cast<int64_t>(o) * IC;  // [IC]
-      T* dw = dweight + static_cast<int64_t>(o) * IC;      // [IC]
       const T g = dy[o];
       if (dinp != nullptr) {
         T* dx = dinp + static_cast<int64_t>(n) * IC;  // [IC]
         for (int i = 0; i < IC; ++i) dx[i] += g * w[i];
       }
-      for (int i = 0; i < IC; ++i) dw[i] += g * x[i];
+      if (dweight != nullptr) {
+        T* dw = dweight + static_cast<int64_t>(o) * IC;  // [IC]
+        for (int i = 0; i < IC; ++i) dw[i] += g * x[i];
+      }
       if (dbias != nullptr) dbias[o] += g;
     }
   }
