@@ -56,6 +56,7 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
       add(v.tp.all_reduce, 1, b * s, 4);
       add(v.tp.all_reduce, 1, 2 * b * s, 4);
       if (c.sequence_parallel) {
+        add(v.tp.all_gather, 1, n, e);  // ln_f's output, gathered for the LM head
         add(v.tp.reduce_scatter, 1, n, e);
       } else {
         add(v.tp.all_reduce, 1, n, e);
@@ -63,17 +64,23 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
     }
   }
   if (c.pp > 1) {
-    const int64_t message = c.sequence_parallel ? n / c.tp : n;
+    // With tp > 1 a stage boundary tensor goes as 1/t of its rows per tp rank: split already
+    // under sequence parallelism, else scattered and all-gathered over tp on arrival (weft's
+    // runtime always does the PTD-P paper's scatter/gather, section 4.1).
+    const int64_t message = n / c.tp;
+    const int64_t gathers = c.tp > 1 && !c.sequence_parallel ? 1 : 0;
     const int stages = c.pp * c.vp;
     for (int chunk = 0; chunk < c.vp; ++chunk) {
       const int stage = chunk * c.pp + r;
       if (stage < stages - 1) {  // activation out, gradient in
         add(v.pp.send, 1, message, e);
         add(v.pp.recv, 1, message, e);
+        add(v.tp.all_gather, gathers, n, e);
       }
       if (stage > 0) {  // activation in, gradient out
         add(v.pp.recv, 1, message, e);
         add(v.pp.send, 1, message, e);
+        add(v.tp.all_gather, gathers, n, e);
       }
     }
   }
@@ -117,6 +124,17 @@ StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank) {
         break;
     }
   }
+  if (c.tp > 1 && c.sequence_parallel) {
+    // Once per step and model chunk, the LayerNorm gradients of this rank's rows, summed over tp
+    // in one call: weight and bias of 2 LayerNorms per layer, and ln_f on the last stage.
+    const int stages = c.pp * c.vp;
+    for (int chunk = 0; chunk < c.vp; ++chunk) {
+      const int stage = chunk * c.pp + pp_rank;
+      const int64_t norms = 2 * (job.model.n_layer / stages) + (stage == stages - 1 ? 1 : 0);
+      add(v.tp.all_reduce, 1, norms * 2 * job.model.n_embd, precision_bytes(job.precision).grad);
+    }
+  }
+  if (c.pp > 1) add(v.pp.all_reduce, 1, 1, 8);  // the step's loss, from the last stage (fp64)
   if (c.pp > 1 && (pp_rank == 0 || pp_rank == c.pp - 1)) {
     add(v.embedding.all_reduce, 1, job.model.padded_vocab() / c.tp * job.model.n_embd,
         precision_bytes(job.precision).grad);

@@ -13,7 +13,9 @@
 // backward). Vocab-parallel cross-entropy: forward all-reduce b*s (Max) and 2*b*s (Sum). LM head:
 // backward all-reduce n of the input gradient (sp: reduce-scatter).
 // Pipeline: per microbatch, one activation message per stage boundary forward and one gradient
-// back, n elements (n/t with sequence parallelism).
+// back, n/t elements (tp > 1 without sequence parallelism: each tp rank sends 1/t of the rows and
+// the receiver all-gathers n over tp), and once per step the loss (1 fp64) from the last stage.
+// Sequence parallelism also all-reduces each chunk's LayerNorm gradients over tp once per step.
 // Data parallel, per step: ZeRO 0 all-reduces the local gradients; ZeRO 1 and 2 reduce-scatter
 // them and all-gather the updated parameters; ZeRO 3 all-gathers the parameters before each
 // microbatch's forward and backward and reduce-scatters each microbatch's gradients.

@@ -1,0 +1,134 @@
+// The planner's communication volume (planner/comm_volume.h) against the Recording communicator
+// around one real training step of the pipeline runner: per group (tp, pp, embedding) and per
+// op, the same number of calls and elements. mpirun -n 2: tp=2, pp=2; -n 4: tp=2 x pp=2.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "support/mpi_test.h"
+#include "weft/comm/recording_communicator.h"
+#include "weft/core/rng.h"
+#include "weft/parallel/groups.h"
+#include "weft/planner/comm_volume.h"
+#include "weft/runtime/pipeline_runner.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft {
+namespace {
+
+model::GptConfig tiny() {
+  model::GptConfig c;
+  c.name = "tiny-4l";
+  c.n_layer = 4;
+  c.n_embd = 32;
+  c.n_head = 4;
+  c.vocab_size = 61;
+  c.pad_vocab_to = 16;
+  c.max_seq_len = 16;
+  return c;
+}
+
+using Ops = std::map<comm::CommOp, std::pair<int64_t, int64_t>>;  // op -> (calls, elements)
+
+Ops recorded(const comm::CommRecorder& rec, const std::string& group) {
+  Ops out;
+  for (const comm::CommRecord& r : rec.records()) {
+    if (r.group != group) continue;
+    out[r.op].first += 1;
+    out[r.op].second += r.elements;
+  }
+  return out;
+}
+
+Ops predicted(const planner::GroupVolume& g) {
+  Ops out;
+  auto put = [&](comm::CommOp op, const planner::OpVolume& v) {
+    if (v.ops > 0) out[op] = {v.ops, v.elements};
+  };
+  put(comm::CommOp::AllReduce, g.all_reduce);
+  put(comm::CommOp::ReduceScatter, g.reduce_scatter);
+  put(comm::CommOp::AllGather, g.all_gather);
+  put(comm::CommOp::Send, g.send);
+  put(comm::CommOp::Recv, g.recv);
+  return out;
+}
+
+std::string show(const Ops& ops) {
+  std::string s;
+  for (const auto& [op, v] : ops) {
+    s += std::string(comm::comm_op_name(op)) + " " + std::to_string(v.first) + " calls, " +
+         std::to_string(v.second) + " elements; ";
+  }
+  return s;
+}
+
+void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, schedule::Kind kind,
+                           int vp) {
+  comm::Communicator& world = test::test_world();
+  if (world.size() != tp * pp) return;
+  const parallel::Topology topo({.tp = tp, .pp = pp, .dp = 1});
+  parallel::ProcessGroups groups = parallel::make_groups(world, topo);
+  auto rec = std::make_shared<comm::CommRecorder>();
+  auto wrap = [&](std::unique_ptr<comm::Communicator>& c) -> std::unique_ptr<comm::Communicator> {
+    if (!c) return nullptr;
+    return std::make_unique<comm::RecordingCommunicator>(std::move(c), rec);
+  };
+  auto tp_comm = wrap(groups.tp), pp_comm = wrap(groups.pp), emb = wrap(groups.embedding);
+  const int B = 2, T = 8, m = 4;
+  const schedule::Schedule s = schedule::add_optimizer_step(schedule::add_communication(
+      schedule::make_schedule(kind, {.pp = pp, .vp = vp, .microbatches = m}).value_or_throw("")));
+  runtime::PipelineOptions o;
+  o.B = B;
+  o.T = T;
+  o.recompute = recompute;
+  o.tp = {tp_comm.get(), sp};
+  o.pp = pp_comm.get();
+  o.pp_rank = topo.coord(world.rank()).pp;
+  o.groups = {groups.model.get(), emb.get()};
+  runtime::PipelineRunner runner(tiny(), s, o);
+  runner.init(3);
+  std::vector<int32_t> tokens(m * B * T + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 1) % 61);
+  rec->clear();
+  runner.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
+
+  planner::Job job;
+  job.model = tiny();
+  job.seq_len = T;
+  job.global_batch = m * B;
+  job.world = tp * pp;
+  job.precision = planner::Precision::FP32;
+  planner::ParallelConfig c;
+  c.tp = tp;
+  c.pp = pp;
+  c.vp = vp;
+  c.micro_batch = B;
+  c.schedule = kind;
+  c.recompute = recompute;
+  c.sequence_parallel = sp;
+  const planner::StepVolume v = planner::step_volume(job, c, o.pp_rank);
+  const std::string what = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
+                           " sp=" + std::to_string(sp) +
+                           " recompute=" + std::string(model::recompute_name(recompute)) +
+                           " vp=" + std::to_string(vp) + " pp rank " + std::to_string(o.pp_rank);
+  EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp))) << what << " (tp)";
+  EXPECT_EQ(show(recorded(*rec, "pp")), show(predicted(v.pp))) << what << " (pp)";
+  EXPECT_EQ(show(recorded(*rec, "embedding")), show(predicted(v.embedding)))
+      << what << " (embedding)";
+}
+
+TEST(PlannerVolume, EqualsTheRecordedStep) {
+  using schedule::Kind;
+  for (bool sp : {false, true}) {
+    for (auto r : {model::Recompute::None, model::Recompute::Full}) {
+      expect_planner_volume(2, 1, sp, r, Kind::OneFOneB, 1);
+      expect_planner_volume(1, 2, sp, r, Kind::OneFOneB, 1);
+      expect_planner_volume(2, 2, sp, r, Kind::OneFOneB, 1);
+      expect_planner_volume(2, 2, sp, r, Kind::Interleaved, 2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft
