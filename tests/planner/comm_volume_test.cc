@@ -36,7 +36,10 @@ TEST(CommVolume, TensorParallelLayersAllReduceTwiceForwardAndTwiceBackward) {
   const StepVolume last = microbatch_volume(j, c, 1);
   EXPECT_EQ(last.tp.all_reduce.ops, 4 * 4 + 3);
   EXPECT_EQ(last.tp.all_reduce.elements, 4 * 4 * n + 2 * 16 + 2 * 2 * 16 + n);
-  EXPECT_EQ(last.tp.all_gather.ops, 0);
+  // The pipeline's scatter/gather: the received activation, 1/t per rank, is all-gathered.
+  EXPECT_EQ(last.tp.all_gather.ops, 1);
+  EXPECT_EQ(last.tp.all_gather.elements, n);
+  EXPECT_EQ(last.pp.recv.elements, n / 2);
   // fp32: 4 bytes per element, the loss statistics included.
   EXPECT_EQ(last.tp.all_reduce.bytes, 4 * last.tp.all_reduce.elements);
 }
@@ -59,10 +62,11 @@ TEST(CommVolume, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
   const ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .sequence_parallel = true};
   const int64_t n = 16 * 64;
   const StepVolume v = microbatch_volume(j, c, 0);
-  // 8 layers x (2 forward + 2 backward), + embedding (RS forward, AG backward), + head (RS).
-  EXPECT_EQ(v.tp.all_gather.ops, 8 * 4 + 1);
+  // 8 layers x (2 forward + 2 backward), + embedding (RS forward, AG backward), + head (ln_f's
+  // AG forward, RS backward).
+  EXPECT_EQ(v.tp.all_gather.ops, 8 * 4 + 2);
   EXPECT_EQ(v.tp.reduce_scatter.ops, 8 * 4 + 1 + 1);
-  EXPECT_EQ(v.tp.all_gather.elements, (8 * 4 + 1) * n);
+  EXPECT_EQ(v.tp.all_gather.elements, (8 * 4 + 2) * n);
   EXPECT_EQ(v.tp.all_reduce.ops, 2);  // the cross-entropy's two small ones
 }
 

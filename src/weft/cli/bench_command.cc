@@ -29,6 +29,7 @@
 #include "weft/model/flops.h"
 #include "weft/model/memory.h"
 #include "weft/parallel/groups.h"
+#include "weft/planner/memory_model.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
@@ -92,10 +93,23 @@ void run_bench_step(const BenchOptions& o) {
 
   const int64_t rss_before = current_resident_bytes();
   const bool sp = o.sequence_parallel && o.tp > 1;
-  // Predicted for one microbatch slot of the whole model's layers (pp = 1).
-  const bool predict = o.pp == 1 && runtime::peak_in_flight_per_chunk(sched, 0)[0] == 1;
-  const auto predicted =
-      model::estimate_training_memory(cfg, B, T, *recompute, threads, {o.tp, sp});
+  // What this rank allocates, predicted by the planner's model of weft's trainer.
+  planner::Job job;
+  job.model = cfg;
+  job.seq_len = T;
+  job.global_batch = m * B;
+  job.world = world_size;
+  job.precision = planner::Precision::FP32;
+  planner::ParallelConfig pc;
+  pc.tp = o.tp;
+  pc.pp = o.pp;
+  pc.vp = o.vp;
+  pc.micro_batch = B;
+  pc.schedule = kind;
+  pc.recompute = *recompute;
+  pc.sequence_parallel = sp;
+  const model::MemoryEstimate predicted =
+      planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
   runtime::PipelineOptions po;
   po.B = B;
   po.T = T;
@@ -152,7 +166,14 @@ void run_bench_step(const BenchOptions& o) {
     costs.stages[st] = {f, 2 * f, f, f};
   }
   const double bubble_simulated = schedule::simulate(sched, costs).bubble_fraction;
-  const int64_t measured = peak_resident_bytes() - rss_before;
+  // Per rank: measured peak RSS above the start, over its prediction; the job's worst rank.
+  int64_t measured = peak_resident_bytes() - rss_before, predicted_total = predicted.total();
+  double mem_ratio = static_cast<double>(measured) / predicted_total;
+  if (world) {
+    world->all_reduce(&measured, 1, comm::ReduceOp::Max);
+    world->all_reduce(&predicted_total, 1, comm::ReduceOp::Max);
+    world->all_reduce(&mem_ratio, 1, comm::ReduceOp::Max);
+  }
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double flops = model::model_flops_per_step(cfg, double(B) * m, T);
@@ -202,11 +223,9 @@ void run_bench_step(const BenchOptions& o) {
       {"ratio_to_gemm_ceiling", achieved / ceiling.rate()},
       {"gemm_ceiling_bf16_gflops", bf16 ? nlohmann::json(ceiling_bf16 / 1e9) : nlohmann::json()},
       {"loss", last.loss},
-      {"mem_predicted_mib", predict ? nlohmann::json(mib(predicted.total())) : nlohmann::json()},
+      {"mem_predicted_mib", mib(predicted_total)},
       {"mem_measured_mib", mib(measured)},
-      {"mem_measured_over_predicted",
-       predict ? nlohmann::json(static_cast<double>(measured) / predicted.total())
-               : nlohmann::json()},
+      {"mem_measured_over_predicted", mem_ratio},
   };
   if (!leader) return;
   if (o.json) {
@@ -244,13 +263,6 @@ void run_bench_step(const BenchOptions& o) {
         "  bf16 ceiling  {:9.1f} GFLOP/s  (the same shapes through sgemm_bf16)     -> {:.1f}%\n",
         ceiling_bf16 / 1e9, 100.0 * achieved / ceiling_bf16);
   }
-  if (!predict) {
-    fmt::print(
-        "  memory        measured {:.1f} MiB on rank 0 (peak RSS above the {:.1f} MiB before "
-        "the model)\n",
-        mib(measured), mib(rss_before));
-    return;
-  }
   fmt::print(
       "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + adam {:.1f} + "
       "activations {:.1f} + workspace {:.1f}\n",
@@ -258,8 +270,9 @@ void run_bench_step(const BenchOptions& o) {
       mib(predicted.activations), mib(predicted.workspace));
   fmt::print(
       "                measured  {:.1f} MiB (peak RSS above the {:.1f} MiB before the model)"
-      " -> {:.1f}% of predicted\n",
-      mib(measured), mib(rss_before), 100.0 * measured / predicted.total());
+      " -> {:.1f}% of predicted{}\n",
+      mib(measured), mib(rss_before), 100.0 * mem_ratio,
+      world_size > 1 ? " (each rank against its own prediction; the largest of each shown)" : "");
 }
 
 }  // namespace

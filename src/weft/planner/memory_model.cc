@@ -58,6 +58,19 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
   const double working_layer =
       c.recompute == model::Recompute::None ? 0 : layer_activation_bytes(job, kept);
   MemoryBreakdown best;
+  if (job.precision == Precision::FP32 && c.zero == 0) {
+    for (int r = 0; r < c.pp; ++r) {
+      const model::MemoryEstimate w = weft_rank_memory(job, c, r);
+      MemoryBreakdown mem;
+      mem.weights = static_cast<double>(w.params);
+      mem.grads = static_cast<double>(w.grads);
+      mem.optimizer = static_cast<double>(w.optimizer);
+      mem.activations = static_cast<double>(w.activations);
+      mem.buffers = static_cast<double>(w.workspace);
+      if (mem.total() > best.total()) best = mem;
+    }
+    return best;
+  }
   for (int r = 0; r < c.pp; ++r) {
     MemoryBreakdown mem = model_state_bytes(local_parameters(m, c, r), job.precision, c.zero, c.dp);
     mem.activations = in_flight[r] * layers_per_stage * per_layer;
@@ -75,6 +88,24 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
     if (mem.total() > best.total()) best = mem;
   }
   return best;
+}
+
+model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
+                                       int threads) {
+  const schedule::Shape shape{.pp = c.pp, .vp = c.vp, .microbatches = c.microbatches(job)};
+  const schedule::Schedule s =
+      schedule::make_schedule(c.schedule, shape)
+          .value_or_throw("weft_rank_memory: the schedule does not fit the configuration");
+  const std::vector<int> slots = schedule::peak_in_flight_per_chunk(s, pp_rank);
+  std::vector<model::ChunkMemory> chunks;
+  for (int j = 0; j < c.vp; ++j) {
+    const int stage = pp_rank + j * c.pp;
+    chunks.push_back({model::pipeline_stage(job.model, stage, shape.num_stages()),
+                      std::max(1, slots[j]), stage > 0 && shape.rank_of(stage - 1) != pp_rank});
+  }
+  return model::estimate_rank_memory(job.model, c.micro_batch, job.seq_len, c.recompute, threads,
+                                     {c.tp, c.sequence_parallel}, chunks, shape.microbatches,
+                                     c.pp > 1, c.schedule == schedule::Kind::ZeroBubbleH1);
 }
 
 std::string format_bytes(double bytes) {

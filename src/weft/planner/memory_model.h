@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/model/memory.h"
 #include "weft/planner/config.h"
 
 namespace weft::planner {
@@ -42,6 +43,13 @@ std::vector<int> in_flight(const ParallelConfig& c, const Job& job);
 // layer_activation_bytes + its buffers.
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             const std::vector<int>& in_flight);
+
+// weft's own CPU trainer (fp32 everything), exactly what pipeline rank `pp_rank` allocates
+// (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
+// what `weft bench step` measures against, and what peak_memory uses for Precision::FP32 with
+// ZeRO 0 (the trainer's own layout, not Korthikanti's formulas).
+model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
+                                       int threads = 1);
 
 std::string format_bytes(double bytes);  // "80.0 GiB"
 

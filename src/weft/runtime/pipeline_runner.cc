@@ -5,21 +5,9 @@
 #include <exception>
 
 #include "weft/core/check.h"
+#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
-
-std::vector<int> peak_in_flight_per_chunk(const schedule::Schedule& s, int pp_rank) {
-  using schedule::Op;
-  const int vp = s.shape.vp;
-  std::vector<int> live(vp, 0), peak(vp, 0);
-  // A split backward (I then W) ends a microbatch at W; a full one at B.
-  for (const schedule::Instr& i : s.programs.at(pp_rank)) {
-    const int j = i.stage >= 0 ? s.shape.chunk_of(i.stage) : -1;
-    if (i.op == Op::Forward) peak[j] = std::max(peak[j], ++live[j]);
-    if (i.op == Op::Backward || i.op == Op::BackwardWeight) --live[j];
-  }
-  return peak;
-}
 
 namespace {
 // Adds the seconds of its scope to `total`.
@@ -61,7 +49,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   WEFT_CHECK(o_.pp_rank >= 0 && o_.pp_rank < sh.pp, "pp rank ", o_.pp_rank, " of ", sh.pp);
   WEFT_CHECK(sh.pp == 1 || (o_.pp != nullptr && o_.pp->size() == sh.pp), "a pipeline of ", sh.pp,
              " ranks needs its pp group");
-  const std::vector<int> slots = peak_in_flight_per_chunk(schedule_, o_.pp_rank);
+  const std::vector<int> slots = schedule::peak_in_flight_per_chunk(schedule_, o_.pp_rank);
   const int tp = o_.tp.size();
   const bool scatter = tp > 1 && !o_.tp.sequence_parallel;
   for (int j = 0; j < sh.vp; ++j) {

@@ -25,10 +25,6 @@
 
 namespace weft::runtime {
 
-// Per chunk of a rank's program (index j: stage pp_rank + j*pp), the most microbatches whose
-// forward has run and whose last backward pass has not: the activation slots it needs.
-std::vector<int> peak_in_flight_per_chunk(const schedule::Schedule& s, int pp_rank);
-
 struct PipelineOptions {
   int B = 1, T = 1;
   model::Recompute recompute = model::Recompute::None;

@@ -57,5 +57,8 @@ Status validate(const Schedule& schedule);
 // pass (B, or W when split) has not, walking the program in order: the activation memory in
 // units of one stage's activations for one microbatch. Requires check_structure().
 std::vector<int> peak_in_flight(const Schedule& schedule);
+// The same for each model chunk j of `rank` (stage rank + j*pp): the activation slots the chunk
+// needs. Sums to at least peak_in_flight()[rank].
+std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank);
 
 }  // namespace weft::schedule

@@ -310,4 +310,18 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
   return peaks;
 }
 
+std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
+  const int vp = schedule.shape.vp;
+  std::vector<int> live(vp, 0), peak(vp, 0);
+  for (const Instr& in : schedule.programs.at(rank)) {
+    if (in.stage < 0) continue;
+    const int j = schedule.shape.chunk_of(in.stage);
+    if (in.op == Op::Forward) peak[j] = std::max(peak[j], ++live[j]);
+    if (in.op == Op::Backward || in.op == Op::BackwardWeight) --live[j];
+  }
+  return peak;
+}
+
 }  // namespace weft::schedule
