@@ -10,7 +10,7 @@
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/model/gpt.h"
-#include "weft/model/tp_shards.h"
+#include "weft/model/shards.h"
 #include "weft/optim/adamw.h"
 #include "weft/runtime/train_step.h"
 
@@ -50,8 +50,8 @@ struct Run {
 std::vector<std::vector<float>> gather_params(const model::Gpt& m) {
   const model::ParamLayout global = model::gpt_param_layout(m.config());
   FlatBuffer all(global.buffer);
-  model::gather_tp_shards(m.param_layout(), m.params().data(), global, all.data(),
-                          m.tensor_parallel().comm);
+  model::gather_shards(m.param_layout(), m.params().data(), global, all.data(),
+                       m.tensor_parallel().comm);
   std::vector<std::vector<float>> out;
   for (const SliceSpec& s : global.buffer.slices()) {
     out.emplace_back(all.data() + s.offset, all.data() + s.offset + s.numel);
@@ -132,8 +132,8 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
     parallel.finish_grad_sync();
     const model::ParamLayout global = model::gpt_param_layout(cfg);
     FlatBuffer g(global.buffer);
-    model::gather_tp_shards(parallel.param_layout(), parallel.grads().data(), global, g.data(),
-                            tp.get());
+    model::gather_shards(parallel.param_layout(), parallel.grads().data(), global, g.data(),
+                         tp.get());
     for (const SliceSpec& s : global.buffer.slices()) {
       std::vector<float> a(g.data() + s.offset, g.data() + s.offset + s.numel);
       std::vector<float> b(serial.grads().data() + s.offset,

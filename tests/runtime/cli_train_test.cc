@@ -161,7 +161,7 @@ std::vector<double> losses(const std::string& metrics) {
 }
 
 // `mpirun -n 2 weft train ... --set parallel.tp=2` trains the same model as one process; its
-// checkpoint (the serial layout) continues under tp=1, tp=2 with sequence parallelism, and pp=2.
+// checkpoint (the serial layout) continues under dp=2, tp=2 with sequence parallelism, and pp=2.
 TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   const std::string run = write_run();
   auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
@@ -173,16 +173,16 @@ TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   r = weft_command(mpirun + "train " + run + " --set parallel.tp=2 --stop-after 4");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "tp=2 pp=1 dp=1, 2 ranks x 1 thread");
-  // Continue the tp=2 checkpoint in one process for 2 steps, then with tp=2 and sequence
-  // parallelism to the end.
-  r = weft("train " + run + " --resume --stop-after 6");
+  // Continue the tp=2 checkpoint as two data-parallel replicas for 2 steps, then with tp=2 and
+  // sequence parallelism, then as a two-stage pipeline.
+  r = weft_command(mpirun + "train " + run + " --resume --stop-after 6 --set parallel.dp=2");
   ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "tp=1 pp=1 dp=2");
   r = weft_command(mpirun + "train " + run +
                    " --resume --stop-after 7 --set parallel.tp=2 "
                    "--set parallel.sequence_parallel=true");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "(sequence parallel)");
-  // and the last step as a two-stage pipeline
   r = weft_command(mpirun + "train " + run + " --resume --set parallel.pp=2");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "tp=1 pp=2 dp=1");

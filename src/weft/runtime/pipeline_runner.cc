@@ -218,8 +218,14 @@ void PipelineRunner::recv_grad(int stage, int mb, int peer) {
   recv_rows(c.model->output_grad(slot), peer, tag(stage, mb, true));
 }
 
-void PipelineRunner::reduce_grads(int /*stage*/) {
-  // Data-parallel gradient reduction: nothing to reduce with one replica.
+void PipelineRunner::reduce_grads(int stage) {
+  // Data parallelism: sum the chunk's gradients over the replicas, asynchronously, so the
+  // reduction overlaps whatever the program still runs (other chunks' backward); the optimizer
+  // step waits for it and divides by dp.
+  if (o_.dp == nullptr || o_.dp->size() == 1) return;
+  FlatBuffer& g = chunk(stage).model->grads();
+  dp_reductions_.push_back(
+      o_.dp->all_reduce_async(g.data(), g.size(), comm::DataType::F32, comm::ReduceOp::Sum));
 }
 
 void PipelineRunner::optimizer_step() {
@@ -227,9 +233,21 @@ void PipelineRunner::optimizer_step() {
   for (auto& c : chunks_) {
     for (auto& w : c->grad_sends) w.wait();
   }
-  // The loss lives on the last stage's rank: every rank gets the mean.
+  // The loss lives on the last stage's rank: every rank gets the mean (over the replicas too).
   double loss = loss_sum_;
   if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
+  if (o_.dp != nullptr && o_.dp->size() > 1) {
+    o_.dp->all_reduce(&loss, 1);
+    loss /= o_.dp->size();
+    for (auto& w : dp_reductions_) w.wait();
+    dp_reductions_.clear();
+    // The sum over replicas of their means over m microbatches, made the mean over m*dp.
+    const float inv = 1.0f / static_cast<float>(o_.dp->size());
+    for (model::Gpt* c : chunk_models_) {
+      float* g = c->grads().data();
+      for (int64_t i = 0, n = c->grads().size(); i < n; ++i) g[i] *= inv;
+    }
+  }
   stats_ =
       finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
 }
@@ -278,6 +296,10 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
   }
   for (auto& c : chunks_) c->sends[0].wait();
   if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
+  if (o_.dp != nullptr && o_.dp->size() > 1) {  // each replica evaluated its own batches
+    o_.dp->all_reduce(&loss, 1);
+    loss /= o_.dp->size();
+  }
   return static_cast<float>(loss / batches);
 }
 

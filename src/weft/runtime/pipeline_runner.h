@@ -7,6 +7,11 @@
 // every tp rank, so each sends 1/tp of its rows and the receiver all-gathers them (the PTD-P
 // paper's scatter/gather optimization); with sequence parallelism the tensors are already split.
 //
+// Data parallelism: ReduceGrads(s), right after stage s's last backward pass, starts an
+// asynchronous all-reduce of its gradients over the dp group (overlapping the rest of the
+// program); the optimizer step waits for them and averages. Each replica reads its own part of
+// every global batch (data::Sampler with dp_rank). ZeRO is not implemented yet.
+//
 // ZB-H1 (Qi et al. 2024): BackwardInput computes the input gradients only (what the previous stage
 // waits for) and BackwardWeight the weight gradients later, from the output gradients the I pass
 // kept; the slot is freed after W.
@@ -30,6 +35,7 @@ struct PipelineOptions {
   model::Recompute recompute = model::Recompute::None;
   parallel::TensorParallel tp;
   comm::Communicator* pp = nullptr;  // the pipeline group (ranks in pp order); null when pp = 1
+  comm::Communicator* dp = nullptr;  // the data-parallel replicas; null when dp = 1
   int pp_rank = 0;
   ModelGroups groups;  // for finish_step
   optim::AdamWConfig adamw;
@@ -99,6 +105,7 @@ class PipelineRunner : public StageRunner {
   StepStats stats_;
   Timing timing_;
   std::vector<float> scatter_buf_;
+  std::vector<comm::Work> dp_reductions_;  // the step's gradient all-reduces in flight
 };
 
 }  // namespace weft::runtime

@@ -82,7 +82,8 @@ const std::vector<Binding>& bindings() {
        "with tp > 1, also split the LayerNorm and residual regions along the sequence"},
       {"parallel.pp", WEFT_FIELD(parallel.pp),
        "pipeline-parallel size: the layers split into pp*vp stages over pp ranks"},
-      {"parallel.dp", WEFT_FIELD(parallel.dp), "data-parallel size (1 in this build)"},
+      {"parallel.dp", WEFT_FIELD(parallel.dp),
+       "data-parallel size: replicas, each reading 1/dp of every global batch"},
       {"parallel.vp", WEFT_FIELD(parallel.vp),
        "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel.schedule", WEFT_FIELD(parallel.schedule),
@@ -468,21 +469,13 @@ Status validate(const RunConfig& c) {
   if (!(t.peak_gflops >= 0)) add(fmt::format("train.peak_gflops={} must be >= 0", t.peak_gflops));
   if (c.run.out_dir.empty()) add("run.out_dir is empty");
 
-  auto axis = [&](const char* key, int v, const char* what) {
-    if (v < 1) {
-      add(fmt::format("parallel.{}={} must be >= 1", key, v));
-    } else if (v > 1) {
-      add(fmt::format("parallel.{}={}: {} is not yet supported in this build (set it to 1)", key, v,
-                      what));
-    }
-  };
   if (p.tp < 1) add(fmt::format("parallel.tp={} must be >= 1", p.tp));
   if (p.tp >= 1) {
     Status tp = model::validate_tensor_parallel(c.model, p.tp, p.sequence_parallel, t.micro_batch,
                                                 t.seq_len);
     for (const auto& problem : tp.problems()) add(problem);
   }
-  axis("dp", p.dp, "data parallelism");
+  if (p.dp < 1) add(fmt::format("parallel.dp={} must be >= 1", p.dp));
   // The pipeline: layers split into pp*vp equal stages, and a schedule that fits the shape.
   const Status pipeline = model::validate_pipeline(c.model, p.pp, p.vp);
   for (const auto& problem : pipeline.problems()) add(problem);

@@ -19,7 +19,7 @@
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
-#include "weft/model/tp_shards.h"
+#include "weft/model/shards.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/gemm_ceiling.h"
@@ -160,6 +160,8 @@ Result<TrainResult> Trainer::run() {
   scfg.microbatches = m;
   scfg.val_fraction = cfg_.data.val_fraction;
   scfg.seed = static_cast<uint64_t>(t.seed);
+  scfg.dp_rank = topo.coord(world_rank).dp;
+  scfg.dp_size = grid.dp;
   auto sampler_or = data::Sampler::create(*dataset_, scfg);
   if (!sampler_or.ok()) return sampler_or.status();
   data::Sampler sampler = std::move(sampler_or).value();
@@ -182,6 +184,7 @@ Result<TrainResult> Trainer::run() {
     po.recompute = cfg_.recompute();
     po.tp = {groups_.tp.get(), cfg_.parallel.sequence_parallel};
     po.pp = groups_.pp.get();
+    po.dp = groups_.dp.get();
     po.pp_rank = topo.coord(world_rank).pp;
     po.groups = {groups_.model.get(), groups_.embedding.get()};
     po.adamw = acfg;
@@ -213,9 +216,9 @@ Result<TrainResult> Trainer::run() {
       s = checkpoint::load(resume_dir, cfg_.model, params, &opt, &state);
       for (size_t j = 0; s.ok() && j < chunks.size(); ++j) {
         const model::ParamLayout& local = chunks[j]->param_layout();
-        model::take_tp_shards(serial_layout, params.data(), local, chunks[j]->params().data());
-        model::take_tp_shards(serial_layout, opt.m().data(), local, opts[j]->m().data());
-        model::take_tp_shards(serial_layout, opt.v().data(), local, opts[j]->v().data());
+        model::take_shards(serial_layout, params.data(), local, chunks[j]->params().data());
+        model::take_shards(serial_layout, opt.m().data(), local, opts[j]->m().data());
+        model::take_shards(serial_layout, opt.v().data(), local, opts[j]->v().data());
         opts[j]->set_step_count(opt.step_count());
       }
     }
@@ -264,9 +267,9 @@ Result<TrainResult> Trainer::run() {
   progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
-      "micro_batch), {} steps{}; {}GEMM ceiling {}; out_dir {}",
+      "micro_batch{}), {} steps{}; {}GEMM ceiling {}; out_dir {}",
       cfg_.model.name, serial_layout.count(), dataset_->describe(), T, b, t.global_batch, m,
-      t.steps,
+      grid.dp > 1 ? fmt::format(" on each of {} replicas", grid.dp) : "", t.steps,
       resume_dir.empty() ? "" : fmt::format(", resuming at step {} from {}", step, resume_dir),
       layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",

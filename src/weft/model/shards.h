@@ -18,12 +18,12 @@ void place_shards(const ParamLayout& local, const StageSpec& stage, const float*
 
 // place_shards for one stage, then the sum over `group` (null: one rank), which must hold the
 // whole replica: every rank gets the whole model. Zeroes global_data first.
-void gather_tp_shards(const ParamLayout& local, const float* local_data, const ParamLayout& global,
-                      float* global_data, comm::Communicator* group,
-                      const StageSpec& stage = StageSpec{});
+void gather_shards(const ParamLayout& local, const float* local_data, const ParamLayout& global,
+                   float* global_data, comm::Communicator* group,
+                   const StageSpec& stage = StageSpec{});
 
 // local_data = this rank's slice of global_data, for every tensor of `local`. No communication.
-void take_tp_shards(const ParamLayout& global, const float* global_data, const ParamLayout& local,
-                    float* local_data);
+void take_shards(const ParamLayout& global, const float* global_data, const ParamLayout& local,
+                 float* local_data);
 
 }  // namespace weft::model

@@ -1,4 +1,4 @@
-#include "weft/model/tp_shards.h"
+#include "weft/model/shards.h"
 
 #include <algorithm>
 
@@ -20,16 +20,16 @@ void place_shards(const ParamLayout& local, const StageSpec& stage, const float*
   }
 }
 
-void gather_tp_shards(const ParamLayout& local, const float* local_data, const ParamLayout& global,
-                      float* global_data, comm::Communicator* group, const StageSpec& stage) {
+void gather_shards(const ParamLayout& local, const float* local_data, const ParamLayout& global,
+                   float* global_data, comm::Communicator* group, const StageSpec& stage) {
   std::fill(global_data, global_data + global.buffer.total(), 0.0f);
   place_shards(local, stage, local_data, global, global_data);
   // Each element is nonzero on at most one rank, so the sum places it.
   if (group != nullptr && group->size() > 1) group->all_reduce(global_data, global.buffer.total());
 }
 
-void take_tp_shards(const ParamLayout& global, const float* global_data, const ParamLayout& local,
-                    float* local_data) {
+void take_shards(const ParamLayout& global, const float* global_data, const ParamLayout& local,
+                 float* local_data) {
   WEFT_CHECK(global.tp == 1, "the global layout is the serial one");
   const auto& ls = local.buffer.slices();
   for (size_t i = 0; i < ls.size(); ++i) {
