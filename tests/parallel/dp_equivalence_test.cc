@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/mpi_test.h"
+#include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_runner.h"
@@ -16,17 +17,7 @@
 namespace weft {
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny-4l";
-  c.n_layer = 4;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.vocab_size = 61;
-  c.pad_vocab_to = 16;
-  c.max_seq_len = 16;
-  return c;
-}
+model::GptConfig tiny() { return test::tiny_gpt(4, 32); }
 
 constexpr int kB = 2, kT = 8, kSteps = 10, kM = 4;  // kM microbatches per replica
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/mpi_test.h"
+#include "support/tiny_gpt.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/parallel/groups.h"
@@ -17,17 +18,7 @@
 namespace weft {
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny-4l";
-  c.n_layer = 4;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.vocab_size = 61;
-  c.pad_vocab_to = 16;
-  c.max_seq_len = 16;
-  return c;
-}
+model::GptConfig tiny() { return test::tiny_gpt(4, 32); }
 
 using Ops = std::map<comm::CommOp, std::pair<int64_t, int64_t>>;  // op -> (calls, elements)
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/mpi_test.h"
+#include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/model/gpt.h"
 #include "weft/parallel/groups.h"
@@ -17,17 +18,9 @@
 namespace weft {
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny-8l";
-  c.n_layer = 8;  // pp*vp = 8 stages of one layer at pp=4, vp=2
-  c.n_embd = 64;  // a boundary message of B*T*C = 2048 floats: above Open MPI's eager limit
-  c.n_head = 4;
-  c.vocab_size = 61;
-  c.pad_vocab_to = 16;
-  c.max_seq_len = 16;
-  return c;
-}
+// 8 layers: pp*vp = 8 stages of one layer at pp=4, vp=2; C=64: a boundary message of
+// B*T*C = 2048 floats, above Open MPI's eager limit.
+model::GptConfig tiny() { return test::tiny_gpt(8, 64); }
 
 constexpr int kB = 2, kT = 16, kSteps = 10;
 

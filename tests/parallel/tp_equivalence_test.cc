@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "support/mpi_test.h"
+#include "support/tiny_gpt.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/model/gpt.h"
@@ -17,17 +18,7 @@
 namespace weft {
 namespace {
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny";
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.vocab_size = 61;  // padded to 64: 16 columns per rank at tp=4, the last rank's partly padding
-  c.pad_vocab_to = 16;
-  c.max_seq_len = 16;
-  return c;
-}
+model::GptConfig tiny() { return test::tiny_gpt(2, 32); }
 
 constexpr int kB = 2, kT = 8, kMicrobatches = 2, kSteps = 10;
 
