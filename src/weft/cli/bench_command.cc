@@ -44,7 +44,7 @@ struct BenchOptions {
   std::string recompute = "none";
   std::string precision = "f32";
   bool json = false;
-  int tp = 1, pp = 1, vp = 1, microbatches = 1;
+  int tp = 1, pp = 1, dp = 1, vp = 1, microbatches = 1;
   std::string schedule = "1f1b";
   bool sequence_parallel = false;
 };
@@ -59,12 +59,15 @@ void run_bench_step(const BenchOptions& o) {
     world = mpi->world();
   }
   const int world_size = world ? world->size() : 1;
-  if (o.tp * o.pp != world_size) {
-    throw Error(fmt::format("--tp {} x --pp {} needs {} processes (mpirun -n {}); {} started", o.tp,
-                            o.pp, o.tp * o.pp, o.tp * o.pp, world_size));
+  const int ranks = o.tp * o.pp * o.dp;
+  if (ranks != world_size) {
+    throw Error(
+        fmt::format("--tp {} x --pp {} x --dp {} needs {} processes (mpirun -n {}); {} "
+                    "started",
+                    o.tp, o.pp, o.dp, ranks, ranks, world_size));
   }
   const bool leader = !world || world->rank() == 0;
-  const parallel::Topology topo({.tp = o.tp, .pp = o.pp, .dp = 1});
+  const parallel::Topology topo({.tp = o.tp, .pp = o.pp, .dp = o.dp});
   parallel::ProcessGroups groups;
   if (world_size > 1) groups = parallel::make_groups(*world, topo);
   // The tp group records its collectives' time: the communication share of the step.
@@ -97,12 +100,13 @@ void run_bench_step(const BenchOptions& o) {
   planner::Job job;
   job.model = cfg;
   job.seq_len = T;
-  job.global_batch = m * B;
+  job.global_batch = m * B * o.dp;
   job.world = world_size;
   job.precision = planner::Precision::FP32;
   planner::ParallelConfig pc;
   pc.tp = o.tp;
   pc.pp = o.pp;
+  pc.dp = o.dp;
   pc.vp = o.vp;
   pc.micro_batch = B;
   pc.schedule = kind;
@@ -116,6 +120,7 @@ void run_bench_step(const BenchOptions& o) {
   po.recompute = *recompute;
   po.tp = {tp.get(), sp};
   po.pp = groups.pp.get();
+  po.dp = groups.dp.get();
   po.pp_rank = topo.coord(world ? world->rank() : 0).pp;
   po.groups = {groups.model.get(), groups.embedding.get()};
   runtime::PipelineRunner runner(cfg, sched, po);
@@ -176,7 +181,7 @@ void run_bench_step(const BenchOptions& o) {
   }
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
-  const double flops = model::model_flops_per_step(cfg, double(B) * m, T);
+  const double flops = model::model_flops_per_step(cfg, double(B) * m * o.dp, T);
   const auto shapes = model::training_gemm_shapes(cfg, B, T);
   if (world) world->barrier();
   auto ceiling = runtime::measure_gemm_ceiling(shapes);
@@ -188,7 +193,7 @@ void run_bench_step(const BenchOptions& o) {
       bf16 ? runtime::measure_gemm_ceiling(shapes, 5, kernels::MatmulPrecision::BF16).rate() : 0.0;
   kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
   const double achieved = flops / step_s;
-  const int64_t tokens_per_step = int64_t{m} * B * T;
+  const int64_t tokens_per_step = int64_t{m} * B * T * o.dp;
 
   nlohmann::json j = {
       {"name", "weft"},
@@ -201,6 +206,7 @@ void run_bench_step(const BenchOptions& o) {
       {"ranks", world_size},
       {"tp", o.tp},
       {"pp", o.pp},
+      {"dp", o.dp},
       {"vp", o.vp},
       {"schedule", o.schedule},
       {"sequence_parallel", sp},
@@ -235,6 +241,7 @@ void run_bench_step(const BenchOptions& o) {
   std::string layout;
   if (o.tp > 1) layout += fmt::format(", tp={}{}", o.tp, sp ? " (sequence parallel)" : "");
   if (o.pp > 1) layout += fmt::format(", pp={} vp={} {}", o.pp, o.vp, o.schedule);
+  if (o.dp > 1) layout += fmt::format(", dp={}", o.dp);
   fmt::print(
       "weft bench step: {} ({} parameters), B={} T={} x {} microbatch(es), {} threads x {} "
       "rank(s){}, recompute={}, precision={}\n",
@@ -297,10 +304,12 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   step->add_flag("--json", o->json, "print one JSON line instead of the report");
   step->add_option("--tp", o->tp,
-                   "tensor-parallel size; run under mpirun -n TP*PP (each rank gets "
+                   "tensor-parallel size; run under mpirun -n TP*PP*DP (each rank gets "
                    "cores/ranks threads unless --threads says otherwise)")
       ->check(CLI::PositiveNumber);
   step->add_option("--pp", o->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+  step->add_option("--dp", o->dp, "data-parallel replicas (each runs the microbatches)")
+      ->check(CLI::PositiveNumber);
   step->add_option("--vp", o->vp, "model chunks per pipeline rank")->check(CLI::PositiveNumber);
   step->add_option("--schedule", o->schedule, "gpipe|1f1b|interleaved|zb-h1");
   step->add_option("--microbatches", o->microbatches, "microbatches of B sequences per step")
