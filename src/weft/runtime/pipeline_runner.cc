@@ -51,7 +51,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
              " ranks needs its pp group");
   const std::vector<int> slots = schedule::peak_in_flight_per_chunk(schedule_, o_.pp_rank);
   const int tp = o_.tp.size();
-  const bool scatter = tp > 1 && !o_.tp.sequence_parallel;
+  const bool scatter = tp > 1 && !o_.tp.sequence_parallel && sh.pp > 1;
   for (int j = 0; j < sh.vp; ++j) {
     auto c = std::make_unique<Chunk>();
     c->stage = o_.pp_rank + j * sh.pp;
