@@ -16,11 +16,11 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
-#include <optional>
 #include <thread>
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/memory_usage.h"
@@ -52,12 +52,8 @@ struct BenchOptions {
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_bench_step(const BenchOptions& o) {
-  std::optional<comm::MpiSession> mpi;
-  std::unique_ptr<comm::Communicator> world;
-  if (comm::launched_by_mpi()) {
-    mpi.emplace();
-    world = mpi->world();
-  }
+  const JobWorld processes;
+  comm::Communicator* world = processes.world();
   const int world_size = world ? world->size() : 1;
   const int ranks = o.tp * o.pp * o.dp;
   if (ranks != world_size) {

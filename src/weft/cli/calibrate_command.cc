@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/core/status.h"
 #include "weft/kernels/kernels.h"
@@ -201,13 +202,9 @@ std::string today() {
 
 void run_calibrate(const CalibrateOptions& o) {
   using namespace planner;
-  std::unique_ptr<comm::MpiSession> session;
-  std::unique_ptr<comm::Communicator> world;
   const bool use_mpi = !o.no_mpi && comm::launched_by_mpi();
-  if (use_mpi) {
-    session = std::make_unique<comm::MpiSession>();
-    world = session->world();
-  }
+  const JobWorld processes(use_mpi);
+  comm::Communicator* world = processes.world();
   const int rank = world ? world->rank() : 0;
   const int ranks = world ? world->size() : 1;
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
@@ -115,12 +116,8 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
 }
 
 void run_train(const TrainOptions& o) {
-  std::optional<comm::MpiSession> mpi;
-  std::unique_ptr<comm::Communicator> world;
-  if (comm::launched_by_mpi()) {
-    mpi.emplace();
-    world = mpi->world();
-  }
+  const JobWorld processes;
+  comm::Communicator* world = processes.world();
   const bool leader = world == nullptr || world->rank() == 0;
   std::optional<Checked> in;
   try {
@@ -133,11 +130,11 @@ void run_train(const TrainOptions& o) {
     throw ExitQuietly{1};
   }
   if (world == nullptr || world->size() == 1) {
-    train(o, std::move(*in), world.get());
+    train(o, std::move(*in), world);
     return;
   }
   try {
-    train(o, std::move(*in), world.get());
+    train(o, std::move(*in), world);
   } catch (const std::exception& e) {
     comm::abort_job(e.what());
   }
