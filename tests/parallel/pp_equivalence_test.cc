@@ -36,7 +36,7 @@ std::vector<int32_t> batch(int step, int n) {
 std::vector<float> serial_losses(int m) {
   model::Gpt g(tiny(), kB, kT);
   g.init(99);
-  optim::AdamW opt(g.param_layout().buffer, g.param_layout().weight_decay_flags());
+  runtime::DistributedOptimizer opt(g, nullptr, 0);
   std::vector<float> out;
   const int n = m * kB * kT;
   for (int s = 0; s < kSteps; ++s) {

@@ -155,7 +155,7 @@ pp = 4
 dp = 0
 vp = 2
 schedule = "2f2b"
-zero = 1
+zero = 5
 )");
   for (const char* expected : {
            "data.train is missing",
@@ -179,12 +179,14 @@ zero = 1
            "n_layer=2 does not split into pp*vp = 4*2 = 8 stages of equal size",
            "parallel.dp=0 must be >= 1",
            "parallel.schedule='2f2b' must be gpipe, 1f1b, interleaved or zb-h1",
-           "parallel.zero=1: ZeRO is not yet supported in this build",
+           "parallel.zero=5 must be 0, 1, 2 or 3",
        }) {
     EXPECT_HAS(p, expected);
   }
   EXPECT_HAS(problems(run_toml("micro_batch = 4\nglobal_batch = 10\n")),
              "train.global_batch=10 is not divisible by train.micro_batch=4");
+  EXPECT_HAS(problems(run_toml("micro_batch = 2\nglobal_batch = 12\n"), {"parallel.dp=4"}),
+             "train.global_batch=12 is not divisible by train.micro_batch=2 x parallel.dp=4");
   EXPECT_HAS(problems(run_toml(), {"data.val_fraction=0"}),
              "train.eval_every=100 needs validation data");
 }

@@ -18,7 +18,7 @@ struct Gpt::LayerActs {
 };
 
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
-         StageSpec stage, int slots)
+         StageSpec stage, int slots, ParamStorage storage)
     : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp), stage_(stage) {
   Status s = validate_for_run(cfg, T);
   if (B <= 0) s.add("batch size " + std::to_string(B) + " must be > 0");
@@ -33,9 +33,14 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   s.throw_if_error("invalid model config '" + cfg.name + "'");
   sp_ = tp.sequence_parallel && tp.size() > 1;
   const TpShape shape{tp.size(), sp_};
-  layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage);
-  params_ = FlatBuffer(layout_.buffer);
-  grads_ = FlatBuffer(layout_.buffer);
+  layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage, storage.unit_align);
+  using Residency = FlatBuffer::Residency;
+  params_ = FlatBuffer(layout_.buffer, storage.lazy_params ? Residency::Lazy : Residency::Eager);
+  grads_ = FlatBuffer(layout_.buffer, storage.lazy_grads ? Residency::Lazy : Residency::Eager);
+  wte_unit_ = layout_.unit_index("wte");
+  wpe_unit_ = layout_.unit_index("wpe");
+  ln_f_unit_ = layout_.unit_index("ln_f");
+  first_layer_unit_ = layout_.unit_index("h." + std::to_string(stage.first_layer));
   const BufferLayout acts = gpt_activation_layout(cfg_, B, T, recompute, shape, stage);
   for (int i = 0; i < slots; ++i) acts_.emplace_back(acts);
   pending_.resize(slots);
@@ -168,6 +173,8 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
   float* x = acts.ptr("embed");
   if (stage_.embedding) {
+    gather(wte_unit_);
+    gather(wpe_unit_);
     for (int i = 0; i < N; ++i) {
       WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
                  " is outside the vocabulary of ", V);
@@ -181,20 +188,28 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
                                                  Vl);
       reduce_partial(x, partial, N);
     }
+    release(wpe_unit_);
+    release(wte_unit_);
   }
   for (int l = stage_.first_layer; l < stage_.end_layer(cfg_); ++l) {
     LayerActs a = layer_acts(acts, l);
+    gather(layer_unit(l));
     layer_forward(l, x, a, acts, B, T);
+    release(layer_unit(l));
     x = a.out;
   }
   p.backward_due = true;
   if (!stage_.head) return 0.0f;
 
+  gather(ln_f_unit_);
+  gather(wte_unit_);
   float* lnf = acts.ptr("ln_f");
   layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x,
                      params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N, acts);
   float* logits = acts.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
   k::matmul_forward(logits, lnf, params_.ptr("wte"), nullptr, N, C, Vl);  // tied embedding
+  release(wte_unit_);
+  release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
 
   float* losses = acts.ptr("losses");
@@ -261,6 +276,8 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
 
   if (stage_.head) {
     // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
+    gather(ln_f_unit_);
+    gather(wte_unit_);
     float* logits = acts.ptr("logits");
     const float dloss =
         p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
@@ -278,6 +295,12 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
                           reduce_grad(d_ln, N), layer_acts(acts, end - 1).out,
                           params_.ptr("ln_f.weight"), acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"),
                           Ns, C);
+    release(wte_unit_);
+    release(ln_f_unit_);
+    if (!defer_weight_grads) {
+      grads_ready(ln_f_unit_);
+      if (!stage_.embedding) grads_ready(wte_unit_);  // else the embedding adds its part below
+    }
   } else {
     // The next stage sent the gradient of this stage's output (already scaled by its loss_scale).
     const float* d_out = acts.ptr("d.output");
@@ -287,6 +310,7 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
   for (int l = end - 1; l >= first; --l) {
     const float* in = layer_input(l);
     LayerActs a = layer_acts(acts, l);
+    gather(layer_unit(l));
     if (recompute_ == Recompute::Full) {
       // Recompute the block into scratch (its collectives too); its output is discarded (h.l.out
       // is kept), so write it to d_ln, which is free until the MLP backward below.
@@ -321,6 +345,8 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
                     w(l, "attn.qkv.weight"), N, C, 3 * Cl, false);
     k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), reduce_grad(d_ln, N), in,
                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
+    release(layer_unit(l));
+    if (!defer_weight_grads) grads_ready(layer_unit(l));
   }
   if (stage_.embedding) {
     // The embedding's gradients are weight gradients too: deferred with a copy of d(embed).
@@ -329,10 +355,13 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
       p.d_embed.assign(d_embed, d_embed + int64_t{N} * C);
     } else {
       embedding_weight_grads(p, d_embed);
+      grads_ready(wpe_unit_);
+      grads_ready(wte_unit_);
     }
   }
   p.backward_due = false;  // the logits are gone; a second backward needs a new forward
   p.weights_due = defer_weight_grads;
+  if (!defer_weight_grads && hooks_ != nullptr) hooks_->backward_done();
 }
 
 void Gpt::embedding_weight_grads(const Pending& p, const float* d_embed) {
@@ -361,6 +390,9 @@ void Gpt::backward_weights(int slot) {
     p.d_embed.clear();
   }
   p.weights_due = false;
+  // Every unit's gradient is complete now (the weight GEMMs need no parameters: nothing gathered).
+  for (int u = static_cast<int>(layout_.units.size()) - 1; u >= 0; --u) grads_ready(u);
+  if (hooks_ != nullptr) hooks_->backward_done();
 }
 
 namespace {
@@ -370,39 +402,49 @@ bool is_layernorm(const std::string& name) {
 }
 }  // namespace
 
-void Gpt::finish_grad_sync() {
+std::vector<GradPart> Gpt::whole_grads() const {
+  std::vector<GradPart> parts;
+  const auto& slices = layout_.buffer.slices();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    parts.push_back({i, const_cast<float*>(grads_.data()) + slices[i].offset, slices[i].numel});
+  }
+  return parts;
+}
+
+void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
   if (!sp_) return;
   // One all-reduce for all LayerNorm gradients: pack, reduce, unpack.
-  std::vector<const SliceSpec*> slices;
+  const auto& slices = layout_.buffer.slices();
+  std::vector<const GradPart*> norms;
   int64_t total = 0;
-  for (const SliceSpec& s : layout_.buffer.slices()) {
-    if (is_layernorm(s.name)) {
-      slices.push_back(&s);
-      total += s.numel;
+  for (const GradPart& g : parts) {
+    if (is_layernorm(slices[g.slice].name)) {
+      norms.push_back(&g);
+      total += g.n;
     }
   }
   std::vector<float> packed(total);
   int64_t at = 0;
-  for (const SliceSpec* s : slices) {
-    std::copy_n(grads_.data() + s->offset, s->numel, packed.data() + at);
-    at += s->numel;
+  for (const GradPart* g : norms) {
+    std::copy_n(g->grad, g->n, packed.data() + at);
+    at += g->n;
   }
   tp_.comm->all_reduce(packed.data(), total);
   at = 0;
-  for (const SliceSpec* s : slices) {
-    std::copy_n(packed.data() + at, s->numel, grads_.data() + s->offset);
-    at += s->numel;
+  for (const GradPart* g : norms) {
+    std::copy_n(packed.data() + at, g->n, g->grad);
+    at += g->n;
   }
 }
 
-double Gpt::grad_sum_squares() const {
+double Gpt::grad_sum_squares(std::span<const GradPart> parts) const {
   double sum = 0.0;
   const auto& slices = layout_.buffer.slices();
-  for (size_t i = 0; i < slices.size(); ++i) {
-    if (layout_.splits[i].replicated() && tp_.rank() != 0) continue;
+  for (const GradPart& g : parts) {
+    if (layout_.splits[g.slice].replicated() && tp_.rank() != 0) continue;
     // The last stage's copy of the tied embedding is the first stage's parameter: count it there.
-    if (slices[i].name == "wte" && !stage_.embedding) continue;
-    sum += k::sum_squares(grads_.data() + slices[i].offset, slices[i].numel);
+    if (slices[g.slice].name == "wte" && !stage_.embedding) continue;
+    sum += k::sum_squares(g.grad, g.n);
   }
   return sum;
 }

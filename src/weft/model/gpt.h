@@ -18,9 +18,11 @@
 // input and output activations and gradients between ranks (stage_input, stage_output,
 // output_grad, input_grad).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "weft/model/gpt_config.h"
+#include "weft/model/param_hooks.h"
 #include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
 #include "weft/parallel/tp_ops.h"
@@ -28,12 +30,28 @@
 
 namespace weft::model {
 
+// How a stage's parameter and gradient buffers are laid out and held (ZeRO,
+// runtime/distributed_optimizer.h).
+struct ParamStorage {
+  int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
+  bool lazy_params = false;  // ZeRO-3: a unit's pages are resident only while it is gathered
+  bool lazy_grads = false;   // ZeRO-2/3: ... only until its gradients are reduced
+};
+
+// A run of one parameter's gradient elements: a whole slice, or the part of it in a ZeRO shard.
+struct GradPart {
+  size_t slice = 0;  // index into param_layout().buffer.slices()
+  float* grad = nullptr;
+  int64_t n = 0;
+};
+
 class Gpt {
  public:
   // Allocates for batches up to B x T (validated first, including the split across tp: throws
   // weft::Error listing every problem).
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
-      parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1);
+      parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1,
+      ParamStorage storage = {});
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
@@ -51,6 +69,8 @@ class Gpt {
 
   void init(uint64_t seed) { init_params(params_, layout_, seed); }
   void zero_grad() { grads_.zero(); }
+  // Told about every use of parameters and gradients from now on (null: nobody).
+  void set_param_hooks(ParamHooks* hooks) { hooks_ = hooks; }
 
   // tokens, targets: [B,T] with B <= max_batch(), T <= max_seq(); a target < 0 is ignored.
   // Every tp rank passes the same batch. Returns the mean loss over the non-ignored targets. With
@@ -79,11 +99,17 @@ class Gpt {
 
   // After the last backward of a step: with sequence parallelism each rank's LayerNorm gradients
   // cover only its rows, so they are summed over the tp group (once per step, as Megatron-LM's
-  // allreduce_layernorm_grads). A no-op otherwise.
-  void finish_grad_sync();
-  // This rank's share of the squared global gradient norm: its shards, plus the tp-replicated
-  // parameters on tp rank 0 only, so a sum over the tp group counts every element once.
-  double grad_sum_squares() const;
+  // allreduce_layernorm_grads), in one call over the LayerNorm parts of `parts`. A no-op
+  // otherwise. Every tp rank passes the same parts (their layouts are equal).
+  void finish_grad_sync(std::span<const GradPart> parts);
+  void finish_grad_sync() { finish_grad_sync(whole_grads()); }
+  // This rank's share of the squared global gradient norm over `parts`: its shards, plus the
+  // tp-replicated parameters on tp rank 0 only, so a sum over the tp group counts every element
+  // once (and the last stage's copy of the tied wte not at all).
+  double grad_sum_squares(std::span<const GradPart> parts) const;
+  double grad_sum_squares() const { return grad_sum_squares(whole_grads()); }
+  // Every slice's gradient, whole.
+  std::vector<GradPart> whole_grads() const;
 
   // [B,T,Vp/tp] logits of the last forward: this rank's vocabulary columns (only valid before
   // backward, which overwrites them).
@@ -100,6 +126,18 @@ class Gpt {
   const float* gather_grad(float* d_res, int N);
   float* reduce_grad(float* d_partial, int N);
 
+  // ParamHooks calls, when there are hooks and the stage has the unit.
+  void gather(int unit) {
+    if (hooks_ != nullptr && unit >= 0) hooks_->gather(unit);
+  }
+  void release(int unit) {
+    if (hooks_ != nullptr && unit >= 0) hooks_->release(unit);
+  }
+  void grads_ready(int unit) {
+    if (hooks_ != nullptr && unit >= 0) hooks_->grads_ready(unit);
+  }
+  int layer_unit(int l) const { return first_layer_unit_ + (l - stage_.first_layer); }
+
   GptConfig cfg_;
   int B_, T_;
   Recompute recompute_;
@@ -108,6 +146,8 @@ class Gpt {
   StageSpec stage_;
   ParamLayout layout_;
   FlatBuffer params_, grads_, work_;
+  ParamHooks* hooks_ = nullptr;
+  int wte_unit_ = -1, wpe_unit_ = -1, ln_f_unit_ = -1, first_layer_unit_ = -1;
   std::vector<FlatBuffer> acts_;  // one per slot
   // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.
   struct Deferred {

@@ -61,7 +61,15 @@ Status validate_pipeline(const GptConfig& cfg, int pp, int vp) {
   return s;
 }
 
-ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpec stage) {
+int ParamLayout::unit_index(const std::string& name) const {
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (units[u].name == name) return static_cast<int>(u);
+  }
+  return -1;
+}
+
+ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpec stage,
+                             int64_t unit_align) {
   validate(cfg).throw_if_error("invalid model config");
   validate_tensor_parallel(cfg, tp).throw_if_error("invalid tensor-parallel layout");
   WEFT_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " outside tp=", tp);
@@ -72,18 +80,29 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
   ParamLayout p;
   p.tp = tp;
   p.tp_rank = tp_rank;
+  p.unit_align = unit_align;
   auto add = [&](const std::string& name, const Shape& shape, ParamInit init, TpSplit split) {
     p.buffer.add(name, shard_shape(shape, split, tp));
     p.init.push_back(init);
     p.global_shapes.push_back(shape);
     p.splits.push_back(split);
   };
+  // Starts a unit: its first slice goes on a unit boundary; the previous unit ends there.
+  auto unit = [&](const std::string& name, const std::string& first, const Shape& shape,
+                  ParamInit init, TpSplit split) {
+    const size_t slice = p.buffer.slices().size();
+    p.buffer.add(first, shard_shape(shape, split, tp), unit_align);
+    p.init.push_back(init);
+    p.global_shapes.push_back(shape);
+    p.splits.push_back(split);
+    p.units.push_back({name, slice, 0, p.buffer.slices()[slice].offset, 0});
+  };
   if (stage.embedding || stage.head) {
-    add("wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
+    unit("wte", "wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
   }
-  if (stage.embedding) add("wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
+  if (stage.embedding) unit("wpe", "wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
   for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
-    add(layer_param(l, "ln_1.weight"), {C}, {K::Ones}, rep);
+    unit("h." + std::to_string(l), layer_param(l, "ln_1.weight"), {C}, {K::Ones}, rep);
     add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros}, rep);
     add(layer_param(l, "attn.qkv.weight"), {3 * C, C}, {K::Normal, 0.02f, true}, qkv);
     add(layer_param(l, "attn.qkv.bias"), {3 * C}, {K::Zeros}, qkv);
@@ -97,15 +116,23 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
     add(layer_param(l, "mlp.proj.bias"), {C}, {K::Zeros}, rep);
   }
   if (stage.head) {
-    add("ln_f.weight", {C}, {K::Ones}, rep);
+    unit("ln_f", "ln_f.weight", {C}, {K::Ones}, rep);
     add("ln_f.bias", {C}, {K::Zeros}, rep);
+  }
+  p.buffer.pad_to(unit_align);
+  const auto& slices = p.buffer.slices();
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    ParamUnit& pu = p.units[u];
+    pu.end_slice = u + 1 < p.units.size() ? p.units[u + 1].first_slice : slices.size();
+    pu.end = slices[pu.end_slice - 1].offset + slices[pu.end_slice - 1].numel;
   }
   return p;
 }
 
-void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed) {
+void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed, size_t first_slice,
+                 size_t end_slice) {
   const auto& slices = layout.buffer.slices();
-  for (size_t i = 0; i < slices.size(); ++i) {
+  for (size_t i = first_slice; i < std::min(end_slice, slices.size()); ++i) {
     const SliceSpec& s = slices[i];
     const ParamInit& init = layout.init[i];
     float* out = params.data() + s.offset;

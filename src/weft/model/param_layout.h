@@ -11,6 +11,7 @@
 //   row-parallel (split input columns):  attn.proj.weight, mlp.proj.weight
 //   replicated:                          LayerNorms, wpe, row-parallel biases
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,8 +44,21 @@ struct ParamInit {
   int64_t live_rows = -1;     // global rows beyond this stay zero (wte's vocabulary padding)
 };
 
+// The tensors used together, the unit of ZeRO-3's gathering and of the gradient buckets (Zhao et
+// al. 2023, "PyTorch FSDP", flat-parameter units): a layer ("h.3"), the word embedding ("wte"),
+// the position embedding ("wpe") or the final LayerNorm ("ln_f"). Contiguous in the buffer,
+// starting on a multiple of the layout's unit_align, in buffer order.
+struct ParamUnit {
+  std::string name;
+  size_t first_slice = 0, end_slice = 0;  // its slices: [first_slice, end_slice)
+  int64_t begin = 0, end = 0;             // elements [begin, end), inner alignment padding included
+  int64_t numel() const { return end - begin; }
+};
+
 struct ParamLayout {
-  BufferLayout buffer;               // this rank's shards (local shapes)
+  BufferLayout buffer;           // this rank's shards (local shapes)
+  std::vector<ParamUnit> units;  // a partition of buffer's slices
+  int64_t unit_align = BufferLayout::kAlignElems;
   std::vector<ParamInit> init;       // parallel to buffer.slices()
   std::vector<Shape> global_shapes;  // parallel to buffer.slices()
   std::vector<TpSplit> splits;       // parallel to buffer.slices()
@@ -53,6 +67,7 @@ struct ParamLayout {
     return shard_runs(global_shapes[slice], splits[slice], tp, tp_rank);
   }
   int64_t count() const { return buffer.numel(); }
+  int unit_index(const std::string& name) const;  // -1 when the stage has no such unit
   std::vector<bool> weight_decay_flags() const {  // one per slice
     std::vector<bool> f;
     for (const auto& i : init) f.push_back(i.weight_decay);
@@ -84,15 +99,19 @@ Status validate_pipeline(const GptConfig& cfg, int pp, int vp);
 std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1.weight")
 
 // Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel)
-// of the parameters of `stage`, in the serial order and under their global names.
+// of the parameters of `stage`, in the serial order and under their global names. Each unit starts
+// on a multiple of unit_align elements and the buffer's total is padded to one (ZeRO's in-place
+// collectives over a unit need its padded length; see runtime/distributed_optimizer.h).
 ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
-                             StageSpec stage = {});
+                             StageSpec stage = {}, int64_t unit_align = BufferLayout::kAlignElems);
 
 // GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)
 // for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero biases,
 // LayerNorm weight 1. Element i of parameter `name` is normal_at(stream_key(seed, name), i): the
 // value depends only on (seed, name, global index), whatever the layout: a shard holds exactly
 // its slice of the serial model.
-void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed);
+// Only slices [first_slice, end_slice) when given (ZeRO-3 initializes one unit at a time).
+void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed,
+                 size_t first_slice = 0, size_t end_slice = SIZE_MAX);
 
 }  // namespace weft::model

@@ -1,6 +1,7 @@
 #include "weft/optim/adamw.h"
 
 #include <cmath>
+#include <utility>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
@@ -22,12 +23,24 @@ AdamW::AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWCo
   }
 }
 
-void AdamW::step(FlatBuffer& params, const FlatBuffer& grads, float lr) {
+AdamW::AdamW(int64_t size, std::vector<Run> runs, AdamWConfig cfg)
+    : cfg_(cfg), runs_(std::move(runs)) {
+  BufferLayout state;
+  if (size > 0) state.add("state", {size});
+  m_ = FlatBuffer(state);
+  v_ = FlatBuffer(state);
+  for (const Run& r : runs_) {
+    WEFT_CHECK(r.offset >= 0 && r.numel >= 0 && r.offset + r.numel <= size, "AdamW run [", r.offset,
+               ", ", r.offset + r.numel, ") outside its ", size, " elements");
+  }
+}
+
+void AdamW::step(float* params, const float* grads, float lr) {
   ++t_;
   for (const auto& g : runs_) {
-    kernels::cpu::adamw_update(params.data() + g.offset, grads.data() + g.offset,
-                               m_.data() + g.offset, v_.data() + g.offset, g.numel, lr, cfg_.beta1,
-                               cfg_.beta2, cfg_.eps, g.weight_decay ? cfg_.weight_decay : 0.0f, t_);
+    kernels::cpu::adamw_update(params + g.offset, grads + g.offset, m_.data() + g.offset,
+                               v_.data() + g.offset, g.numel, lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
+                               g.weight_decay ? cfg_.weight_decay : 0.0f, t_);
   }
 }
 
@@ -35,10 +48,16 @@ double global_grad_norm(const FlatBuffer& grads) {
   return std::sqrt(kernels::cpu::sum_squares(grads.data(), grads.size()));
 }
 
-void clip_to_norm(FlatBuffer& grads, double norm, double max_norm) {
+float clip_factor(double norm, double max_norm) {
   if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
-    kernels::cpu::scale(grads.data(), static_cast<float>(max_norm / (norm + 1e-6)), grads.size());
+    return static_cast<float>(max_norm / (norm + 1e-6));
   }
+  return 1.0f;
+}
+
+void clip_to_norm(FlatBuffer& grads, double norm, double max_norm) {
+  const float f = clip_factor(norm, max_norm);
+  if (f != 1.0f) kernels::cpu::scale(grads.data(), f, grads.size());
 }
 
 double clip_grad_norm(FlatBuffer& grads, double max_norm) {

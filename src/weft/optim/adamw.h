@@ -15,25 +15,34 @@ struct AdamWConfig {
 
 class AdamW {
  public:
+  // A contiguous run of elements sharing the weight-decay decision: one kernel call each.
+  struct Run {
+    int64_t offset = 0, numel = 0;
+    bool weight_decay = false;
+  };
+
   // decay[i]: whether slice i of the layout gets weight decay (matrices and embeddings do;
   // biases and LayerNorm parameters do not).
   AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWConfig cfg = {});
+  // Moments of `size` elements of which `runs` are updated (ZeRO: the parts of a shard).
+  AdamW(int64_t size, std::vector<Run> runs, AdamWConfig cfg = {});
 
   // One update with learning rate lr; increments the step count first (bias correction uses t>=1).
-  void step(FlatBuffer& params, const FlatBuffer& grads, float lr);
+  // params and grads are laid out like the moments.
+  void step(float* params, const float* grads, float lr);
+  void step(FlatBuffer& params, const FlatBuffer& grads, float lr) {
+    step(params.data(), grads.data(), lr);
+  }
 
   int step_count() const { return t_; }
   void set_step_count(int t) { t_ = t; }
   FlatBuffer& m() { return m_; }
   FlatBuffer& v() { return v_; }
+  const FlatBuffer& m() const { return m_; }
+  const FlatBuffer& v() const { return v_; }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
-  // A contiguous run of slices sharing the weight-decay decision: one kernel call each.
-  struct Run {
-    int64_t offset = 0, numel = 0;
-    bool weight_decay = false;
-  };
   AdamWConfig cfg_;
   std::vector<Run> runs_;
   FlatBuffer m_, v_;
@@ -42,6 +51,9 @@ class AdamW {
 
 // sqrt(sum of squares) over the whole buffer (alignment padding is zero and adds nothing).
 double global_grad_norm(const FlatBuffer& grads);
+// The factor clipping applies: max_norm / norm when the norm is finite and exceeds max_norm > 0,
+// else 1.
+float clip_factor(double norm, double max_norm);
 // Scales grads by max_norm / norm when the (already known, e.g. summed across ranks) global norm
 // exceeds max_norm > 0.
 void clip_to_norm(FlatBuffer& grads, double norm, double max_norm);

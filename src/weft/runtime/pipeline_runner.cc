@@ -29,7 +29,8 @@ class ScopedSeconds {
 struct PipelineRunner::Chunk {
   int stage = 0;
   std::unique_ptr<model::Gpt> model;
-  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<DistributedOptimizer> opt;
+  int weight_passes = 0;          // backward (or W) passes of this step so far
   std::vector<int> slot_of;       // per microbatch; -1: none
   std::vector<int> free_slots;    // LIFO
   std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
@@ -55,11 +56,11 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   for (int j = 0; j < sh.vp; ++j) {
     auto c = std::make_unique<Chunk>();
     c->stage = o_.pp_rank + j * sh.pp;
-    c->model = std::make_unique<model::Gpt>(cfg_, o_.B, o_.T, o_.recompute, o_.tp,
-                                            model::pipeline_stage(cfg_, c->stage, S_),
-                                            std::max(1, slots[j]));
-    c->opt = std::make_unique<optim::AdamW>(
-        c->model->param_layout().buffer, c->model->param_layout().weight_decay_flags(), o_.adamw);
+    c->model = std::make_unique<model::Gpt>(
+        cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
+        std::max(1, slots[j]),
+        DistributedOptimizer::storage(o_.zero, o_.dp != nullptr ? o_.dp->size() : 1));
+    c->opt = std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw);
     c->slot_of.assign(m_, -1);
     for (int k = c->model->slots() - 1; k >= 0; --k) c->free_slots.push_back(k);
     c->sends.resize(c->model->slots());
@@ -92,7 +93,7 @@ PipelineRunner::~PipelineRunner() {
 }
 
 void PipelineRunner::init(uint64_t seed) {
-  for (auto& c : chunks_) c->model->init(seed);
+  for (auto& c : chunks_) c->opt->init(seed);
 }
 
 PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
@@ -170,6 +171,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   Chunk& c = chunk(stage);
   const int slot = c.slot_of[mb];
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
+  if (!split) c.opt->set_final_pass(++c.weight_passes == m_);
   c.model->backward(1.0f / static_cast<float>(m_), slot, /*defer_weight_grads=*/split);
   if (stage > 0) {
     // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
@@ -190,6 +192,7 @@ void PipelineRunner::backward_input(int stage, int mb) { run_backward(stage, mb,
 void PipelineRunner::backward_weight(int stage, int mb) {
   Chunk& c = chunk(stage);
   WEFT_CHECK(c.slot_of[mb] >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
+  c.opt->set_final_pass(++c.weight_passes == m_);
   c.model->backward_weights(c.slot_of[mb]);
   release(c, mb);
 }
@@ -219,13 +222,11 @@ void PipelineRunner::recv_grad(int stage, int mb, int peer) {
 }
 
 void PipelineRunner::reduce_grads(int stage) {
-  // Data parallelism: sum the chunk's gradients over the replicas, asynchronously, so the
-  // reduction overlaps whatever the program still runs (other chunks' backward); the optimizer
-  // step waits for it and divides by dp.
-  if (o_.dp == nullptr || o_.dp->size() == 1) return;
-  FlatBuffer& g = chunk(stage).model->grads();
-  dp_reductions_.push_back(
-      o_.dp->all_reduce_async(g.data(), g.size(), comm::DataType::F32, comm::ReduceOp::Sum));
+  // The chunk's last backward pass has started every reduction of its gradients, unit by unit
+  // (DistributedOptimizer::grads_ready); the optimizer step waits for them.
+  const Chunk& c = chunk(stage);
+  WEFT_CHECK(c.weight_passes == m_, "ReduceGrads of stage ", stage, " after ", c.weight_passes,
+             " of its ", m_, " backward passes");
 }
 
 void PipelineRunner::optimizer_step() {
@@ -239,14 +240,6 @@ void PipelineRunner::optimizer_step() {
   if (o_.dp != nullptr && o_.dp->size() > 1) {
     o_.dp->all_reduce(&loss, 1);
     loss /= o_.dp->size();
-    for (auto& w : dp_reductions_) w.wait();
-    dp_reductions_.clear();
-    // The sum over replicas of their means over m microbatches, made the mean over m*dp.
-    const float inv = 1.0f / static_cast<float>(o_.dp->size());
-    for (model::Gpt* c : chunk_models_) {
-      float* g = c->grads().data();
-      for (int64_t i = 0, n = c->grads().size(); i < n; ++i) g[i] *= inv;
-    }
   }
   stats_ =
       finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
@@ -261,7 +254,10 @@ StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, fl
   loss_sum_ = 0;
   timing_ = {};
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& c : chunks_) c->model->zero_grad();
+  for (auto& c : chunks_) {
+    c->model->zero_grad();
+    c->weight_passes = 0;
+  }
   execute(schedule_.programs.at(o_.pp_rank), *this);
   timing_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats_;

@@ -7,10 +7,12 @@
 // every tp rank, so each sends 1/tp of its rows and the receiver all-gathers them (the PTD-P
 // paper's scatter/gather optimization); with sequence parallelism the tensors are already split.
 //
-// Data parallelism: ReduceGrads(s), right after stage s's last backward pass, starts an
-// asynchronous all-reduce of its gradients over the dp group (overlapping the rest of the
-// program); the optimizer step waits for them and averages. Each replica reads its own part of
-// every global batch (data::Sampler with dp_rank). ZeRO is not implemented yet.
+// Data parallelism and ZeRO 0-3: each chunk's DistributedOptimizer reduces its gradients over the
+// dp group unit by unit as its backward passes complete them (the last microbatch's pass for ZeRO
+// 0 and 1, every pass for 2 and 3), asynchronously, overlapping the rest of the program; ZeRO-3
+// gathers each unit's parameters before use. ReduceGrads(s) comes after stage s's last backward:
+// by then all of the chunk's reductions have started. Each replica reads its own part of every
+// global batch (data::Sampler with dp_rank).
 //
 // ZB-H1 (Qi et al. 2024): BackwardInput computes the input gradients only (what the previous stage
 // waits for) and BackwardWeight the weight gradients later, from the output gradients the I pass
@@ -23,7 +25,6 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
-#include "weft/optim/adamw.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
@@ -37,6 +38,7 @@ struct PipelineOptions {
   comm::Communicator* pp = nullptr;  // the pipeline group (ranks in pp order); null when pp = 1
   comm::Communicator* dp = nullptr;  // the data-parallel replicas; null when dp = 1
   int pp_rank = 0;
+  int zero = 0;        // ZeRO stage over dp
   ModelGroups groups;  // for finish_step
   optim::AdamWConfig adamw;
 };
@@ -64,7 +66,7 @@ class PipelineRunner : public StageRunner {
   const Timing& last_timing() const { return timing_; }
 
   std::span<model::Gpt* const> chunks() const { return chunk_models_; }
-  std::span<optim::AdamW* const> optimizers() const { return chunk_opts_; }
+  std::span<DistributedOptimizer* const> optimizers() const { return chunk_opts_; }
   const schedule::Schedule& schedule() const { return schedule_; }
 
   // StageRunner
@@ -96,7 +98,7 @@ class PipelineRunner : public StageRunner {
   int S_ = 1, m_ = 1;
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<model::Gpt*> chunk_models_;
-  std::vector<optim::AdamW*> chunk_opts_;
+  std::vector<DistributedOptimizer*> chunk_opts_;
   // the step in progress
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
@@ -105,7 +107,6 @@ class PipelineRunner : public StageRunner {
   StepStats stats_;
   Timing timing_;
   std::vector<float> scatter_buf_;
-  std::vector<comm::Work> dp_reductions_;  // the step's gradient all-reduces in flight
 };
 
 }  // namespace weft::runtime

@@ -88,7 +88,9 @@ const std::vector<Binding>& bindings() {
        "model chunks per pipeline rank (interleaved schedule)"},
       {"parallel.schedule", WEFT_FIELD(parallel.schedule),
        "pipeline schedule: gpipe, 1f1b, interleaved or zb-h1"},
-      {"parallel.zero", WEFT_FIELD(parallel.zero), "ZeRO stage (0 in this build)"},
+      {"parallel.zero", WEFT_FIELD(parallel.zero),
+       "ZeRO stage over the dp replicas: 0 (none), 1 (optimizer state sharded), 2 (+ gradients), 3 "
+       "(+ parameters)"},
   };
   return b;
 }
@@ -498,9 +500,6 @@ Status validate(const RunConfig& c) {
   }
   if (p.zero < 0 || p.zero > 3) {
     add(fmt::format("parallel.zero={} must be 0, 1, 2 or 3", p.zero));
-  } else if (p.zero > 0) {
-    add(fmt::format("parallel.zero={}: ZeRO is not yet supported in this build (set it to 0)",
-                    p.zero));
   }
   return s;
 }

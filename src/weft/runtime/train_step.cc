@@ -3,55 +3,76 @@
 #include <cmath>
 
 #include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
 
 namespace weft::runtime {
 namespace {
 
-float* wte_grad(model::Gpt& m) { return m.grads().ptr("wte"); }
-int64_t wte_numel(const model::Gpt& m) { return m.param_layout().buffer.at("wte").numel; }
+// The part of `opt`'s gradients that belongs to the tied word embedding: the whole wte, or (ZeRO)
+// this rank's range of it, which is the same range on the first and the last stage (wte is a unit
+// of its own, of the same size on both).
+std::span<float> wte_grad(const model::Gpt& m, const DistributedOptimizer& opt) {
+  const auto& slices = m.param_layout().buffer.slices();
+  for (const model::GradPart& g : opt.grad_parts()) {
+    if (slices[g.slice].name == "wte") return {g.grad, static_cast<size_t>(g.n)};
+  }
+  return {};
+}
 
 // The tied embedding (Press & Wolf 2017): the first stage's wte and the last stage's copy are one
 // parameter, so each copy gets the sum of both gradients and the copies stay equal.
-void sync_tied_embedding(std::span<model::Gpt* const> chunks, comm::Communicator* embedding) {
-  model::Gpt *first = nullptr, *last = nullptr;
-  for (model::Gpt* c : chunks) {
-    if (c->stage().embedding && !c->stage().head) first = c;
-    if (c->stage().head && !c->stage().embedding) last = c;
+void sync_tied_embedding(std::span<model::Gpt* const> chunks,
+                         std::span<DistributedOptimizer* const> opts,
+                         comm::Communicator* embedding) {
+  int first = -1, last = -1;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i]->stage().embedding && !chunks[i]->stage().head) first = static_cast<int>(i);
+    if (chunks[i]->stage().head && !chunks[i]->stage().embedding) last = static_cast<int>(i);
   }
-  if (first != nullptr && last != nullptr) {  // both on this rank (pp = 1, vp > 1)
-    float* a = wte_grad(*first);
-    float* b = wte_grad(*last);
-    for (int64_t i = 0, n = wte_numel(*first); i < n; ++i) b[i] = a[i] = a[i] + b[i];
-  } else if (model::Gpt* c = first != nullptr ? first : last) {
+  if (first >= 0 && last >= 0) {  // both on this rank (pp = 1, vp > 1)
+    const std::span<float> a = wte_grad(*chunks[first], *opts[first]);
+    const std::span<float> b = wte_grad(*chunks[last], *opts[last]);
+    WEFT_CHECK(a.size() == b.size(), "the tied embedding's copies differ in size");
+    for (size_t i = 0; i < a.size(); ++i) b[i] = a[i] = a[i] + b[i];
+  } else if (first >= 0 || last >= 0) {
     WEFT_CHECK(embedding != nullptr, "a pipeline needs its embedding group");
-    embedding->all_reduce(wte_grad(*c), wte_numel(*c));
+    const int c = first >= 0 ? first : last;
+    const std::span<float> g = wte_grad(*chunks[c], *opts[c]);
+    embedding->all_reduce(g.data(), static_cast<int64_t>(g.size()));
   }
 }
 
 }  // namespace
 
-StepStats finish_step(std::span<model::Gpt* const> chunks, std::span<optim::AdamW* const> opts,
-                      const ModelGroups& groups, float loss, float lr, double clip_norm) {
+StepStats finish_step(std::span<model::Gpt* const> chunks,
+                      std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
+                      float loss, float lr, double clip_norm) {
   StepStats s;
   s.loss = loss;
-  sync_tied_embedding(chunks, groups.embedding);
+  for (DistributedOptimizer* o : opts) o->finish_reduction();
+  sync_tied_embedding(chunks, opts, groups.embedding);
   double sum_squares = 0;
-  for (model::Gpt* c : chunks) {
-    c->finish_grad_sync();
-    sum_squares += c->grad_sum_squares();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    chunks[i]->finish_grad_sync(opts[i]->grad_parts());
+    sum_squares += chunks[i]->grad_sum_squares(opts[i]->grad_parts());
   }
   if (groups.model != nullptr) groups.model->all_reduce(&sum_squares, 1);
+  // ZeRO: each replica holds a different shard of the gradients.
+  if (comm::Communicator* shards = opts[0]->shard_group()) shards->all_reduce(&sum_squares, 1);
   s.grad_norm = std::sqrt(sum_squares);
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (s.skipped) return s;
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    optim::clip_to_norm(chunks[i]->grads(), s.grad_norm, clip_norm);
-    opts[i]->step(chunks[i]->params(), chunks[i]->grads(), lr);
+  const float clip = optim::clip_factor(s.grad_norm, clip_norm);
+  for (DistributedOptimizer* o : opts) {
+    if (clip != 1.0f) {
+      for (const model::GradPart& g : o->grad_parts()) kernels::cpu::scale(g.grad, clip, g.n);
+    }
+    o->step(lr);
   }
   return s;
 }
 
-StepStats train_step(model::Gpt& model, optim::AdamW& opt, const int32_t* tokens,
+StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
                      double clip_norm) {
   model.zero_grad();
@@ -59,10 +80,11 @@ StepStats train_step(model::Gpt& model, optim::AdamW& opt, const int32_t* tokens
   const int64_t block = int64_t{B} * T;
   for (int mb = 0; mb < microbatches; ++mb) {
     loss_sum += model.forward(tokens + mb * block, targets + mb * block, B, T);
+    opt.set_final_pass(mb == microbatches - 1);
     model.backward(1.0f / static_cast<float>(microbatches));
   }
   model::Gpt* chunks[] = {&model};
-  optim::AdamW* opts[] = {&opt};
+  DistributedOptimizer* opts[] = {&opt};
   return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr},
                      static_cast<float>(loss_sum / microbatches), lr, clip_norm);
 }

@@ -9,7 +9,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
-#include "weft/optim/adamw.h"
+#include "weft/runtime/distributed_optimizer.h"
 
 namespace weft::runtime {
 
@@ -28,15 +28,19 @@ struct ModelGroups {
   comm::Communicator* embedding = nullptr;
 };
 
-// The end of a step, for any layout: completes the gradients (sequence-parallel LayerNorms, the
-// tied embedding's two copies), takes the global norm over every parameter element once (summed
-// over groups.model), clips, and updates every chunk with its optimizer unless the loss or norm is
-// not finite. `loss` is the step's mean loss, already known on every rank.
-StepStats finish_step(std::span<model::Gpt* const> chunks, std::span<optim::AdamW* const> opts,
-                      const ModelGroups& groups, float loss, float lr, double clip_norm);
+// The end of a step, for any layout and ZeRO stage: completes the gradients (the data-parallel
+// reductions, the sequence-parallel LayerNorms, the tied embedding's two copies) on the parts each
+// optimizer works on (whole, or its ZeRO shard), takes the global norm over every parameter
+// element once (summed over groups.model, and over dp when the parts are shards), clips, and
+// updates every chunk with its optimizer unless the loss or norm is not finite. `loss` is the
+// step's mean loss, already known on every rank.
+StepStats finish_step(std::span<model::Gpt* const> chunks,
+                      std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
+                      float loss, float lr, double clip_norm);
 
-// tokens/targets: `microbatches` consecutive [B,T] blocks.
-StepStats train_step(model::Gpt& model, optim::AdamW& opt, const int32_t* tokens,
+// tokens/targets: `microbatches` consecutive [B,T] blocks; `opt` is the model's optimizer (dp
+// group or not).
+StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
                      double clip_norm);
 

@@ -186,6 +186,7 @@ Result<TrainResult> Trainer::run() {
     po.pp = groups_.pp.get();
     po.dp = groups_.dp.get();
     po.pp_rank = topo.coord(world_rank).pp;
+    po.zero = cfg_.parallel.zero;
     po.groups = {groups_.model.get(), groups_.embedding.get()};
     po.adamw = acfg;
     runner_ = std::make_unique<PipelineRunner>(
@@ -203,23 +204,25 @@ Result<TrainResult> Trainer::run() {
   // A process holding the whole model reads and writes its own buffers.
   const model::ParamLayout serial_layout = model::gpt_param_layout(cfg_.model);
   const bool sharded = chunks.size() > 1 || !chunks[0]->stage().whole_model(cfg_.model) ||
-                       chunks[0]->tensor_parallel().size() > 1;
+                       chunks[0]->tensor_parallel().size() > 1 || cfg_.parallel.zero > 0;
   int64_t step = 0;
   if (!resume_dir.empty()) {
     checkpoint::TrainState state;
     Status s;
     if (!sharded) {
-      s = checkpoint::load(resume_dir, cfg_.model, chunks[0]->params(), opts[0], &state);
+      s = checkpoint::load(resume_dir, cfg_.model, chunks[0]->params(), &opts[0]->adamw(), &state);
     } else {
       FlatBuffer params(serial_layout.buffer);
       optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
       s = checkpoint::load(resume_dir, cfg_.model, params, &opt, &state);
       for (size_t j = 0; s.ok() && j < chunks.size(); ++j) {
+        // The chunk's part in its own layout, then (ZeRO) each rank keeps its shard of it.
         const model::ParamLayout& local = chunks[j]->param_layout();
-        model::take_shards(serial_layout, params.data(), local, chunks[j]->params().data());
-        model::take_shards(serial_layout, opt.m().data(), local, opts[j]->m().data());
-        model::take_shards(serial_layout, opt.v().data(), local, opts[j]->v().data());
-        opts[j]->set_step_count(opt.step_count());
+        FlatBuffer p(local.buffer), m(local.buffer), v(local.buffer);
+        model::take_shards(serial_layout, params.data(), local, p.data());
+        model::take_shards(serial_layout, opt.m().data(), local, m.data());
+        model::take_shards(serial_layout, opt.v().data(), local, v.data());
+        opts[j]->import_state(p, m, v, opt.step_count());
       }
     }
     if (!s.ok()) return s;
@@ -293,8 +296,8 @@ Result<TrainResult> Trainer::run() {
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
     if (!sharded) {
-      auto dir =
-          checkpoint::save(root, cfg_.model, chunks[0]->params(), opts[0], state, t.keep_last);
+      auto dir = checkpoint::save(root, cfg_.model, chunks[0]->params(), &opts[0]->adamw(), state,
+                                  t.keep_last);
       if (!dir.ok()) return dir.status();
       result.checkpoint = dir.value();
     } else {
@@ -307,11 +310,14 @@ Result<TrainResult> Trainer::run() {
       opt.m().zero();
       opt.v().zero();
       for (size_t j = 0; j < chunks.size(); ++j) {
+        // The chunk's state in its own layout (ZeRO: gathered over dp), placed in the serial one.
         const model::ParamLayout& local = chunks[j]->param_layout();
         const model::StageSpec& stage = chunks[j]->stage();
-        model::place_shards(local, stage, chunks[j]->params().data(), serial_layout, params.data());
-        model::place_shards(local, stage, opts[j]->m().data(), serial_layout, opt.m().data());
-        model::place_shards(local, stage, opts[j]->v().data(), serial_layout, opt.v().data());
+        FlatBuffer p(local.buffer), m(local.buffer), v(local.buffer);
+        opts[j]->export_state(p, m, v);
+        model::place_shards(local, stage, p.data(), serial_layout, params.data());
+        model::place_shards(local, stage, m.data(), serial_layout, opt.m().data());
+        model::place_shards(local, stage, v.data(), serial_layout, opt.v().data());
       }
       if (comm::Communicator* replica = groups_.model.get()) {
         replica->all_reduce(params.data(), params.size());
@@ -321,7 +327,7 @@ Result<TrainResult> Trainer::run() {
       Result<std::string> dir = Status::error("not written");
       if (leader) dir = checkpoint::save(root, cfg_.model, params, &opt, state, t.keep_last);
       int32_t failed = leader && !dir.ok() ? 1 : 0;
-      world->all_reduce(&failed, 1, comm::ReduceOp::Max);
+      if (world != nullptr) world->all_reduce(&failed, 1, comm::ReduceOp::Max);
       if (leader && !dir.ok()) return dir.status();
       if (failed != 0) return Status::error("rank 0 could not write the checkpoint");
       result.checkpoint = leader ? dir.value() : root;

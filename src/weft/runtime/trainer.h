@@ -76,7 +76,7 @@ class Trainer {
   // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
   // as they ended.
   const model::Gpt& model() const { return *runner_->chunks()[0]; }
-  const optim::AdamW& optimizer() const { return *runner_->optimizers()[0]; }
+  const optim::AdamW& optimizer() const { return runner_->optimizers()[0]->adamw(); }
 
  private:
   RunConfig cfg_;

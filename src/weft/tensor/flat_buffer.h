@@ -27,8 +27,11 @@ class BufferLayout {
   // Slices start on a 16-element (64-byte) boundary so vector kernels see aligned rows.
   static constexpr int64_t kAlignElems = 16;
 
-  // Appends a slice; names must be unique. Returns its offset.
-  int64_t add(const std::string& name, const Shape& shape);
+  // Appends a slice; names must be unique. Returns its offset, a multiple of `align` (itself a
+  // multiple of kAlignElems).
+  int64_t add(const std::string& name, const Shape& shape, int64_t align = kAlignElems);
+  // Rounds the total up to a multiple of `align` (room after the last slice).
+  void pad_to(int64_t align);
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   const SliceSpec& at(const std::string& name) const;
   const std::vector<SliceSpec>& slices() const { return slices_; }
@@ -43,8 +46,10 @@ class BufferLayout {
 
 class FlatBuffer {
  public:
+  using Residency = AlignedBuffer<float>::Residency;
   FlatBuffer() = default;
-  explicit FlatBuffer(BufferLayout layout) : layout_(std::move(layout)), data_(layout_.total()) {}
+  explicit FlatBuffer(BufferLayout layout, Residency residency = Residency::Eager)
+      : layout_(std::move(layout)), data_(layout_.total(), residency) {}
 
   const BufferLayout& layout() const { return layout_; }
   float* data() { return data_.data(); }
@@ -52,6 +57,8 @@ class FlatBuffer {
   int64_t size() const { return data_.size(); }
   int64_t bytes() const { return data_.bytes(); }
   void zero() { data_.zero(); }
+  // Zeroes [begin, begin + n) and returns its whole pages to the OS (AlignedBuffer::discard).
+  void discard(int64_t begin, int64_t n) { data_.discard(begin, n); }
 
   float* ptr(const std::string& name) { return data_.data() + layout_.at(name).offset; }
   const float* ptr(const std::string& name) const { return data_.data() + layout_.at(name).offset; }

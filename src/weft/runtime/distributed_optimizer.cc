@@ -1,0 +1,256 @@
+#include "weft/runtime/distributed_optimizer.h"
+
+#include <algorithm>
+#include <exception>
+#include <numeric>
+
+#include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
+#include "weft/optim/zero_shards.h"
+
+namespace weft::runtime {
+
+namespace {
+constexpr int64_t kPageElems = AlignedBuffer<float>::kPageBytes / sizeof(float);
+constexpr int kBucketsInFlight = 2;  // ZeRO 2/3: unit reductions outstanding during backward
+}  // namespace
+
+model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
+  WEFT_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "ZeRO stage ", zero, " over dp=", dp);
+  model::ParamStorage s;
+  if (zero == 0) return s;
+  s.unit_align = std::lcm(kPageElems, int64_t{dp} * BufferLayout::kAlignElems);
+  s.lazy_grads = zero >= 2;
+  s.lazy_params = zero >= 3;
+  return s;
+}
+
+DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
+                                           optim::AdamWConfig cfg)
+    : model_(model), dp_(dp), zero_(zero) {
+  WEFT_CHECK(zero >= 0 && zero <= 3, "ZeRO stage ", zero, " is not 0, 1, 2 or 3");
+  if (dp_ == nullptr) {
+    local_dp_ = comm::make_local_communicator("dp");
+    dp_ = local_dp_.get();
+  }
+  const model::ParamLayout& layout = model.param_layout();
+  if (zero_ == 0) {
+    parts_ = model.whole_grads();
+    adam_ = std::make_unique<optim::AdamW>(layout.buffer, layout.weight_decay_flags(), cfg);
+    model.set_param_hooks(this);
+    return;
+  }
+  const int n = dp_->size();
+  WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0,
+             "a ZeRO chunk needs the layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
+  std::vector<optim::AdamW::Run> runs;
+  std::vector<int64_t> at;  // each part's offset in the shard buffers
+  int64_t offset = 0, largest = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const model::ParamUnit& U = layout.units[u];
+    const optim::ShardRange own = optim::zero_shard(U.numel(), n, dp_->rank());
+    const int64_t next =
+        u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
+    shards_.push_back({own.begin, own.size(), offset, next - U.begin});
+    WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
+    for (const optim::SlicePart& p :
+         optim::slices_in_range(layout.buffer, {U.begin + own.begin, U.begin + own.end})) {
+      at.push_back(offset + (p.begin - U.begin - own.begin));
+      parts_.push_back({p.slice, nullptr, p.end - p.begin});
+      part_begin_.push_back(p.begin);
+      runs.push_back({at.back(), p.end - p.begin, layout.init[p.slice].weight_decay});
+    }
+    offset += own.size();
+    largest = std::max(largest, own.size());
+  }
+  master_ = AlignedBuffer<float>(offset);
+  grad_shard_ = AlignedBuffer<float>(offset);
+  for (size_t i = 0; i < parts_.size(); ++i) parts_[i].grad = grad_shard_.data() + at[i];
+  adam_ = std::make_unique<optim::AdamW>(offset, std::move(runs), cfg);
+  if (zero_ >= 2) {
+    for (int i = 0; i < kBucketsInFlight; ++i) tmp_.emplace_back(largest);
+  }
+  resident_.assign(layout.units.size(), zero_ < 3);
+  model.set_param_hooks(this);
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  model_.set_param_hooks(nullptr);
+  // Reductions in flight read the model's buffers: let them finish, unless an error unwinds (the
+  // job is ending and a peer may never join).
+  if (std::uncaught_exceptions() > 0) return;
+  try {
+    for (auto& w : works_) w.wait();
+    for (auto& p : pending_) p.work.wait();
+  } catch (const std::exception&) {
+  }
+}
+
+void DistributedOptimizer::capture_master(int u) {
+  const Shard& sh = shards_[u];
+  const float* src = model_.params().data() + unit(u).begin + sh.begin;
+  std::copy_n(src, sh.size, master_.data() + sh.offset);
+}
+
+void DistributedOptimizer::init(uint64_t seed) {
+  if (zero_ < 3) {
+    model_.init(seed);
+    for (size_t u = 0; zero_ > 0 && u < shards_.size(); ++u) capture_master(static_cast<int>(u));
+    return;
+  }
+  // One unit at a time, so the full parameters are never resident at once.
+  const model::ParamLayout& layout = model_.param_layout();
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const model::ParamUnit& U = layout.units[u];
+    model::init_params(model_.params(), layout, seed, U.first_slice, U.end_slice);
+    capture_master(static_cast<int>(u));
+    model_.params().discard(U.begin, shards_[u].capacity);
+    resident_[u] = false;
+  }
+}
+
+void DistributedOptimizer::gather(int u) {
+  if (zero_ < 3 || resident_[u]) return;
+  const Shard& sh = shards_[u];
+  dp_->all_gather(model_.params().data() + unit(u).begin, master_.data() + sh.offset, sh.size);
+  resident_[u] = true;
+}
+
+void DistributedOptimizer::release(int u) {
+  if (zero_ < 3 || !resident_[u]) return;
+  model_.params().discard(unit(u).begin, shards_[u].capacity);
+  resident_[u] = false;
+}
+
+void DistributedOptimizer::grads_ready(int u) {
+  if (zero_ <= 1 && !final_pass_) return;  // accumulate until the last microbatch
+  float* g = model_.grads().data() + unit(u).begin;
+  switch (zero_) {
+    case 0:
+      if (dp_->size() > 1) {
+        works_.push_back(
+            dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum));
+      }
+      return;
+    case 1:
+      works_.push_back(dp_->reduce_scatter_async(grad_shard_.data() + shards_[u].offset, g,
+                                                 shards_[u].size, comm::DataType::F32));
+      return;
+    default: {
+      if (pending_.size() >= tmp_.size()) complete_oldest();
+      const int t = next_tmp_;
+      next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
+      pending_.push_back(
+          {u, t,
+           dp_->reduce_scatter_async(tmp_[t].data(), g, shards_[u].size, comm::DataType::F32)});
+      return;
+    }
+  }
+}
+
+// ZeRO 2/3: this microbatch's reduced gradient joins the shard, and the unit's full gradient
+// gives its memory back (it reads as zero for the next microbatch).
+void DistributedOptimizer::complete_oldest() {
+  Pending p = std::move(pending_.front());
+  pending_.erase(pending_.begin());
+  p.work.wait();
+  const Shard& sh = shards_[p.unit];
+  float* dst = grad_shard_.data() + sh.offset;
+  const float* src = tmp_[p.tmp].data();
+  for (int64_t i = 0; i < sh.size; ++i) dst[i] += src[i];
+  model_.grads().discard(unit(p.unit).begin, sh.capacity);
+}
+
+void DistributedOptimizer::backward_done() {
+  // The next pass adds into the same units: what it reads must no longer be in flight.
+  while (!pending_.empty()) complete_oldest();
+}
+
+void DistributedOptimizer::finish_reduction() {
+  for (auto& w : works_) w.wait();
+  works_.clear();
+  while (!pending_.empty()) complete_oldest();
+  if (dp_->size() == 1) return;
+  // Sums over replicas of their means over m microbatches, made the mean over m * dp.
+  const float inv = 1.0f / static_cast<float>(dp_->size());
+  if (zero_ == 0) {
+    kernels::cpu::scale(model_.grads().data(), inv, model_.grads().size());
+  } else {
+    kernels::cpu::scale(grad_shard_.data(), inv, grad_shard_.size());
+  }
+}
+
+void DistributedOptimizer::gather_all() {
+  std::vector<comm::Work> works;
+  for (size_t u = 0; u < shards_.size(); ++u) {
+    const Shard& sh = shards_[u];
+    works.push_back(dp_->all_gather_async(model_.params().data() + unit(static_cast<int>(u)).begin,
+                                          master_.data() + sh.offset, sh.size,
+                                          comm::DataType::F32));
+  }
+  for (auto& w : works) w.wait();
+}
+
+void DistributedOptimizer::step(float lr) {
+  if (zero_ == 0) {
+    adam_->step(model_.params(), model_.grads(), lr);
+    return;
+  }
+  adam_->step(master_.data(), grad_shard_.data(), lr);
+  if (zero_ <= 2) gather_all();
+  if (zero_ >= 2) grad_shard_.zero();  // accumulated afresh over the next step's microbatches
+}
+
+void DistributedOptimizer::export_state(FlatBuffer& params, FlatBuffer& m, FlatBuffer& v) {
+  const int64_t size = model_.params().size();
+  WEFT_CHECK(params.size() == size && m.size() == size && v.size() == size,
+             "export_state needs buffers in the chunk's layout");
+  if (zero_ == 0) {
+    std::copy_n(model_.params().data(), size, params.data());
+    std::copy_n(adam_->m().data(), size, m.data());
+    std::copy_n(adam_->v().data(), size, v.data());
+    return;
+  }
+  params.zero();
+  m.zero();
+  v.zero();
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const int64_t at = parts_[i].grad - grad_shard_.data();
+    std::copy_n(master_.data() + at, parts_[i].n, params.data() + part_begin_[i]);
+    std::copy_n(adam_->m().data() + at, parts_[i].n, m.data() + part_begin_[i]);
+    std::copy_n(adam_->v().data() + at, parts_[i].n, v.data() + part_begin_[i]);
+  }
+  if (dp_->size() > 1) {  // every element comes from exactly one rank
+    dp_->all_reduce(params.data(), size);
+    dp_->all_reduce(m.data(), size);
+    dp_->all_reduce(v.data(), size);
+  }
+}
+
+void DistributedOptimizer::import_state(const FlatBuffer& params, const FlatBuffer& m,
+                                        const FlatBuffer& v, int step_count) {
+  const int64_t size = model_.params().size();
+  WEFT_CHECK(params.size() == size && m.size() == size && v.size() == size,
+             "import_state needs buffers in the chunk's layout");
+  adam_->set_step_count(step_count);
+  if (zero_ == 0) {
+    std::copy_n(params.data(), size, model_.params().data());
+    std::copy_n(m.data(), size, adam_->m().data());
+    std::copy_n(v.data(), size, adam_->v().data());
+    return;
+  }
+  for (size_t i = 0; i < parts_.size(); ++i) {
+    const int64_t at = parts_[i].grad - grad_shard_.data();
+    std::copy_n(params.data() + part_begin_[i], parts_[i].n, master_.data() + at);
+    std::copy_n(m.data() + part_begin_[i], parts_[i].n, adam_->m().data() + at);
+    std::copy_n(v.data() + part_begin_[i], parts_[i].n, adam_->v().data() + at);
+  }
+  if (zero_ <= 2) {
+    std::copy_n(params.data(), size, model_.params().data());
+  } else {
+    model_.params().zero();  // lazy: every page returned; units are gathered when used
+    resident_.assign(resident_.size(), false);
+  }
+}
+
+}  // namespace weft::runtime

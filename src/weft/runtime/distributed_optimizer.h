@@ -1,0 +1,120 @@
+#pragma once
+// The optimizer of one model chunk, data-parallel with ZeRO stage 0-3 (Rajbhandari et al. 2020,
+// "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5; the stage-1 form is
+// Megatron-LM's distributed optimizer). It is the chunk's model::ParamHooks: the model tells it
+// when each unit (a layer, the embeddings, ln_f; model::ParamUnit) is used and when the unit's
+// gradients of a backward pass are complete, and it starts that unit's gradient reduction at
+// once, asynchronously, so reductions overlap the rest of backward (the buckets of PyTorch DDP,
+// Li et al. 2020, are our units).
+//
+//   stage  gradients reduced                          kept per rank                   after step
+//   0      all-reduce per unit, last microbatch       params, grads, m, v             -
+//   1      reduce-scatter per unit, last microbatch   params, grads; shard of m, v,   all-gather
+//                                                     master params, reduced grads    params
+//   2      reduce-scatter per unit, EVERY microbatch, params; shard of grads, m, v,   all-gather
+//          into the shard; the unit's full gradient   master params; full grads only  params
+//          pages are then returned to the OS          of the units in flight
+//   3      as 2                                       shards only; a unit's params    -
+//                                                     are all-gathered before each
+//                                                     use and discarded after
+//
+// Shards are per unit: rank r holds the r-th of dp equal aligned ranges of every unit
+// (optim/zero_shards.h). The gradient and parameter buffers keep their full layout with each unit
+// on a page boundary (model::ParamStorage), so a unit's memory can be returned
+// (FlatBuffer::discard) and reused at the same offsets; collectives run in place on the unit's
+// padded range. Gradients are averaged over dp before the norm. With dp = 1 (or no dp group) every
+// stage degenerates to the plain optimizer with extra copies.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/model/gpt.h"
+#include "weft/optim/adamw.h"
+#include "weft/tensor/aligned_buffer.h"
+
+namespace weft::runtime {
+
+class DistributedOptimizer final : public model::ParamHooks {
+ public:
+  // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to a
+  // page and to dp * 16 elements (so every unit's padded range fits before the next unit); lazy
+  // gradients from ZeRO-2 and lazy parameters from ZeRO-3 on.
+  static model::ParamStorage storage(int zero, int dp);
+
+  // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica).
+  // Installs itself as the model's ParamHooks.
+  DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
+                       optim::AdamWConfig cfg = {});
+  ~DistributedOptimizer() override;
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  int zero() const { return zero_; }
+  // Initializes the model's parameters (ZeRO-3: unit by unit, straight into the shard).
+  void init(uint64_t seed);
+  // Whether the next backward (or weight-gradient) pass is the chunk's last of the step: ZeRO 0
+  // and 1 reduce only then, over the accumulated gradients.
+  void set_final_pass(bool final_pass) { final_pass_ = final_pass; }
+
+  // model::ParamHooks
+  void gather(int unit) override;
+  void release(int unit) override;
+  void grads_ready(int unit) override;
+  void backward_done() override;
+
+  // After the step's last pass: waits for every reduction and averages the gradients over dp.
+  void finish_reduction();
+  // The gradients the rest of the step works on: whole slices (ZeRO 0) or this rank's shard.
+  std::span<const model::GradPart> grad_parts() const { return parts_; }
+  // The group over which grad_parts() partition the gradients (null: they are whole).
+  comm::Communicator* shard_group() const { return zero_ > 0 ? dp_ : nullptr; }
+  // AdamW on grad_parts(); then ZeRO 1 and 2 all-gather the updated parameters.
+  void step(float lr);
+
+  int step_count() const { return adam_->step_count(); }
+  const optim::AdamW& adamw() const { return *adam_; }
+  optim::AdamW& adamw() { return *adam_; }
+
+  // Checkpoints. export_state writes the chunk's parameters and moments in the chunk's own layout
+  // (model().param_layout()) on every dp rank (a collective over dp when sharded); import_state
+  // reads them back (each rank keeps its part) with the optimizer's step count.
+  void export_state(FlatBuffer& params, FlatBuffer& m, FlatBuffer& v);
+  void import_state(const FlatBuffer& params, const FlatBuffer& m, const FlatBuffer& v,
+                    int step_count);
+
+ private:
+  struct Shard {                  // a unit's range in the shard buffers
+    int64_t begin = 0, size = 0;  // this rank's range, relative to the unit's first element
+    int64_t offset = 0;           // where it sits in master_, grad_shard_ and the moments
+    int64_t capacity = 0;         // elements from the unit's start to the next unit's
+  };
+  struct Pending {
+    int unit = 0, tmp = 0;
+    comm::Work work;
+  };
+  const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
+  void complete_oldest();
+  void capture_master(int u);  // master shard <- the model's parameters of unit u
+  void gather_all();
+
+  model::Gpt& model_;
+  std::unique_ptr<comm::Communicator> local_dp_;  // stands in when there is no dp group
+  comm::Communicator* dp_ = nullptr;
+  int zero_ = 0;
+  bool final_pass_ = true;
+  std::vector<Shard> shards_;
+  std::vector<model::GradPart> parts_;
+  std::vector<int64_t> part_begin_;  // ZeRO >= 1: each part's first element in the model's layout
+  std::unique_ptr<optim::AdamW> adam_;
+  AlignedBuffer<float> master_, grad_shard_;  // ZeRO >= 1
+  std::vector<AlignedBuffer<float>> tmp_;     // ZeRO >= 2: reduce-scatter outputs in flight
+  int next_tmp_ = 0;
+  std::vector<comm::Work> works_;  // ZeRO 0 and 1: the step's reductions in flight
+  std::vector<Pending> pending_;   // ZeRO 2 and 3
+  std::vector<bool> resident_;     // ZeRO 3: units gathered now
+};
+
+}  // namespace weft::runtime
