@@ -44,7 +44,7 @@ struct BenchOptions {
   std::string recompute = "none";
   std::string precision = "f32";
   bool json = false;
-  int tp = 1, pp = 1, dp = 1, vp = 1, microbatches = 1;
+  int tp = 1, pp = 1, dp = 1, vp = 1, microbatches = 1, zero = 0;
   std::string schedule = "1f1b";
   bool sequence_parallel = false;
 };
@@ -108,6 +108,7 @@ void run_bench_step(const BenchOptions& o) {
   pc.schedule = kind;
   pc.recompute = *recompute;
   pc.sequence_parallel = sp;
+  pc.zero = o.zero;
   const model::MemoryEstimate predicted =
       planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
   runtime::PipelineOptions po;
@@ -118,6 +119,7 @@ void run_bench_step(const BenchOptions& o) {
   po.pp = groups.pp.get();
   po.dp = groups.dp.get();
   po.pp_rank = topo.coord(world ? world->rank() : 0).pp;
+  po.zero = o.zero;
   po.groups = {groups.model.get(), groups.embedding.get()};
   runtime::PipelineRunner runner(cfg, sched, po);
   runner.init(1234);
@@ -134,6 +136,9 @@ void run_bench_step(const BenchOptions& o) {
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (world) world->barrier();  // every rank starts the step together
     recorder->clear();
+    if (s == o.warmup) {
+      for (runtime::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
+    }
     auto t0 = std::chrono::steady_clock::now();
     last = runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -169,6 +174,25 @@ void run_bench_step(const BenchOptions& o) {
   const double bubble_simulated = schedule::simulate(sched, costs).bubble_fraction;
   // Per rank: measured peak RSS above the start, over its prediction; the job's worst rank.
   int64_t measured = peak_resident_bytes() - rss_before, predicted_total = predicted.total();
+  // Data parallelism: the gradient reductions' time left exposed (waited for) per step, against
+  // the same reductions run alone: the rest was hidden under backward. Rank 0's view.
+  double exposed = 0, alone = 0;
+  if (o.dp > 1) {
+    for (runtime::DistributedOptimizer* opt : runner.optimizers()) {
+      exposed += opt->reduction_wait_seconds() / o.steps;
+    }
+    std::vector<double> runs;
+    for (int k = 0; k < 3; ++k) {  // the median of three
+      double a = 0;
+      for (runtime::DistributedOptimizer* opt : runner.optimizers()) {
+        a += opt->time_reductions_alone(m);
+      }
+      runs.push_back(a);
+    }
+    std::sort(runs.begin(), runs.end());
+    alone = runs[1];
+  }
+  const double hidden = alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0;
   double mem_ratio = static_cast<double>(measured) / predicted_total;
   if (world) {
     world->all_reduce(&measured, 1, comm::ReduceOp::Max);
@@ -206,6 +230,10 @@ void run_bench_step(const BenchOptions& o) {
       {"vp", o.vp},
       {"schedule", o.schedule},
       {"sequence_parallel", sp},
+      {"zero", o.zero},
+      {"dp_reduction_exposed_ms", exposed * 1e3},
+      {"dp_reduction_alone_ms", alone * 1e3},
+      {"dp_reduction_hidden", hidden},
       {"comm_share", comm_share},
       {"bubble_measured", bubble},
       {"bubble_simulated", bubble_simulated},
@@ -237,7 +265,7 @@ void run_bench_step(const BenchOptions& o) {
   std::string layout;
   if (o.tp > 1) layout += fmt::format(", tp={}{}", o.tp, sp ? " (sequence parallel)" : "");
   if (o.pp > 1) layout += fmt::format(", pp={} vp={} {}", o.pp, o.vp, o.schedule);
-  if (o.dp > 1) layout += fmt::format(", dp={}", o.dp);
+  if (o.dp > 1) layout += fmt::format(", dp={} zero={}", o.dp, o.zero);
   fmt::print(
       "weft bench step: {} ({} parameters), B={} T={} x {} microbatch(es), {} threads x {} "
       "rank(s){}, recompute={}, precision={}\n",
@@ -256,6 +284,12 @@ void run_bench_step(const BenchOptions& o) {
         "(stages priced by FLOPs, B = 2F, free messages)\n",
         bubble, bubble_simulated);
   }
+  if (o.dp > 1) {
+    fmt::print(
+        "  dp reductions {:9.1f} ms exposed per step of {:.1f} ms alone -> {:.0f}% hidden under "
+        "backward (rank 0)\n",
+        exposed * 1e3, alone * 1e3, 100.0 * hidden);
+  }
   fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
              achieved / 1e9, flops);
   fmt::print(
@@ -267,7 +301,7 @@ void run_bench_step(const BenchOptions& o) {
         ceiling_bf16 / 1e9, 100.0 * achieved / ceiling_bf16);
   }
   fmt::print(
-      "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + adam {:.1f} + "
+      "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
       "activations {:.1f} + workspace {:.1f}\n",
       mib(predicted.total()), mib(predicted.params), mib(predicted.grads), mib(predicted.optimizer),
       mib(predicted.activations), mib(predicted.workspace));
@@ -304,6 +338,8 @@ void add_bench_command(CLI::App& app) {
                    "cores/ranks threads unless --threads says otherwise)")
       ->check(CLI::PositiveNumber);
   step->add_option("--pp", o->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+  step->add_option("--zero", o->zero, "ZeRO stage over the dp replicas: 0, 1, 2 or 3")
+      ->check(CLI::Range(0, 3));
   step->add_option("--dp", o->dp, "data-parallel replicas (each runs the microbatches)")
       ->check(CLI::PositiveNumber);
   step->add_option("--vp", o->vp, "model chunks per pipeline rank")->check(CLI::PositiveNumber);

@@ -54,18 +54,30 @@ class Work {
  public:
   Work() = default;
   // wait_fn is called once by the first wait(); it must block until completion or throw.
-  explicit Work(std::function<void()> wait_fn) : wait_(std::move(wait_fn)) {}
+  // test_fn, when given, says without blocking whether the operation is complete.
+  explicit Work(std::function<void()> wait_fn, std::function<bool()> test_fn = {})
+      : wait_(std::move(wait_fn)), test_(std::move(test_fn)) {}
   void wait() {
     if (wait_) {
       auto f = std::move(wait_);
       wait_ = nullptr;
+      test_ = nullptr;
       f();
     }
+  }
+  // Whether the operation is known to be complete, without blocking (false when the backend
+  // cannot tell). Calling it also lets the backend progress: Open MPI advances a nonblocking
+  // collective only inside MPI calls, so a caller overlapping one with computation polls it now
+  // and then. wait() is still needed to finish it.
+  bool test() {
+    if (!wait_) return true;
+    return test_ ? test_() : false;
   }
   bool pending() const { return static_cast<bool>(wait_); }
 
  private:
   std::function<void()> wait_;
+  std::function<bool()> test_;
 };
 
 class Communicator {

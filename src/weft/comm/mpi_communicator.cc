@@ -140,6 +140,9 @@ class Pending {
     }
   }
 
+  // Whether the request has completed (MPI_Test, which also progresses it); never blocks.
+  bool poll() { return req_ == MPI_REQUEST_NULL || test(); }
+
   // A Work dropped without wait(): a receive is cancelled (its buffer may be gone), a send is left
   // to MPI to finish, and a collective, which cannot be cancelled, is completed here, unless the
   // stack is unwinding from an error: then the job is ending and waiting could only delay that.
@@ -326,7 +329,7 @@ class MpiCommunicator final : public Communicator {
   Work start(const Op& o, Post&& post) {
     auto p = std::make_shared<Pending>(o, timeout_seconds());
     o.check(post(p->request()));
-    return Work([p = std::move(p)] { p->wait(); });
+    return Work([p] { p->wait(); }, [p] { return p->poll(); });
   }
 
   MPI_Comm comm_;

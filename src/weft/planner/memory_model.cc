@@ -58,7 +58,7 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
   const double working_layer =
       c.recompute == model::Recompute::None ? 0 : layer_activation_bytes(job, kept);
   MemoryBreakdown best;
-  if (job.precision == Precision::FP32 && c.zero == 0) {
+  if (job.precision == Precision::FP32) {
     for (int r = 0; r < c.pp; ++r) {
       const model::MemoryEstimate w = weft_rank_memory(job, c, r);
       MemoryBreakdown mem;
@@ -105,7 +105,8 @@ model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, 
   }
   return model::estimate_rank_memory(job.model, c.micro_batch, job.seq_len, c.recompute, threads,
                                      {c.tp, c.sequence_parallel}, chunks, shape.microbatches,
-                                     c.pp > 1, c.schedule == schedule::Kind::ZeroBubbleH1);
+                                     c.pp > 1, c.schedule == schedule::Kind::ZeroBubbleH1,
+                                     {c.zero, c.dp});
 }
 
 std::string format_bytes(double bytes) {

@@ -46,8 +46,8 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
 
 // weft's own CPU trainer (fp32 everything), exactly what pipeline rank `pp_rank` allocates
 // (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
-// what `weft bench step` measures against, and what peak_memory uses for Precision::FP32 with
-// ZeRO 0 (the trainer's own layout, not Korthikanti's formulas).
+// what `weft bench step` measures against, and what peak_memory uses for Precision::FP32 at every
+// ZeRO stage (the trainer's own layout, not Korthikanti's formulas).
 model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
                                        int threads = 1);
 

@@ -1,25 +1,24 @@
 #include "weft/runtime/distributed_optimizer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
-#include <numeric>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
-#include "weft/optim/zero_shards.h"
+#include "weft/tensor/zero_shards.h"
 
 namespace weft::runtime {
 
 namespace {
-constexpr int64_t kPageElems = AlignedBuffer<float>::kPageBytes / sizeof(float);
-constexpr int kBucketsInFlight = 2;  // ZeRO 2/3: unit reductions outstanding during backward
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 }  // namespace
 
 model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
-  WEFT_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "ZeRO stage ", zero, " over dp=", dp);
   model::ParamStorage s;
-  if (zero == 0) return s;
-  s.unit_align = std::lcm(kPageElems, int64_t{dp} * BufferLayout::kAlignElems);
+  s.unit_align = model::zero_unit_align(zero, dp);
   s.lazy_grads = zero >= 2;
   s.lazy_params = zero >= 3;
   return s;
@@ -48,13 +47,13 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   int64_t offset = 0, largest = 0;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const model::ParamUnit& U = layout.units[u];
-    const optim::ShardRange own = optim::zero_shard(U.numel(), n, dp_->rank());
+    const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
     const int64_t next =
         u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
     shards_.push_back({own.begin, own.size(), offset, next - U.begin});
     WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
-    for (const optim::SlicePart& p :
-         optim::slices_in_range(layout.buffer, {U.begin + own.begin, U.begin + own.end})) {
+    for (const SlicePart& p :
+         slices_in_range(layout.buffer, {U.begin + own.begin, U.begin + own.end})) {
       at.push_back(offset + (p.begin - U.begin - own.begin));
       parts_.push_back({p.slice, nullptr, p.end - p.begin});
       part_begin_.push_back(p.begin);
@@ -68,7 +67,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i].grad = grad_shard_.data() + at[i];
   adam_ = std::make_unique<optim::AdamW>(offset, std::move(runs), cfg);
   if (zero_ >= 2) {
-    for (int i = 0; i < kBucketsInFlight; ++i) tmp_.emplace_back(largest);
+    for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
   }
   resident_.assign(layout.units.size(), zero_ < 3);
   model.set_param_hooks(this);
@@ -80,7 +79,6 @@ DistributedOptimizer::~DistributedOptimizer() {
   // job is ending and a peer may never join).
   if (std::uncaught_exceptions() > 0) return;
   try {
-    for (auto& w : works_) w.wait();
     for (auto& p : pending_) p.work.wait();
   } catch (const std::exception&) {
   }
@@ -124,36 +122,44 @@ void DistributedOptimizer::release(int u) {
 
 void DistributedOptimizer::grads_ready(int u) {
   if (zero_ <= 1 && !final_pass_) return;  // accumulate until the last microbatch
+  if (zero_ == 0 && dp_->size() == 1) return;
+  // Backward calls here once per unit: the chance to progress what is in flight (MPI advances
+  // nonblocking collectives only inside MPI calls). A bounded number in flight: each holds the MPI
+  // library's temporaries (and, from ZeRO 2 on, a unit's full gradient pages) until it completes.
+  for (Pending& p : pending_) p.work.test();
+  if (pending_.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) complete_oldest();
   float* g = model_.grads().data() + unit(u).begin;
+  const Shard* sh = zero_ > 0 ? &shards_[u] : nullptr;
   switch (zero_) {
     case 0:
-      if (dp_->size() > 1) {
-        works_.push_back(
-            dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum));
-      }
+      pending_.push_back(
+          {u, -1,
+           dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
       return;
-    case 1:
-      works_.push_back(dp_->reduce_scatter_async(grad_shard_.data() + shards_[u].offset, g,
-                                                 shards_[u].size, comm::DataType::F32));
+    case 1:  // the reduced shard is the step's gradient: straight into place
+      pending_.push_back({u, -1,
+                          dp_->reduce_scatter_async(grad_shard_.data() + sh->offset, g, sh->size,
+                                                    comm::DataType::F32)});
       return;
     default: {
-      if (pending_.size() >= tmp_.size()) complete_oldest();
       const int t = next_tmp_;
       next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
       pending_.push_back(
-          {u, t,
-           dp_->reduce_scatter_async(tmp_[t].data(), g, shards_[u].size, comm::DataType::F32)});
+          {u, t, dp_->reduce_scatter_async(tmp_[t].data(), g, sh->size, comm::DataType::F32)});
       return;
     }
   }
 }
 
-// ZeRO 2/3: this microbatch's reduced gradient joins the shard, and the unit's full gradient
-// gives its memory back (it reads as zero for the next microbatch).
+// Waits for the oldest reduction in flight. ZeRO 2/3: this microbatch's reduced gradient joins the
+// shard, and the unit's full gradient gives its memory back (it reads as zero for the next pass).
 void DistributedOptimizer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.erase(pending_.begin());
+  const auto t0 = std::chrono::steady_clock::now();
   p.work.wait();
+  wait_seconds_ += seconds_since(t0);
+  if (zero_ < 2) return;
   const Shard& sh = shards_[p.unit];
   float* dst = grad_shard_.data() + sh.offset;
   const float* src = tmp_[p.tmp].data();
@@ -162,13 +168,14 @@ void DistributedOptimizer::complete_oldest() {
 }
 
 void DistributedOptimizer::backward_done() {
-  // The next pass adds into the same units: what it reads must no longer be in flight.
+  // ZeRO 2/3: the next pass adds into the same units, so nothing of them may still be in flight.
+  // ZeRO 0/1 reduce after the last pass only: their reductions may run on into other chunks'
+  // passes.
+  if (zero_ < 2) return;
   while (!pending_.empty()) complete_oldest();
 }
 
 void DistributedOptimizer::finish_reduction() {
-  for (auto& w : works_) w.wait();
-  works_.clear();
   while (!pending_.empty()) complete_oldest();
   if (dp_->size() == 1) return;
   // Sums over replicas of their means over m microbatches, made the mean over m * dp.
@@ -180,9 +187,34 @@ void DistributedOptimizer::finish_reduction() {
   }
 }
 
+double DistributedOptimizer::time_reductions_alone(int microbatches) {
+  if (zero_ == 0 && dp_->size() == 1) return 0;
+  const int passes = zero_ >= 2 ? microbatches : 1;
+  std::vector<float> out(tmp_.empty() ? 0 : tmp_[0].size());
+  dp_->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int units = static_cast<int>(model_.param_layout().units.size());
+  for (int k = 0; k < passes; ++k) {
+    for (int u = 0; u < units; ++u) {
+      float* g = model_.grads().data() + unit(u).begin;
+      if (zero_ == 0) {
+        dp_->all_reduce(g, unit(u).numel());
+      } else {
+        dp_->reduce_scatter(zero_ == 1 ? grad_shard_.data() + shards_[u].offset : out.data(), g,
+                            shards_[u].size);
+      }
+    }
+  }
+  return seconds_since(t0);
+}
+
 void DistributedOptimizer::gather_all() {
-  std::vector<comm::Work> works;
+  std::vector<comm::Work> works;  // a bounded number in flight, as the reductions
   for (size_t u = 0; u < shards_.size(); ++u) {
+    if (works.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) {
+      works.front().wait();
+      works.erase(works.begin());
+    }
     const Shard& sh = shards_[u];
     works.push_back(dp_->all_gather_async(model_.params().data() + unit(static_cast<int>(u)).begin,
                                           master_.data() + sh.offset, sh.size,

@@ -19,7 +19,7 @@
 //                                                     use and discarded after
 //
 // Shards are per unit: rank r holds the r-th of dp equal aligned ranges of every unit
-// (optim/zero_shards.h). The gradient and parameter buffers keep their full layout with each unit
+// (tensor/zero_shards.h). The gradient and parameter buffers keep their full layout with each unit
 // on a page boundary (model::ParamStorage), so a unit's memory can be returned
 // (FlatBuffer::discard) and reused at the same offsets; collectives run in place on the unit's
 // padded range. Gradients are averaged over dp before the norm. With dp = 1 (or no dp group) every
@@ -78,6 +78,15 @@ class DistributedOptimizer final : public model::ParamHooks {
   const optim::AdamW& adamw() const { return *adam_; }
   optim::AdamW& adamw() { return *adam_; }
 
+  // Seconds this rank has spent blocked waiting for gradient reductions since the last reset: the
+  // part of their time backward did not hide.
+  double reduction_wait_seconds() const { return wait_seconds_; }
+  void reset_reduction_wait() { wait_seconds_ = 0; }
+  // Runs one step's gradient reductions (every unit's, `microbatches` times for ZeRO 2/3) alone and
+  // blocking, and returns their seconds: what they would cost if nothing hid them. Overwrites the
+  // gradients; for benchmarks, between steps.
+  double time_reductions_alone(int microbatches);
+
   // Checkpoints. export_state writes the chunk's parameters and moments in the chunk's own layout
   // (model().param_layout()) on every dp rank (a collective over dp when sharded); import_state
   // reads them back (each rank keeps its part) with the optimizer's step count.
@@ -91,8 +100,8 @@ class DistributedOptimizer final : public model::ParamHooks {
     int64_t offset = 0;           // where it sits in master_, grad_shard_ and the moments
     int64_t capacity = 0;         // elements from the unit's start to the next unit's
   };
-  struct Pending {
-    int unit = 0, tmp = 0;
+  struct Pending {           // a unit's reduction in flight
+    int unit = 0, tmp = -1;  // tmp: its receive buffer in tmp_ (ZeRO 2/3)
     comm::Work work;
   };
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
@@ -112,9 +121,9 @@ class DistributedOptimizer final : public model::ParamHooks {
   AlignedBuffer<float> master_, grad_shard_;  // ZeRO >= 1
   std::vector<AlignedBuffer<float>> tmp_;     // ZeRO >= 2: reduce-scatter outputs in flight
   int next_tmp_ = 0;
-  std::vector<comm::Work> works_;  // ZeRO 0 and 1: the step's reductions in flight
-  std::vector<Pending> pending_;   // ZeRO 2 and 3
-  std::vector<bool> resident_;     // ZeRO 3: units gathered now
+  std::vector<Pending> pending_;  // oldest first, at most model::kZeroBucketsInFlight
+  std::vector<bool> resident_;    // ZeRO 3: units gathered now
+  double wait_seconds_ = 0;
 };
 
 }  // namespace weft::runtime

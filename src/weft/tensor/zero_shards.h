@@ -11,7 +11,7 @@
 
 #include "weft/tensor/flat_buffer.h"
 
-namespace weft::optim {
+namespace weft {
 
 struct ShardRange {
   int64_t begin = 0, end = 0;  // element offsets in the flat buffer, end exclusive
@@ -36,4 +36,4 @@ struct SlicePart {
 // Every slice that overlaps `range`, in buffer order, clipped to it.
 std::vector<SlicePart> slices_in_range(const BufferLayout& layout, ShardRange range);
 
-}  // namespace weft::optim
+}  // namespace weft

@@ -1,8 +1,8 @@
-#include "weft/optim/zero_shards.h"
+#include "weft/tensor/zero_shards.h"
 
 #include <gtest/gtest.h>
 
-namespace weft::optim {
+namespace weft {
 namespace {
 
 TEST(ZeroShards, PadsToAMultipleOfRanksTimesAlignment) {
@@ -52,4 +52,4 @@ TEST(ZeroShards, ARangeThatStraddlesParametersNamesEachPart) {
 }
 
 }  // namespace
-}  // namespace weft::optim
+}  // namespace weft

@@ -1,10 +1,10 @@
-#include "weft/optim/zero_shards.h"
+#include "weft/tensor/zero_shards.h"
 
 #include <algorithm>
 
 #include "weft/core/check.h"
 
-namespace weft::optim {
+namespace weft {
 
 int64_t zero_padded_size(int64_t numel, int dp, int64_t align) {
   WEFT_CHECK(numel >= 0 && dp >= 1 && align >= 1, "zero_padded_size(", numel, ", ", dp, ", ", align,
@@ -30,4 +30,4 @@ std::vector<SlicePart> slices_in_range(const BufferLayout& layout, ShardRange ra
   return parts;
 }
 
-}  // namespace weft::optim
+}  // namespace weft
