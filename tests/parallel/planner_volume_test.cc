@@ -55,10 +55,10 @@ std::string show(const Ops& ops) {
 }
 
 void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, schedule::Kind kind,
-                           int vp) {
+                           int vp, int dp = 1, int zero = 0) {
   comm::Communicator& world = test::test_world();
-  if (world.size() != tp * pp) return;
-  const parallel::Topology topo({.tp = tp, .pp = pp, .dp = 1});
+  if (world.size() != tp * pp * dp) return;
+  const parallel::Topology topo({.tp = tp, .pp = pp, .dp = dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   auto rec = std::make_shared<comm::CommRecorder>();
   auto wrap = [&](std::unique_ptr<comm::Communicator>& c) -> std::unique_ptr<comm::Communicator> {
@@ -66,6 +66,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
     return std::make_unique<comm::RecordingCommunicator>(std::move(c), rec);
   };
   auto tp_comm = wrap(groups.tp), pp_comm = wrap(groups.pp), emb = wrap(groups.embedding);
+  auto dp_comm = wrap(groups.dp);
   const int B = 2, T = 8, m = 4;
   const schedule::Schedule s = schedule::add_optimizer_step(schedule::add_communication(
       schedule::make_schedule(kind, {.pp = pp, .vp = vp, .microbatches = m}).value_or_throw("")));
@@ -75,6 +76,8 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   o.recompute = recompute;
   o.tp = {tp_comm.get(), sp};
   o.pp = pp_comm.get();
+  o.dp = dp_comm.get();
+  o.zero = zero;
   o.pp_rank = topo.coord(world.rank()).pp;
   o.groups = {groups.model.get(), emb.get()};
   runtime::PipelineRunner runner(tiny(), s, o);
@@ -87,26 +90,31 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   planner::Job job;
   job.model = tiny();
   job.seq_len = T;
-  job.global_batch = m * B;
-  job.world = tp * pp;
+  job.global_batch = m * B * dp;
+  job.world = tp * pp * dp;
   job.precision = planner::Precision::FP32;
   planner::ParallelConfig c;
   c.tp = tp;
   c.pp = pp;
+  c.dp = dp;
+  c.zero = zero;
   c.vp = vp;
   c.micro_batch = B;
   c.schedule = kind;
   c.recompute = recompute;
   c.sequence_parallel = sp;
-  const planner::StepVolume v = planner::step_volume(job, c, o.pp_rank);
-  const std::string what = "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) +
-                           " sp=" + std::to_string(sp) +
-                           " recompute=" + std::string(model::recompute_name(recompute)) +
-                           " vp=" + std::to_string(vp) + " pp rank " + std::to_string(o.pp_rank);
+  const planner::StepVolume v =
+      planner::step_volume(job, c, o.pp_rank, topo.coord(world.rank()).dp);
+  const std::string what =
+      "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " sp=" + std::to_string(sp) +
+      " recompute=" + std::string(model::recompute_name(recompute)) + " vp=" + std::to_string(vp) +
+      " dp=" + std::to_string(dp) + " zero=" + std::to_string(zero) + " pp rank " +
+      std::to_string(o.pp_rank);
   EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp))) << what << " (tp)";
   EXPECT_EQ(show(recorded(*rec, "pp")), show(predicted(v.pp))) << what << " (pp)";
   EXPECT_EQ(show(recorded(*rec, "embedding")), show(predicted(v.embedding)))
       << what << " (embedding)";
+  EXPECT_EQ(show(recorded(*rec, "dp")), show(predicted(v.dp))) << what << " (dp)";
 }
 
 TEST(PlannerVolume, EqualsTheRecordedStep) {
@@ -119,6 +127,14 @@ TEST(PlannerVolume, EqualsTheRecordedStep) {
       expect_planner_volume(2, 2, sp, r, Kind::Interleaved, 2);
     }
   }
+  // Data parallelism, every ZeRO stage, with tp or a pipeline.
+  for (int zero = 0; zero <= 3; ++zero) {
+    expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 2, zero);
+    expect_planner_volume(2, 1, true, model::Recompute::Full, Kind::OneFOneB, 1, 2, zero);
+    expect_planner_volume(1, 2, false, model::Recompute::None, Kind::OneFOneB, 1, 2, zero);
+    expect_planner_volume(1, 2, false, model::Recompute::Selective, Kind::ZeroBubbleH1, 1, 2, zero);
+  }
+  expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 4, 3);
 }
 
 }  // namespace

@@ -96,22 +96,33 @@ TEST(CommVolume, PipelineRanksSendOneActivationAndOneGradientPerBoundary) {
   EXPECT_EQ(step_volume(j, c, 0).pp.send.ops, 12);
 }
 
-TEST(CommVolume, DataParallelTrafficFollowsTheZeroStage) {
-  const Job j = job();
+TEST(CommVolume, DataParallelTrafficFollowsTheZeroStageUnitByUnit) {
+  const Job j = job();  // 8 layers on one stage: units wte, wpe, h.0 .. h.7, ln_f; m = 2
   ParallelConfig c{.tp = 1, .pp = 1, .dp = 8, .micro_batch = 1};
   const int64_t p = local_parameters(j.model, c, 0);
+  // ZeRO 0: one all-reduce per unit (its elements, slices' alignment padding included), and the
+  // loss.
   StepVolume v = step_volume(j, c, 0);
-  EXPECT_EQ(v.dp.all_reduce.elements, p);
+  EXPECT_EQ(v.dp.all_reduce.ops, 11 + 1);
+  EXPECT_GE(v.dp.all_reduce.elements, p + 1);
+  EXPECT_LE(v.dp.all_reduce.elements, p + 1 + 11 * 16 * 12);
   EXPECT_EQ(v.dp.reduce_scatter.ops, 0);
+  // ZeRO 2: every microbatch's gradient reduce-scattered, unit by unit (padded to 8 equal
+  // shards); the updated parameters all-gathered once; the loss and the norm's shards.
   c.zero = 2;
   v = step_volume(j, c, 0);
-  EXPECT_EQ(v.dp.all_reduce.ops, 0);
-  EXPECT_EQ(v.dp.reduce_scatter.elements, p);  // the input: every local gradient
-  EXPECT_EQ(v.dp.all_gather.elements, p);      // the output: every local parameter
+  EXPECT_EQ(v.dp.all_reduce.ops, 2);
+  EXPECT_EQ(v.dp.reduce_scatter.ops, 2 * 11);
+  EXPECT_EQ(v.dp.all_gather.ops, 11);
+  EXPECT_EQ(v.dp.reduce_scatter.elements, 2 * v.dp.all_gather.elements);
+  EXPECT_GE(v.dp.all_gather.elements, p);
+  EXPECT_EQ(v.dp.all_gather.elements % (8 * 16), 0);
+  // ZeRO 3: a unit gathered before each use: wte 3 times (embedding, head forward and backward),
+  // wpe once, each layer and ln_f twice, per microbatch.
   c.zero = 3;
-  v = step_volume(j, c, 0);  // m = 2: gather before each forward and backward, scatter each
-  EXPECT_EQ(v.dp.all_gather.ops, 4);
-  EXPECT_EQ(v.dp.reduce_scatter.ops, 2);
+  v = step_volume(j, c, 0);
+  EXPECT_EQ(v.dp.all_gather.ops, 2 * (3 + 1 + 8 * 2 + 2));
+  EXPECT_EQ(v.dp.reduce_scatter.ops, 2 * 11);
 }
 
 TEST(CommVolume, LocalParametersSumToTheModelWithoutTensorParallelism) {

@@ -18,4 +18,11 @@ int64_t status_kib(const std::string& key) {
 int64_t peak_resident_bytes() { return status_kib("VmHWM:"); }
 int64_t current_resident_bytes() { return status_kib("VmRSS:"); }
 
+bool reset_peak_resident() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 }  // namespace weft

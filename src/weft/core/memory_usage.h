@@ -7,5 +7,9 @@ namespace weft {
 
 int64_t peak_resident_bytes();     // VmHWM: high-water mark of resident memory
 int64_t current_resident_bytes();  // VmRSS
+// Starts a new high-water mark at the current resident memory (Linux: "5" to
+// /proc/self/clear_refs), so a burst (a checkpoint's gathering) does not mask the steady state.
+// False where the kernel does not allow it.
+bool reset_peak_resident();
 
 }  // namespace weft

@@ -395,13 +395,6 @@ void Gpt::backward_weights(int slot) {
   if (hooks_ != nullptr) hooks_->backward_done();
 }
 
-namespace {
-bool is_layernorm(const std::string& name) {
-  return name.starts_with("ln_f.") || name.find(".ln_1.") != std::string::npos ||
-         name.find(".ln_2.") != std::string::npos;
-}
-}  // namespace
-
 std::vector<GradPart> Gpt::whole_grads() const {
   std::vector<GradPart> parts;
   const auto& slices = layout_.buffer.slices();
@@ -418,7 +411,7 @@ void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
   std::vector<const GradPart*> norms;
   int64_t total = 0;
   for (const GradPart& g : parts) {
-    if (is_layernorm(slices[g.slice].name)) {
+    if (is_layernorm_param(slices[g.slice].name)) {
       norms.push_back(&g);
       total += g.n;
     }

@@ -62,6 +62,11 @@ Status validate_pipeline(const GptConfig& cfg, int pp, int vp) {
   return s;
 }
 
+bool is_layernorm_param(const std::string& name) {
+  return name.starts_with("ln_f.") || name.find(".ln_1.") != std::string::npos ||
+         name.find(".ln_2.") != std::string::npos;
+}
+
 int64_t zero_unit_align(int zero, int dp) {
   WEFT_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "ZeRO stage ", zero, " over dp=", dp);
   constexpr int64_t kPageElems = 4096 / sizeof(float);

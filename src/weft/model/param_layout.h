@@ -95,6 +95,9 @@ StageSpec pipeline_stage(const GptConfig& cfg, int s, int S);
 // The layers must split evenly into pp*vp stages. Every problem at once, in the user's terms.
 Status validate_pipeline(const GptConfig& cfg, int pp, int vp);
 
+// Whether a parameter is a LayerNorm's weight or bias (ln_1, ln_2, ln_f).
+bool is_layernorm_param(const std::string& name);
+
 // Per-layer names, so model code and tests spell them once.
 std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1.weight")
 

@@ -2,6 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/model/param_layout.h"
+#include "weft/tensor/zero_shards.h"
+
 namespace weft::planner {
 
 int64_t local_parameters(const model::GptConfig& m, const ParallelConfig& c, int pp_rank) {
@@ -87,6 +95,43 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
   return v;
 }
 
+// The data-parallel traffic of runtime::DistributedOptimizer on pipeline rank r, unit by unit
+// (model::ParamUnit: wte, wpe, each layer, ln_f), each unit padded for dp equal shards:
+//   ZeRO 0: one all-reduce per unit after the last microbatch
+//   ZeRO 1: one reduce-scatter per unit, one all-gather of the updated parameters after the step
+//   ZeRO 2: a reduce-scatter per unit and microbatch, one all-gather per unit after the step
+//   ZeRO 3: a reduce-scatter per unit and microbatch; an all-gather of a unit before each use:
+//           forward and backward of every layer and of ln_f, wpe in forward, wte in the
+//           embedding's forward and in the head's forward and backward
+void data_parallel(GroupVolume& v, const Job& job, const ParallelConfig& c, int r) {
+  const model::GptConfig& m = job.model;
+  const PrecisionBytes pb = precision_bytes(job.precision);
+  const int64_t mb = c.microbatches(job);
+  // One layer stage holding both ends has every kind of unit; layers are all alike.
+  const model::ParamLayout one = model::gpt_param_layout(
+      m, c.tp, 0, {.first_layer = 0, .layers = 1}, model::zero_unit_align(c.zero, c.dp));
+  auto numel = [&](const std::string& unit) { return one.units[one.unit_index(unit)].numel(); };
+  const int stages = c.pp * c.vp;
+  for (int chunk = 0; chunk < c.vp; ++chunk) {
+    const model::StageSpec st = model::pipeline_stage(m, chunk * c.pp + r, stages);
+    // (unit elements, its uses per microbatch under ZeRO 3), in buffer order.
+    std::vector<std::pair<int64_t, int>> units;
+    if (st.embedding || st.head) units.push_back({numel("wte"), st.embedding + 2 * st.head});
+    if (st.embedding) units.push_back({numel("wpe"), 1});
+    for (int l = st.first_layer; l < st.end_layer(m); ++l) units.push_back({numel("h.0"), 2});
+    if (st.head) units.push_back({numel("ln_f"), 2});
+    for (const auto& [n, uses] : units) {
+      if (c.zero == 0) {
+        add(v.all_reduce, 1, n, pb.grad);
+        continue;
+      }
+      const int64_t padded = zero_padded_size(n, c.dp);
+      add(v.reduce_scatter, c.zero >= 2 ? mb : 1, padded, pb.grad);
+      add(v.all_gather, c.zero >= 3 ? mb * uses : 1, padded, pb.weight);
+    }
+  }
+}
+
 void scale(GroupVolume& g, int64_t k) {
   for (OpVolume* o : {&g.all_reduce, &g.reduce_scatter, &g.all_gather, &g.send, &g.recv}) {
     o->ops *= k;
@@ -101,42 +146,50 @@ StepVolume microbatch_volume(const Job& job, const ParallelConfig& c, int pp_ran
   return per_microbatch(job, c, pp_rank);
 }
 
-StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank) {
+StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank, int dp_rank) {
   StepVolume v = per_microbatch(job, c, pp_rank);
   const int64_t m = c.microbatches(job);
   scale(v.tp, m);
   scale(v.pp, m);
   if (c.dp > 1) {
-    const int64_t params = local_parameters(job.model, c, pp_rank);
-    const PrecisionBytes pb = precision_bytes(job.precision);
-    switch (c.zero) {
-      case 0:
-        add(v.dp.all_reduce, 1, params, pb.grad);
-        break;
-      case 1:
-      case 2:
-        add(v.dp.reduce_scatter, 1, params, pb.grad);
-        add(v.dp.all_gather, 1, params, pb.weight);
-        break;
-      default:
-        add(v.dp.all_gather, 2 * m, params, pb.weight);
-        add(v.dp.reduce_scatter, m, params, pb.grad);
-        break;
-    }
+    add(v.dp.all_reduce, 1, 1, 8);                  // the step's loss, averaged over replicas
+    if (c.zero > 0) add(v.dp.all_reduce, 1, 1, 8);  // the gradient norm's shards
+    data_parallel(v.dp, job, c, pp_rank);
   }
+  const bool sharded = c.zero > 0 && c.dp > 1;  // the gradient work below is on dp shards
   if (c.tp > 1 && c.sequence_parallel) {
     // Once per step and model chunk, the LayerNorm gradients of this rank's rows, summed over tp
-    // in one call: weight and bias of 2 LayerNorms per layer, and ln_f on the last stage.
+    // in one call: weight and bias of 2 LayerNorms per layer, and ln_f on the last stage; with
+    // ZeRO the parts of them in this dp rank's shard.
     const int stages = c.pp * c.vp;
     for (int chunk = 0; chunk < c.vp; ++chunk) {
       const int stage = chunk * c.pp + pp_rank;
-      const int64_t norms = 2 * (job.model.n_layer / stages) + (stage == stages - 1 ? 1 : 0);
-      add(v.tp.all_reduce, 1, norms * 2 * job.model.n_embd, precision_bytes(job.precision).grad);
+      int64_t n = 0;
+      if (!sharded) {
+        n = (2 * (job.model.n_layer / stages) + (stage == stages - 1 ? 1 : 0)) * 2 *
+            job.model.n_embd;
+      } else {
+        const model::ParamLayout layout = model::gpt_param_layout(
+            job.model, c.tp, 0, model::pipeline_stage(job.model, stage, stages),
+            model::zero_unit_align(c.zero, c.dp));
+        const auto& slices = layout.buffer.slices();
+        for (const model::ParamUnit& u : layout.units) {
+          const ShardRange own = zero_shard(u.numel(), c.dp, dp_rank);
+          for (const SlicePart& p :
+               slices_in_range(layout.buffer, {u.begin + own.begin, u.begin + own.end})) {
+            if (model::is_layernorm_param(slices[p.slice].name)) n += p.end - p.begin;
+          }
+        }
+      }
+      add(v.tp.all_reduce, 1, n, precision_bytes(job.precision).grad);
     }
   }
   if (c.pp > 1) add(v.pp.all_reduce, 1, 1, 8);  // the step's loss, from the last stage (fp64)
   if (c.pp > 1 && (pp_rank == 0 || pp_rank == c.pp - 1)) {
-    add(v.embedding.all_reduce, 1, job.model.padded_vocab() / c.tp * job.model.n_embd,
+    // The word embedding, a unit of its own: whole, or this dp rank's shard of it.
+    const int64_t wte = job.model.padded_vocab() / c.tp * job.model.n_embd;
+    const ShardRange own = zero_shard(wte, sharded ? c.dp : 1, sharded ? dp_rank : 0);
+    add(v.embedding.all_reduce, 1, std::max<int64_t>(0, std::min(own.end, wte) - own.begin),
         precision_bytes(job.precision).grad);
   }
   return v;

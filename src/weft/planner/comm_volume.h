@@ -16,9 +16,12 @@
 // back, n/t elements (tp > 1 without sequence parallelism: each tp rank sends 1/t of the rows and
 // the receiver all-gathers n over tp), and once per step the loss (1 fp64) from the last stage.
 // Sequence parallelism also all-reduces each chunk's LayerNorm gradients over tp once per step.
-// Data parallel, per step: ZeRO 0 all-reduces the local gradients; ZeRO 1 and 2 reduce-scatter
-// them and all-gather the updated parameters; ZeRO 3 all-gathers the parameters before each
-// microbatch's forward and backward and reduce-scatters each microbatch's gradients.
+// Data parallel, per step and unit (a layer, wte, wpe, ln_f; padded for dp equal shards): ZeRO 0
+// all-reduces the gradients once; ZeRO 1 reduce-scatters them once and all-gathers the updated
+// parameters; ZeRO 2 reduce-scatters every microbatch's gradients and all-gathers once; ZeRO 3
+// reduce-scatters every microbatch's and all-gathers a unit's parameters before each use in
+// forward and backward (comm_volume.cc: data_parallel). Plus the loss (1 fp64) averaged over the
+// replicas, and with ZeRO the squared gradient norm summed over the shards.
 // Tied embeddings with pp > 1: the first and last pipeline ranks all-reduce the word embedding's
 // gradient (Vp/t * h elements) once per step (group "embedding").
 
@@ -62,9 +65,10 @@ struct StepVolume {
 int64_t local_parameters(const model::GptConfig& m, const ParallelConfig& c, int pp_rank);
 
 // Communication of pipeline rank `pp_rank` for one microbatch (tp and pp only) or for a whole
-// step (all groups).
+// step (all groups). With ZeRO the tp and embedding groups work on dp shards, whose contents
+// (hence some element counts) differ slightly by dp rank.
 StepVolume microbatch_volume(const Job& job, const ParallelConfig& c, int pp_rank);
-StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank);
+StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank, int dp_rank = 0);
 
 std::string format_volume(const StepVolume& v);
 

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
@@ -90,6 +91,18 @@ PipelineRunner::~PipelineRunner() {
       }
     }
   }
+}
+
+model::MemoryEstimate PipelineRunner::predicted_memory() const {
+  std::vector<model::ChunkMemory> chunks;
+  for (const auto& c : chunks_) {
+    chunks.push_back({c->model->stage(), c->model->slots(), !c->grad_out.empty()});
+  }
+  return model::estimate_rank_memory(cfg_, o_.B, o_.T, o_.recompute, kernels::num_threads(),
+                                     {o_.tp.size(), o_.tp.sequence_parallel}, chunks, m_,
+                                     schedule_.shape.pp > 1,
+                                     schedule_.kind == schedule::Kind::ZeroBubbleH1,
+                                     {o_.zero, o_.dp != nullptr ? o_.dp->size() : 1});
 }
 
 void PipelineRunner::init(uint64_t seed) {

@@ -25,6 +25,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
+#include "weft/model/memory.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
@@ -64,6 +65,11 @@ class PipelineRunner : public StageRunner {
     double seconds = 0, waiting = 0;
   };
   const Timing& last_timing() const { return timing_; }
+
+  // What this rank allocates for its chunks, by model::estimate_rank_memory from the chunks as
+  // built (stages, activation slots, ZeRO): the prediction `weft train` and `weft bench step`
+  // print next to the measured peak.
+  model::MemoryEstimate predicted_memory() const;
 
   std::span<model::Gpt* const> chunks() const { return chunk_models_; }
   std::span<DistributedOptimizer* const> optimizers() const { return chunk_opts_; }

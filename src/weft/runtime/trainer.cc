@@ -115,6 +115,30 @@ Trainer::Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOption
 
 Trainer::~Trainer() = default;
 
+// Every rank's peak resident memory above its start against what model::estimate_rank_memory
+// predicts for its chunks, on rank 0's progress output.
+void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
+                            comm::Communicator* world, int64_t rss_before) const {
+  const double mine[2] = {static_cast<double>(peak_resident_bytes() - rss_before),
+                          static_cast<double>(runner_->predicted_memory().total())};
+  const int n = world != nullptr ? world->size() : 1;
+  std::vector<double> all(2 * n);
+  if (world != nullptr && n > 1) {
+    world->all_gather(all.data(), mine, 2);
+  } else {
+    std::copy_n(mine, 2, all.data());
+  }
+  std::vector<std::string> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.push_back(fmt::format("{} {:.1f} / {:.1f} MiB ({:.0f}%)", topo.name(r),
+                                all[2 * r] / (1 << 20), all[2 * r + 1] / (1 << 20),
+                                100.0 * all[2 * r] / all[2 * r + 1]));
+  }
+  progress.message(fmt::format(
+      "weft train: peak memory per rank, measured (resident above the start) / predicted: {}",
+      fmt::join(ranks, ", ")));
+}
+
 Result<TrainResult> Trainer::run() {
   namespace fs = std::filesystem;
   const auto& t = cfg_.train;
@@ -173,6 +197,7 @@ Result<TrainResult> Trainer::run() {
   acfg.beta2 = static_cast<float>(t.beta2);
   acfg.eps = static_cast<float>(t.eps);
   acfg.weight_decay = static_cast<float>(t.weight_decay);
+  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
   {
     auto made = schedule::make_schedule(
         schedule::parse_kind(cfg_.parallel.schedule).value(),
@@ -334,6 +359,8 @@ Result<TrainResult> Trainer::run() {
     }
     saved_step = step;
     progress.message(fmt::format("weft train: checkpoint {}", result.checkpoint));
+    // The gathered copies are gone: measure training's own peak from here on.
+    reset_peak_resident();
     return {};
   };
   auto evaluate = [&]() -> float {
@@ -397,6 +424,7 @@ Result<TrainResult> Trainer::run() {
     }
   }
   progress.finish();
+  report_memory(progress, topo, world, rss_before);
   if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;
     result.stop_signal = options_.handle_signals ? g_stop_signal.load() : 0;

@@ -60,6 +60,8 @@ struct TrainResult {
   std::vector<StepRecord> records;
 };
 
+class Progress;
+
 class Trainer {
  public:
   // cfg must have passed validate() and validate_data() with this dataset (the CLI does both).
@@ -79,6 +81,9 @@ class Trainer {
   const optim::AdamW& optimizer() const { return runner_->optimizers()[0]->adamw(); }
 
  private:
+  void report_memory(Progress& progress, const parallel::Topology& topo, comm::Communicator* world,
+                     int64_t rss_before) const;
+
   RunConfig cfg_;
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
