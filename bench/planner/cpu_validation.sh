@@ -3,7 +3,7 @@
 # step` measures the step time and every rank's peak memory (and prints the planner's memory
 # prediction for its rank: planner::weft_rank_memory), and `weft simulate` with
 # configs/clusters/this-machine.toml (measured by `weft calibrate`) predicts the step time.
-# GPT-2 124M, B=2 per microbatch, T=256, 4 microbatches. Layouts with 4 ranks oversubscribe the
+# GPT-2 124M, B=2 per microbatch, T=256, 4 microbatches (per replica). Layouts with 4 ranks oversubscribe the
 # 2 cores: their memory is compared, their time is not (the preset models one core per rank).
 # Writes bench/results/planner-cpu-<date>.{json,md}.
 set -euo pipefail
@@ -17,26 +17,33 @@ mpirun=(mpirun --mca btl self,vader --oversubscribe)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 B=2; T=256; m=4
 
-# name | ranks | bench flags | simulate --config
+# name | ranks | dp | bench flags | simulate --config
 layouts=(
-  "tp2|2|--tp 2|tp=2"
-  "tp2-sp|2|--tp 2 --sequence-parallel|tp=2,sp=1"
-  "pp2-1f1b|2|--pp 2|pp=2,schedule=1f1b"
-  "pp2-gpipe|2|--pp 2 --schedule gpipe|pp=2,schedule=gpipe"
-  "pp2-interleaved|2|--pp 2 --vp 2 --schedule interleaved|pp=2,vp=2,schedule=interleaved"
-  "pp2-zb-h1|2|--pp 2 --schedule zb-h1|pp=2,schedule=zb-h1"
-  "tp2-pp2|4|--tp 2 --pp 2|tp=2,pp=2"
-  "tp2-sp-pp2-interleaved|4|--tp 2 --sequence-parallel --pp 2 --vp 2 --schedule interleaved|tp=2,sp=1,pp=2,vp=2,schedule=interleaved"
+  "tp2|2|1|--tp 2|tp=2"
+  "tp2-sp|2|1|--tp 2 --sequence-parallel|tp=2,sp=1"
+  "pp2-1f1b|2|1|--pp 2|pp=2,schedule=1f1b"
+  "pp2-gpipe|2|1|--pp 2 --schedule gpipe|pp=2,schedule=gpipe"
+  "pp2-interleaved|2|1|--pp 2 --vp 2 --schedule interleaved|pp=2,vp=2,schedule=interleaved"
+  "pp2-zb-h1|2|1|--pp 2 --schedule zb-h1|pp=2,schedule=zb-h1"
+  "tp2-pp2|4|1|--tp 2 --pp 2|tp=2,pp=2"
+  "tp2-sp-pp2-interleaved|4|1|--tp 2 --sequence-parallel --pp 2 --vp 2 --schedule interleaved|tp=2,sp=1,pp=2,vp=2,schedule=interleaved"
+  "dp2|2|2|--dp 2|dp=2"
+  "dp2-zero1|2|2|--dp 2 --zero 1|dp=2,zero=1"
+  "dp2-zero2|2|2|--dp 2 --zero 2|dp=2,zero=2"
+  "dp2-zero3|2|2|--dp 2 --zero 3|dp=2,zero=3"
+  "tp2-dp2-zero1|4|2|--tp 2 --dp 2 --zero 1|tp=2,dp=2,zero=1"
+  "pp2-dp2-zero2|4|2|--pp 2 --dp 2 --zero 2|pp=2,dp=2,zero=2"
+  "dp4-zero3|4|4|--dp 4 --zero 3|dp=4,zero=3"
 )
 : >"$out_json"
 for l in "${layouts[@]}"; do
-  IFS='|' read -r name ranks flags config <<<"$l"
+  IFS='|' read -r name ranks dp flags config <<<"$l"
   echo "== $name" >&2
   # shellcheck disable=SC2086
   run=$(OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" bench step --model "$model" \
     --batch $B --seq $T --microbatches $m --threads 1 --steps 2 --warmup 1 --json $flags)
   sim=$("$weft" simulate --model "$model" --cluster configs/clusters/this-machine.toml \
-    --gpus "$ranks" --global-batch $((B * m)) --seq $T --precision fp32 \
+    --gpus "$ranks" --global-batch $((B * m * dp)) --seq $T --precision fp32 \
     --config "$config,mb=$B" --trace "" --svg "" | grep '^step time' | awk '{print $3}')
   echo "{\"layout\": \"$name\", \"predicted_step_s\": $sim, \"run\": $run}" | tee -a "$out_json"
 done

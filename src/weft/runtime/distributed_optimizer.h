@@ -5,7 +5,8 @@
 // when each unit (a layer, the embeddings, ln_f; model::ParamUnit) is used and when the unit's
 // gradients of a backward pass are complete, and it starts that unit's gradient reduction at
 // once, asynchronously, so reductions overlap the rest of backward (the buckets of PyTorch DDP,
-// Li et al. 2020, are our units).
+// Li et al. 2020, are our units). At most model::kZeroBucketsInFlight are in flight: each holds
+// MPI's temporaries (and from ZeRO 2 on the unit's full gradient) until it completes.
 //
 //   stage  gradients reduced                          kept per rank                   after step
 //   0      all-reduce per unit, last microbatch       params, grads, m, v             -
