@@ -12,6 +12,7 @@ packages=(
   libxxhash-dev          # checkpoint shard checksums (XXH3)
   openmpi-bin libopenmpi-dev   # the MPI backend (weft_comm_mpi) and the mpi tests (mpirun)
   libpcre2-dev bible-kjv   # GPT-2's pre-tokenization regex; the tokenizer test corpus (KJV)
+  clang libclang-rt-14-dev   # the fuzz tests (tests/fuzz): clang's libFuzzer, ASan and UBSan
 )
 
 missing=()

@@ -1,18 +1,23 @@
 // Checkpoints of a tiny model: a round trip is bit-exact; every kind of damage (a flipped byte, a
-// truncated or missing shard, metadata of another model, metadata that is not JSON) is an error
-// naming the file, and leaves the caller's buffers alone; a failed save leaves the previous
-// checkpoint and `latest` as they were; keep_last rotates.
+// truncated or missing shard, metadata of another model, metadata that is not JSON or holds
+// values of the wrong type or range) is an error naming the file, and leaves the caller's buffers
+// and the checkpoint directory alone; a failed save leaves the previous checkpoint and `latest` as
+// they were; keep_last rotates.
 
 #include "weft/checkpoint/checkpoint.h"
+#include "support/tiny_gpt.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <climits>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 
 #include "weft/core/pending_file.h"
 #include "weft/core/rng.h"
@@ -22,17 +27,7 @@ namespace weft::checkpoint {
 namespace {
 namespace fs = std::filesystem;
 
-model::GptConfig tiny() {
-  model::GptConfig c;
-  c.name = "tiny";
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.vocab_size = 61;
-  c.pad_vocab_to = 16;
-  c.max_seq_len = 16;
-  return c;
-}
+model::GptConfig tiny() { return test::tiny_gpt(2, 32); }  // vocabulary 61 padded to 64
 
 void fill(FlatBuffer& b, uint64_t seed) {
   fill_normal(b.data(), b.size(), stream_key(seed, "test"), 0, 0.0f, 1.0f);
@@ -47,6 +42,19 @@ std::string read_text(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+// Every file under `dir` with its bytes: a failed load must leave this as it was.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    files[fs::relative(e.path(), dir).string()] = ss.str();
+  }
+  return files;
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -160,21 +168,25 @@ TEST_F(CheckpointTest, AFlippedByteIsAnErrorNamingTheShardAndLoadsNothing) {
     f.seekp(1000);
     f.write(&c, 1);
   }
+  const auto before = snapshot(root_);
   Status s = load_fresh(dir, cfg_);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("model-tp0-pp0.bin"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("corrupt"), std::string::npos) << s.message();
   EXPECT_TRUE(fresh_untouched());
+  EXPECT_EQ(snapshot(root_), before);
 }
 
 TEST_F(CheckpointTest, ATruncatedShardIsAnErrorNamingIt) {
   const std::string dir = save_step(7);
   fs::resize_file(dir + "/optim-tp0-dp0-pp0.bin", 100);
+  const auto before = snapshot(root_);
   Status s = load_fresh(dir, cfg_);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("optim-tp0-dp0-pp0.bin"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.message();
   EXPECT_TRUE(fresh_untouched());
+  EXPECT_EQ(snapshot(root_), before);
 }
 
 TEST_F(CheckpointTest, LoadingWeightsOnlyReadsAndChecksOnlyTheParameterShard) {
@@ -188,10 +200,12 @@ TEST_F(CheckpointTest, LoadingWeightsOnlyReadsAndChecksOnlyTheParameterShard) {
 TEST_F(CheckpointTest, AMissingShardIsAnErrorNamingIt) {
   const std::string dir = save_step(7);
   fs::remove(dir + "/model-tp0-pp0.bin");
+  const auto before = snapshot(root_);
   Status s = load_fresh(dir, cfg_);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("model-tp0-pp0.bin"), std::string::npos) << s.message();
   EXPECT_TRUE(fresh_untouched());
+  EXPECT_EQ(snapshot(root_), before);
 }
 
 TEST_F(CheckpointTest, MetadataOfAnotherModelIsAnErrorNamingTheFileAndTheDifference) {
@@ -199,11 +213,13 @@ TEST_F(CheckpointTest, MetadataOfAnotherModelIsAnErrorNamingTheFileAndTheDiffere
   model::GptConfig other = cfg_;
   other.n_layer = 3;
   other.name = "other";
+  const auto before = snapshot(root_);
   Status s = load_fresh(dir, other);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find(dir + "/metadata.json"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("n_layer 2 vs 3"), std::string::npos) << s.message();
   EXPECT_TRUE(fresh_untouched());
+  EXPECT_EQ(snapshot(root_), before);
 }
 
 TEST_F(CheckpointTest, MetadataThatIsNotJsonIsAnErrorNamingTheFile) {
@@ -218,6 +234,49 @@ TEST_F(CheckpointTest, MetadataThatIsNotJsonIsAnErrorNamingTheFile) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("metadata.json"), std::string::npos) << s.message();
   EXPECT_TRUE(fresh_untouched());
+}
+
+// Values of the wrong type or range are errors naming the field. Fuzzing the parser this one
+// replaced found a signed overflow in its shard bounds check (a shape with a dimension near -2^63);
+// its get<int>() of 1e300 was undefined too. Both inputs are seeds of
+// tests/fuzz/corpus/checkpoint_metadata (regression-*).
+TEST_F(CheckpointTest, MetadataWithValuesOfTheWrongTypeOrRangeIsAnErrorNamingTheField) {
+  const std::string dir = save_step(7);
+  const std::string text = read_text(dir + "/metadata.json");
+  const nlohmann::json good = nlohmann::json::parse(text);
+  ASSERT_TRUE(parse_metadata(text, "m.json").ok());
+  auto problem = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json j = good;
+    edit(j);
+    auto r = parse_metadata(j.dump(), "m.json");
+    return r.ok() ? std::string("parsed") : r.status().message();
+  };
+  auto has = [](const std::string& message, const std::string& part) {
+    return message.find(part) != std::string::npos;
+  };
+  std::string m = problem([](auto& j) { j["parallel"]["tp"] = 1e300; });
+  EXPECT_TRUE(has(m, "m.json: corrupt checkpoint metadata: parallel.tp must be an integer, not"))
+      << m;
+  m = problem([](auto& j) { j["parallel"]["tp"] = 0; });
+  EXPECT_TRUE(has(m, "parallel.tp=0 is outside [1, ")) << m;
+  m = problem([](auto& j) { j["parallel"]["rank"]["tp"] = 1; });
+  EXPECT_TRUE(has(m, "parallel.rank.tp=1 is outside [0, 0]")) << m;
+  m = problem([](auto& j) { j["model"]["n_layer"] = int64_t{1} << 40; });
+  EXPECT_TRUE(has(m, "model.n_layer=1099511627776 is outside")) << m;
+  m = problem([](auto& j) { j["train"]["seed"] = -1; });
+  EXPECT_TRUE(has(m, "train.seed=-1 is outside")) << m;
+  m = problem([](auto& j) { j["tensors"][0]["shard"]["offset"] = INT64_MAX - 8; });
+  EXPECT_TRUE(has(m, "m.json: tensor wte lies outside its shard model-tp0-pp0.bin")) << m;
+  m = problem([](auto& j) { j["tensors"][0]["shard"]["shape"] = {int64_t{1} << 40, 1 << 20}; });
+  EXPECT_TRUE(has(m, "has more than 2^56 elements")) << m;
+  m = problem([](auto& j) { j["tensors"][1]["name"] = "wte"; });
+  EXPECT_TRUE(has(m, "tensor wte (params) is listed twice")) << m;
+  m = problem([](auto& j) { j["shards"][0]["xxh3"] = "-1"; });
+  EXPECT_TRUE(has(m, "bad checksum '-1'")) << m;
+  m = problem([](auto& j) { j["tensors"] = 3; });
+  EXPECT_TRUE(has(m, "tensors must be an array, not 3")) << m;
+  m = problem([](auto& j) { j = nlohmann::json::array(); });
+  EXPECT_TRUE(has(m, "not a weft checkpoint")) << m;
 }
 
 TEST_F(CheckpointTest, WeightsOnlyCheckpointCannotResumeAnOptimizer) {

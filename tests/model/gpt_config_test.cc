@@ -69,3 +69,24 @@ TEST(GptConfig, MissingFileAndSyntaxErrorsNameTheFile) {
   auto syntax = parse_gpt_config("[model\nn_layer=", "broken.toml");
   EXPECT_TRUE(has(syntax.status(), "broken.toml: TOML syntax error at line 1"));
 }
+
+// Found by fuzzing parse_gpt_config (tests/fuzz/model_config_fuzz.cc): 4294967297 was read as 1, a
+// float for an integer key was cast out of range inside toml++, and vocab_size=2^31-1 overflowed
+// padded_vocab().
+TEST(GptConfig, IntegersThatDoNotFitAnIntOrAreFloatsAreErrors) {
+  const std::string rest = "n_embd=32\nn_head=4\npad_vocab_to=128\nmax_seq_len=16\n";
+  auto r = parse_gpt_config("[model]\nn_layer=2\nvocab_size=4294967297\n" + rest, "big.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(has(r.status(), "big.toml: model.vocab_size=4294967297 is out of range"))
+      << r.status().message();
+  r = parse_gpt_config("[model]\nn_layer=1e85\nvocab_size=61\n" + rest, "float.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(has(r.status(), "model.n_layer must be an integer")) << r.status().message();
+  r = parse_gpt_config("[model]\nn_layer=2\nvocab_size=2147483647\n" + rest, "pad.toml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(has(r.status(), "vocab_size=2147483647 rounded up to pad_vocab_to=128 exceeds"))
+      << r.status().message();
+  GptConfig huge{"x", 1 << 20, 1 << 28, 1, 61, 16, 16};
+  EXPECT_TRUE(has(weft::model::validate(huge), "more than 2^62"))
+      << weft::model::validate(huge).message();
+}

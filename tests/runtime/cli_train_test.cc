@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/run_command.h"
 #include "weft/data/llmc_dataset.h"
 #include "weft/data/sidecar.h"
 
@@ -26,22 +27,11 @@ namespace weft {
 namespace {
 namespace fs = std::filesystem;
 
-struct Output {
-  int rc = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = test::CommandOutput;
 
 // Runs a shell command line in the repository (stdout and stderr together).
 Output weft_command(const std::string& command) {
-  Output o;
-  const std::string cmd = "cd " WEFT_SOURCE_DIR " && " + command + " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) o.text.append(buf, n);
-  const int status = ::pclose(p);
-  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return o;
+  return test::run_command("cd " WEFT_SOURCE_DIR " && " + command);
 }
 
 Output weft(const std::string& args) { return weft_command(WEFT_BIN " " + args); }

@@ -12,20 +12,21 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "weft/core/pending_file.h"
+#include "weft/core/text_file.h"
 
 namespace weft::checkpoint {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kGroups[] = {"params", "adam_m", "adam_v"};
 
 std::string join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
@@ -106,158 +107,8 @@ Status write_group(ShardWriter& w, const FlatBuffer& buf, const char* group,
   return {};
 }
 
-json metadata_to_json(const Metadata& m) {
-  json tensors = json::array();
-  for (const auto& t : m.tensors) {
-    tensors.push_back(
-        {{"name", t.name},
-         {"group", t.group},
-         {"dtype", t.dtype},
-         {"global_shape", t.global_shape},
-         {"shard",
-          {{"file", t.file}, {"offset", t.offset}, {"start", t.start}, {"shape", t.shape}}}});
-  }
-  json shards = json::array();
-  for (const auto& s : m.shards) {
-    shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"xxh3", hex64(s.xxh3)}});
-  }
-  const auto& p = m.parallel;
-  const auto& tr = m.train;
-  json j = {
-      {"format", "weft-checkpoint"},
-      {"version", m.version},
-      {"model", config_to_json(m.model)},
-      {"parallel",
-       {{"tp", p.tp},
-        {"pp", p.pp},
-        {"dp", p.dp},
-        {"vp", p.vp},
-        {"zero", p.zero},
-        {"rank", {{"tp", p.tp_rank}, {"pp", p.pp_rank}, {"dp", p.dp_rank}}}}},
-      {"train",
-       {{"step", tr.step},
-        {"seed", tr.seed},
-        {"sampler", {{"epoch", tr.sampler_epoch}, {"position", tr.sampler_position}}},
-        {"lr_schedule",
-         {{"kind", tr.lr_schedule.kind},
-          {"lr", tr.lr_schedule.lr},
-          {"min_lr", tr.lr_schedule.min_lr},
-          {"warmup_steps", tr.lr_schedule.warmup_steps},
-          {"total_steps", tr.lr_schedule.total_steps}}},
-        {"tokenizer", tr.tokenizer},
-        {"tokenizer_identity", tr.tokenizer_identity},
-        {"data", tr.data_path}}},
-      {"run_config", tr.run_config},
-      {"shards", shards},
-      {"tensors", tensors},
-  };
-  if (m.has_optimizer) {
-    j["optimizer"] = {{"kind", "adamw"},        {"step", m.optimizer_step},
-                      {"beta1", m.adamw.beta1}, {"beta2", m.adamw.beta2},
-                      {"eps", m.adamw.eps},     {"weight_decay", m.adamw.weight_decay}};
-  }
-  return j;
-}
-
-Metadata metadata_from_json(const json& j, const std::string& origin, Status& s) {
-  Metadata m;
-  if (j.value("format", "") != "weft-checkpoint") {
-    s.add(fmt::format("{}: not a weft checkpoint (no \"format\": \"weft-checkpoint\")", origin));
-    return m;
-  }
-  m.version = j.at("version").get<int>();
-  if (m.version != kFormatVersion) {
-    s.add(fmt::format("{}: checkpoint format version {}, this build reads version {}", origin,
-                      m.version, kFormatVersion));
-    return m;
-  }
-  auto cfg = config_from_json(j.at("model"), origin);
-  if (!cfg.ok()) {
-    s.merge(cfg.status());
-  } else {
-    m.model = cfg.value();
-  }
-  const json& p = j.at("parallel");
-  m.parallel.tp = p.at("tp").get<int>();
-  m.parallel.pp = p.at("pp").get<int>();
-  m.parallel.dp = p.at("dp").get<int>();
-  m.parallel.vp = p.value("vp", 1);
-  m.parallel.zero = p.value("zero", 0);
-  if (p.contains("rank")) {
-    m.parallel.tp_rank = p["rank"].at("tp").get<int>();
-    m.parallel.pp_rank = p["rank"].at("pp").get<int>();
-    m.parallel.dp_rank = p["rank"].at("dp").get<int>();
-  }
-  const json& t = j.at("train");
-  m.train.step = t.at("step").get<int64_t>();
-  m.train.seed = t.at("seed").get<uint64_t>();
-  m.train.sampler_epoch = t.at("sampler").at("epoch").get<int64_t>();
-  m.train.sampler_position = t.at("sampler").at("position").get<int64_t>();
-  const json& lr = t.at("lr_schedule");
-  m.train.lr_schedule.kind = lr.at("kind").get<std::string>();
-  m.train.lr_schedule.lr = lr.at("lr").get<double>();
-  m.train.lr_schedule.min_lr = lr.at("min_lr").get<double>();
-  m.train.lr_schedule.warmup_steps = lr.at("warmup_steps").get<int64_t>();
-  m.train.lr_schedule.total_steps = lr.at("total_steps").get<int64_t>();
-  m.train.tokenizer = t.at("tokenizer").get<std::string>();
-  m.train.tokenizer_identity = t.value("tokenizer_identity", "");
-  m.train.data_path = t.at("data").get<std::string>();
-  m.train.run_config = j.value("run_config", json::object());
-  if (j.contains("optimizer")) {
-    const json& o = j["optimizer"];
-    if (o.at("kind").get<std::string>() != "adamw") {
-      s.add(fmt::format("{}: unknown optimizer '{}'", origin, o["kind"].get<std::string>()));
-    }
-    m.has_optimizer = true;
-    m.optimizer_step = o.at("step").get<int64_t>();
-    m.adamw.beta1 = o.at("beta1").get<float>();
-    m.adamw.beta2 = o.at("beta2").get<float>();
-    m.adamw.eps = o.at("eps").get<float>();
-    m.adamw.weight_decay = o.at("weight_decay").get<float>();
-  }
-  std::map<std::string, int64_t> shard_bytes;
-  for (const auto& sj : j.at("shards")) {
-    ShardInfo sh;
-    sh.file = sj.at("file").get<std::string>();
-    sh.bytes = sj.at("bytes").get<int64_t>();
-    const std::string hex = sj.at("xxh3").get<std::string>();
-    char* end = nullptr;
-    sh.xxh3 = std::strtoull(hex.c_str(), &end, 16);
-    if (hex.empty() || *end != '\0') s.add(fmt::format("{}: bad checksum '{}'", origin, hex));
-    if (sh.file.find('/') != std::string::npos || sh.file.starts_with(".")) {
-      s.add(fmt::format("{}: shard file name '{}' is not a plain file name", origin, sh.file));
-    }
-    shard_bytes[sh.file] = sh.bytes;
-    m.shards.push_back(sh);
-  }
-  for (const auto& tj : j.at("tensors")) {
-    TensorInfo ti;
-    ti.name = tj.at("name").get<std::string>();
-    ti.group = tj.at("group").get<std::string>();
-    ti.dtype = tj.at("dtype").get<std::string>();
-    ti.global_shape = tj.at("global_shape").get<Shape>();
-    const json& sh = tj.at("shard");
-    ti.file = sh.at("file").get<std::string>();
-    ti.offset = sh.at("offset").get<int64_t>();
-    ti.start = sh.at("start").get<Shape>();
-    ti.shape = sh.at("shape").get<Shape>();
-    auto it = shard_bytes.find(ti.file);
-    if (ti.dtype != "f32") {
-      s.add(fmt::format("{}: tensor {} has dtype {}; this build reads f32", origin, ti.name,
-                        ti.dtype));
-    } else if (it == shard_bytes.end()) {
-      s.add(fmt::format("{}: tensor {} names shard {}, which is not listed", origin, ti.name,
-                        ti.file));
-    } else if (ti.offset < 0 || ti.offset + numel(ti.shape) * 4 > it->second) {
-      s.add(fmt::format("{}: tensor {} lies outside its shard {}", origin, ti.name, ti.file));
-    }
-    m.tensors.push_back(std::move(ti));
-  }
-  return m;
-}
-
 // Streams the file through XXH3 and checks its size and checksum against the metadata.
-Status verify_shard(const std::string& dir, const ShardInfo& sh) {
+Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
   const std::string path = join(dir, sh.file);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -343,36 +194,8 @@ bool parse_step_dir(const std::string& name, int64_t& step) {
 
 }  // namespace
 
-nlohmann::json config_to_json(const model::GptConfig& c) {
-  return {{"name", c.name},
-          {"n_layer", c.n_layer},
-          {"n_embd", c.n_embd},
-          {"n_head", c.n_head},
-          {"vocab_size", c.vocab_size},
-          {"pad_vocab_to", c.pad_vocab_to},
-          {"max_seq_len", c.max_seq_len}};
-}
-
-Result<model::GptConfig> config_from_json(const nlohmann::json& j, const std::string& origin) {
-  model::GptConfig c;
-  try {
-    c.name = j.at("name").get<std::string>();
-    c.n_layer = j.at("n_layer").get<int>();
-    c.n_embd = j.at("n_embd").get<int>();
-    c.n_head = j.at("n_head").get<int>();
-    c.vocab_size = j.at("vocab_size").get<int>();
-    c.pad_vocab_to = j.at("pad_vocab_to").get<int>();
-    c.max_seq_len = j.at("max_seq_len").get<int>();
-  } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: bad model config: {}", origin, e.what()));
-  }
-  Status s = model::validate(c);
-  if (!s.ok()) {
-    Status out;
-    for (const auto& p : s.problems()) out.add(origin + ": model: " + p);
-    return out;
-  }
-  return c;
+Status verify_shard(const std::string& dir, const ShardInfo& shard) {
+  return verify_shard_file(dir, shard);
 }
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
@@ -505,18 +328,9 @@ Result<std::string> resolve(const std::string& path) {
 
 Result<Metadata> read_metadata(const std::string& dir) {
   const std::string path = join(dir, kMetadataFile);
-  std::ifstream f(path);
-  if (!f) return Status::error(fmt::format("{}: cannot open checkpoint metadata", path));
-  Status s;
-  Metadata m;
-  try {
-    const json j = json::parse(f);
-    m = metadata_from_json(j, path, s);
-  } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: corrupt checkpoint metadata: {}", path, e.what()));
-  }
-  if (!s.ok()) return s;
-  return m;
+  const auto text = read_text_file(path);
+  if (!text) return Status::error(fmt::format("{}: cannot open checkpoint metadata", path));
+  return parse_metadata(*text, path);
 }
 
 Status load(const std::string& dir, const model::GptConfig& expected, FlatBuffer& params,
@@ -575,7 +389,7 @@ Status load(const std::string& dir, const model::GptConfig& expected, FlatBuffer
   for (const auto& t : targets) needed.insert(t.tensor->file);
   for (const auto& sh : m.shards) {
     if (needed.count(sh.file) == 0) continue;
-    Status v = verify_shard(dir, sh);
+    Status v = verify_shard_file(dir, sh);
     if (!v.ok()) return v;
   }
   // Everything checked: only now are the caller's buffers written.

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -108,6 +109,17 @@ Result<std::string> resolve(const std::string& path);
 
 // Parses and checks DIR/metadata.json (structure, version, shards named by every tensor).
 Result<Metadata> read_metadata(const std::string& dir);
+// The same for metadata text; problems name `origin`. Any text is either metadata that is
+// consistent in itself (every field of its type and range, every tensor inside its shard) or an
+// error: the fuzz target tests/fuzz/checkpoint_metadata_fuzz.cc holds it to that.
+Result<Metadata> parse_metadata(std::string_view text, std::string_view origin);
+
+// The metadata as written into metadata.json (parse_metadata() reads it back).
+nlohmann::json metadata_to_json(const Metadata& m);
+
+// Checks that DIR/shard.file has the recorded size and XXH3 checksum; the error names the file and
+// says "truncated or overwritten" or "corrupt".
+Status verify_shard(const std::string& dir, const ShardInfo& shard);
 
 // Loads DIR into params (and the optimizer's moments and step count when opt is not null, and
 // state when not null) after checking that its model config equals `expected`, that every tensor

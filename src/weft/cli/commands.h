@@ -24,5 +24,6 @@ void add_plot_command(CLI::App& app);        // weft plot METRICS.jsonl -o loss.
 void add_plan_command(CLI::App& app);        // weft plan --model --cluster --gpus ... | --check
 void add_simulate_command(CLI::App& app);    // weft simulate --model --cluster --gpus --config
 void add_calibrate_command(CLI::App& app);   // weft calibrate [-o this-machine.toml]
+void add_ckpt_command(CLI::App& app);        // weft ckpt inspect|export-hf|import-hf ...
 
 }  // namespace weft::cli

@@ -264,16 +264,12 @@ const std::string& IndexedDatasetWriter::prefix() const { return s_->prefix; }
 
 // ---- reader ----
 
-Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& prefix,
-                                                             std::optional<Sidecar> sidecar) {
-  const std::string idx_path = prefix + ".idx";
-  const std::string bin_path = prefix + ".bin";
-  auto idx_or = MappedFile::open(idx_path);
-  if (!idx_or.ok()) return idx_or.status();
-  MappedFile idx = std::move(idx_or).value();
+Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::string_view origin) {
   const std::byte* p = idx.data();
-  const int64_t size = idx.size();
-  auto fail = [&](const std::string& problem) { return Status::error(idx_path + ": " + problem); };
+  const auto size = static_cast<int64_t>(idx.size());
+  auto fail = [&](const std::string& problem) {
+    return Status::error(fmt::format("{}: {}", origin, problem));
+  };
 
   if (size < kMmidIdxHeaderBytes) {
     return fail(fmt::format("truncated: {} bytes, but the MMIDIDX header alone takes {}", size,
@@ -321,20 +317,21 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
   }
   if (D == 0) return fail("the document index is empty (Megatron's starts with a 0)");
 
-  auto bin_or = MappedFile::open(bin_path);
-  if (!bin_or.ok()) return bin_or.status();
-  std::unique_ptr<IndexedDataset> ds(new IndexedDataset(std::move(idx), std::move(bin_or).value()));
-  ds->type_ = *type;
-  ds->num_sequences_ = static_cast<int64_t>(S);
-  ds->num_documents_ = static_cast<int64_t>(D) - 1;
+  MmidIdxIndex index;
+  index.type = *type;
+  index.num_sequences = static_cast<int64_t>(S);
+  index.num_documents = static_cast<int64_t>(D) - 1;
+  const std::byte* lengths = p + kMmidIdxHeaderBytes;
+  const std::byte* pointers = lengths + 4 * S;
+  const std::byte* documents = pointers + 8 * S;
 
   // Sequences are stored back to back (Megatron computes the pointers from the lengths), so the
   // .bin read in order is the token stream; anything else means a damaged index.
   const int64_t width = token_type_size(*type);
   int64_t expected_pointer = 0;
-  for (int64_t i = 0; i < ds->num_sequences_; ++i) {
-    const int32_t len = ds->sequence_length(i);
-    const int64_t ptr = ds->sequence_pointer(i);
+  for (int64_t i = 0; i < index.num_sequences; ++i) {
+    const auto len = load<int32_t>(lengths + 4 * i);
+    const auto ptr = load<int64_t>(pointers + 8 * i);
     if (len < 0) return fail(fmt::format("sequence {} has negative length {}", i, len));
     if (ptr != expected_pointer) {
       return fail(fmt::format(
@@ -342,39 +339,67 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
           "back)",
           i, ptr, expected_pointer));
     }
+    // A sequence is at most 2^34 bytes; a crafted index of 2^29 of them could still overflow.
+    if (len * width > std::numeric_limits<int64_t>::max() - expected_pointer) {
+      return fail(fmt::format("sequence {} ends beyond 2^63 bytes of .bin", i));
+    }
     expected_pointer += len * width;
   }
   int64_t previous = 0;
-  for (int64_t i = 0; i <= ds->num_documents_; ++i) {
-    const int64_t d = ds->document_index(i);
-    if ((i == 0 && d != 0) || d < previous || d > ds->num_sequences_) {
+  for (int64_t i = 0; i <= index.num_documents; ++i) {
+    const auto d = load<int64_t>(documents + 8 * i);
+    if ((i == 0 && d != 0) || d < previous || d > index.num_sequences) {
       return fail(fmt::format(
           "document index entry {} is {}: entries must start at 0 and rise to the sequence "
           "count {}",
-          i, d, ds->num_sequences_));
+          i, d, index.num_sequences));
     }
     previous = d;
   }
-  if (previous != ds->num_sequences_) {
+  if (previous != index.num_sequences) {
     return fail(fmt::format("the document index ends at sequence {}, not at the sequence count {}",
-                            previous, ds->num_sequences_));
+                            previous, index.num_sequences));
   }
+  index.bin_bytes = expected_pointer;
+  return index;
+}
+
+Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& prefix,
+                                                             std::optional<Sidecar> sidecar) {
+  const std::string idx_path = prefix + ".idx";
+  const std::string bin_path = prefix + ".bin";
+  auto idx_or = MappedFile::open(idx_path);
+  if (!idx_or.ok()) return idx_or.status();
+  MappedFile idx = std::move(idx_or).value();
+  auto parsed =
+      parse_mmididx_index(std::span(idx.data(), static_cast<size_t>(idx.size())), idx_path);
+  if (!parsed.ok()) return parsed.status();
+  const MmidIdxIndex& index = parsed.value();
+
+  auto bin_or = MappedFile::open(bin_path);
+  if (!bin_or.ok()) return bin_or.status();
+  std::unique_ptr<IndexedDataset> ds(new IndexedDataset(std::move(idx), std::move(bin_or).value()));
+  ds->type_ = index.type;
+  ds->num_sequences_ = index.num_sequences;
+  ds->num_documents_ = index.num_documents;
+  const int64_t width = token_type_size(index.type);
+  const int64_t expected = index.bin_bytes;
   const int64_t bin_size = ds->bin_.size();
-  if (bin_size < expected_pointer) {
-    return Status::error(fmt::format(
-        "{}: truncated: {} bytes, but {} describes {} {} tokens ({} bytes)", bin_path, bin_size,
-        idx_path, expected_pointer / width, token_type_name(*type), expected_pointer));
+  if (bin_size < expected) {
+    return Status::error(
+        fmt::format("{}: truncated: {} bytes, but {} describes {} {} tokens ({} bytes)", bin_path,
+                    bin_size, idx_path, expected / width, token_type_name(index.type), expected));
   }
-  if (bin_size > expected_pointer) {
+  if (bin_size > expected) {
     return Status::error(fmt::format(
         "{}: {} bytes, but {} describes only {} {} tokens ({} bytes): the two files do not belong "
         "together",
-        bin_path, bin_size, idx_path, expected_pointer / width, token_type_name(*type),
-        expected_pointer));
+        bin_path, bin_size, idx_path, expected / width, token_type_name(index.type), expected));
   }
-  ds->num_tokens_ = expected_pointer / width;
+  ds->num_tokens_ = expected / width;
   if (sidecar) {
-    if (auto st = check_sidecar(*sidecar, bin_path, ds->num_tokens_, ds->num_documents_, *type);
+    if (auto st =
+            check_sidecar(*sidecar, bin_path, ds->num_tokens_, ds->num_documents_, index.type);
         !st.ok()) {
       return st;
     }

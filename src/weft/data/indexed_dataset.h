@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "weft/core/status.h"
 #include "weft/data/file_io.h"
@@ -69,6 +70,18 @@ class IndexedDatasetWriter {
   explicit IndexedDatasetWriter(std::unique_ptr<State> state);
   std::unique_ptr<State> s_;
 };
+
+// What a PREFIX.idx says, checked against itself: the token type, the counts, and the size in
+// bytes the .bin must have (sequences are stored back to back, so the lengths determine it).
+struct MmidIdxIndex {
+  TokenType type = TokenType::U16;
+  int64_t num_sequences = 0, num_documents = 0;
+  int64_t bin_bytes = 0;
+};
+
+// Checks the bytes of a PREFIX.idx against the layout above; every problem names `origin`. Any
+// bytes are either a consistent index or an error (tests/fuzz/mmididx_fuzz.cc holds it to that).
+Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::string_view origin);
 
 // Reads a Megatron MMIDIDX v1 dataset in place (both files memory-mapped), after checking the
 // index against itself and against the size of the .bin; every problem names the file.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <toml++/toml.h>
 #include <fstream>
@@ -26,6 +27,26 @@ Status validate(const GptConfig& c) {
   positive("max_seq_len", c.max_seq_len);
   if (c.n_embd > 0 && c.n_head > 0 && c.n_embd % c.n_head != 0) {
     s.add(fmt::format("n_embd={} is not divisible by n_head={}", c.n_embd, c.n_head));
+  }
+  // Sizes the code computes in int (the padded vocabulary, the MLP's 4C, 3C of qkv) must fit one,
+  // and the parameter count an int64 (found by fuzzing parse_gpt_config: vocab_size=2^31-1
+  // overflowed padded_vocab()).
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (c.vocab_size > 0 && c.pad_vocab_to > 0 &&
+      int64_t{c.vocab_size} + c.pad_vocab_to - 1 > kIntMax) {
+    s.add(fmt::format("vocab_size={} rounded up to pad_vocab_to={} exceeds {}", c.vocab_size,
+                      c.pad_vocab_to, kIntMax));
+  }
+  if (c.n_embd > kIntMax / 4)
+    s.add(fmt::format("n_embd={} exceeds {} (4*n_embd must fit an int)", c.n_embd, kIntMax / 4));
+  if (s.ok()) {
+    const auto C = static_cast<double>(c.n_embd);
+    const double params = static_cast<double>(c.n_layer) * 12 * C * C +
+                          static_cast<double>(int64_t{c.padded_vocab()} + c.max_seq_len) * C;
+    if (params > 0x1p62) {
+      s.add(fmt::format("n_layer={} and n_embd={} make {:.3g} parameters, more than 2^62",
+                        c.n_layer, c.n_embd, params));
+    }
   }
   return s;
 }
@@ -96,11 +117,18 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
       }
       return;
     }
-    if (auto v = node.value<int64_t>()) {
-      out = static_cast<int>(*v);
-    } else {
+    // Only integer nodes are read as integers: toml++ 3.3's value<int64_t>() of a float such as
+    // 1e85 casts it out of range (undefined; found by fuzzing). And no value is cut to fit an int.
+    const toml::value<int64_t>* v = node.as_integer();
+    if (v == nullptr) {
       s.add(fmt::format("model.{} must be an integer", key));
       incomplete = true;
+    } else if (v->get() < std::numeric_limits<int>::min() ||
+               v->get() > std::numeric_limits<int>::max()) {
+      s.add(fmt::format("model.{}={} is out of range", key, v->get()));
+      incomplete = true;
+    } else {
+      out = static_cast<int>(v->get());
     }
   };
   if (auto v = (*t)["name"].value<std::string>()) c.name = *v;

@@ -55,9 +55,9 @@ Status validate_pipeline(const GptConfig& cfg, int pp, int vp) {
   Status s;
   if (pp < 1) s.add(fmt::format("parallel.pp={} must be >= 1", pp));
   if (vp < 1) s.add(fmt::format("parallel.vp={} must be >= 1", vp));
-  if (s.ok() && cfg.n_layer > 0 && cfg.n_layer % (pp * vp) != 0) {
+  if (s.ok() && cfg.n_layer > 0 && cfg.n_layer % (int64_t{pp} * vp) != 0) {
     s.add(fmt::format("n_layer={} does not split into pp*vp = {}*{} = {} stages of equal size",
-                      cfg.n_layer, pp, vp, pp * vp));
+                      cfg.n_layer, pp, vp, int64_t{pp} * vp));
   }
   return s;
 }

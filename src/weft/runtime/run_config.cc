@@ -379,9 +379,11 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
             if (v && (node.is_floating_point() || node.is_integer())) *p = *v;
             return v.has_value() && (node.is_floating_point() || node.is_integer());
           } else {
+            // Integers only: toml++ 3.3's value<int64_t>() of a float out of range is undefined
+            // behaviour (found by tests/fuzz), so a float is never converted.
+            if (!node.is_integer()) return false;
             auto v = node.value<int64_t>();
-            if (!node.is_integer() || !v || *v < std::numeric_limits<T>::min() ||
-                *v > std::numeric_limits<T>::max()) {
+            if (!v || *v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
               return false;
             }
             *p = static_cast<T>(*v);
@@ -396,7 +398,15 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
 
   // Derived defaults.
   if (c.train.seq_len == 0) c.train.seq_len = c.model.max_seq_len;
-  if (c.train.global_batch == 0) c.train.global_batch = c.train.micro_batch * c.parallel.dp;
+  if (c.train.global_batch == 0) {
+    const int64_t one_each = int64_t{c.train.micro_batch} * c.parallel.dp;
+    if (one_each > std::numeric_limits<int>::max()) {
+      s.add(fmt::format("{}: train.micro_batch={} x parallel.dp={} is too large", origin,
+                        c.train.micro_batch, c.parallel.dp));
+      return s;
+    }
+    c.train.global_batch = static_cast<int>(one_each);
+  }
   if (c.run.out_dir.empty()) {
     c.run.out_dir = (std::filesystem::path("runs") / std::filesystem::path(origin).stem()).string();
   }
@@ -430,7 +440,7 @@ Status validate(const RunConfig& c) {
   if (t.micro_batch <= 0) add(fmt::format("train.micro_batch={} must be > 0", t.micro_batch));
   if (t.global_batch <= 0) add(fmt::format("train.global_batch={} must be > 0", t.global_batch));
   if (t.micro_batch > 0 && p.dp > 0 && t.global_batch > 0 &&
-      t.global_batch % (t.micro_batch * p.dp) != 0) {
+      t.global_batch % (int64_t{t.micro_batch} * p.dp) != 0) {
     add(p.dp == 1 ? fmt::format("train.global_batch={} is not divisible by train.micro_batch={}",
                                 t.global_batch, t.micro_batch)
                   : fmt::format("train.global_batch={} is not divisible by train.micro_batch={} "
@@ -484,7 +494,8 @@ Status validate(const RunConfig& c) {
   if (auto kind = schedule::parse_kind(p.schedule); !kind.ok()) {
     add(fmt::format("parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
                     p.schedule));
-  } else if (p.pp >= 1 && p.vp >= 1 && p.dp >= 1 && t.micro_batch > 0 && t.global_batch > 0) {
+  } else if (p.pp >= 1 && p.vp >= 1 && p.dp >= 1 && t.micro_batch > 0 && t.global_batch > 0 &&
+             t.global_batch % (int64_t{t.micro_batch} * p.dp) == 0) {
     const schedule::Shape shape{.pp = p.pp, .vp = p.vp, .microbatches = c.microbatches()};
     if (kind.value() == schedule::Kind::ZeroBubbleH1 && t.recompute == "full") {
       add("parallel.schedule='zb-h1' defers weight gradients, which needs each layer's inputs "

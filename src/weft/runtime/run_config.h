@@ -58,7 +58,9 @@ struct RunConfig {
     int zero = 0;
   } parallel;
 
-  int microbatches() const { return train.global_batch / (train.micro_batch * parallel.dp); }
+  int microbatches() const {
+    return static_cast<int>(train.global_batch / (int64_t{train.micro_batch} * parallel.dp));
+  }
   model::Recompute recompute() const;
   std::string checkpoint_root() const;  // <out_dir>/checkpoints
   std::string metrics_path() const;     // <out_dir>/metrics.jsonl

@@ -1,0 +1,151 @@
+// weft ckpt inspect DIR | export-hf DIR OUT | import-hf IN OUT: look into a checkpoint (every
+// file's checksum verified), and convert between weft checkpoints and Hugging Face GPT-2
+// directories (model.safetensors + config.json; checkpoint/hf_gpt2.h has the name and layout
+// mapping).
+
+#include <fmt/core.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "weft/checkpoint/checkpoint.h"
+#include "weft/checkpoint/hf_gpt2.h"
+#include "weft/checkpoint/safetensors.h"
+#include "weft/cli/commands.h"
+
+namespace weft::cli {
+namespace {
+
+std::string model_line(const model::GptConfig& c) {
+  return fmt::format(
+      "{}: n_layer={} n_embd={} n_head={} vocab_size={} (padded to {}) max_seq_len={}", c.name,
+      c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.padded_vocab(), c.max_seq_len);
+}
+
+// Prints everything the metadata says and checks every shard; exit 1 when one does not verify.
+void run_inspect(const std::string& path) {
+  const std::string dir = checkpoint::resolve(path).value_or_throw("cannot inspect");
+  const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot inspect");
+  const auto& p = md.parallel;
+  const auto& t = md.train;
+  fmt::print("checkpoint  {} (weft-checkpoint v{})\n", dir, md.version);
+  fmt::print("model       {}\n", model_line(md.model));
+  fmt::print("layout      tp={} pp={} dp={} vp={} zero={}, written by tp{}-dp{}-pp{}\n", p.tp, p.pp,
+             p.dp, p.vp, p.zero, p.tp_rank, p.dp_rank, p.pp_rank);
+  fmt::print("step        {}\n", t.step);
+  if (md.has_optimizer) {
+    fmt::print("optimizer   adamw step {}, beta1={} beta2={} eps={} weight_decay={}\n",
+               md.optimizer_step, md.adamw.beta1, md.adamw.beta2, md.adamw.eps,
+               md.adamw.weight_decay);
+  } else {
+    fmt::print("optimizer   none (weights only)\n");
+  }
+  fmt::print("schedule    {} lr={} min_lr={} warmup_steps={} total_steps={}\n", t.lr_schedule.kind,
+             t.lr_schedule.lr, t.lr_schedule.min_lr, t.lr_schedule.warmup_steps,
+             t.lr_schedule.total_steps);
+  fmt::print("data        seed={} sampler epoch={} position={} data={}\n", t.seed, t.sampler_epoch,
+             t.sampler_position, t.data_path.empty() ? "-" : t.data_path);
+  fmt::print("tokenizer   {}{}\n", t.tokenizer.empty() ? "-" : t.tokenizer,
+             t.tokenizer_identity.empty() ? "" : " (" + t.tokenizer_identity + ")");
+
+  size_t name_w = 4, file_w = 4;
+  for (const auto& sh : md.shards) file_w = std::max(file_w, sh.file.size());
+  for (const auto& ti : md.tensors) {
+    name_w = std::max(name_w, ti.name.size());
+    file_w = std::max(file_w, ti.file.size());
+  }
+  int64_t params = 0;
+  for (const auto& ti : md.tensors) {
+    if (ti.group == "params") params += numel(ti.global_shape);
+  }
+  fmt::print("\ntensors     {} ({} parameters)\n", md.tensors.size(), params);
+  fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {}\n", "group", "name", name_w, "dtype",
+             "shape", "file", file_w, "offset");
+  for (const auto& ti : md.tensors) {
+    std::string shape = shape_str(ti.shape);
+    if (ti.shape != ti.global_shape) {
+      shape += fmt::format(" at {} of {}", shape_str(ti.start), shape_str(ti.global_shape));
+    }
+    fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {}\n", ti.group, ti.name, name_w, ti.dtype,
+               shape, ti.file, file_w, ti.offset);
+  }
+
+  int bad = 0;
+  fmt::print("\nfiles       {}\n", md.shards.size());
+  for (const auto& sh : md.shards) {
+    const Status s = checkpoint::verify_shard(dir, sh);
+    fmt::print("  {:<{}}  {:>12} bytes  xxh3 {:016x}  {}\n", sh.file, file_w, sh.bytes, sh.xxh3,
+               s.ok() ? "ok" : "FAILED");
+    if (!s.ok()) {
+      ++bad;
+      fmt::print("    {}\n", s.message());
+    }
+  }
+  std::fflush(stdout);
+  if (bad > 0) {
+    throw Error(fmt::format("{} of the {} files of {} do not verify", bad, md.shards.size(), dir));
+  }
+}
+
+void run_export(const std::string& dir, const std::string& out) {
+  checkpoint::export_hf_gpt2(dir, out).throw_if_error("cannot export");
+  const std::string weights = out + "/" + checkpoint::kHfWeightsFile;
+  const auto st = checkpoint::SafetensorsReader::open(weights).value_or_throw("cannot read back");
+  fmt::print("wrote {} ({} tensors, {} bytes of F32) and {}/{}\n", weights,
+             st.header().tensors.size(), st.header().buffer_bytes, out, checkpoint::kHfConfigFile);
+}
+
+void run_import(const std::string& in, const std::string& out,
+                const checkpoint::HfImportOptions& options, const std::string& tokenizer) {
+  const std::string dir =
+      checkpoint::import_hf_gpt2(in, out, options, tokenizer).value_or_throw("cannot import");
+  const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot read back");
+  fmt::print("wrote {} (weights only, tokenizer {})\n", dir, md.train.tokenizer);
+  fmt::print("model       {}\n", model_line(md.model));
+}
+
+}  // namespace
+
+void add_ckpt_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("ckpt", "Inspect checkpoints; convert to and from Hugging Face");
+  cmd->require_subcommand(1);
+
+  auto* inspect = cmd->add_subcommand(
+      "inspect", "Print a checkpoint's config, layout, tensors and files; verify every checksum");
+  auto dir = std::make_shared<std::string>();
+  inspect->add_option("DIR", *dir, "a checkpoint directory, or a directory holding `latest`")
+      ->required();
+  inspect->callback([dir] { run_inspect(*dir); });
+
+  auto* exp = cmd->add_subcommand("export-hf",
+                                  "Write a checkpoint's weights as a Hugging Face GPT-2 directory");
+  auto exp_in = std::make_shared<std::string>(), exp_out = std::make_shared<std::string>();
+  exp->add_option("DIR", *exp_in, "a checkpoint directory, or a directory holding `latest`")
+      ->required();
+  exp->add_option("OUT", *exp_out, "output directory: model.safetensors and config.json")
+      ->required();
+  exp->callback([exp_in, exp_out] { run_export(*exp_in, *exp_out); });
+
+  auto* imp = cmd->add_subcommand(
+      "import-hf", "Make a weights-only checkpoint of a Hugging Face GPT-2 directory");
+  auto imp_in = std::make_shared<std::string>(), imp_out = std::make_shared<std::string>();
+  auto options = std::make_shared<checkpoint::HfImportOptions>();
+  auto tokenizer = std::make_shared<std::string>();
+  imp->add_option("IN", *imp_in, "directory with model.safetensors and config.json")->required();
+  imp->add_option("OUT", *imp_out, "checkpoint root to create (gets step_00000000 and latest)")
+      ->required();
+  imp->add_option("--name", options->name, "the model's name (default: from the export, or IN)");
+  imp->add_option("--pad-vocab-to", options->pad_vocab_to,
+                  "pad the vocabulary to a multiple of this (default: from the export, or 128)")
+      ->check(CLI::PositiveNumber);
+  imp->add_option("--tokenizer", *tokenizer,
+                  "tokenizer to record: gpt2, a tokenizer directory or none (default: gpt2 for a "
+                  "50257-token vocabulary, else none)");
+  imp->callback([imp_in, imp_out, options, tokenizer] {
+    run_import(*imp_in, *imp_out, *options, *tokenizer);
+  });
+}
+
+}  // namespace weft::cli
