@@ -1,13 +1,16 @@
-# Flags every weft target gets. Sanitizers and -march are decided here, once.
+# Flags every weft target gets. Sanitizers and -march are decided here, once. They are host C++
+# flags: CUDA sources (src/weft/kernels/cuda) get theirs from weft_cuda_flags (cmake/WeftCuda.cmake),
+# since nvcc would forward -Wpedantic and -march to the host compiler for its generated code.
 add_library(weft_flags INTERFACE)
-target_compile_options(weft_flags INTERFACE -Wall -Wextra -Wpedantic -Wno-unused-parameter
-                                            -fno-math-errno)
+target_compile_options(weft_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wno-unused-parameter -fno-math-errno>)
 if(WEFT_NATIVE)
-  target_compile_options(weft_flags INTERFACE -march=native)
+  target_compile_options(weft_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()
 if(WEFT_SANITIZE)
-  target_compile_options(weft_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
-                                              -fno-sanitize-recover=undefined)
+  target_compile_options(weft_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer
+                               -fno-sanitize-recover=undefined>)
   target_link_options(weft_flags INTERFACE -fsanitize=address,undefined)
 endif()
 

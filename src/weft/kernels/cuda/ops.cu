@@ -1,0 +1,1066 @@
+// The CUDA kernels other than the matrix products (linear.cc) and flash attention
+// (flash_attention.cu): embedding, LayerNorm, GeLU, residual, softmax + cross-entropy, AdamW, the
+// reductions, dynamic loss scaling, conversions, and plain attention kernels for ops.inc's
+// signature. Each kernel is a template on the storage type (float, or the 16-bit types), so the
+// fp32 ops.inc functions and the mixed-precision ones share one implementation; arithmetic is fp32
+// throughout. Reductions that produce parameter gradients run in a fixed order (no atomics), so
+// a step gives the same bits every time.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "weft/kernels/cpu/reference.h"
+#include "weft/kernels/cuda/common.cuh"
+#include "weft/kernels/cuda/cuda_check.h"
+#include "weft/kernels/cuda/host_plans.h"
+#include "weft/kernels/cuda/internal.h"
+#include "weft/kernels/cuda/kernels_cuda.h"
+
+namespace weft::kernels::cuda {
+namespace detail {
+namespace {
+
+constexpr float kLayerNormEps = static_cast<float>(ref::kLayerNormEps);
+
+#define WEFT_GRID_STRIDE(i, n)                                                           \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+// ---- conversions --------------------------------------------------------------------------
+
+template <typename To, typename From>
+__global__ void convert_kernel(To* out, const From* in, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) { out[i] = from_float<To>(to_float(in[i])); }
+}
+
+template <typename To, typename From>
+void launch_convert(To* out, const From* in, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  convert_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dev(out), dev(in), n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+// out[b,t,c] = wte[tokens[b,t], c] + wpe[t, c]
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                         int T_, int C, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    const int64_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T_);
+    const int64_t token = tokens[bt];
+    out[i] = from_float<T>(to_float(wte[token * C + c]) +
+                           to_float(wpe[static_cast<int64_t>(t) * C + c]));
+  }
+}
+
+// dwpe[t,c] += sum over b of dout[b,t,c], b in order.
+template <typename T>
+__global__ void embedding_backward_wpe_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
+  const int64_t n = static_cast<int64_t>(T_) * C;
+  WEFT_GRID_STRIDE(i, n) {
+    float acc = 0.f;
+    for (int b = 0; b < B; ++b) acc += to_float(dout[static_cast<int64_t>(b) * n + i]);
+    dwpe[i] += acc;
+  }
+}
+
+// One block per run of equal tokens (host_plans.h: group_tokens): dwte[token, c] += the run's
+// dout rows, summed in position order.
+template <typename T>
+__global__ void embedding_backward_wte_kernel(float* dwte, const T* dout, const int32_t* positions,
+                                              const int32_t* run_starts, const int32_t* run_tokens,
+                                              int C) {
+  const int run = blockIdx.x;
+  const int begin = run_starts[run];
+  const int end = run_starts[run + 1];
+  float* row = dwte + static_cast<int64_t>(run_tokens[run]) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = 0.f;
+    for (int k = begin; k < end; ++k)
+      acc += to_float(dout[static_cast<int64_t>(positions[k]) * C + c]);
+    row[c] += acc;
+  }
+}
+
+template <typename T>
+void launch_embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
+                              int T_, int C, Stream stream) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0, "embedding with B=", B, " T=", T_, " C=", C);
+  const int64_t n = static_cast<int64_t>(B) * T_ * C;
+  if (n == 0) return;
+  embedding_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      dev(out), tokens, dev(wte), dev(wpe), T_, C, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_embedding_backward(Context& ctx, float* dwte, float* dwpe, const T* dout,
+                               const int32_t* tokens_host, int B, int T_, int C) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0, "embedding with B=", B, " T=", T_, " C=", C);
+  const int64_t N = static_cast<int64_t>(B) * T_;
+  if (N == 0) return;
+  const TokenRuns runs = group_tokens({tokens_host, static_cast<size_t>(N)});
+  // One upload of the plan: positions[N] | run_starts[R+1] | run_tokens[R].
+  std::vector<int32_t> plan(runs.positions);
+  plan.insert(plan.end(), runs.run_starts.begin(), runs.run_starts.end());
+  plan.insert(plan.end(), runs.run_tokens.begin(), runs.run_tokens.end());
+  auto* device_plan = static_cast<int32_t*>(ctx.scratch(plan.size() * sizeof(int32_t)));
+  // From pageable memory: returns once `plan` is staged, so it may go out of scope.
+  copy_host_to_device_async(device_plan, plan.data(), plan.size() * sizeof(int32_t), ctx.stream());
+  const int32_t* positions = device_plan;
+  const int32_t* run_starts = positions + N;
+  const int32_t* run_tokens = run_starts + runs.num_runs() + 1;
+  embedding_backward_wte_kernel<<<runs.num_runs(), 256, 0, ctx.stream()>>>(
+      dwte, dev(dout), positions, run_starts, run_tokens, C);
+  WEFT_CUDA_CHECK_LAUNCH();
+  const int64_t n = static_cast<int64_t>(T_) * C;
+  embedding_backward_wpe_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream()>>>(
+      dwpe, dev(dout), B, T_, C);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- LayerNorm --------------------------------------------------------------------------------
+// Ba, Kiros & Hinton 2016; biased variance, eps inside the square root (as ref::layernorm_*).
+// One warp per row; the row is read from global memory once per pass (the later passes hit L1).
+
+constexpr int kRowsPerBlock = 4;  // warps per block
+
+// With kResidual: residual = a + b (rounded to T) is normalized; else a is.
+template <typename T, bool kResidual>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual, const T* a,
+                                         const T* b, const T* weight, const T* bias, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const T* x = (kResidual ? residual : a) + row * C;
+  float sum = 0.f;
+  if constexpr (kResidual) {
+    // Each lane later re-reads exactly the elements it writes here.
+    for (int c = lane; c < C; c += kWarpSize) {
+      const T r = from_float<T>(to_float(a[row * C + c]) + to_float(b[row * C + c]));
+      residual[row * C + c] = r;
+      sum += to_float(r);
+    }
+  } else {
+    for (int c = lane; c < C; c += kWarpSize) sum += to_float(x[c]);
+  }
+  const float m = warp_sum(sum) / C;
+  float var = 0.f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = to_float(x[c]) - m;
+    var += d * d;
+  }
+  const float s = 1.f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+  T* y = out + row * C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    y[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = s;
+  }
+}
+
+// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), dnorm = dout * weight.
+template <typename T>
+__global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp,
+                                               const T* weight, const float* mean,
+                                               const float* rstd, int N, int C) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const T* dy = dout + row * C;
+  const T* x = inp + row * C;
+  T* dx = dinp + row * C;
+  const float m = mean[row];
+  const float s = rstd[row];
+  float dnorm_sum = 0.f;
+  float dnorm_norm_sum = 0.f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * norm;
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) / C;
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (to_float(x[c]) - m) * s;
+    const float dnorm = to_float(weight[c]) * to_float(dy[c]);
+    dx[c] = from_float<T>(to_float(dx[c]) + s * (dnorm - dnorm_mean - norm * dnorm_norm_mean));
+  }
+}
+
+// ---- deterministic column sums (weight and bias gradients) -----------------------------------
+// sums[c] = sum over n of x[n,c] (and, with kNorm, normed[c] = sum of x[n,c] * norm[n,c] where
+// norm = (inp - mean) * rstd: LayerNorm's dweight). Pass 1: block (cx, split) sums rows
+// [split * split_rows, ...) of 32 columns with 32 x 8 threads, then across its 8 row-phases in a
+// fixed order, into partials[split][c]. Pass 2 adds the splits in order. No atomics.
+
+constexpr int kColumns = 32;
+constexpr int kRowPhases = 8;
+constexpr int kMinSplitRows = 64;
+constexpr int64_t kMaxPartials = int64_t{4} << 20;  // partial sums per output, floats (16 MB)
+
+// Rows per split: 64, or more when C is so wide that the partials would pass kMaxPartials. A
+// function of (N, C) alone, so the order of the sums never depends on the device.
+int column_split_rows(int N, int C) {
+  const int64_t max_splits = std::min<int64_t>(65535, std::max<int64_t>(1, kMaxPartials / C));
+  const int64_t splits = std::min<int64_t>(ceil_div(N, kMinSplitRows), max_splits);
+  return static_cast<int>(ceil_div(N, splits));
+}
+
+template <typename T, bool kNorm>
+__global__ void column_sums_partial_kernel(float* partial_sums, float* partial_normed, const T* x,
+                                           const T* inp, const float* mean, const float* rstd,
+                                           int N, int C, int split_rows) {
+  __shared__ float shared_sums[kRowPhases][kColumns];
+  __shared__ float shared_normed[kRowPhases][kColumns];
+  const int c = blockIdx.x * kColumns + threadIdx.x;
+  const int split = blockIdx.y;
+  const int end = min(N, (split + 1) * split_rows);
+  float sum = 0.f;
+  float normed = 0.f;
+  if (c < C) {
+    for (int n = split * split_rows + threadIdx.y; n < end; n += kRowPhases) {
+      const int64_t i = static_cast<int64_t>(n) * C + c;
+      const float v = to_float(x[i]);
+      sum += v;
+      if constexpr (kNorm) normed += v * (to_float(inp[i]) - mean[n]) * rstd[n];
+    }
+  }
+  shared_sums[threadIdx.y][threadIdx.x] = sum;
+  shared_normed[threadIdx.y][threadIdx.x] = normed;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.f;
+    float total_normed = 0.f;
+    for (int p = 0; p < kRowPhases; ++p) {
+      total += shared_sums[p][threadIdx.x];
+      total_normed += shared_normed[p][threadIdx.x];
+    }
+    partial_sums[static_cast<int64_t>(split) * C + c] = total;
+    if constexpr (kNorm) partial_normed[static_cast<int64_t>(split) * C + c] = total_normed;
+  }
+}
+
+__global__ void column_sums_finish_kernel(float* sums, float* normed, const float* partial_sums,
+                                          const float* partial_normed, int splits, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  if (sums != nullptr) {
+    float total = 0.f;
+    for (int s = 0; s < splits; ++s) total += partial_sums[static_cast<int64_t>(s) * C + c];
+    sums[c] += total;
+  }
+  if (normed != nullptr) {
+    float total = 0.f;
+    for (int s = 0; s < splits; ++s) total += partial_normed[static_cast<int64_t>(s) * C + c];
+    normed[c] += total;
+  }
+}
+
+// sums[C] += column sums of x[N,C]; with inp/mean/rstd also normed[C] += sum x * norm.
+template <typename T, bool kNorm>
+void launch_column_sums_impl(Context& ctx, float* sums, float* normed, const T* x, const T* inp,
+                             const float* mean, const float* rstd, int N, int C) {
+  if (N == 0 || (sums == nullptr && normed == nullptr)) return;
+  const int split_rows = column_split_rows(N, C);
+  const int splits = static_cast<int>(ceil_div(N, split_rows));
+  const size_t partial = static_cast<size_t>(splits) * C;
+  auto* partials = static_cast<float*>(ctx.scratch((kNorm ? 2 : 1) * partial * sizeof(float)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(C, kColumns)), static_cast<unsigned>(splits));
+  const dim3 block(kColumns, kRowPhases);
+  column_sums_partial_kernel<device_t<T>, kNorm><<<grid, block, 0, ctx.stream()>>>(
+      partials, partials + (kNorm ? partial : 0), dev(x), dev(inp), mean, rstd, N, C, split_rows);
+  WEFT_CUDA_CHECK_LAUNCH();
+  column_sums_finish_kernel<<<static_cast<unsigned>(ceil_div(C, 256)), 256, 0, ctx.stream()>>>(
+      sums, normed, partials, partials + (kNorm ? partial : 0), splits, C);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void check_layernorm_dims(int N, int C) {
+  WEFT_CHECK(N >= 0 && C > 0, "LayerNorm with N=", N, " C=", C);
+}
+
+template <typename T>
+void launch_layernorm_forward(T* out, float* mean, float* rstd, T* residual, const T* a, const T* b,
+                              const T* weight, const T* bias, int N, int C, Stream stream) {
+  check_layernorm_dims(N, C);
+  if (N == 0) return;
+  const unsigned blocks = static_cast<unsigned>(ceil_div(N, kRowsPerBlock));
+  if (residual != nullptr) {
+    layernorm_forward_kernel<device_t<T>, true><<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(
+        dev(out), mean, rstd, dev(residual), dev(a), dev(b), dev(weight), dev(bias), N, C);
+  } else {
+    layernorm_forward_kernel<device_t<T>, false><<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(
+        dev(out), mean, rstd, nullptr, dev(a), nullptr, dev(weight), dev(bias), N, C);
+  }
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
+                               const T* inp, const T* weight, const float* mean, const float* rstd,
+                               int N, int C) {
+  check_layernorm_dims(N, C);
+  if (N == 0) return;
+  layernorm_backward_dinp_kernel<<<static_cast<unsigned>(ceil_div(N, kRowsPerBlock)),
+                                   kRowsPerBlock * kWarpSize, 0, ctx.stream()>>>(
+      dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C);
+  WEFT_CUDA_CHECK_LAUNCH();
+  launch_column_sums_impl<T, true>(ctx, dbias, dweight, dout, inp, mean, rstd, N, C);
+}
+
+// ---- GeLU, residual, bias ---------------------------------------------------------------------
+
+template <typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) { out[i] = from_float<T>(gelu(to_float(inp[i]))); }
+}
+
+// dinp = dout * gelu'(inp), or dinp += that with kAccumulate (ops.inc). In place (dout == dinp)
+// is fine: each element is read before it is written by the same thread.
+template <typename T, bool kAccumulate>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    const float g = gelu_grad(to_float(inp[i])) * to_float(dout[i]);
+    dinp[i] = from_float<T>(kAccumulate ? to_float(dinp[i]) + g : g);
+  }
+}
+
+template <typename T>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
+}
+
+__global__ void residual_backward_kernel(float* da, float* db, const float* dout, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+// x = pre (or out) [N,OC]; x += bias; with pre: out = gelu(x).
+template <typename T>
+__global__ void bias_gelu_kernel(T* out, T* pre, const T* bias, int OC, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    T* x = pre != nullptr ? pre : out;
+    float v = to_float(x[i]);
+    if (bias != nullptr) {
+      v += to_float(bias[i % OC]);
+      x[i] = from_float<T>(v);
+      v = to_float(x[i]);  // the rounded value, as the epilogue's aux output would hold
+    }
+    if (pre != nullptr) out[i] = from_float<T>(gelu(v));
+  }
+}
+
+// ---- fused softmax + cross-entropy ------------------------------------------------------------
+// One block per row. Pass 1: each thread keeps a running (max, sum of exp(z - max)) over its
+// columns, rescaling the sum when the max grows (the online softmax of Milakov & Gimelshein 2018);
+// the block then combines the pairs. Pass 2 (kGrad) overwrites the row with the gradient.
+
+constexpr int kSoftmaxThreads = 512;
+
+__device__ __forceinline__ void combine_max_sum(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  const float s_scaled = m == -INFINITY ? 0.f : s * expf(m - mx);
+  const float s2_scaled = m2 == -INFINITY ? 0.f : s2 * expf(m2 - mx);
+  m = mx;
+  s = s_scaled + s2_scaled;
+}
+
+template <typename T, bool kGrad>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
+                                             float dloss, int V, int Vp) {
+  __shared__ float shared_m[kSoftmaxThreads / kWarpSize];
+  __shared__ float shared_s[kSoftmaxThreads / kWarpSize];
+  __shared__ float shared_zy;
+  const int64_t row = blockIdx.x;
+  T* z = logits + row * Vp;
+  const int32_t y = targets[row];
+  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
+    const float fill = y < 0 ? 0.f : NAN;
+    if (threadIdx.x == 0) losses[row] = fill;
+    if constexpr (kGrad) {
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
+    }
+    return;
+  }
+  if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
+  float m = -INFINITY;
+  float s = 0.f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float x = to_float(z[j]);
+    if (x > m) {
+      s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float m2 = __shfl_xor_sync(kFullMask, m, offset);
+    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
+    combine_max_sum(m, s, m2, s2);
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (lane == 0) {
+    shared_m[warp] = m;
+    shared_s[warp] = s;
+  }
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
+    combine_max_sum(m, s, shared_m[w], shared_s[w]);
+  }
+  if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
+  if constexpr (kGrad) {
+    const float inv_s = 1.f / s;
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+      float g = 0.f;
+      if (j < V) g = dloss * (expf(to_float(z[j]) - m) * inv_s - (j == y ? 1.f : 0.f));
+      z[j] = from_float<T>(g);
+    }
+  }
+}
+
+template <typename T, bool kGrad>
+void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targets, float dloss,
+                                  int N, int V, int Vp, Stream stream) {
+  WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V, " Vp=", Vp);
+  if (N == 0) return;
+  softmax_cross_entropy_kernel<device_t<T>, kGrad>
+      <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- AdamW ------------------------------------------------------------------------------------
+
+struct AdamWScalars {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float correction1;  // 1 - beta1^t
+  float correction2;  // 1 - beta2^t
+  float grad_scale;
+};
+
+// One element, exactly as ref::adamw_update.
+__device__ __forceinline__ float adamw_element(float& p, float g, float& m, float& v, float wd,
+                                               const AdamWScalars& s) {
+  m = s.beta1 * m + (1.f - s.beta1) * g;
+  v = s.beta2 * v + (1.f - s.beta2) * g * g;
+  const float mhat = m / s.correction1;
+  const float vhat = v / s.correction2;
+  p -= s.lr * (mhat / (sqrtf(vhat) + s.eps) + wd * p);
+  return p;
+}
+
+AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, int t, float grad_scale) {
+  WEFT_CHECK(t >= 1, "AdamW step t=", t, " must be >= 1");
+  // As the fp32 reference: powers in float.
+  return AdamWScalars{lr,
+                      beta1,
+                      beta2,
+                      eps,
+                      1.f - std::pow(beta1, static_cast<float>(t)),
+                      1.f - std::pow(beta2, static_cast<float>(t)),
+                      grad_scale};
+}
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
+                             float weight_decay, AdamWScalars s) {
+  WEFT_GRID_STRIDE(i, n) {
+    float p = params[i];
+    float mi = m[i];
+    float vi = v[i];
+    adamw_element(p, grads[i] * s.grad_scale, mi, vi, weight_decay, s);
+    params[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// Block i updates chunk i of the table (host_plans.h: make_chunks).
+template <typename T16>
+__global__ void adamw_multi_kernel(const AdamWSegment<T16>* segments, const Chunk* chunks,
+                                   int64_t chunk_size, AdamWScalars s,
+                                   const LossScaleState* scaler) {
+  float grad_scale = s.grad_scale;
+  if (scaler != nullptr) {
+    if (scaler->found_inf) return;  // overflowed gradients: skip the step
+    grad_scale *= scaler->inv_scale;
+  }
+  const Chunk chunk = chunks[blockIdx.x];
+  const AdamWSegment<T16> seg = segments[chunk.segment];
+  auto* params16 = dev(seg.params16);
+  const int64_t end = min(chunk.offset + chunk_size, seg.n);
+  for (int64_t i = chunk.offset + threadIdx.x; i < end; i += blockDim.x) {
+    float p = seg.params[i];
+    float mi = seg.m[i];
+    float vi = seg.v[i];
+    adamw_element(p, seg.grads[i] * grad_scale, mi, vi, seg.weight_decay, s);
+    seg.params[i] = p;
+    seg.m[i] = mi;
+    seg.v[i] = vi;
+    if (params16 != nullptr) params16[i] = from_float<device_t<T16>>(p);
+  }
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+// Sum of squares in double: a fixed grid (a function of n only) of per-thread sums, a fixed tree
+// per block, then one block adds the partials in order. The same bits on every run and device.
+
+constexpr int kReduceThreads = 256;
+constexpr int kReduceMaxBlocks = 1024;
+
+__device__ double block_sum_double(double x, double* shared) {
+  shared[threadIdx.x] = x;
+  __syncthreads();
+  for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+    if (static_cast<int>(threadIdx.x) < stride) shared[threadIdx.x] += shared[threadIdx.x + stride];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+__global__ void sum_squares_partial_kernel(double* partials, const float* x, int64_t n) {
+  __shared__ double shared[kReduceThreads];
+  double acc = 0.0;
+  WEFT_GRID_STRIDE(i, n) {
+    const double xi = x[i];
+    acc += xi * xi;
+  }
+  const double total = block_sum_double(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void sum_squares_finish_kernel(double* out, const double* partials, int count) {
+  __shared__ double shared[kReduceThreads];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  const double total = block_sum_double(acc, shared);
+  if (threadIdx.x == 0) *out = total;
+}
+
+void launch_sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  const int64_t wanted = ceil_div(n, kReduceThreads * 16);
+  const int blocks =
+      static_cast<int>(wanted < 1 ? 1 : (wanted > kReduceMaxBlocks ? kReduceMaxBlocks : wanted));
+  auto* partials = static_cast<double*>(ctx.scratch(kReduceMaxBlocks * sizeof(double)));
+  sum_squares_partial_kernel<<<blocks, kReduceThreads, 0, ctx.stream()>>>(partials, x, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+  sum_squares_finish_kernel<<<1, kReduceThreads, 0, ctx.stream()>>>(out, partials, blocks);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) { x[i] *= s; }
+}
+
+// ---- dynamic loss scaling ---------------------------------------------------------------------
+// Each block flags non-finite gradients; the last block to finish (a ticket counter, as CUDA's
+// threadFenceReduction sample) publishes the result and adjusts the scale, all in one launch.
+
+__global__ void loss_scale_update_kernel(LossScaleState* state, const float* grads, int64_t n,
+                                         int growth_interval, float growth, float backoff) {
+  bool bad = false;
+  WEFT_GRID_STRIDE(i, n) { bad = bad || !isfinite(grads[i]); }
+  const int any_bad = __syncthreads_or(bad);
+  if (threadIdx.x != 0) return;
+  if (any_bad) atomicOr(&state->pending_inf, 1);
+  __threadfence();  // the flag is visible before this block's ticket
+  const unsigned ticket = atomicAdd(&state->blocks_done, 1u);
+  if (ticket != gridDim.x - 1) return;
+  __threadfence();
+  const int found = atomicExch(&state->pending_inf, 0);
+  state->found_inf = found;
+  state->inv_scale = 1.f / state->scale;
+  if (found) {
+    state->scale *= backoff;
+    state->good_steps = 0;
+  } else if (++state->good_steps >= growth_interval) {
+    state->scale *= growth;
+    state->good_steps = 0;
+  }
+  state->blocks_done = 0;
+}
+
+// ---- attention for ops.inc's signature (fp32, plain) ----------------------------------------
+// One block per (b, h, t) row: scores into att, softmax in place, out = att @ v. These keep the
+// [B,NH,T,T] probabilities the op list asks for; the model uses flash attention.
+
+constexpr int kAttentionThreads = 128;
+constexpr int kMaxPlainT = 4096;  // the backward keeps two rows of T floats in shared memory
+
+__global__ void attention_forward_plain_kernel(float* out, float* att, const float* qkv, int T_,
+                                               int C, int NH) {
+  __shared__ float shared[kWarpSize];
+  const int t = blockIdx.x % T_;
+  const int64_t bh = blockIdx.x / T_;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const float scale = 1.f / sqrtf(static_cast<float>(HS));
+  const float* q = qkv + (b * T_ + t) * C3 + h * HS;
+  float* att_t = att + (bh * T_ + t) * T_;
+  float local_max = -INFINITY;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const float* k = qkv + (b * T_ + j) * C3 + C + h * HS;
+    float dot = 0.f;
+    for (int d = 0; d < HS; ++d) dot += q[d] * k[d];
+    att_t[j] = dot * scale;
+    local_max = fmaxf(local_max, dot * scale);
+  }
+  const float maxval = block_max(local_max, shared);
+  float local_sum = 0.f;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const float e = expf(att_t[j] - maxval);
+    att_t[j] = e;
+    local_sum += e;
+  }
+  const float sum = block_sum(local_sum, shared);
+  for (int j = threadIdx.x; j < T_; j += blockDim.x) att_t[j] = j <= t ? att_t[j] / sum : 0.f;
+  __syncthreads();  // att_t complete before it is read across threads
+  float* o = out + (b * T_ + t) * C + h * HS;
+  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j <= t; ++j) acc += att_t[j] * qkv[(b * T_ + j) * C3 + 2 * C + h * HS + d];
+    o[d] = acc;
+  }
+}
+
+// Row t: weighted[t] = sum_j a[t,j] (dout_t . v_j); dq_t += scale sum_j a[t,j] (da_tj - weighted)
+// k_j.
+__global__ void attention_backward_rows_kernel(float* dqkv, float* weighted, const float* dout,
+                                               const float* qkv, const float* att, int T_, int C,
+                                               int NH) {
+  extern __shared__ float ds[];  // [T]
+  __shared__ float shared[kWarpSize];
+  const int t = blockIdx.x % T_;
+  const int64_t bh = blockIdx.x / T_;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const float scale = 1.f / sqrtf(static_cast<float>(HS));
+  const float* att_t = att + (bh * T_ + t) * T_;
+  const float* dy = dout + (b * T_ + t) * C + h * HS;
+  float local = 0.f;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const float* v = qkv + (b * T_ + j) * C3 + 2 * C + h * HS;
+    float da = 0.f;
+    for (int d = 0; d < HS; ++d) da += dy[d] * v[d];
+    ds[j] = da;
+    local += att_t[j] * da;
+  }
+  const float w = block_sum(local, shared);
+  if (threadIdx.x == 0) weighted[bh * T_ + t] = w;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) ds[j] = att_t[j] * (ds[j] - w) * scale;
+  __syncthreads();
+  float* dq = dqkv + (b * T_ + t) * C3 + h * HS;
+  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j <= t; ++j) acc += ds[j] * qkv[(b * T_ + j) * C3 + C + h * HS + d];
+    dq[d] += acc;
+  }
+}
+
+// Key row j: dv_j += sum_{t>=j} a[t,j] dout_t; dk_j += sum_t scale a[t,j] (da_tj - weighted_t) q_t.
+__global__ void attention_backward_keys_kernel(float* dqkv, const float* weighted,
+                                               const float* dout, const float* qkv,
+                                               const float* att, int T_, int C, int NH) {
+  extern __shared__ float shared_rows[];  // a[T] then ds[T]
+  float* a = shared_rows;
+  float* ds = shared_rows + T_;
+  const int j = blockIdx.x % T_;
+  const int64_t bh = blockIdx.x / T_;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int HS = C / NH;
+  const int64_t C3 = 3 * static_cast<int64_t>(C);
+  const float scale = 1.f / sqrtf(static_cast<float>(HS));
+  const float* v = qkv + (b * T_ + j) * C3 + 2 * C + h * HS;
+  for (int t = j + threadIdx.x; t < T_; t += blockDim.x) {
+    const float* dy = dout + (b * T_ + t) * C + h * HS;
+    float da = 0.f;
+    for (int d = 0; d < HS; ++d) da += dy[d] * v[d];
+    const float a_tj = att[(bh * T_ + t) * T_ + j];
+    a[t] = a_tj;
+    ds[t] = a_tj * (da - weighted[bh * T_ + t]) * scale;
+  }
+  __syncthreads();
+  float* dk = dqkv + (b * T_ + j) * C3 + C + h * HS;
+  float* dv = dqkv + (b * T_ + j) * C3 + 2 * C + h * HS;
+  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
+    float acc_v = 0.f;
+    float acc_k = 0.f;
+    for (int t = j; t < T_; ++t) {
+      acc_v += a[t] * dout[(b * T_ + t) * C + h * HS + d];
+      acc_k += ds[t] * qkv[(b * T_ + t) * C3 + h * HS + d];
+    }
+    dv[d] += acc_v;
+    dk[d] += acc_k;
+  }
+}
+
+void check_attention_dims(int B, int T_, int C, int NH) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0 && NH > 0 && C % NH == 0, "attention with B=", B, " T=", T_,
+             " C=", C, " NH=", NH);
+  WEFT_CHECK(T_ <= kMaxPlainT, "the plain attention kernels take T <= ", kMaxPlainT, ", got T=", T_,
+             " (use flash_attention_*)");
+}
+
+}  // namespace
+
+// ---- launchers for linear.cc (internal.h) ----------------------------------------------------
+
+template <typename T>
+void launch_bias_gelu(T* out, T* pre, const T* bias, int N, int OC, Stream stream) {
+  const int64_t n = static_cast<int64_t>(N) * OC;
+  if (n == 0) return;
+  bias_gelu_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dev(out), dev(pre),
+                                                                              dev(bias), OC, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_gelu_backward_inplace(T* dinp, const T* pre, int64_t n, Stream stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<device_t<T>, false>
+      <<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dev(dinp), dev(pre), dev(dinp),
+                                                                  n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_column_sums(Context& ctx, float* out, const T* x, int N, int C) {
+  launch_column_sums_impl<T, false>(ctx, out, nullptr, x, nullptr, nullptr, nullptr, N, C);
+}
+
+#define WEFT_INSTANTIATE_LAUNCHERS(T)                                           \
+  template void launch_bias_gelu<T>(T*, T*, const T*, int, int, Stream);        \
+  template void launch_gelu_backward_inplace<T>(T*, const T*, int64_t, Stream); \
+  template void launch_column_sums<T>(Context&, float*, const T*, int, int);
+WEFT_INSTANTIATE_LAUNCHERS(float)
+WEFT_INSTANTIATE_LAUNCHERS(BF16)
+WEFT_INSTANTIATE_LAUNCHERS(F16)
+#undef WEFT_INSTANTIATE_LAUNCHERS
+
+}  // namespace detail
+
+using detail::ceil_div;
+using detail::elementwise_blocks;
+using detail::kElementwiseThreads;
+
+// ==== 1. ops.inc ================================================================================
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
+  detail::launch_embedding_forward(out, tokens, wte, wpe, B, T, C, nullptr);
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) {
+  // The deterministic plan needs the token ids on the host: one synchronizing copy.
+  std::vector<int32_t> tokens_host(static_cast<size_t>(B) * T);
+  copy_to_host(tokens_host.data(), tokens, tokens_host.size() * sizeof(int32_t));
+  detail::launch_embedding_backward(default_context(), dwte, dwpe, dout, tokens_host.data(), B, T,
+                                    C);
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
+  detail::launch_layernorm_forward<float>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N,
+                                          C, nullptr);
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  detail::launch_layernorm_backward(default_context(), dinp, dweight, dbias, dout, inp, weight,
+                                    mean, rstd, N, C);
+}
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  detail::check_attention_dims(B, T, C, NH);
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  if (rows == 0) return;
+  detail::
+      attention_forward_plain_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads>>>(
+          out, att, qkv, T, C, NH);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH) {
+  detail::check_attention_dims(B, T, C, NH);
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  if (rows == 0) return;
+  Context& ctx = default_context();
+  auto* weighted = static_cast<float*>(ctx.scratch(static_cast<size_t>(rows) * sizeof(float)));
+  detail::attention_backward_rows_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads,
+                                           T * sizeof(float), ctx.stream()>>>(dqkv, weighted, dout,
+                                                                              qkv, att, T, C, NH);
+  WEFT_CUDA_CHECK_LAUNCH();
+  detail::attention_backward_keys_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads,
+                                           2 * T * sizeof(float), ctx.stream()>>>(
+      dqkv, weighted, dout, qkv, att, T, C, NH);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_forward(float* out, const float* inp, int64_t n) { gelu_forward<float>(out, inp, n); }
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::gelu_backward_kernel<float, true>
+      <<<elementwise_blocks(n), kElementwiseThreads>>>(dinp, inp, dout, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  residual_forward<float>(out, a, b, n);
+}
+
+void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::residual_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads>>>(da, db, dout, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                   int N, int V, int Vp) {
+  // kGrad = false never writes the logits.
+  detail::launch_softmax_cross_entropy<float, false>(losses, const_cast<float*>(logits), targets,
+                                                     0.f, N, V, Vp, nullptr);
+}
+
+void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
+                                 int N, int V, int Vp) {
+  detail::launch_softmax_cross_entropy<float, true>(losses, logits, targets, dloss, N, V, Vp,
+                                                    nullptr);
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, 1.f);
+  if (n == 0) return;
+  detail::adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads>>>(params, grads, m, v, n,
+                                                                       weight_decay, s);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+double sum_squares(const float* x, int64_t n) {
+  Context& ctx = default_context();
+  // The result lands after the partials in scratch.
+  auto* result =
+      static_cast<double*>(ctx.scratch((detail::kReduceMaxBlocks + 1) * sizeof(double))) +
+      detail::kReduceMaxBlocks;
+  detail::launch_sum_squares(ctx, result, x, n);
+  double host = 0.0;
+  copy_to_host(&host, result, sizeof(double));
+  return host;
+}
+
+void scale(float* x, float s, int64_t n) { scale(x, s, n, nullptr); }
+
+void scale(float* x, float s, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(x, s, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// ==== 2. Mixed precision ========================================================================
+
+void convert(BF16* out, const float* in, int64_t n, Stream stream) {
+  detail::launch_convert(out, in, n, stream);
+}
+void convert(F16* out, const float* in, int64_t n, Stream stream) {
+  detail::launch_convert(out, in, n, stream);
+}
+void convert(float* out, const BF16* in, int64_t n, Stream stream) {
+  detail::launch_convert(out, in, n, stream);
+}
+void convert(float* out, const F16* in, int64_t n, Stream stream) {
+  detail::launch_convert(out, in, n, stream);
+}
+
+template <typename T16>
+void embedding_forward(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
+                       int T, int C, Stream stream) {
+  detail::launch_embedding_forward(out, tokens, wte, wpe, B, T, C, stream);
+}
+
+template <typename T16>
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+                        const int32_t* tokens_host, int B, int T, int C) {
+  detail::launch_embedding_backward(ctx, dwte, dwpe, dout, tokens_host, B, T, C);
+}
+
+template <typename T16>
+void layernorm_forward(T16* out, float* mean, float* rstd, const T16* inp, const T16* weight,
+                       const T16* bias, int N, int C, Stream stream) {
+  detail::launch_layernorm_forward<T16>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C,
+                                        stream);
+}
+
+template <typename T16>
+void fused_residual_layernorm_forward(T16* residual, T16* out, float* mean, float* rstd,
+                                      const T16* a, const T16* b, const T16* weight,
+                                      const T16* bias, int N, int C, Stream stream) {
+  WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
+  detail::launch_layernorm_forward<T16>(out, mean, rstd, residual, a, b, weight, bias, N, C,
+                                        stream);
+}
+
+template <typename T16>
+void layernorm_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
+                        const T16* inp, const T16* weight, const float* mean, const float* rstd,
+                        int N, int C) {
+  detail::launch_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      detail::dev(out), detail::dev(inp), n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T16>
+void gelu_backward(T16* dinp, const T16* inp, const T16* dout, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::gelu_backward_kernel<detail::device_t<T16>, false>
+      <<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+          detail::dev(dinp), detail::dev(inp), detail::dev(dout), n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  detail::residual_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      detail::dev(out), detail::dev(a), detail::dev(b), n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T16>
+void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
+                                 int N, int V, int Vp, Stream stream) {
+  detail::launch_softmax_cross_entropy<T16, true>(losses, logits, targets, dloss, N, V, Vp, stream);
+}
+
+LossScaler::LossScaler(Arena& arena, float initial_scale, int growth_interval, float growth,
+                       float backoff)
+    : state_(arena.allocate<LossScaleState>(1)),
+      growth_interval_(growth_interval),
+      growth_(growth),
+      backoff_(backoff) {
+  WEFT_CHECK(
+      initial_scale > 0.f && growth_interval > 0 && growth > 1.f && backoff > 0.f && backoff < 1.f,
+      "loss scaler with initial_scale=", initial_scale, " growth_interval=", growth_interval,
+      " growth=", growth, " backoff=", backoff);
+  const LossScaleState initial{initial_scale, 1.f / initial_scale, 0, 0, 0, 0};
+  copy_to_device(state_, &initial, sizeof(initial));
+}
+
+void LossScaler::update(const float* grads, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  detail::loss_scale_update_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      state_, grads, n, growth_interval_, growth_, backoff_);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+float LossScaler::scale() const {
+  LossScaleState host{};
+  copy_to_host(&host, state_, sizeof(host));
+  return host.scale;
+}
+
+bool LossScaler::found_inf() const {
+  LossScaleState host{};
+  copy_to_host(&host, state_, sizeof(host));
+  return host.found_inf != 0;
+}
+
+template <typename T16>
+AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments) {
+  std::vector<int64_t> sizes;
+  num_elements_ = 0;
+  for (const AdamWSegment<T16>& s : segments) {
+    WEFT_CHECK(s.params != nullptr && s.grads != nullptr && s.m != nullptr && s.v != nullptr,
+               "AdamW segment ", sizes.size(), " has a null tensor");
+    sizes.push_back(s.n);
+    num_elements_ += s.n;
+  }
+  const std::vector<Chunk> chunks = make_chunks(sizes, kChunk);
+  num_chunks_ = static_cast<int64_t>(chunks.size());
+  auto* device_segments = arena.allocate<AdamWSegment<T16>>(static_cast<int64_t>(segments.size()));
+  auto* device_chunks = arena.allocate<Chunk>(num_chunks_);
+  copy_to_device(device_segments, segments.data(), segments.size() * sizeof(AdamWSegment<T16>));
+  copy_to_device(device_chunks, chunks.data(), chunks.size() * sizeof(Chunk));
+  segments_ = device_segments;
+  chunks_ = device_chunks;
+}
+
+template <typename T16>
+void AdamWPlan<T16>::step(float lr, float beta1, float beta2, float eps, int t, float grad_scale,
+                          const LossScaleState* scaler, Stream stream) const {
+  const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, grad_scale);
+  if (num_chunks_ == 0) return;
+  detail::adamw_multi_kernel<T16><<<static_cast<unsigned>(num_chunks_), 256, 0, stream>>>(
+      segments_, static_cast<const Chunk*>(chunks_), kChunk, s, scaler);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
+  detail::launch_sum_squares(ctx, out, x, n);
+}
+
+// ---- explicit instantiations (T16 = BF16, F16) ------------------------------------------------
+
+#define WEFT_INSTANTIATE_MIXED(T16)                                                                \
+  template void embedding_forward<T16>(T16*, const int32_t*, const T16*, const T16*, int, int,     \
+                                       int, Stream);                                               \
+  template void embedding_backward<T16>(Context&, float*, float*, const T16*, const int32_t*, int, \
+                                        int, int);                                                 \
+  template void layernorm_forward<T16>(T16*, float*, float*, const T16*, const T16*, const T16*,   \
+                                       int, int, Stream);                                          \
+  template void fused_residual_layernorm_forward<T16>(T16*, T16*, float*, float*, const T16*,      \
+                                                      const T16*, const T16*, const T16*, int,     \
+                                                      int, Stream);                                \
+  template void layernorm_backward<T16>(Context&, T16*, float*, float*, const T16*, const T16*,    \
+                                        const T16*, const float*, const float*, int, int);         \
+  template void gelu_forward<T16>(T16*, const T16*, int64_t, Stream);                              \
+  template void gelu_backward<T16>(T16*, const T16*, const T16*, int64_t, Stream);                 \
+  template void residual_forward<T16>(T16*, const T16*, const T16*, int64_t, Stream);              \
+  template void softmax_cross_entropy_fused<T16>(float*, T16*, const int32_t*, float, int, int,    \
+                                                 int, Stream);                                     \
+  template class AdamWPlan<T16>;
+WEFT_INSTANTIATE_MIXED(BF16)
+WEFT_INSTANTIATE_MIXED(F16)
+#undef WEFT_INSTANTIATE_MIXED
+
+}  // namespace weft::kernels::cuda
