@@ -151,7 +151,8 @@ std::vector<double> losses(const std::string& metrics) {
 }
 
 // `mpirun -n 2 weft train ... --set parallel.tp=2` trains the same model as one process; its
-// checkpoint (the serial layout) continues under dp=2, tp=2 with sequence parallelism, and pp=2.
+// checkpoint (the serial layout) continues under dp=2 with ZeRO-3 (whose sharded state is
+// gathered into the next checkpoint), tp=2 with sequence parallelism, and pp=2.
 TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   const std::string run = write_run();
   auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
@@ -165,9 +166,11 @@ TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   EXPECT_HAS(r.text, "tp=2 pp=1 dp=1, 2 ranks x 1 thread");
   // Continue the tp=2 checkpoint as two data-parallel replicas for 2 steps, then with tp=2 and
   // sequence parallelism, then as a two-stage pipeline.
-  r = weft_command(mpirun + "train " + run + " --resume --stop-after 6 --set parallel.dp=2");
+  r = weft_command(mpirun + "train " + run +
+                   " --resume --stop-after 6 --set parallel.dp=2 --set parallel.zero=3");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "tp=1 pp=1 dp=2");
+  EXPECT_HAS(r.text, "peak memory per rank");
   r = weft_command(mpirun + "train " + run +
                    " --resume --stop-after 7 --set parallel.tp=2 "
                    "--set parallel.sequence_parallel=true");
@@ -180,6 +183,40 @@ TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   ASSERT_EQ(parallel.size(), serial.size()) << read_text(out("/metrics.jsonl"));
   for (size_t i = 0; i < serial.size(); ++i) {
     EXPECT_NEAR(parallel[i], serial[i], 1e-5 * serial[i]) << "step " << i + 1;
+  }
+}
+
+// A rank killed as a step begins, and rank 0 killed halfway through writing a checkpoint
+// (core/fault.h), each end the job with a non-zero exit at once; the last complete checkpoint
+// loads and the run finishes with the uninterrupted run's losses.
+TEST_F(CliTrainTest, AKilledRankEndsTheJobAndTheRunResumesFromTheLastCompleteCheckpoint) {
+  const std::string run = write_run("");
+  auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const std::vector<double> serial = losses(dir_ + "/serial/metrics.jsonl");
+
+  const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
+  const std::string layout = " --set parallel.dp=2 --set parallel.zero=1 --set train.save_every=2";
+  auto t0 = std::chrono::steady_clock::now();
+  r = weft_command("WEFT_FAULT=step:5:1 " + mpirun + "train " + run + layout);
+  EXPECT_NE(r.rc, 0) << r.text;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000004\n");
+
+  t0 = std::chrono::steady_clock::now();
+  r = weft_command("WEFT_FAULT=save:6:0 " + mpirun + "train " + run + " --resume" + layout);
+  EXPECT_NE(r.rc, 0) << r.text;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000004\n");  // 6 never completed
+
+  r = weft_command(mpirun + "train " + run + " --resume" + layout);
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "resuming at step 4");
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000008\n");
+  const std::vector<double> resumed = losses(out("/metrics.jsonl"));
+  ASSERT_EQ(resumed.size(), serial.size()) << read_text(out("/metrics.jsonl"));
+  for (size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_NEAR(resumed[i], serial[i], 1e-5 * serial[i]) << "step " << i + 1;
   }
 }
 

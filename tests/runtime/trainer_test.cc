@@ -252,6 +252,20 @@ TEST_F(TrainerTest, ACorruptCheckpointStopsTheResumeBeforeAnythingIsWritten) {
   EXPECT_FALSE(fs::exists(base_ + "/other/metrics.jsonl"));
 }
 
+TEST_F(TrainerTest, TooManyNonFiniteStepsInARowStopTheRunWithAnError) {
+  Trainer t(config("nan-stop", {"train.lr=1e30", "train.min_lr=1e30", "train.warmup_steps=0",
+                                "train.clip=0", "train.steps=20", "train.eval_every=0",
+                                "train.max_skipped_steps=3", "train.save_every=0"}),
+            data_, quiet());
+  const auto r = t.run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("3 consecutive steps (through step 4) had a non-finite loss "
+                                      "or gradient norm"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(t.optimizer().step_count(), 1);
+}
+
 TEST_F(TrainerTest, NonFiniteStepsAreSkippedAndLoggedAndTheRunGoesOn) {
   // A learning rate of 1e30 without clipping sends the weights to infinity after one update; the
   // loss is NaN from then on, and those steps make no update.

@@ -59,6 +59,9 @@ const std::vector<Binding>& bindings() {
       {"train.beta2", WEFT_FIELD(train.beta2), "AdamW beta2"},
       {"train.eps", WEFT_FIELD(train.eps), "AdamW epsilon"},
       {"train.clip", WEFT_FIELD(train.clip), "global gradient-norm clipping; 0: off"},
+      {"train.max_skipped_steps", WEFT_FIELD(train.max_skipped_steps),
+       "consecutive steps with a non-finite loss or gradient norm (skipped) before the run stops "
+       "with an error; 0: never"},
       {"train.eval_every", WEFT_FIELD(train.eval_every),
        "validation loss every N steps and at the end; 0: never"},
       {"train.eval_batches", WEFT_FIELD(train.eval_batches),
@@ -470,6 +473,10 @@ Status validate(const RunConfig& c) {
                     t.eval_every));
   }
   if (t.save_every < 0) add(fmt::format("train.save_every={} must be >= 0", t.save_every));
+  if (t.max_skipped_steps < 0) {
+    add(fmt::format("train.max_skipped_steps={} must be >= 0 (0: never stop)",
+                    t.max_skipped_steps));
+  }
   if (t.keep_last < 0)
     add(fmt::format("train.keep_last={} must be >= 0 (0: keep all)", t.keep_last));
   if (t.seed < 0) add(fmt::format("train.seed={} must be >= 0", t.seed));

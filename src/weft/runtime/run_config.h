@@ -37,7 +37,8 @@ struct RunConfig {
     double lr = 6e-4, min_lr = 6e-5;
     int warmup_steps = 0;
     double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
-    double clip = 1.0;  // global gradient-norm clipping; 0: off
+    double clip = 1.0;           // global gradient-norm clipping; 0: off
+    int max_skipped_steps = 10;  // consecutive non-finite steps before the run gives up; 0: never
     int eval_every = 100, eval_batches = 10;
     int save_every = 1000, keep_last = 3;
     int64_t seed = 1234;

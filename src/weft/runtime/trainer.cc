@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
@@ -307,6 +308,7 @@ Result<TrainResult> Trainer::run() {
       options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
   std::vector<int32_t> tokens(static_cast<size_t>(m) * b * T), targets(tokens.size());
   int64_t saved_step = resume_dir.empty() ? -1 : step;
+  int skipped_in_a_row = 0;
 
   auto save = [&]() -> Status {
     if (saved_step == step) return {};
@@ -384,6 +386,7 @@ Result<TrainResult> Trainer::run() {
     const double lr = schedule.at(step);
     const int64_t epoch = sampler.state().epoch;
     sampler.next_batch(tokens.data(), targets.data());
+    fault_point("step", step + 1);  // crash tests (core/fault.h)
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats stats =
         runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
@@ -404,6 +407,7 @@ Result<TrainResult> Trainer::run() {
     r.tokens = step * t.global_batch * T;
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) r.val_loss = evaluate();
     r.peak_mem_bytes = peak_resident_bytes();
+    skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
     if (stats.skipped) {
       progress.message(fmt::format(
           "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
@@ -417,6 +421,18 @@ Result<TrainResult> Trainer::run() {
     progress.update(r);
     result.records.push_back(r);
     result.last_step = step;
+    if (t.max_skipped_steps > 0 && skipped_in_a_row >= t.max_skipped_steps) {
+      // The same on every rank (the loss and norm are): all stop here, nothing more is saved, so
+      // the last checkpoint is the last good state.
+      progress.finish();
+      return Status::error(fmt::format(
+          "{} consecutive steps (through step {}) had a non-finite loss or gradient norm and made "
+          "no update (train.max_skipped_steps={}); stopping. {}Lower train.lr or raise "
+          "train.warmup_steps, check the data, or resume from a checkpoint.",
+          skipped_in_a_row, step, t.max_skipped_steps,
+          saved_step >= 0 ? fmt::format("The last checkpoint is from step {}. ", saved_step)
+                          : std::string()));
+    }
     if (options_.on_step) options_.on_step(r);
     if (t.save_every > 0 && step % t.save_every == 0) {
       Status s = save();

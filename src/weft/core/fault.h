@@ -1,0 +1,17 @@
+#pragma once
+// Fault injection for the crash tests: a process dies (SIGKILL, no cleanup, as a machine that
+// fails) at a named point when the environment asks for it:
+//   WEFT_FAULT=<point>:<index>[:<rank>]   e.g. "step:5:1" kills world rank 1 as step 5 begins,
+//                                          "save:6:0" kills rank 0 halfway through writing the
+//                                          checkpoint of step 6
+// The rank is the launcher's (OMPI_COMM_WORLD_RANK; 0 without mpirun); without it every rank
+// dies. Unset (always, outside tests) this costs one cached getenv.
+
+#include <cstdint>
+#include <string_view>
+
+namespace weft {
+
+void fault_point(std::string_view point, int64_t index);
+
+}  // namespace weft
