@@ -59,8 +59,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
     c->stage = o_.pp_rank + j * sh.pp;
     c->model = std::make_unique<model::Gpt>(
         cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
-        std::max(1, slots[j]),
-        DistributedOptimizer::storage(o_.zero, o_.dp != nullptr ? o_.dp->size() : 1));
+        std::max(1, slots[j]), DistributedOptimizer::storage(o_.zero, dp_size()));
     c->opt = std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw);
     c->slot_of.assign(m_, -1);
     for (int k = c->model->slots() - 1; k >= 0; --k) c->free_slots.push_back(k);
@@ -98,11 +97,10 @@ model::MemoryEstimate PipelineRunner::predicted_memory() const {
   for (const auto& c : chunks_) {
     chunks.push_back({c->model->stage(), c->model->slots(), !c->grad_out.empty()});
   }
-  return model::estimate_rank_memory(cfg_, o_.B, o_.T, o_.recompute, kernels::num_threads(),
-                                     {o_.tp.size(), o_.tp.sequence_parallel}, chunks, m_,
-                                     schedule_.shape.pp > 1,
-                                     schedule_.kind == schedule::Kind::ZeroBubbleH1,
-                                     {o_.zero, o_.dp != nullptr ? o_.dp->size() : 1});
+  return model::estimate_rank_memory(
+      cfg_, o_.B, o_.T, o_.recompute, kernels::num_threads(),
+      {o_.tp.size(), o_.tp.sequence_parallel}, chunks, m_, schedule_.shape.pp > 1,
+      schedule_.kind == schedule::Kind::ZeroBubbleH1, {o_.zero, dp_size()});
 }
 
 void PipelineRunner::init(uint64_t seed) {
@@ -132,6 +130,18 @@ void PipelineRunner::release(Chunk& c, int mb) {
   WEFT_CHECK(c.slot_of[mb] >= 0, "stage ", c.stage, " microbatch ", mb, " holds no slot");
   c.free_slots.push_back(c.slot_of[mb]);
   c.slot_of[mb] = -1;
+}
+
+int PipelineRunner::dp_size() const { return o_.dp != nullptr ? o_.dp->size() : 1; }
+
+// A loss summed on the last stage's rank: on every rank, and the mean over the replicas.
+double PipelineRunner::replica_mean(double loss) const {
+  if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
+  if (dp_size() > 1) {
+    o_.dp->all_reduce(&loss, 1);
+    loss /= dp_size();
+  }
+  return loss;
 }
 
 int64_t PipelineRunner::boundary_elements() const {
@@ -248,12 +258,7 @@ void PipelineRunner::optimizer_step() {
     for (auto& w : c->grad_sends) w.wait();
   }
   // The loss lives on the last stage's rank: every rank gets the mean (over the replicas too).
-  double loss = loss_sum_;
-  if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
-  if (o_.dp != nullptr && o_.dp->size() > 1) {
-    o_.dp->all_reduce(&loss, 1);
-    loss /= o_.dp->size();
-  }
+  const double loss = replica_mean(loss_sum_);
   stats_ =
       finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
 }
@@ -304,11 +309,7 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
     }
   }
   for (auto& c : chunks_) c->sends[0].wait();
-  if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
-  if (o_.dp != nullptr && o_.dp->size() > 1) {  // each replica evaluated its own batches
-    o_.dp->all_reduce(&loss, 1);
-    loss /= o_.dp->size();
-  }
+  loss = replica_mean(loss);  // each replica evaluated its own batches
   return static_cast<float>(loss / batches);
 }
 

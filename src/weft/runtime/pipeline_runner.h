@@ -97,6 +97,8 @@ class PipelineRunner : public StageRunner {
   void recv_rows(float* full, int peer, int tag);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
+  int dp_size() const;                // 1 without a dp group
+  double replica_mean(double loss) const;
 
   model::GptConfig cfg_;
   schedule::Schedule schedule_;
