@@ -267,7 +267,7 @@ TEST_F(CliTrainTest, SigintStopsTheRunWithACheckpointAndExitsZero) {
   int status = 0;
   ::waitpid(pid, &status, 0);
   const std::string text = read_text(log);
-  ASSERT_TRUE(WIFEXITED(status)) << text;
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << text;
   EXPECT_EQ(WEXITSTATUS(status), 0) << text;
   EXPECT_HAS(text, "stopped by SIGINT after step");
   const int steps = count_lines(out("/metrics.jsonl"));

@@ -14,14 +14,19 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/stop_signals.h"
 
 namespace weft::runtime {
 namespace {
 namespace fs = std::filesystem;
+
+// As weft's main() does, before any thread exists: SIGINT goes to the waiting thread.
+const bool kSignalsRouted = (route_stop_signals(), true);
 
 // A learnable stream: a few interleaved arithmetic patterns over the tiny model's 61 tokens.
 class PatternDataset final : public data::TokenDataset {
@@ -169,11 +174,16 @@ TEST_F(TrainerTest, TenStepsResumedForTenMoreEqualTwentyStepsBitForBit) {
 }
 
 TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt) {
+  ASSERT_TRUE(kSignalsRouted);
+  Trainer* self = nullptr;
   TrainerOptions o = quiet();
-  o.on_step = [](const StepRecord& r) {
-    if (r.step == 3) std::raise(SIGINT);
+  o.on_step = [&self](const StepRecord& r) {
+    if (r.step != 3) return;
+    kill(getpid(), SIGINT);  // to the process, as ^C: the signal thread takes it
+    while (!self->stop_requested()) std::this_thread::yield();
   };
   Trainer t(config("sigint"), data_, o);
+  self = &t;
   const TrainResult r = t.run().value_or_throw("run");
   EXPECT_TRUE(r.stopped);
   EXPECT_EQ(r.stop_signal, SIGINT);

@@ -8,8 +8,10 @@
 
 #include "weft/cli/commands.h"
 #include "weft/core/check.h"
+#include "weft/core/stop_signals.h"
 
 int main(int argc, char** argv) {
+  weft::route_stop_signals();  // before any thread: see core/stop_signals.h
   CLI::App app{"weft: train GPT models with tensor, pipeline and data parallelism"};
   app.require_subcommand(1);
   weft::cli::add_bench_command(app);

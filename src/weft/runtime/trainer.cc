@@ -1,7 +1,6 @@
 #include "weft/runtime/trainer.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 
 #include <chrono>
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/stop_signals.h"
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
@@ -31,45 +31,6 @@
 
 namespace weft::runtime {
 namespace {
-
-// SIGINT/SIGTERM set the running trainer's stop flag; the loop notices it after the step.
-std::atomic<std::atomic<bool>*> g_stop_flag{nullptr};
-std::atomic<int> g_stop_signal{0};
-
-extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
-  if (auto* flag = g_stop_flag.load()) flag->store(true);
-}
-
-// Installs the handlers for the lifetime of a run() and restores the previous ones after.
-// SA_RESETHAND: a second ^C gets the default action, for a user who does not want to wait.
-class ScopedStopSignals {
- public:
-  explicit ScopedStopSignals(std::atomic<bool>& flag, bool enabled) : enabled_(enabled) {
-    if (!enabled_) return;
-    g_stop_signal.store(0);
-    g_stop_flag.store(&flag);
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~ScopedStopSignals() {
-    if (!enabled_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    g_stop_flag.store(nullptr);
-  }
-  ScopedStopSignals(const ScopedStopSignals&) = delete;
-  ScopedStopSignals& operator=(const ScopedStopSignals&) = delete;
-
- private:
-  bool enabled_;
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 // Kernel threads per rank when train.threads = 0: the cores shared by the ranks on this node.
 int default_threads() {
@@ -376,13 +337,15 @@ Result<TrainResult> Trainer::run() {
 
   // A stop request reaches the ranks at different moments: they agree on it before each step,
   // so all of them stop after the same one.
-  auto stop_requested = [&]() {
+  auto all_ranks_stop = [&]() {
     int32_t stop = stop_.load() ? 1 : 0;
     if (world != nullptr && world_size > 1) world->all_reduce(&stop, 1, comm::ReduceOp::Max);
     return stop != 0;
   };
-  ScopedStopSignals signals(stop_, options_.handle_signals);
-  while (step < last && !stop_requested()) {
+  // SIGINT/SIGTERM set stop_ (when main() routed them: core/stop_signals.h).
+  std::optional<StopSignalListener> signals;
+  if (options_.handle_signals) signals.emplace(stop_);
+  while (step < last && !all_ranks_stop()) {
     const double lr = schedule.at(step);
     const int64_t epoch = sampler.state().epoch;
     sampler.next_batch(tokens.data(), targets.data());
@@ -443,7 +406,7 @@ Result<TrainResult> Trainer::run() {
   report_memory(progress, topo, world, rss_before);
   if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;
-    result.stop_signal = options_.handle_signals ? g_stop_signal.load() : 0;
+    result.stop_signal = signals ? signals->signal() : 0;
   }
   Status s = save();
   if (!s.ok()) return s;

@@ -36,7 +36,9 @@ struct TrainerOptions {
   // Stop, with a checkpoint, once this many steps are complete (0: run to train.steps). The lr
   // schedule still spans train.steps, so a run split this way equals an uninterrupted one.
   int64_t stop_after = 0;
-  bool handle_signals = true;        // SIGINT/SIGTERM -> finish the step, checkpoint, return
+  // SIGINT/SIGTERM -> finish the step, checkpoint, return. Needs weft::route_stop_signals() at
+  // the start of main() (core/stop_signals.h); without it the signals keep their default action.
+  bool handle_signals = true;
   bool measure_gemm_ceiling = true;  // for MFU against the GEMM ceiling
   bool progress = true;              // progress on stderr
   bool write_plot = true;            // <out_dir>/loss.svg at the end
@@ -74,6 +76,9 @@ class Trainer {
 
   // Finish the current step, checkpoint, return. Safe from another thread or a signal handler.
   void request_stop() { stop_.store(true); }
+  // Whether a stop was requested (by request_stop() or a signal) and the loop will end after the
+  // current step.
+  bool stop_requested() const { return stop_.load(); }
 
   // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
   // as they ended.

@@ -1,0 +1,42 @@
+#pragma once
+// SIGINT and SIGTERM, delivered to one thread that waits for them, never to a compute thread.
+//
+// Why no handler: oneDNN's JIT SGEMM kernels (2.6, Debian 12) use rsp as a general register,
+// pointing into a heap buffer. A signal handler that runs on a thread inside such a kernel has
+// its frame (registers, the AVX-512 state) written by the kernel below that rsp: over the heap. A
+// core dump of a `weft train` stopped by ^C showed exactly that (the frame's "EXPF" magic and the
+// interrupted rip inside the JIT code) and a corrupt malloc chunk, in about 1 run in 30.
+//
+// So the process blocks both signals before it starts any thread, every thread inherits the
+// mask, and one thread takes them with sigwait(). A training loop listens while it runs; a signal
+// with no listener, or a second one, gets the default action (the process ends), as ^C expects.
+
+#include <atomic>
+
+namespace weft {
+
+// Call first in main(), before any thread exists (OpenMP, MPI): threads created earlier keep
+// the signals unblocked. Idempotent.
+void route_stop_signals();
+
+// Whether route_stop_signals() ran: only then can a StopSignalListener hear anything.
+bool stop_signals_routed();
+
+// While alive, the first SIGINT/SIGTERM sets `flag` (and signal() tells which); a second gets the
+// default action. One listener at a time.
+class StopSignalListener {
+ public:
+  explicit StopSignalListener(std::atomic<bool>& flag);
+  ~StopSignalListener();
+  StopSignalListener(const StopSignalListener&) = delete;
+  StopSignalListener& operator=(const StopSignalListener&) = delete;
+
+  int signal() const;  // SIGINT or SIGTERM once heard, else 0
+
+ private:
+  std::atomic<int> signal_{0};
+  std::atomic<bool>& flag_;
+  friend void deliver_stop_signal(int sig);
+};
+
+}  // namespace weft
