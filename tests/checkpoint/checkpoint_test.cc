@@ -151,7 +151,9 @@ TEST_F(CheckpointTest, LayoutIsADirectoryOfMetadataAndShardsWithLatestPointingAt
   EXPECT_EQ(wte.group, "params");
   EXPECT_EQ(wte.dtype, "f32");
   EXPECT_EQ(wte.global_shape, layout_.buffer.slices().front().shape);
-  EXPECT_EQ(wte.start, Shape(wte.shape.size(), 0));
+  EXPECT_EQ(wte.tp, 1);  // one process: whole tensors
+  EXPECT_EQ(wte.begin, 0);
+  EXPECT_EQ(wte.count, numel(wte.global_shape));
   // The shards hold the tensors without the flat buffers' alignment padding.
   EXPECT_EQ(md.shards[0].bytes, layout_.count() * 4);
   EXPECT_EQ(md.shards[1].bytes, 2 * layout_.count() * 4);
@@ -259,15 +261,21 @@ TEST_F(CheckpointTest, MetadataWithValuesOfTheWrongTypeOrRangeIsAnErrorNamingThe
       << m;
   m = problem([](auto& j) { j["parallel"]["tp"] = 0; });
   EXPECT_TRUE(has(m, "parallel.tp=0 is outside [1, ")) << m;
-  m = problem([](auto& j) { j["parallel"]["rank"]["tp"] = 1; });
-  EXPECT_TRUE(has(m, "parallel.rank.tp=1 is outside [0, 0]")) << m;
+  m = problem([](auto& j) { j["tensors"][0]["tp_shard"]["rank"] = 1; });
+  EXPECT_TRUE(has(m, "tensors[wte].tp_shard.rank=1 is outside [0, 0]")) << m;
+  m = problem([](auto& j) {
+    j["tensors"][0]["tp_shard"] = {{"dim", 1}, {"blocks", 1}, {"tp", 3}, {"rank", 0}};
+  });
+  EXPECT_TRUE(has(m, "does not divide")) << m;
+  m = problem([](auto& j) { j["tensors"][0]["elements"] = {1, int64_t{1} << 40}; });
+  EXPECT_TRUE(has(m, "tensors[wte].elements[1]=1099511627776 is outside")) << m;
   m = problem([](auto& j) { j["model"]["n_layer"] = int64_t{1} << 40; });
   EXPECT_TRUE(has(m, "model.n_layer=1099511627776 is outside")) << m;
   m = problem([](auto& j) { j["train"]["seed"] = -1; });
   EXPECT_TRUE(has(m, "train.seed=-1 is outside")) << m;
-  m = problem([](auto& j) { j["tensors"][0]["shard"]["offset"] = INT64_MAX - 8; });
+  m = problem([](auto& j) { j["tensors"][0]["offset"] = INT64_MAX - 8; });
   EXPECT_TRUE(has(m, "m.json: tensor wte lies outside its shard model-tp0-pp0.bin")) << m;
-  m = problem([](auto& j) { j["tensors"][0]["shard"]["shape"] = {int64_t{1} << 40, 1 << 20}; });
+  m = problem([](auto& j) { j["tensors"][0]["global_shape"] = {int64_t{1} << 40, 1 << 20}; });
   EXPECT_TRUE(has(m, "has more than 2^56 elements")) << m;
   m = problem([](auto& j) { j["tensors"][1]["name"] = "wte"; });
   EXPECT_TRUE(has(m, "tensor wte (params) is listed twice")) << m;

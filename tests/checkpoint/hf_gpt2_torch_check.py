@@ -42,12 +42,13 @@ def read_weft(ckpt):
     for t in md["tensors"]:
         if t["group"] != "params":
             continue
-        sh = t["shard"]
-        if sh["file"] not in files:
-            files[sh["file"]] = open(f"{ckpt}/{sh['file']}", "rb").read()
-        n = math.prod(sh["shape"])
-        raw = files[sh["file"]][sh["offset"]:sh["offset"] + 4 * n]
-        out[t["name"]] = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(sh["shape"])
+        # A checkpoint of one process: every tensor whole, in one piece (format version 2).
+        shape = t["global_shape"]
+        assert t["tp_shard"]["tp"] == 1 and t["elements"] == [0, math.prod(shape)], t
+        if t["file"] not in files:
+            files[t["file"]] = open(f"{ckpt}/{t['file']}", "rb").read()
+        raw = files[t["file"]][t["offset"]:t["offset"] + 4 * math.prod(shape)]
+        out[t["name"]] = torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(shape)
     return md["model"], out
 
 

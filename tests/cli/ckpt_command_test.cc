@@ -61,11 +61,11 @@ class CkptCommandTest : public ::testing::Test {
 TEST_F(CkptCommandTest, InspectPrintsConfigLayoutTensorsAndVerifiedFiles) {
   const Output o = weft("ckpt inspect " + tmp_.path("run"));
   EXPECT_EQ(o.rc, 0) << o.text;
-  EXPECT_HAS(o.text, "checkpoint  " + dir_ + " (weft-checkpoint v1)");
+  EXPECT_HAS(o.text, "checkpoint  " + dir_ + " (weft-checkpoint v2)");
   EXPECT_HAS(o.text,
              "model       tiny: n_layer=2 n_embd=32 n_head=4 vocab_size=61 (padded to 64) "
              "max_seq_len=16");
-  EXPECT_HAS(o.text, "layout      tp=1 pp=1 dp=1 vp=1 zero=0, written by tp0-dp0-pp0");
+  EXPECT_HAS(o.text, "layout      tp=1 pp=1 dp=1 vp=1 zero=0 (loads under any other)");
   EXPECT_HAS(o.text, "step        7");
   EXPECT_HAS(o.text, "optimizer   adamw step 7");
   EXPECT_HAS(o.text, "params  h.1.attn.qkv.weight   f32    [96, 32]");

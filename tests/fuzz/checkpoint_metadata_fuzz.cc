@@ -18,10 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& t : m.tensors) {
       bool inside = false;
       for (const auto& s : m.shards) {
-        inside |=
-            s.file == t.file && t.offset >= 0 && weft::numel(t.shape) * 4 <= s.bytes - t.offset;
+        inside |= s.file == t.file && t.offset >= 0 && t.count * 4 <= s.bytes - t.offset;
       }
       WEFT_FUZZ_EXPECT(inside);
+      // ...and its elements lie inside its tensor-parallel shard.
+      WEFT_FUZZ_EXPECT(t.begin >= 0 && t.count >= 0 &&
+                       t.begin + t.count <= weft::numel(t.shard_shape()));
     }
     // What save() would write reads back as the same metadata.
     const auto text2 = weft::checkpoint::metadata_to_json(m).dump();

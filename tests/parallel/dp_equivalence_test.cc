@@ -8,6 +8,7 @@
 // mpirun -n 1, 2, 4 and 8 run the layouts of that world size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/model/shards.h"
+#include "weft/model/zero_parts.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
@@ -103,15 +105,23 @@ void expect_equals_serial(const Layout& l) {
     EXPECT_NEAR(loss, expected.losses[step], 1e-5 * expected.losses[step])
         << l.str() << " step " << step;
   }
-  // The final parameters: each chunk's (ZeRO: gathered over dp), placed in the serial layout and
-  // summed over the replica's ranks.
+  // The final parameters: each chunk's (ZeRO: this rank's parts of the master copy, summed over
+  // dp), placed in the serial layout and summed over the replica's ranks.
   const model::ParamLayout global = model::gpt_param_layout(tiny());
   FlatBuffer all(global.buffer);
+  const int dp_rank = groups.dp ? groups.dp->rank() : 0;
   for (size_t j = 0; j < runner.chunks().size(); ++j) {
     const model::Gpt& c = *runner.chunks()[j];
-    FlatBuffer p(c.param_layout().buffer), m(c.param_layout().buffer), v(c.param_layout().buffer);
-    runner.optimizers()[j]->export_state(p, m, v);
-    model::place_shards(c.param_layout(), c.stage(), p.data(), global, all.data());
+    const model::ParamLayout& layout = c.param_layout();
+    runtime::DistributedOptimizer& opt = *runner.optimizers()[j];
+    FlatBuffer p(layout.buffer);
+    p.zero();
+    for (const auto& part : model::zero_owned_parts(layout, opt.zero(), l.dp, dp_rank)) {
+      std::copy_n(opt.state().params + part.at, part.n,
+                  p.data() + layout.buffer.slices()[part.slice].offset + part.begin);
+    }
+    if (opt.zero() > 0 && groups.dp) groups.dp->all_reduce(p.data(), p.size());
+    model::place_shards(layout, c.stage(), p.data(), global, all.data());
   }
   if (groups.model != nullptr) groups.model->all_reduce(all.data(), all.size());
   test::expect_params_close(global, all.data(), expected.params.data(), tiny().n_embd, 1e-5,

@@ -17,9 +17,7 @@
 #include <sstream>
 #include <thread>
 
-#include "support/run_command.h"
-#include "weft/data/llmc_dataset.h"
-#include "weft/data/sidecar.h"
+#include "support/cli_fixture.h"
 
 extern char** environ;
 
@@ -27,60 +25,14 @@ namespace weft {
 namespace {
 namespace fs = std::filesystem;
 
-using Output = test::CommandOutput;
+using test::count_lines;
+using test::losses;
+using test::read_text;
+using test::weft;
+using test::weft_command;
 
-// Runs a shell command line in the repository (stdout and stderr together).
-Output weft_command(const std::string& command) {
-  return test::run_command("cd " WEFT_SOURCE_DIR " && " + command);
-}
-
-Output weft(const std::string& args) { return weft_command(WEFT_BIN " " + args); }
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-int count_lines(const std::string& path) {
-  const std::string t = read_text(path);
-  return static_cast<int>(std::count(t.begin(), t.end(), '\n'));
-}
-
-#define EXPECT_HAS(haystack, needle)                                                       \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "no '" << (needle) << "' in:\n" \
-                                                        << (haystack)
-
-class CliTrainTest : public ::testing::Test {
+class CliTrainTest : public test::CliFixture {
  protected:
-  void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            ("weft_cli_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    write_dataset("syn", 61, "none");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // An llm.c token file PREFIX.bin with its sidecar PREFIX.json, ids below `vocab`.
-  void write_dataset(const std::string& name, int vocab, const std::string& tokenizer,
-                     int64_t n = 16 * 50 + 1) {
-    std::vector<int32_t> tokens;
-    for (int64_t i = 0; i < n; ++i)
-      tokens.push_back(static_cast<int32_t>((i * 7 + (i / 16) * 3) % 61));
-    ASSERT_TRUE(data::write_llmc_tokens(dir_ + "/" + name + ".bin", tokens).ok());
-    data::Sidecar s;
-    s.tokenizer = tokenizer;
-    s.vocab_size = vocab;
-    s.eod = vocab - 1;
-    s.documents = std::max<int64_t>(1, std::count(tokens.begin(), tokens.end(), vocab - 1));
-    s.tokens = n;
-    s.source = "synthetic";
-    std::ofstream(dir_ + "/" + name + ".json") << data::sidecar_json(s);
-  }
   std::string write_run(const std::string& extra = "") {
     const std::string path = dir_ + "/run.toml";
     std::ofstream(path) << "[model]\nconfig = \"" WEFT_SOURCE_DIR "/configs/models/tiny.toml\"\n"
@@ -92,9 +44,6 @@ class CliTrainTest : public ::testing::Test {
                         << extra;
     return path;
   }
-  std::string out(const std::string& rel = "") const { return dir_ + "/out" + rel; }
-
-  std::string dir_;
 };
 
 TEST_F(CliTrainTest, TrainResumeGenerateAndPlot) {
@@ -137,17 +86,6 @@ TEST_F(CliTrainTest, TheExampleRunConfigTrains) {
            "/syn.bin --set run.out_dir=" + out() + " --set train.steps=4 --set train.threads=1");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_EQ(count_lines(out("/metrics.jsonl")), 4);
-}
-
-// The losses of metrics.jsonl, in order.
-std::vector<double> losses(const std::string& metrics) {
-  std::vector<double> out;
-  std::istringstream in(read_text(metrics));
-  for (std::string line; std::getline(in, line);) {
-    const auto at = line.find("\"loss\":");
-    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
-  }
-  return out;
 }
 
 // `mpirun -n 2 weft train ... --set parallel.tp=2` trains the same model as one process; its

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -34,14 +35,6 @@ std::string join(const std::string& dir, const std::string& name) {
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
-
-std::string shard_name(const char* kind, const ParallelLayout& p) {
-  // Parameters are the same on every dp rank (without ZeRO-3), so their shards are named by
-  // (tp, pp) only; optimizer state may be partitioned over dp, so its shards carry dp too.
-  if (std::string_view(kind) == "model")
-    return fmt::format("model-tp{}-pp{}.bin", p.tp_rank, p.pp_rank);
-  return fmt::format("optim-tp{}-dp{}-pp{}.bin", p.tp_rank, p.dp_rank, p.pp_rank);
-}
 
 // A shard file being written: bytes go to disk and into the running checksum.
 class ShardWriter {
@@ -89,25 +82,6 @@ class ShardWriter {
   int64_t bytes_ = 0;
 };
 
-// Writes every slice of `buf` (without alignment padding) and records where each went.
-Status write_group(ShardWriter& w, const FlatBuffer& buf, const char* group,
-                   const std::string& file, std::vector<TensorInfo>& tensors) {
-  for (const auto& s : buf.layout().slices()) {
-    TensorInfo t;
-    t.name = s.name;
-    t.group = group;
-    t.global_shape = s.shape;
-    t.start = Shape(s.shape.size(), 0);
-    t.shape = s.shape;
-    t.file = file;
-    t.offset = w.bytes();
-    tensors.push_back(t);
-    Status st = w.write(buf.data() + s.offset, s.numel * int64_t{sizeof(float)});
-    if (!st.ok()) return st;
-  }
-  return {};
-}
-
 // Streams the file through XXH3 and checks its size and checksum against the metadata.
 Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
   const std::string path = join(dir, sh.file);
@@ -146,43 +120,6 @@ Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
   return {};
 }
 
-Status read_tensor(const std::string& dir, const TensorInfo& t, float* out) {
-  const std::string path = join(dir, t.file);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
-  char* p = reinterpret_cast<char*>(out);
-  int64_t left = numel(t.shape) * int64_t{sizeof(float)}, off = t.offset;
-  std::string problem;
-  while (left > 0) {
-    const ssize_t n = ::pread(fd, p, static_cast<size_t>(std::min<int64_t>(left, 1 << 30)), off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      problem = fmt::format("{}: short read of tensor {}", path, t.name);
-      break;
-    }
-    p += n;
-    off += n;
-    left -= n;
-  }
-  ::close(fd);
-  if (!problem.empty()) return Status::error(problem);
-  return {};
-}
-
-std::string config_diff(const model::GptConfig& a, const model::GptConfig& b) {
-  std::vector<std::string> d;
-  auto cmp = [&](const char* key, int x, int y) {
-    if (x != y) d.push_back(fmt::format("{} {} vs {}", key, x, y));
-  };
-  cmp("n_layer", a.n_layer, b.n_layer);
-  cmp("n_embd", a.n_embd, b.n_embd);
-  cmp("n_head", a.n_head, b.n_head);
-  cmp("vocab_size", a.vocab_size, b.vocab_size);
-  cmp("pad_vocab_to", a.pad_vocab_to, b.pad_vocab_to);
-  cmp("max_seq_len", a.max_seq_len, b.max_seq_len);
-  return fmt::format("{}", fmt::join(d, ", "));
-}
-
 bool parse_step_dir(const std::string& name, int64_t& step) {
   if (!name.starts_with("step_") || name.size() < 6) return false;
   step = 0;
@@ -201,61 +138,90 @@ Status verify_shard(const std::string& dir, const ShardInfo& shard) {
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
-Result<std::string> save(const std::string& root, const model::GptConfig& cfg,
-                         const FlatBuffer& params, const optim::AdamW* opt, const TrainState& state,
-                         int keep_last) {
+Result<std::string> begin_save(const std::string& root, int64_t step, int64_t token) {
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec)
+  if (ec) {
     return Status::error(
         fmt::format("{}: cannot create checkpoint directory: {}", root, ec.message()));
-  const std::string name = step_dir_name(state.step);
-  const std::string final_dir = join(root, name);
-  const std::string tmp_dir = fmt::format("{}.tmp-{}", final_dir, ::getpid());
-  fs::remove_all(tmp_dir, ec);  // a leftover of this very process
+  }
+  const std::string tmp_dir = fmt::format("{}.tmp-{}", join(root, step_dir_name(step)), token);
+  fs::remove_all(tmp_dir, ec);  // a leftover of a process that died with this token
   if (::mkdir(tmp_dir.c_str(), 0755) != 0) {
     return Status::error(fmt::format("{}: cannot create: {}", tmp_dir, strerror(errno)));
   }
+  return tmp_dir;
+}
+
+RankFileNames rank_file_names(int zero, int tp_rank, int dp_rank, int pp_rank) {
+  return {zero == 0 ? fmt::format("model-tp{}-pp{}.bin", tp_rank, pp_rank)
+                    : fmt::format("model-tp{}-dp{}-pp{}.bin", tp_rank, dp_rank, pp_rank),
+          fmt::format("optim-tp{}-dp{}-pp{}.bin", tp_rank, dp_rank, pp_rank)};
+}
+
+Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
+                                   std::span<const WritePiece> pieces) {
+  RankFiles out;
+  // Parameters into the model file; the moments, m before v, into the optimizer file.
+  const std::pair<const std::string*, std::vector<const char*>> plan[] = {
+      {&files.model, {"params"}}, {&files.optim, {"adam_m", "adam_v"}}};
+  for (const auto& [file, groups] : plan) {
+    std::unique_ptr<ShardWriter> w;
+    for (const char* group : groups) {
+      for (const WritePiece& p : pieces) {
+        if (p.tensor.group != group) continue;
+        // A rank's corrupt state must not become the last good checkpoint.
+        const float* bad = std::find_if(p.data, p.data + p.tensor.count,
+                                        [](float x) { return !std::isfinite(x); });
+        if (bad != p.data + p.tensor.count) {
+          return Status::error(fmt::format(
+              "{}: non-finite value {} in tensor {} ({}), element {} of this rank's part; the "
+              "checkpoint is not written",
+              join(tmp_dir, *file), *bad, p.tensor.name, p.tensor.group,
+              p.tensor.begin + (bad - p.data)));
+        }
+        if (w == nullptr) {
+          w = std::make_unique<ShardWriter>();
+          Status s = w->open(join(tmp_dir, *file));
+          if (!s.ok()) return s;
+        }
+        TensorInfo t = p.tensor;
+        t.file = *file;
+        t.offset = w->bytes();
+        Status s = w->write(p.data, p.tensor.count * int64_t{sizeof(float)});
+        if (!s.ok()) return s;
+        out.tensors.push_back(std::move(t));
+      }
+    }
+    if (w != nullptr) {
+      auto info = w->finish();
+      if (!info.ok()) return info.status();
+      out.shards.push_back(info.value());
+    }
+  }
+  return out;
+}
+
+void abort_save(const std::string& tmp_dir) {
+  std::error_code ignored;
+  fs::remove_all(tmp_dir, ignored);
+}
+
+Result<std::string> commit_save(const std::string& root, const std::string& tmp_dir,
+                                const Metadata& m, int keep_last) {
+  const std::string name = step_dir_name(m.train.step);
+  const std::string final_dir = join(root, name);
   auto fail = [&](const Status& s) -> Result<std::string> {
-    std::error_code ignored;
-    fs::remove_all(tmp_dir, ignored);
+    abort_save(tmp_dir);
     return s;
   };
-
-  Metadata m;
-  m.model = cfg;
-  m.train = state;
-  const std::string model_file = shard_name("model", m.parallel);
-  {
-    ShardWriter w;
-    Status s = w.open(join(tmp_dir, model_file));
-    if (s.ok()) s = write_group(w, params, "params", model_file, m.tensors);
-    if (!s.ok()) return fail(s);
-    auto info = w.finish();
-    if (!info.ok()) return fail(info.status());
-    m.shards.push_back(info.value());
-  }
-  fault_point("save", state.step);  // crash tests: one shard written, the checkpoint incomplete
-  if (opt != nullptr) {
-    m.has_optimizer = true;
-    m.adamw = opt->config();
-    m.optimizer_step = opt->step_count();
-    const std::string optim_file = shard_name("optim", m.parallel);
-    ShardWriter w;
-    Status s = w.open(join(tmp_dir, optim_file));
-    if (s.ok()) s = write_group(w, opt->m(), "adam_m", optim_file, m.tensors);
-    if (s.ok()) s = write_group(w, opt->v(), "adam_v", optim_file, m.tensors);
-    if (!s.ok()) return fail(s);
-    auto info = w.finish();
-    if (!info.ok()) return fail(info.status());
-    m.shards.push_back(info.value());
-  }
   Status s = write_file_atomic(join(tmp_dir, kMetadataFile), metadata_to_json(m).dump(1) + "\n");
   if (s.ok()) s = fsync_path(tmp_dir);
   if (!s.ok()) return fail(s);
 
   // Saving a step that is already there (a resumed run stopped at once) replaces it; the old copy
   // is moved aside first because rename() cannot replace a non-empty directory.
+  std::error_code ec;
   std::string old_dir;
   if (fs::exists(final_dir)) {
     old_dir = fmt::format("{}.old-{}", final_dir, ::getpid());
@@ -283,6 +249,52 @@ Result<std::string> save(const std::string& root, const model::GptConfig& cfg,
     }
   }
   return final_dir;
+}
+
+namespace {
+
+// A buffer's slices as whole tensors (one process holding the whole model).
+template <typename Piece, typename Ptr>
+void whole_pieces(const FlatBuffer& buf, const char* group, Ptr base, std::vector<Piece>& out) {
+  for (const auto& sl : buf.layout().slices()) {
+    Piece p;
+    p.tensor.name = sl.name;
+    p.tensor.group = group;
+    p.tensor.global_shape = sl.shape;
+    p.tensor.count = sl.numel;
+    p.data = base + sl.offset;
+    out.push_back(std::move(p));
+  }
+}
+
+}  // namespace
+
+Result<std::string> save(const std::string& root, const model::GptConfig& cfg,
+                         const FlatBuffer& params, const optim::AdamW* opt, const TrainState& state,
+                         int keep_last) {
+  std::vector<WritePiece> pieces;
+  whole_pieces(params, "params", params.data(), pieces);
+  Metadata m;
+  m.model = cfg;
+  m.train = state;
+  if (opt != nullptr) {
+    whole_pieces(opt->m(), "adam_m", opt->m().data(), pieces);
+    whole_pieces(opt->v(), "adam_v", opt->v().data(), pieces);
+    m.has_optimizer = true;
+    m.adamw = opt->config();
+    m.optimizer_step = opt->step_count();
+  }
+  auto tmp = begin_save(root, state.step, ::getpid());
+  if (!tmp.ok()) return tmp.status();
+  auto files = write_rank_files(tmp.value(), rank_file_names(0, 0, 0, 0), pieces);
+  if (!files.ok()) {
+    abort_save(tmp.value());
+    return files.status();
+  }
+  fault_point("save", state.step);  // crash tests: the shards written, the checkpoint incomplete
+  m.shards = std::move(files.value().shards);
+  m.tensors = std::move(files.value().tensors);
+  return commit_save(root, tmp.value(), m, keep_last);
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root) {
@@ -339,65 +351,18 @@ Status load(const std::string& dir, const model::GptConfig& expected, FlatBuffer
   auto md = read_metadata(dir);
   if (!md.ok()) return md.status();
   const Metadata& m = md.value();
-  const std::string origin = join(dir, kMetadataFile);
-  const std::string diff = config_diff(m.model, expected);
-  if (!diff.empty()) {
-    return Status::error(fmt::format(
-        "{}: the checkpoint holds another model: '{}' vs this run's '{}' ({}; checkpoint vs run)",
-        origin, m.model.name, expected.name, diff));
-  }
-  if (m.parallel.tp != 1 || m.parallel.pp != 1 || m.parallel.dp != 1) {
-    return Status::error(fmt::format(
-        "{}: written with tp={} pp={} dp={}; loading a sharded checkpoint is not yet supported "
-        "in this build",
-        origin, m.parallel.tp, m.parallel.pp, m.parallel.dp));
-  }
   if (opt != nullptr && !m.has_optimizer) {
-    return Status::error(
-        fmt::format("{}: the checkpoint has no optimizer state to resume from", origin));
+    return Status::error(fmt::format("{}: the checkpoint has no optimizer state to resume from",
+                                     join(dir, kMetadataFile)));
   }
-
-  // Match every slice of the buffers to be filled with a tensor of the checkpoint.
-  std::map<std::pair<std::string, std::string>, const TensorInfo*> by_name;
-  for (const auto& t : m.tensors) by_name[{t.group, t.name}] = &t;
-  struct Target {
-    const TensorInfo* tensor;
-    float* dst;
-  };
-  std::vector<Target> targets;
-  Status s;
-  auto match = [&](FlatBuffer& buf, const char* group) {
-    for (const auto& sl : buf.layout().slices()) {
-      auto it = by_name.find({group, sl.name});
-      if (it == by_name.end()) {
-        s.add(fmt::format("{}: tensor {} ({}) is missing", origin, sl.name, group));
-      } else if (it->second->global_shape != sl.shape || it->second->shape != sl.shape) {
-        s.add(fmt::format("{}: tensor {} ({}) has shape {}, the model expects {}", origin, sl.name,
-                          group, shape_str(it->second->shape), shape_str(sl.shape)));
-      } else {
-        targets.push_back({it->second, buf.data() + sl.offset});
-      }
-    }
-  };
-  match(params, "params");
+  std::vector<ReadPiece> targets;
+  whole_pieces(params, "params", params.data(), targets);
   if (opt != nullptr) {
-    match(opt->m(), "adam_m");
-    match(opt->v(), "adam_v");
+    whole_pieces(opt->m(), "adam_m", opt->m().data(), targets);
+    whole_pieces(opt->v(), "adam_v", opt->v().data(), targets);
   }
+  Status s = load_pieces(dir, m, expected, targets);
   if (!s.ok()) return s;
-  // Only the shards read from are verified: loading weights for inference skips optimizer state.
-  std::set<std::string> needed;
-  for (const auto& t : targets) needed.insert(t.tensor->file);
-  for (const auto& sh : m.shards) {
-    if (needed.count(sh.file) == 0) continue;
-    Status v = verify_shard_file(dir, sh);
-    if (!v.ok()) return v;
-  }
-  // Everything checked: only now are the caller's buffers written.
-  for (const auto& t : targets) {
-    Status r = read_tensor(dir, *t.tensor, t.dst);
-    if (!r.ok()) return r;
-  }
   if (opt != nullptr) opt->set_step_count(static_cast<int>(m.optimizer_step));
   if (state != nullptr) *state = m.train;
   return {};

@@ -1,23 +1,29 @@
 #pragma once
 // Checkpoints: parameters, AdamW moments and the trainer's state, saved so that a resumed run
-// continues with exactly the losses of an uninterrupted one.
+// continues with exactly the losses of an uninterrupted one, under the same or another layout.
 //
 // Layout (docs/training.md has the full reference):
 //   ROOT/step_00000010/metadata.json      model config, parallel layout, optimizer step, trainer
-//                                         state, and every tensor: name, group, dtype, global
-//                                         shape, this shard's start/shape, file and byte offset
-//   ROOT/step_00000010/model-tp0-pp0.bin  parameters (fp32, little-endian, tensor after tensor)
+//                                         state, and every tensor piece: name, group, dtype,
+//                                         global shape, which tensor-parallel shard and which of
+//                                         its elements it holds, file and byte offset
+//   ROOT/step_00000010/model-tp0-pp0.bin  parameters (fp32, little-endian, piece after piece);
+//                                         ZeRO 1-3 partition them over dp: model-tp0-dp1-pp0.bin
 //   ROOT/step_00000010/optim-tp0-dp0-pp0.bin  AdamW m then v
 //   ROOT/latest                           "step_00000010": written last, so it always names a
 //                                         complete checkpoint
-// A checkpoint is written into ROOT/step_XXXXXXXX.tmp-<pid>, every file fsynced, then renamed into
-// place; each shard file carries an XXH3-64 checksum in the metadata. Shard files are named by the
-// process that owns them (tp/dp/pp ranks; parameters are the same on every dp rank), and tensors
-// record their global shape and the slice a shard holds, so distributed checkpoints and
-// resharding can be added without changing the format. Today only tp=pp=dp=1 is written.
+// Every rank of a job writes its own files, in parallel, straight from its buffers (each element
+// of the model exactly once: checkpoint/placement.h says which rank writes what); rank 0 writes
+// the metadata. A checkpoint is written into ROOT/step_XXXXXXXX.tmp-<pid>, every file fsynced,
+// then renamed into place; each file carries an XXH3-64 checksum in the metadata.
+//
+// Loading reshards: a reader asks for pieces of its own layout's tensors (ReadPiece) and each
+// element is found by its global index in whichever pieces hold it, so a checkpoint loads under
+// any tp, pp, dp, vp and ZeRO stage.
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -27,19 +33,21 @@
 
 #include "weft/core/status.h"
 #include "weft/model/gpt_config.h"
+#include "weft/model/param_layout.h"
 #include "weft/optim/adamw.h"
 #include "weft/tensor/flat_buffer.h"
 
 namespace weft::checkpoint {
 
-inline constexpr int kFormatVersion = 1;
+// Version 2: pieces of tensor-parallel shards (v1, which held whole tensors only, still loads).
+inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kMetadataFile = "metadata.json";
 inline constexpr const char* kLatestFile = "latest";
 
-// The parallel layout of the run that wrote the checkpoint, and the writing process's place in it.
+// The parallel layout of the run that wrote the checkpoint.
 struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1, vp = 1, zero = 0;
-  int tp_rank = 0, pp_rank = 0, dp_rank = 0;
+  bool operator==(const ParallelLayout&) const = default;
 };
 
 // The learning-rate schedule is a pure function of the step; these are its parameters, recorded so
@@ -68,14 +76,31 @@ struct ShardInfo {
   uint64_t xxh3 = 0;  // XXH3_64bits of the whole file
 };
 
+// A piece of a tensor: elements [begin, begin + count) of rank tp_rank's tensor-parallel shard
+// of the global tensor, whose elements are, in order, model::shard_runs(global_shape, split, tp,
+// tp_rank) (a replicated split, or tp = 1: the whole tensor in row-major order). In a checkpoint
+// the piece's count floats sit at `offset` bytes in `file`.
 struct TensorInfo {
   std::string name;   // "h.0.attn.qkv.weight"
   std::string group;  // "params", "adam_m" or "adam_v"
   std::string dtype = "f32";
   Shape global_shape;
-  Shape start, shape;  // the slice this shard holds (the whole tensor when unsharded)
+  model::TpSplit split;
+  int tp = 1, tp_rank = 0;
+  int64_t begin = 0, count = 0;
   std::string file;    // shard file
   int64_t offset = 0;  // in bytes
+  Shape shard_shape() const { return model::shard_shape(global_shape, split, tp); }
+};
+
+// What a rank writes (save) or wants (load_pieces): a piece and its data, `count` floats.
+struct WritePiece {
+  TensorInfo tensor;  // file and offset are filled in by the writer
+  const float* data = nullptr;
+};
+struct ReadPiece {
+  TensorInfo tensor;
+  float* data = nullptr;
 };
 
 struct Metadata {
@@ -92,9 +117,40 @@ struct Metadata {
 
 std::string step_dir_name(int64_t step);  // "step_00000010"
 
-// Writes ROOT/step_XXXXXXXX (creating ROOT), then ROOT/latest, then removes the oldest checkpoints
-// beyond keep_last (0 keeps all). `opt` may be null (weights only). Returns the new directory. On
-// failure nothing under ROOT changes except a removed temporary.
+// Writing, in three steps, so that the ranks of a job each write their own files
+// (runtime/checkpointing.h runs them over a job; save() below runs them in one process):
+//   1. begin_save: one process creates the temporary ROOT/step_XXXXXXXX.tmp-<token> (and ROOT).
+//   2. write_rank_files: every rank writes its pieces there, its params into `files.model` and
+//      its AdamW moments (groups adam_m, then adam_v) into `files.optim`, each fsynced and
+//      checksummed as it streams out of the rank's buffers. A non-finite value fails the write,
+//      naming the tensor: a rank's corrupt state must not become the last good checkpoint.
+//   3. commit_save: one process writes metadata.json (everything the ranks wrote), fsyncs,
+//      renames the directory into place, then ROOT/latest, then removes the oldest checkpoints
+//      beyond keep_last (0 keeps all). Returns the checkpoint's directory.
+// On failure nothing under ROOT changes except the temporary, which abort_save removes.
+Result<std::string> begin_save(const std::string& root, int64_t step, int64_t token);
+struct RankFileNames {
+  std::string model, optim;
+};
+// model-tp<t>-pp<p>.bin (ZeRO 0: parameters are the same on every dp rank, dp rank 0 writes
+// them) or model-tp<t>-dp<d>-pp<p>.bin (ZeRO 1-3), and optim-tp<t>-dp<d>-pp<p>.bin.
+RankFileNames rank_file_names(int zero, int tp_rank, int dp_rank, int pp_rank);
+struct RankFiles {
+  std::vector<ShardInfo> shards;
+  std::vector<TensorInfo> tensors;
+};
+Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
+                                   std::span<const WritePiece> pieces);
+// `m` holds every rank's shards and tensors.
+Result<std::string> commit_save(const std::string& root, const std::string& tmp_dir,
+                                const Metadata& m, int keep_last);
+void abort_save(const std::string& tmp_dir);
+// RankFiles as JSON, to send to the committing process, and back.
+std::string rank_files_to_json(const RankFiles& f);
+Result<RankFiles> rank_files_from_json(std::string_view text);
+
+// One process holding the whole model: its parameters (and, when opt is not null, the AdamW
+// state) as whole tensors. Returns the new checkpoint directory.
 Result<std::string> save(const std::string& root, const model::GptConfig& cfg,
                          const FlatBuffer& params, const optim::AdamW* opt, const TrainState& state,
                          int keep_last = 0);
@@ -121,10 +177,18 @@ nlohmann::json metadata_to_json(const Metadata& m);
 // says "truncated or overwritten" or "corrupt".
 Status verify_shard(const std::string& dir, const ShardInfo& shard);
 
-// Loads DIR into params (and the optimizer's moments and step count when opt is not null, and
-// state when not null) after checking that its model config equals `expected`, that every tensor
-// of params' layout is there with its shape, and every shard's size and checksum. Nothing is
-// modified unless everything checks out. Errors name the file.
+// Fills every target from checkpoint DIR (its metadata `m`, from read_metadata), resharding:
+// each element is copied, by its global index, from whichever piece of the same tensor and group
+// holds it. Checks first that the model config equals `expected`, that the checkpoint holds every
+// element of every target, and the size and checksum of every file it will read; then that every
+// value read is finite. Errors name the file. On an error after the checks, targets may hold part
+// of the data.
+Status load_pieces(const std::string& dir, const Metadata& m, const model::GptConfig& expected,
+                   std::span<const ReadPiece> targets);
+
+// One process holding the whole model: params (and, when opt is not null, the AdamW moments and
+// step count; and state when not null) from DIR, written under any layout. Nothing is modified
+// unless every check of load_pieces passes.
 Status load(const std::string& dir, const model::GptConfig& expected, FlatBuffer& params,
             optim::AdamW* opt, TrainState* state);
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace weft::checkpoint {
@@ -122,6 +123,136 @@ model::GptConfig model_config_fields(const json& j, const std::string& path) {
   return c;
 }
 
+// Version 1 recorded a slice of the global tensor; its writer only ever wrote whole tensors.
+void v1_slice(const json& sh, const std::string& path, TensorInfo& ti) {
+  const Shape start = shape_field(sh, path, "start"), shape = shape_field(sh, path, "shape");
+  if (shape != ti.global_shape || start != Shape(shape.size(), 0)) {
+    throw FieldError{fmt::format("{}: a version 1 slice at {} of shape {} is not the whole {}",
+                                 path, shape_str(start), shape_str(shape),
+                                 shape_str(ti.global_shape))};
+  }
+  ti.count = numel(shape);
+}
+
+// Version 2: which tensor-parallel shard, and which of its elements.
+void v2_piece(const json& tj, const std::string& path, TensorInfo& ti, Status& s,
+              const std::string& origin) {
+  const json& sh = field(tj, path, "tp_shard");
+  const std::string sp = path + ".tp_shard";
+  ti.split.dim = integer_field<int>(sh, sp, "dim", -1, 1);
+  ti.split.blocks = integer_field<int>(sh, sp, "blocks", 1, 1 << 24);
+  ti.tp = integer_field<int>(sh, sp, "tp", 1, 1 << 24);
+  ti.tp_rank = integer_field<int>(sh, sp, "rank", 0, ti.tp - 1);
+  const Shape& g = ti.global_shape;
+  const int64_t parts = int64_t{ti.split.blocks} * ti.tp;
+  bool ok = true;
+  if (ti.split.dim == 0) {
+    ok = !g.empty() && g[0] % parts == 0;
+  } else if (ti.split.dim == 1) {
+    ok = g.size() == 2 && ti.split.blocks == 1 && g[1] % ti.tp == 0;
+  } else {
+    ok = ti.split.blocks == 1;
+  }
+  if (!ok) {
+    s.add(fmt::format("{}: tensor {}: a {} split (dim {}, {} blocks) over tp={} does not divide {}",
+                      origin, ti.name, ti.split.dim < 0 ? "replicated" : "tensor-parallel",
+                      ti.split.dim, ti.split.blocks, ti.tp, shape_str(g)));
+    return;
+  }
+  const json& e = field(tj, path, "elements");
+  if (!e.is_array() || e.size() != 2) {
+    throw FieldError{fmt::format("{}.elements must be [begin, count], not {}", path, shown(e))};
+  }
+  const int64_t local = numel(ti.shard_shape());
+  ti.begin = integer<int64_t>(e[0], path + ".elements[0]", 0, local);
+  ti.count = integer<int64_t>(e[1], path + ".elements[1]", 0, local - ti.begin);
+}
+
+RankFiles files_from_json(const json& j, const std::string& origin, int version, Status& s) {
+  RankFiles f;
+  std::map<std::string, int64_t> shard_bytes;
+  for (const json& sj : array_field(j, "shards")) {
+    ShardInfo sh;
+    sh.file = string_field(sj, "shards[]", "file");
+    sh.bytes = integer_field<int64_t>(sj, "shards[]", "bytes", 0);
+    const std::string hex = string_field(sj, "shards[]", "xxh3");
+    if (hex.empty() || hex.size() > 16 ||
+        hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      s.add(fmt::format("{}: bad checksum '{}' of shard {}", origin, hex, sh.file));
+    } else {
+      sh.xxh3 = std::strtoull(hex.c_str(), nullptr, 16);
+    }
+    if (sh.file.empty() || sh.file.find('/') != std::string::npos || sh.file.starts_with(".")) {
+      s.add(fmt::format("{}: shard file name '{}' is not a plain file name", origin, sh.file));
+    }
+    if (!shard_bytes.emplace(sh.file, sh.bytes).second) {
+      s.add(fmt::format("{}: shard {} is listed twice", origin, sh.file));
+    }
+    f.shards.push_back(sh);
+  }
+  std::set<std::tuple<std::string, std::string, int, int, int64_t>> seen;
+  for (const json& tj : array_field(j, "tensors")) {
+    TensorInfo ti;
+    ti.name = string_field(tj, "tensors[]", "name");
+    const std::string path = "tensors[" + ti.name + "]";
+    ti.group = string_field(tj, path, "group");
+    ti.dtype = string_field(tj, path, "dtype");
+    ti.global_shape = shape_field(tj, path, "global_shape");
+    if (version == 1) {
+      const json& sh = field(tj, path, "shard");
+      ti.file = string_field(sh, path + ".shard", "file");
+      ti.offset = integer_field<int64_t>(sh, path + ".shard", "offset", 0);
+      v1_slice(sh, path + ".shard", ti);
+    } else {
+      ti.file = string_field(tj, path, "file");
+      ti.offset = integer_field<int64_t>(tj, path, "offset", 0);
+      v2_piece(tj, path, ti, s, origin);
+    }
+    auto it = shard_bytes.find(ti.file);
+    if (std::find(std::begin(kGroups), std::end(kGroups), ti.group) == std::end(kGroups)) {
+      s.add(fmt::format("{}: tensor {} has group '{}', not params, adam_m or adam_v", origin,
+                        ti.name, ti.group));
+    } else if (!seen.emplace(ti.group, ti.name, ti.tp, ti.tp_rank, ti.begin).second) {
+      s.add(fmt::format("{}: tensor {} ({}) is listed twice", origin, ti.name, ti.group));
+    }
+    if (ti.dtype != "f32") {
+      s.add(fmt::format("{}: tensor {} has dtype {}; this build reads f32", origin, ti.name,
+                        ti.dtype));
+    } else if (it == shard_bytes.end()) {
+      s.add(fmt::format("{}: tensor {} names shard {}, which is not listed", origin, ti.name,
+                        ti.file));
+    } else if (ti.offset > it->second || ti.count * 4 > it->second - ti.offset) {
+      s.add(fmt::format("{}: tensor {} lies outside its shard {}", origin, ti.name, ti.file));
+    }
+    f.tensors.push_back(std::move(ti));
+  }
+  return f;
+}
+
+json files_to_json(const RankFiles& f) {
+  json tensors = json::array();
+  for (const auto& t : f.tensors) {
+    tensors.push_back({{"name", t.name},
+                       {"group", t.group},
+                       {"dtype", t.dtype},
+                       {"global_shape", t.global_shape},
+                       {"tp_shard",
+                        {{"dim", t.split.dim},
+                         {"blocks", t.split.blocks},
+                         {"tp", t.tp},
+                         {"rank", t.tp_rank},
+                         {"shape", t.shard_shape()}}},
+                       {"elements", {t.begin, t.count}},
+                       {"file", t.file},
+                       {"offset", t.offset}});
+  }
+  json shards = json::array();
+  for (const auto& s : f.shards) {
+    shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"xxh3", hex64(s.xxh3)}});
+  }
+  return {{"shards", shards}, {"tensors", tensors}};
+}
+
 // The metadata as written by metadata_to_json(); structural problems throw FieldError, the
 // consistency of its parts is collected in s.
 Metadata metadata_from_json(const json& j, const std::string& origin, Status& s) {
@@ -130,12 +261,13 @@ Metadata metadata_from_json(const json& j, const std::string& origin, Status& s)
     s.add(fmt::format("{}: not a weft checkpoint (no \"format\": \"weft-checkpoint\")", origin));
     return m;
   }
-  m.version = integer_field<int>(j, "", "version");
-  if (m.version != kFormatVersion) {
-    s.add(fmt::format("{}: checkpoint format version {}, this build reads version {}", origin,
-                      m.version, kFormatVersion));
+  const int version = integer_field<int>(j, "", "version");
+  if (version < 1 || version > kFormatVersion) {
+    s.add(fmt::format("{}: checkpoint format version {}, this build reads versions 1 to {}", origin,
+                      version, kFormatVersion));
     return m;
   }
+  m.version = kFormatVersion;  // a version 1 checkpoint reads as the same pieces in version 2
   auto cfg = config_from_json(field(j, "", "model"), origin);
   if (!cfg.ok()) {
     s.merge(cfg.status());
@@ -149,12 +281,6 @@ Metadata metadata_from_json(const json& j, const std::string& origin, Status& s)
   m.parallel.dp = integer_field<int>(p, "parallel", "dp", 1, kMaxRanks);
   if (p.contains("vp")) m.parallel.vp = integer_field<int>(p, "parallel", "vp", 1, kMaxRanks);
   if (p.contains("zero")) m.parallel.zero = integer_field<int>(p, "parallel", "zero", 0, 3);
-  if (p.contains("rank")) {
-    const json& r = p["rank"];
-    m.parallel.tp_rank = integer_field<int>(r, "parallel.rank", "tp", 0, m.parallel.tp - 1);
-    m.parallel.pp_rank = integer_field<int>(r, "parallel.rank", "pp", 0, m.parallel.pp - 1);
-    m.parallel.dp_rank = integer_field<int>(r, "parallel.rank", "dp", 0, m.parallel.dp - 1);
-  }
   const json& t = field(j, "", "train");
   m.train.step = integer_field<int64_t>(t, "train", "step", 0);
   m.train.seed = integer_field<uint64_t>(t, "train", "seed");
@@ -188,100 +314,23 @@ Metadata metadata_from_json(const json& j, const std::string& origin, Status& s)
     m.adamw.eps = static_cast<float>(number_field(o, "optimizer", "eps"));
     m.adamw.weight_decay = static_cast<float>(number_field(o, "optimizer", "weight_decay"));
   }
-  std::map<std::string, int64_t> shard_bytes;
-  for (const json& sj : array_field(j, "shards")) {
-    ShardInfo sh;
-    sh.file = string_field(sj, "shards[]", "file");
-    sh.bytes = integer_field<int64_t>(sj, "shards[]", "bytes", 0);
-    const std::string hex = string_field(sj, "shards[]", "xxh3");
-    if (hex.empty() || hex.size() > 16 ||
-        hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      s.add(fmt::format("{}: bad checksum '{}' of shard {}", origin, hex, sh.file));
-    } else {
-      sh.xxh3 = std::strtoull(hex.c_str(), nullptr, 16);
-    }
-    if (sh.file.empty() || sh.file.find('/') != std::string::npos || sh.file.starts_with(".")) {
-      s.add(fmt::format("{}: shard file name '{}' is not a plain file name", origin, sh.file));
-    }
-    if (!shard_bytes.emplace(sh.file, sh.bytes).second) {
-      s.add(fmt::format("{}: shard {} is listed twice", origin, sh.file));
-    }
-    m.shards.push_back(sh);
-  }
-  std::set<std::pair<std::string, std::string>> names;
-  for (const json& tj : array_field(j, "tensors")) {
-    TensorInfo ti;
-    ti.name = string_field(tj, "tensors[]", "name");
-    const std::string path = "tensors[" + ti.name + "]";
-    ti.group = string_field(tj, path, "group");
-    ti.dtype = string_field(tj, path, "dtype");
-    ti.global_shape = shape_field(tj, path, "global_shape");
-    const json& sh = field(tj, path, "shard");
-    ti.file = string_field(sh, path + ".shard", "file");
-    ti.offset = integer_field<int64_t>(sh, path + ".shard", "offset", 0);
-    ti.start = shape_field(sh, path + ".shard", "start");
-    ti.shape = shape_field(sh, path + ".shard", "shape");
-    auto it = shard_bytes.find(ti.file);
-    bool inside =
-        ti.start.size() == ti.global_shape.size() && ti.shape.size() == ti.global_shape.size();
-    for (size_t d = 0; inside && d < ti.shape.size(); ++d) {
-      inside = ti.start[d] <= ti.global_shape[d] - ti.shape[d];
-    }
-    if (std::find(std::begin(kGroups), std::end(kGroups), ti.group) == std::end(kGroups)) {
-      s.add(fmt::format("{}: tensor {} has group '{}', not params, adam_m or adam_v", origin,
-                        ti.name, ti.group));
-    } else if (!names.emplace(ti.group, ti.name).second) {
-      s.add(fmt::format("{}: tensor {} ({}) is listed twice", origin, ti.name, ti.group));
-    }
-    if (!inside) {
-      s.add(fmt::format("{}: tensor {}: the slice at {} of shape {} is not inside {}", origin,
-                        ti.name, shape_str(ti.start), shape_str(ti.shape),
-                        shape_str(ti.global_shape)));
-    }
-    if (ti.dtype != "f32") {
-      s.add(fmt::format("{}: tensor {} has dtype {}; this build reads f32", origin, ti.name,
-                        ti.dtype));
-    } else if (it == shard_bytes.end()) {
-      s.add(fmt::format("{}: tensor {} names shard {}, which is not listed", origin, ti.name,
-                        ti.file));
-    } else if (ti.offset > it->second || numel(ti.shape) * 4 > it->second - ti.offset) {
-      s.add(fmt::format("{}: tensor {} lies outside its shard {}", origin, ti.name, ti.file));
-    }
-    m.tensors.push_back(std::move(ti));
-  }
+  RankFiles files = files_from_json(j, origin, version, s);
+  m.shards = std::move(files.shards);
+  m.tensors = std::move(files.tensors);
   return m;
 }
 
 }  // namespace
 
 nlohmann::json metadata_to_json(const Metadata& m) {
-  json tensors = json::array();
-  for (const auto& t : m.tensors) {
-    tensors.push_back(
-        {{"name", t.name},
-         {"group", t.group},
-         {"dtype", t.dtype},
-         {"global_shape", t.global_shape},
-         {"shard",
-          {{"file", t.file}, {"offset", t.offset}, {"start", t.start}, {"shape", t.shape}}}});
-  }
-  json shards = json::array();
-  for (const auto& s : m.shards) {
-    shards.push_back({{"file", s.file}, {"bytes", s.bytes}, {"xxh3", hex64(s.xxh3)}});
-  }
+  json files = files_to_json({m.shards, m.tensors});
   const auto& p = m.parallel;
   const auto& tr = m.train;
   json j = {
       {"format", "weft-checkpoint"},
       {"version", m.version},
       {"model", config_to_json(m.model)},
-      {"parallel",
-       {{"tp", p.tp},
-        {"pp", p.pp},
-        {"dp", p.dp},
-        {"vp", p.vp},
-        {"zero", p.zero},
-        {"rank", {{"tp", p.tp_rank}, {"pp", p.pp_rank}, {"dp", p.dp_rank}}}}},
+      {"parallel", {{"tp", p.tp}, {"pp", p.pp}, {"dp", p.dp}, {"vp", p.vp}, {"zero", p.zero}}},
       {"train",
        {{"step", tr.step},
         {"seed", tr.seed},
@@ -296,8 +345,8 @@ nlohmann::json metadata_to_json(const Metadata& m) {
         {"tokenizer_identity", tr.tokenizer_identity},
         {"data", tr.data_path}}},
       {"run_config", tr.run_config},
-      {"shards", shards},
-      {"tensors", tensors},
+      {"shards", files["shards"]},
+      {"tensors", files["tensors"]},
   };
   if (m.has_optimizer) {
     j["optimizer"] = {{"kind", "adamw"},        {"step", m.optimizer_step},
@@ -333,20 +382,43 @@ Result<model::GptConfig> config_from_json(const nlohmann::json& j, const std::st
   return c;
 }
 
-Result<Metadata> parse_metadata(std::string_view text, std::string_view origin) {
-  const std::string where(origin);
+namespace {
+
+// parse(json, problems) on the text; malformed JSON and fields of the wrong type or range become
+// one error "<origin>: <what><message>".
+template <typename T, typename Parse>
+Result<T> parse_checked(std::string_view text, const std::string& origin, const char* what,
+                        Parse parse) {
   Status s;
-  Metadata m;
+  T out;
   try {
-    const json j = json::parse(text);
-    m = metadata_from_json(j, where, s);
+    out = parse(json::parse(text), s);
   } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: corrupt checkpoint metadata: {}", where, e.what()));
+    return Status::error(fmt::format("{}: {}{}", origin, what, e.what()));
   } catch (const FieldError& e) {
-    return Status::error(fmt::format("{}: corrupt checkpoint metadata: {}", where, e.message));
+    return Status::error(fmt::format("{}: {}{}", origin, what, e.message));
   }
   if (!s.ok()) return s;
-  return m;
+  return out;
+}
+
+}  // namespace
+
+std::string rank_files_to_json(const RankFiles& f) { return files_to_json(f).dump(); }
+
+Result<RankFiles> rank_files_from_json(std::string_view text) {
+  const std::string origin = "a rank's checkpoint files";
+  return parse_checked<RankFiles>(text, origin, "", [&](const json& j, Status& s) {
+    return files_from_json(j, origin, kFormatVersion, s);
+  });
+}
+
+Result<Metadata> parse_metadata(std::string_view text, std::string_view origin) {
+  const std::string where(origin);
+  return parse_checked<Metadata>(text, where,
+                                 "corrupt checkpoint metadata: ", [&](const json& j, Status& s) {
+                                   return metadata_from_json(j, where, s);
+                                 });
 }
 
 }  // namespace weft::checkpoint

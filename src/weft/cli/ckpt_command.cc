@@ -32,8 +32,8 @@ void run_inspect(const std::string& path) {
   const auto& t = md.train;
   fmt::print("checkpoint  {} (weft-checkpoint v{})\n", dir, md.version);
   fmt::print("model       {}\n", model_line(md.model));
-  fmt::print("layout      tp={} pp={} dp={} vp={} zero={}, written by tp{}-dp{}-pp{}\n", p.tp, p.pp,
-             p.dp, p.vp, p.zero, p.tp_rank, p.dp_rank, p.pp_rank);
+  fmt::print("layout      tp={} pp={} dp={} vp={} zero={} (loads under any other)\n", p.tp, p.pp,
+             p.dp, p.vp, p.zero);
   fmt::print("step        {}\n", t.step);
   if (md.has_optimizer) {
     fmt::print("optimizer   adamw step {}, beta1={} beta2={} eps={} weight_decay={}\n",
@@ -58,18 +58,25 @@ void run_inspect(const std::string& path) {
   }
   int64_t params = 0;
   for (const auto& ti : md.tensors) {
-    if (ti.group == "params") params += numel(ti.global_shape);
+    if (ti.group == "params") params += ti.count;  // every element is in exactly one piece
   }
-  fmt::print("\ntensors     {} ({} parameters)\n", md.tensors.size(), params);
-  fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {}\n", "group", "name", name_w, "dtype",
-             "shape", "file", file_w, "offset");
+  fmt::print("\ntensor pieces {} ({} parameters)\n", md.tensors.size(), params);
+  fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {:<10}  {}\n", "group", "name", name_w,
+             "dtype", "shape", "file", file_w, "offset", "piece");
   for (const auto& ti : md.tensors) {
-    std::string shape = shape_str(ti.shape);
-    if (ti.shape != ti.global_shape) {
-      shape += fmt::format(" at {} of {}", shape_str(ti.start), shape_str(ti.global_shape));
+    // Which part of the tensor: its tensor-parallel shard and, under ZeRO, a range of it.
+    std::string piece;
+    if (ti.tp > 1) {
+      piece = fmt::format("tp shard {}/{} of dim {}{}", ti.tp_rank, ti.tp, ti.split.dim,
+                          ti.split.blocks > 1 ? fmt::format(" ({} blocks)", ti.split.blocks) : "");
     }
-    fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {}\n", ti.group, ti.name, name_w, ti.dtype,
-               shape, ti.file, file_w, ti.offset);
+    if (ti.count != numel(ti.shard_shape())) {
+      piece += fmt::format("{}elements [{}, {})", piece.empty() ? "" : ", ", ti.begin,
+                           ti.begin + ti.count);
+    }
+    fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {:<10}  {}\n", ti.group, ti.name, name_w,
+               ti.dtype, shape_str(ti.global_shape), ti.file, file_w, ti.offset,
+               piece.empty() ? "whole" : piece);
   }
 
   int bad = 0;

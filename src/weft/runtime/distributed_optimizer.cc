@@ -6,6 +6,7 @@
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
+#include "weft/model/zero_parts.h"
 #include "weft/tensor/zero_shards.h"
 
 namespace weft::runtime {
@@ -42,8 +43,6 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   const int n = dp_->size();
   WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0,
              "a ZeRO chunk needs the layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
-  std::vector<optim::AdamW::Run> runs;
-  std::vector<int64_t> at;  // each part's offset in the shard buffers
   int64_t offset = 0, largest = 0;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const model::ParamUnit& U = layout.units[u];
@@ -52,15 +51,16 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
         u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
     shards_.push_back({own.begin, own.size(), offset, next - U.begin});
     WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
-    for (const SlicePart& p :
-         slices_in_range(layout.buffer, {U.begin + own.begin, U.begin + own.end})) {
-      at.push_back(offset + (p.begin - U.begin - own.begin));
-      parts_.push_back({p.slice, nullptr, p.end - p.begin});
-      part_begin_.push_back(p.begin);
-      runs.push_back({at.back(), p.end - p.begin, layout.init[p.slice].weight_decay});
-    }
     offset += own.size();
     largest = std::max(largest, own.size());
+  }
+  std::vector<optim::AdamW::Run> runs;
+  std::vector<int64_t> at;  // each part's offset in the shard buffers
+  for (const model::OwnedPart& p : model::zero_owned_parts(layout, zero_, n, dp_->rank())) {
+    at.push_back(p.at);
+    parts_.push_back({p.slice, nullptr, p.n});
+    part_begin_.push_back(layout.buffer.slices()[p.slice].offset + p.begin);
+    runs.push_back({p.at, p.n, layout.init[p.slice].weight_decay});
   }
   master_ = AlignedBuffer<float>(offset);
   grad_shard_ = AlignedBuffer<float>(offset);
@@ -233,53 +233,16 @@ void DistributedOptimizer::step(float lr) {
   if (zero_ >= 2) grad_shard_.zero();  // accumulated afresh over the next step's microbatches
 }
 
-void DistributedOptimizer::export_state(FlatBuffer& params, FlatBuffer& m, FlatBuffer& v) {
-  const int64_t size = model_.params().size();
-  WEFT_CHECK(params.size() == size && m.size() == size && v.size() == size,
-             "export_state needs buffers in the chunk's layout");
-  if (zero_ == 0) {
-    std::copy_n(model_.params().data(), size, params.data());
-    std::copy_n(adam_->m().data(), size, m.data());
-    std::copy_n(adam_->v().data(), size, v.data());
-    return;
-  }
-  params.zero();
-  m.zero();
-  v.zero();
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const int64_t at = parts_[i].grad - grad_shard_.data();
-    std::copy_n(master_.data() + at, parts_[i].n, params.data() + part_begin_[i]);
-    std::copy_n(adam_->m().data() + at, parts_[i].n, m.data() + part_begin_[i]);
-    std::copy_n(adam_->v().data() + at, parts_[i].n, v.data() + part_begin_[i]);
-  }
-  if (dp_->size() > 1) {  // every element comes from exactly one rank
-    dp_->all_reduce(params.data(), size);
-    dp_->all_reduce(m.data(), size);
-    dp_->all_reduce(v.data(), size);
-  }
+DistributedOptimizer::StateView DistributedOptimizer::state() {
+  if (zero_ == 0) return {model_.params().data(), adam_->m().data(), adam_->v().data()};
+  return {master_.data(), adam_->m().data(), adam_->v().data()};
 }
 
-void DistributedOptimizer::import_state(const FlatBuffer& params, const FlatBuffer& m,
-                                        const FlatBuffer& v, int step_count) {
-  const int64_t size = model_.params().size();
-  WEFT_CHECK(params.size() == size && m.size() == size && v.size() == size,
-             "import_state needs buffers in the chunk's layout");
+void DistributedOptimizer::state_loaded(int step_count) {
   adam_->set_step_count(step_count);
-  if (zero_ == 0) {
-    std::copy_n(params.data(), size, model_.params().data());
-    std::copy_n(m.data(), size, adam_->m().data());
-    std::copy_n(v.data(), size, adam_->v().data());
-    return;
-  }
-  for (size_t i = 0; i < parts_.size(); ++i) {
-    const int64_t at = parts_[i].grad - grad_shard_.data();
-    std::copy_n(params.data() + part_begin_[i], parts_[i].n, master_.data() + at);
-    std::copy_n(m.data() + part_begin_[i], parts_[i].n, adam_->m().data() + at);
-    std::copy_n(v.data() + part_begin_[i], parts_[i].n, adam_->v().data() + at);
-  }
-  if (zero_ <= 2) {
-    std::copy_n(params.data(), size, model_.params().data());
-  } else {
+  if (zero_ == 1 || zero_ == 2) {
+    gather_all();  // the model's parameters from every rank's master shard
+  } else if (zero_ == 3) {
     model_.params().zero();  // lazy: every page returned; units are gathered when used
     resident_.assign(resident_.size(), false);
   }

@@ -88,12 +88,19 @@ class DistributedOptimizer final : public model::ParamHooks {
   // gradients; for benchmarks, between steps.
   double time_reductions_alone(int microbatches);
 
-  // Checkpoints. export_state writes the chunk's parameters and moments in the chunk's own layout
-  // (model().param_layout()) on every dp rank (a collective over dp when sharded); import_state
-  // reads them back (each rank keeps its part) with the optimizer's step count.
-  void export_state(FlatBuffer& params, FlatBuffer& m, FlatBuffer& v);
-  void import_state(const FlatBuffer& params, const FlatBuffer& m, const FlatBuffer& v,
-                    int step_count);
+  // Checkpoints. The chunk's training state this rank holds, at the offsets OwnedPart::at of
+  // model::zero_owned_parts(layout, zero(), dp size, dp rank): the parameters (from ZeRO 1 on,
+  // the fp32 master shard) and AdamW's moments. ZeRO 0: the chunk's whole buffers.
+  struct StateView {
+    float* params;
+    float* m;
+    float* v;
+  };
+  StateView state();
+  // After a checkpoint was loaded into state(), on every dp rank: sets the step count and
+  // rebuilds the model's parameters from the shards (ZeRO 1/2: an all-gather; ZeRO 3: dropped,
+  // gathered when used).
+  void state_loaded(int step_count);
 
  private:
   struct Shard {                  // a unit's range in the shard buffers

@@ -23,6 +23,7 @@
 #include "weft/model/shards.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
+#include "weft/runtime/checkpointing.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
 #include "weft/runtime/plot.h"
@@ -187,31 +188,23 @@ Result<TrainResult> Trainer::run() {
 
   std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
   Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
-  // Checkpoints hold the serial layout: the parts are gathered for a save and sliced on a load.
-  // A process holding the whole model reads and writes its own buffers.
-  const model::ParamLayout serial_layout = model::gpt_param_layout(cfg_.model);
-  const bool sharded = chunks.size() > 1 || !chunks[0]->stage().whole_model(cfg_.model) ||
-                       chunks[0]->tensor_parallel().size() > 1 || cfg_.parallel.zero > 0;
+  const parallel::Coord me = topo.coord(world_rank);
+  CheckpointJob job;
+  job.model = cfg_.model;
+  job.layout = {cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp, cfg_.parallel.vp,
+                cfg_.parallel.zero};
+  job.tp_rank = me.tp;
+  job.dp_rank = me.dp;
+  job.pp_rank = me.pp;
+  job.chunks = chunks;
+  job.opts = opts;
+  job.world = world;
   int64_t step = 0;
   if (!resume_dir.empty()) {
-    checkpoint::TrainState state;
+    auto loaded = load_checkpoint(job, resume_dir);
+    if (!loaded.ok()) return loaded.status();
+    const checkpoint::TrainState state = loaded.value();
     Status s;
-    if (!sharded) {
-      s = checkpoint::load(resume_dir, cfg_.model, chunks[0]->params(), &opts[0]->adamw(), &state);
-    } else {
-      FlatBuffer params(serial_layout.buffer);
-      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
-      s = checkpoint::load(resume_dir, cfg_.model, params, &opt, &state);
-      for (size_t j = 0; s.ok() && j < chunks.size(); ++j) {
-        // The chunk's part in its own layout, then (ZeRO) each rank keeps its shard of it.
-        const model::ParamLayout& local = chunks[j]->param_layout();
-        FlatBuffer p(local.buffer), m(local.buffer), v(local.buffer);
-        model::take_shards(serial_layout, params.data(), local, p.data());
-        model::take_shards(serial_layout, opt.m().data(), local, m.data());
-        model::take_shards(serial_layout, opt.v().data(), local, v.data());
-        opts[j]->import_state(p, m, v, opt.step_count());
-      }
-    }
     if (!s.ok()) return s;
     s = sampler.set_state({state.sampler_epoch, state.sampler_position});
     if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
@@ -258,8 +251,9 @@ Result<TrainResult> Trainer::run() {
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
       "micro_batch{}), {} steps{}; {}GEMM ceiling {}; out_dir {}",
-      cfg_.model.name, serial_layout.count(), dataset_->describe(), T, b, t.global_batch, m,
-      grid.dp > 1 ? fmt::format(" on each of {} replicas", grid.dp) : "", t.steps,
+      cfg_.model.name, model::gpt_param_layout(cfg_.model).count(), dataset_->describe(), T, b,
+      t.global_batch, m, grid.dp > 1 ? fmt::format(" on each of {} replicas", grid.dp) : "",
+      t.steps,
       resume_dir.empty() ? "" : fmt::format(", resuming at step {} from {}", step, resume_dir),
       layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
@@ -283,43 +277,9 @@ Result<TrainResult> Trainer::run() {
     state.tokenizer_identity = options_.tokenizer_identity;
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
-    if (!sharded) {
-      auto dir = checkpoint::save(root, cfg_.model, chunks[0]->params(), &opts[0]->adamw(), state,
-                                  t.keep_last);
-      if (!dir.ok()) return dir.status();
-      result.checkpoint = dir.value();
-    } else {
-      // Gather the serial layout on every rank (a collective over the replica's ranks); rank 0
-      // writes it, then tells the others whether it worked, so a failed save fails every rank.
-      FlatBuffer params(serial_layout.buffer);
-      optim::AdamW opt(serial_layout.buffer, serial_layout.weight_decay_flags(), acfg);
-      opt.set_step_count(opts[0]->step_count());
-      params.zero();
-      opt.m().zero();
-      opt.v().zero();
-      for (size_t j = 0; j < chunks.size(); ++j) {
-        // The chunk's state in its own layout (ZeRO: gathered over dp), placed in the serial one.
-        const model::ParamLayout& local = chunks[j]->param_layout();
-        const model::StageSpec& stage = chunks[j]->stage();
-        FlatBuffer p(local.buffer), m(local.buffer), v(local.buffer);
-        opts[j]->export_state(p, m, v);
-        model::place_shards(local, stage, p.data(), serial_layout, params.data());
-        model::place_shards(local, stage, m.data(), serial_layout, opt.m().data());
-        model::place_shards(local, stage, v.data(), serial_layout, opt.v().data());
-      }
-      if (comm::Communicator* replica = groups_.model.get()) {
-        replica->all_reduce(params.data(), params.size());
-        replica->all_reduce(opt.m().data(), opt.m().size());
-        replica->all_reduce(opt.v().data(), opt.v().size());
-      }
-      Result<std::string> dir = Status::error("not written");
-      if (leader) dir = checkpoint::save(root, cfg_.model, params, &opt, state, t.keep_last);
-      int32_t failed = leader && !dir.ok() ? 1 : 0;
-      if (world != nullptr) world->all_reduce(&failed, 1, comm::ReduceOp::Max);
-      if (leader && !dir.ok()) return dir.status();
-      if (failed != 0) return Status::error("rank 0 could not write the checkpoint");
-      result.checkpoint = leader ? dir.value() : root;
-    }
+    auto dir = save_checkpoint(job, root, state, t.keep_last);
+    if (!dir.ok()) return dir.status();
+    result.checkpoint = dir.value();
     saved_step = step;
     progress.message(fmt::format("weft train: checkpoint {}", result.checkpoint));
     // The gathered copies are gone: measure training's own peak from here on.

@@ -1,0 +1,39 @@
+#pragma once
+// Which parts of a model chunk's training state a rank writes to a checkpoint, and which it reads
+// back. Every element of the model is written exactly once per job: a tensor replicated over
+// tensor parallelism by tp rank 0; the tied word embedding by the first pipeline stage (the last
+// stage's copy is kept equal to it); under ZeRO 0 by dp rank 0 (the replicas are equal), under
+// ZeRO 1-3 by every dp rank, its own parts (model/zero_parts.h). Reading, a rank asks for all of
+// its parts, replicated and tied copies included: load_pieces finds them wherever they were
+// written, under whatever layout.
+
+#include <vector>
+
+#include "weft/checkpoint/checkpoint.h"
+#include "weft/model/param_layout.h"
+
+namespace weft::checkpoint {
+
+// A chunk as a rank holds it.
+struct ChunkPlace {
+  const model::ParamLayout* layout = nullptr;  // its tp shard of the stage's tensors
+  model::StageSpec stage;
+  int zero = 0, dp = 1, dp_rank = 0;
+};
+
+// The chunk's state, indexed by model::OwnedPart::at of zero_owned_parts(layout, zero, dp,
+// dp_rank) (DistributedOptimizer::state()). m and v null: parameters only.
+struct StateBuffers {
+  float* params = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+};
+
+std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers& state);
+std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& state);
+
+// Elements [begin, begin + n) of slice `slice` of the layout, as a piece of its global tensor.
+TensorInfo tensor_piece(const model::ParamLayout& layout, size_t slice, int64_t begin, int64_t n,
+                        const char* group);
+
+}  // namespace weft::checkpoint

@@ -1,0 +1,218 @@
+// load_pieces: a checkpoint written under one layout, read under another. Every piece, of the
+// checkpoint or wanted by the reader, is a set of runs of global element indices (a tensor-parallel
+// shard, clipped to the piece's elements; model::shard_runs); a wanted piece is filled from the
+// intersections of its runs with those of every stored piece of the same tensor and group.
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "weft/checkpoint/checkpoint.h"
+
+namespace weft::checkpoint {
+namespace {
+namespace fs = std::filesystem;
+
+// The piece's elements as runs {local (from the piece's first element), global, n}, ascending in
+// both. Metadata has checked that the split divides the global shape.
+std::vector<model::ShardRun> piece_runs(const TensorInfo& t) {
+  std::vector<model::ShardRun> out;
+  const int64_t lo = t.begin, hi = t.begin + t.count;
+  auto clip = [&](int64_t local, int64_t global, int64_t n) {
+    const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
+    if (a < b) out.push_back({a - lo, global + (a - local), b - a});
+  };
+  const Shape& g = t.global_shape;
+  if (t.split.replicated() || t.tp == 1) {
+    clip(0, 0, numel(g));
+  } else if (t.split.dim == 0) {  // each of the blocks gives rows [rank*r, (rank+1)*r) of itself
+    const int64_t cols = numel(g) / g[0], block_rows = g[0] / t.split.blocks;
+    const int64_t r = block_rows / t.tp;
+    for (int b = 0; b < t.split.blocks; ++b) {
+      clip(b * r * cols, (b * block_rows + t.tp_rank * r) * cols, r * cols);
+    }
+  } else if (t.count > 0) {  // every row gives columns [rank*k, (rank+1)*k): only the piece's rows
+    const int64_t K = g[1], k = K / t.tp;
+    for (int64_t i = lo / k; i <= (hi - 1) / k; ++i) clip(i * k, i * K + t.tp_rank * k, k);
+  }
+  return out;
+}
+
+// Copy `n` elements from element `src` of a stored piece to element `dst` of a wanted one.
+struct Copy {
+  int64_t src = 0, dst = 0, n = 0;
+};
+
+std::vector<Copy> intersect(const std::vector<model::ShardRun>& want,
+                            const std::vector<model::ShardRun>& have) {
+  std::vector<Copy> out;
+  size_t i = 0, j = 0;
+  while (i < want.size() && j < have.size()) {
+    const auto &a = want[i], &b = have[j];
+    const int64_t lo = std::max(a.global, b.global);
+    const int64_t hi = std::min(a.global + a.n, b.global + b.n);
+    if (lo < hi) out.push_back({b.local + (lo - b.global), a.local + (lo - a.global), hi - lo});
+    if (a.global + a.n < b.global + b.n) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return out;
+}
+
+std::string config_diff(const model::GptConfig& a, const model::GptConfig& b) {
+  std::vector<std::string> d;
+  auto cmp = [&](const char* key, int x, int y) {
+    if (x != y) d.push_back(fmt::format("{} {} vs {}", key, x, y));
+  };
+  cmp("n_layer", a.n_layer, b.n_layer);
+  cmp("n_embd", a.n_embd, b.n_embd);
+  cmp("n_head", a.n_head, b.n_head);
+  cmp("vocab_size", a.vocab_size, b.vocab_size);
+  cmp("pad_vocab_to", a.pad_vocab_to, b.pad_vocab_to);
+  cmp("max_seq_len", a.max_seq_len, b.max_seq_len);
+  return fmt::format("{}", fmt::join(d, ", "));
+}
+
+// Reads bytes [offset, offset + n) of a file.
+Status pread_all(int fd, const std::string& path, char* p, int64_t n, int64_t offset) {
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), offset);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return Status::error(fmt::format("{}: short read: {}", path, strerror(errno)));
+    p += r;
+    offset += r;
+    n -= r;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status load_pieces(const std::string& dir, const Metadata& m, const model::GptConfig& expected,
+                   std::span<const ReadPiece> targets) {
+  const std::string origin = (fs::path(dir) / kMetadataFile).string();
+  const std::string diff = config_diff(m.model, expected);
+  if (!diff.empty()) {
+    return Status::error(fmt::format(
+        "{}: the checkpoint holds another model: '{}' vs this run's '{}' ({}; checkpoint vs run)",
+        origin, m.model.name, expected.name, diff));
+  }
+  std::map<std::pair<std::string, std::string>, std::vector<const TensorInfo*>> stored;
+  for (const auto& t : m.tensors) stored[{t.group, t.name}].push_back(&t);
+
+  // Which stored pieces each target needs, and the files they are in.
+  Status s;
+  std::vector<const std::vector<const TensorInfo*>*> sources(targets.size());
+  std::set<std::string> files;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorInfo& t = targets[i].tensor;
+    auto it = stored.find({t.group, t.name});
+    if (it == stored.end()) {
+      s.add(fmt::format("{}: tensor {} ({}) is missing", origin, t.name, t.group));
+      continue;
+    }
+    sources[i] = &it->second;
+    for (const TensorInfo* p : it->second) {
+      if (p->global_shape != t.global_shape) {
+        s.add(fmt::format("{}: tensor {} ({}) has shape {}, the model expects {}", origin, t.name,
+                          t.group, shape_str(p->global_shape), shape_str(t.global_shape)));
+        break;
+      }
+      files.insert(p->file);
+    }
+  }
+  if (!s.ok()) return s;
+  // The files first: their real sizes bound every piece before any run is computed.
+  for (const auto& sh : m.shards) {
+    if (files.count(sh.file) == 0) continue;
+    Status v = verify_shard(dir, sh);
+    if (!v.ok()) return v;
+  }
+
+  // Per stored piece, the copies into each target; and every target element covered once.
+  struct Job {
+    const ReadPiece* target;
+    std::vector<Copy> copies;
+  };
+  std::map<const TensorInfo*, std::vector<Job>> jobs;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    const TensorInfo& t = targets[i].tensor;
+    const auto want = piece_runs(t);
+    int64_t covered = 0;
+    for (const TensorInfo* p : *sources[i]) {
+      auto copies = intersect(want, piece_runs(*p));
+      if (copies.empty()) continue;
+      for (const Copy& c : copies) covered += c.n;
+      jobs[p].push_back({&targets[i], std::move(copies)});
+    }
+    if (covered != t.count) {
+      s.add(fmt::format(
+          "{}: tensor {} ({}): the checkpoint's pieces cover {} of the {} elements wanted{}",
+          origin, t.name, t.group, covered, t.count, covered > t.count ? " (they overlap)" : ""));
+    }
+  }
+  if (!s.ok()) return s;
+
+  // Each stored piece is read once, only the span the copies need, then scattered.
+  std::map<std::string, int> fds;
+  auto close_all = [&] {
+    for (auto& [name, fd] : fds) ::close(fd);
+  };
+  std::vector<float> buf;
+  for (const auto& [piece, piece_jobs] : jobs) {
+    const std::string path = (fs::path(dir) / piece->file).string();
+    auto fd_it = fds.find(piece->file);
+    if (fd_it == fds.end()) {
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        close_all();
+        return Status::error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
+      }
+      fd_it = fds.emplace(piece->file, fd).first;
+    }
+    int64_t lo = piece->count, hi = 0;
+    for (const Job& j : piece_jobs) {
+      for (const Copy& c : j.copies) {
+        lo = std::min(lo, c.src);
+        hi = std::max(hi, c.src + c.n);
+      }
+    }
+    buf.resize(static_cast<size_t>(hi - lo));
+    Status r =
+        pread_all(fd_it->second, path, reinterpret_cast<char*>(buf.data()),
+                  (hi - lo) * int64_t{sizeof(float)}, piece->offset + lo * int64_t{sizeof(float)});
+    if (!r.ok()) {
+      close_all();
+      return r;
+    }
+    const auto bad =
+        std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
+    if (bad != buf.end()) {
+      close_all();
+      return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
+                                       path, *bad, piece->name, piece->group,
+                                       piece->begin + lo + (bad - buf.begin())));
+    }
+    for (const Job& j : piece_jobs) {
+      for (const Copy& c : j.copies) {
+        std::copy_n(buf.data() + (c.src - lo), c.n, j.target->data + c.dst);
+      }
+    }
+  }
+  close_all();
+  return {};
+}
+
+}  // namespace weft::checkpoint

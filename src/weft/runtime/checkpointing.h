@@ -1,0 +1,37 @@
+#pragma once
+// A job's checkpoints (checkpoint/checkpoint.h): every rank writes its own part of its model
+// chunks' state in parallel, straight from its buffers (checkpoint/placement.h says which part),
+// and rank 0 the metadata; a load has every rank read its part from a checkpoint written under any
+// layout. Collective over the job's ranks.
+
+#include <span>
+#include <string>
+
+#include "weft/checkpoint/checkpoint.h"
+#include "weft/comm/communicator.h"
+#include "weft/core/status.h"
+#include "weft/model/gpt.h"
+#include "weft/runtime/distributed_optimizer.h"
+
+namespace weft::runtime {
+
+struct CheckpointJob {
+  model::GptConfig model;
+  checkpoint::ParallelLayout layout;
+  int tp_rank = 0, dp_rank = 0, pp_rank = 0;
+  std::span<model::Gpt* const> chunks;  // this rank's, with their optimizers
+  std::span<DistributedOptimizer* const> opts;
+  comm::Communicator* world = nullptr;  // null: one process
+};
+
+// Writes ROOT/step_<state.step> (checkpoint::begin_save .. commit_save over the ranks) and returns
+// its directory on every rank. A failure on any rank (a write error, a non-finite value in its
+// part) fails the save on every rank with that rank's message; the temporary is removed.
+Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string& root,
+                                    const checkpoint::TrainState& state, int keep_last);
+
+// Loads DIR into the chunks' parameters and optimizer state, resharding as needed; returns the
+// trainer's state. Fails on every rank when any rank's part fails to load.
+Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const std::string& dir);
+
+}  // namespace weft::runtime

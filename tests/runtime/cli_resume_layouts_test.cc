@@ -1,0 +1,208 @@
+// Resuming a run, through the `weft` binary: a checkpoint saved under one layout (tp, pp, dp, vp,
+// ZeRO stage, sequence parallelism, pipeline schedule) continues under another and the run gives
+// the uninterrupted serial run's losses, within 1e-5; under the same layout, bit for bit.
+//
+// The model is the tiny one with 4 layers, so that pp=4 (one layer a stage) and pp=2 with vp=2
+// (the interleaved schedule, four stages) fit it. A global batch of 8 sequences of micro batches
+// of 2 is 4 microbatches a step, 2 per replica at dp=2.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "support/cli_fixture.h"
+
+namespace weft {
+namespace {
+
+using test::losses;
+using test::metric;
+using test::read_text;
+using test::weft_command;
+
+// A parallel layout: the [parallel] keys of a run, and the ranks it takes.
+struct Layout {
+  int tp = 1;
+  int pp = 1;
+  int dp = 1;
+  int vp = 1;
+  int zero = 0;
+  bool sp = false;  // sequence parallelism (with tp > 1)
+  std::string schedule = "1f1b";
+
+  int ranks() const { return tp * pp * dp; }
+  // Every [parallel] key, as --set options.
+  std::string flags() const {
+    return fmt::format(
+        " --set parallel.tp={} --set parallel.pp={} --set parallel.dp={} --set parallel.vp={} "
+        "--set parallel.zero={} --set parallel.sequence_parallel={} --set parallel.schedule={}",
+        tp, pp, dp, vp, zero, sp ? "true" : "false", schedule);
+  }
+  // What `weft train` says of it as it starts, when it takes several ranks (one rank can only be
+  // the serial layout: tp*pp*dp must equal the world size).
+  std::string banner() const {
+    return fmt::format("tp={} pp={} dp={}{}, {} ranks", tp, pp, dp,
+                       sp ? " (sequence parallel)" : "", ranks());
+  }
+  // A gtest-safe name: the keys that differ from a serial run, e.g. "tp2pp2" or "dp2zero2".
+  std::string name() const {
+    std::string n;
+    if (tp > 1) n += fmt::format("tp{}", tp);
+    if (sp) n += "sp";
+    if (pp > 1) n += fmt::format("pp{}", pp);
+    if (vp > 1) n += fmt::format("vp{}", vp);
+    if (dp > 1) n += fmt::format("dp{}", dp);
+    if (zero > 0) n += fmt::format("zero{}", zero);
+    if (pp > 1 && schedule != "1f1b") {
+      std::string s = schedule;
+      std::erase(s, '-');
+      n += s;
+    }
+    return n.empty() ? "serial" : n;
+  }
+};
+
+struct LayoutPair {
+  Layout from;  // trains steps 1-4 and saves the checkpoint
+  Layout to;    // resumes it for steps 5-8
+};
+
+std::string pair_name(const ::testing::TestParamInfo<LayoutPair>& info) {
+  return info.param.from.name() + "_to_" + info.param.to.name();
+}
+
+void PrintTo(const LayoutPair& p, std::ostream* os) {
+  *os << p.from.name() << " -> " << p.to.name();
+}
+
+constexpr int kSteps = 8;
+constexpr int kStopAt = 4;
+
+class CliResumeLayoutsTest : public test::CliFixture {
+ protected:
+  void SetUp() override {
+    CliFixture::SetUp();
+    std::ofstream(dir_ + "/tiny4.toml") << "[model]\nname = \"tiny4\"\nn_layer = 4\nn_embd = 32\n"
+                                        << "n_head = 4\nvocab_size = 61\npad_vocab_to = 16\n"
+                                        << "max_seq_len = 16\n";
+    run_ = dir_ + "/run.toml";
+    std::ofstream(run_) << "[model]\nconfig = \"" << dir_ << "/tiny4.toml\"\n"
+                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
+                        << "tokenizer = \"none\"\n"
+                        << "[train]\nseq_len = 16\nmicro_batch = 2\nglobal_batch = 8\n"
+                        << "steps = " << kSteps << "\nlr = 1e-2\neval_every = 0\n"
+                        << "save_every = " << kStopAt << "\nthreads = 1\n"
+                        << "[run]\nout_dir = \"" << dir_ << "/out\"\n";
+  }
+
+  // `weft train` of the run config under `layout` (through mpirun when it takes several ranks),
+  // into DIR/NAME, with further options `args`.
+  test::CommandOutput train(const Layout& layout, const std::string& name,
+                            const std::string& args) {
+    const std::string launcher =
+        layout.ranks() == 1 ? std::string(WEFT_BIN " ")
+                            : fmt::format(WEFT_MPIRUN " -n {} " WEFT_BIN " ", layout.ranks());
+    return weft_command(launcher + "train " + run_ + " --set run.out_dir=" + dir_ + "/" + name +
+                        layout.flags() + " " + args);
+  }
+
+  // Steps 1-4 under `from`, then --resume for steps 5-8 under `to`, into DIR/NAME; its
+  // metrics.jsonl. Fails the test when a launch fails.
+  std::string train_split(const Layout& from, const Layout& to, const std::string& name) {
+    auto r = train(from, name, fmt::format("--stop-after {}", kStopAt));
+    EXPECT_EQ(r.rc, 0) << r.text;
+    if (from.ranks() > 1) {
+      EXPECT_HAS(r.text, from.banner());
+    }
+    r = train(to, name, "--resume");
+    EXPECT_EQ(r.rc, 0) << r.text;
+    if (to.ranks() > 1) {
+      EXPECT_HAS(r.text, to.banner());
+    }
+    EXPECT_HAS(r.text, fmt::format("resuming at step {}", kStopAt));
+    return metrics(name);
+  }
+
+  std::string metrics(const std::string& name) const {
+    return dir_ + "/" + name + "/metrics.jsonl";
+  }
+
+  // The losses and gradient norms of the uninterrupted serial run: trained once per test
+  // program, by the first test to ask; empty when it failed.
+  struct SerialRun {
+    std::vector<double> loss;
+    std::vector<double> grad_norm;
+  };
+  const SerialRun& serial_run() {
+    static std::optional<SerialRun> cached;
+    if (!cached) {
+      auto r = train(Layout{}, "serial", "");
+      EXPECT_EQ(r.rc, 0) << r.text;
+      if (r.rc != 0) return kNone;
+      cached = SerialRun{losses(metrics("serial")), metric(metrics("serial"), "grad_norm")};
+    }
+    return *cached;
+  }
+  static inline const SerialRun kNone{};
+
+  std::string run_;
+};
+
+// The same layout stopped and resumed is the uninterrupted run bit for bit: every loss and
+// gradient norm of metrics.jsonl equal as doubles, serially and at tp=2 dp=2 with ZeRO-1.
+TEST_F(CliResumeLayoutsTest, TheSameLayoutResumesBitIdentically) {
+  const SerialRun& serial = serial_run();
+  ASSERT_EQ(serial.loss.size(), static_cast<size_t>(kSteps));
+  std::string split = train_split(Layout{}, Layout{}, "serial-split");
+  EXPECT_EQ(losses(split), serial.loss) << read_text(split);
+  EXPECT_EQ(metric(split, "grad_norm"), serial.grad_norm);
+
+  const Layout layout{.tp = 2, .dp = 2, .zero = 1};
+  auto r = train(layout, "whole", "");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, layout.banner());
+  split = train_split(layout, layout, "split");
+  ASSERT_EQ(losses(metrics("whole")).size(), static_cast<size_t>(kSteps))
+      << read_text(metrics("whole"));
+  EXPECT_EQ(losses(split), losses(metrics("whole"))) << read_text(split);
+  EXPECT_EQ(metric(split, "grad_norm"), metric(metrics("whole"), "grad_norm"));
+}
+
+class CliResumeAcrossLayoutsTest : public CliResumeLayoutsTest,
+                                   public ::testing::WithParamInterface<LayoutPair> {};
+
+// A checkpoint of layout FROM resumed under layout TO: all 8 losses within 1e-5 (relative) of the
+// uninterrupted serial run's.
+TEST_P(CliResumeAcrossLayoutsTest, GivesTheSerialLosses) {
+  const std::vector<double>& serial = serial_run().loss;
+  ASSERT_EQ(serial.size(), static_cast<size_t>(kSteps));
+  const std::string split = train_split(GetParam().from, GetParam().to, "split");
+  const std::vector<double> resumed = losses(split);
+  ASSERT_EQ(resumed.size(), serial.size()) << read_text(split);
+  for (size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_NEAR(resumed[i], serial[i], 1e-5 * std::abs(serial[i])) << "step " << i + 1;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pairs, CliResumeAcrossLayoutsTest,
+    ::testing::Values(
+        LayoutPair{.from = {.tp = 2, .pp = 2}, .to = {.dp = 4, .zero = 3}},
+        LayoutPair{.from = {.dp = 2, .zero = 2},
+                   .to = {.pp = 2, .vp = 2, .schedule = "interleaved"}},
+        LayoutPair{.from = {.pp = 4}, .to = {.tp = 2, .dp = 2, .zero = 1, .sp = true}},
+        LayoutPair{.from = {.tp = 4}, .to = {}},
+        LayoutPair{.from = {}, .to = {.tp = 2, .pp = 2, .schedule = "zb-h1"}},
+        LayoutPair{.from = {.pp = 2, .dp = 2, .vp = 2, .zero = 1, .schedule = "interleaved"},
+                   .to = {.tp = 2, .pp = 2}},
+        LayoutPair{.from = {.tp = 2, .dp = 2, .zero = 3, .sp = true},
+                   .to = {.pp = 2, .dp = 2, .zero = 2, .schedule = "gpipe"}}),
+    pair_name);
+
+}  // namespace
+}  // namespace weft
