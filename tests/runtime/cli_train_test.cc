@@ -158,6 +158,32 @@ TEST_F(CliTrainTest, AKilledRankEndsTheJobAndTheRunResumesFromTheLastCompleteChe
   }
 }
 
+// A non-finite value in one rank's parameters (a memory error, a bug) is a corrupt state, not a
+// bad batch: the job ends at once naming the rank and the tensor, whether a step finds it (ZeRO 0:
+// the poisoned parameters give a non-finite loss) or a save does (ZeRO 1: the master copy), and
+// the last good checkpoint stays the latest.
+TEST_F(CliTrainTest, ANonFiniteParameterOnOneRankEndsTheJobNamingTheRank) {
+  const std::string run = write_run();
+  const std::string mpirun = "WEFT_FAULT=nan:3:1 " WEFT_MPIRUN " -n 2 " WEFT_BIN " train ";
+  const std::string layout = " --set parallel.dp=2 --set train.save_every=2";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = weft_command(mpirun + run + layout + " --set parallel.zero=0");
+  EXPECT_NE(r.rc, 0) << r.text;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_HAS(r.text, "step 4: rank tp0-dp1-pp0: non-finite parameter nan in wte");
+  EXPECT_HAS(r.text, "The last checkpoint is from step 2.");
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000002\n");
+
+  r = weft_command(mpirun + run + layout + " --set parallel.zero=1 --resume");
+  EXPECT_NE(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "rank tp0-dp1-pp0: ");
+  EXPECT_HAS(r.text, "model-tp0-dp1-pp0.bin: non-finite value nan in tensor wte (params)");
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000002\n");
+  for (const auto& e : fs::directory_iterator(out("/checkpoints"))) {
+    EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
+  }
+}
+
 TEST_F(CliTrainTest, ALayoutTheModelCannotTakeIsOneErrorFromTheJob) {
   const std::string run = write_run();
   auto r = weft_command(WEFT_MPIRUN " -n 3 " WEFT_BIN " train " + run +

@@ -35,11 +35,14 @@ int world_rank() {
 
 }  // namespace
 
-void fault_point(std::string_view point, int64_t index) {
+bool fault_requested(std::string_view point, int64_t index) {
   static const std::optional<Fault> fault = parse(std::getenv("WEFT_FAULT"));
-  if (!fault || fault->point != point || fault->index != index) return;
-  if (fault->rank >= 0 && fault->rank != world_rank()) return;
-  std::raise(SIGKILL);
+  if (!fault || fault->point != point || fault->index != index) return false;
+  return fault->rank < 0 || fault->rank == world_rank();
+}
+
+void fault_point(std::string_view point, int64_t index) {
+  if (fault_requested(point, index)) std::raise(SIGKILL);
 }
 
 }  // namespace weft

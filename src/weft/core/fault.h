@@ -4,6 +4,8 @@
 //   WEFT_FAULT=<point>:<index>[:<rank>]   e.g. "step:5:1" kills world rank 1 as step 5 begins,
 //                                          "save:6:0" kills rank 0 halfway through writing the
 //                                          checkpoint of step 6
+// Other faults are acted out by the code that asks fault_requested(): "nan:<step>[:<rank>]"
+// poisons a parameter of that rank after the step (runtime/trainer.cc).
 // The rank is the launcher's (OMPI_COMM_WORLD_RANK; 0 without mpirun); without it every rank
 // dies. Unset (always, outside tests) this costs one cached getenv.
 
@@ -13,5 +15,6 @@
 namespace weft {
 
 void fault_point(std::string_view point, int64_t index);
+bool fault_requested(std::string_view point, int64_t index);
 
 }  // namespace weft

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <vector>
@@ -131,6 +132,27 @@ Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string&
   s = agree(world, dir.ok() ? Status() : dir.status(), who);
   if (!s.ok()) return s;
   return (std::filesystem::path(root) / checkpoint::step_dir_name(state.step)).string();
+}
+
+Status check_parameters_finite(const CheckpointJob& job) {
+  Status mine;
+  for (size_t j = 0; j < job.chunks.size() && mine.ok(); ++j) {
+    auto st = state_of(*job.opts[j]);
+    st.m = st.v = nullptr;
+    for (const checkpoint::ReadPiece& p : checkpoint::read_pieces(place(job, j), st)) {
+      const float* bad =
+          std::find_if(p.data, p.data + p.tensor.count, [](float x) { return !std::isfinite(x); });
+      if (bad != p.data + p.tensor.count) {
+        mine =
+            Status::error(fmt::format("non-finite parameter {} in {} (element {} of this "
+                                      "rank's part)",
+                                      *bad, p.tensor.name, p.tensor.begin + (bad - p.data)));
+        break;
+      }
+    }
+  }
+  const std::string who = rank_name(job);
+  return agree(job.world, mine, who.empty() ? "this process" : who);
 }
 
 Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const std::string& dir) {

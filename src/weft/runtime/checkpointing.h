@@ -34,4 +34,9 @@ Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string&
 // trainer's state. Fails on every rank when any rank's part fails to load.
 Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const std::string& dir);
 
+// Whether every rank's parameters are finite (every rank learns of any rank's problem, which names
+// the rank and the tensor). After a non-finite loss: bad data or too high a learning rate leave the
+// parameters finite and a skipped step helps; non-finite parameters mean a corrupt state.
+Status check_parameters_finite(const CheckpointJob& job);
+
 }  // namespace weft::runtime

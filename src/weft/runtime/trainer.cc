@@ -315,6 +315,7 @@ Result<TrainResult> Trainer::run() {
         runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
+    if (fault_requested("nan", step)) opts[0]->state().params[0] = std::nanf("");  // crash tests
 
     StepRecord r;
     r.step = step;
@@ -332,6 +333,16 @@ Result<TrainResult> Trainer::run() {
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
     if (stats.skipped) {
+      // Skipping helps against a bad batch or a spike, not against a corrupt state.
+      Status finite = check_parameters_finite(job);
+      if (!finite.ok()) {
+        progress.finish();
+        return Status::error(fmt::format(
+            "step {}: {}; the state is corrupt (a memory error or a bug), so the run stops. {}",
+            step, finite.message(),
+            saved_step >= 0 ? fmt::format("The last checkpoint is from step {}.", saved_step)
+                            : std::string("No checkpoint was written.")));
+      }
       progress.message(fmt::format(
           "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
           "was skipped",
