@@ -6,6 +6,7 @@
 
 #include "weft/checkpoint/checkpoint.h"
 #include "support/tiny_gpt.h"
+#include "weft/checkpoint/convert.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -367,6 +368,50 @@ TEST(AtomicFile, ReplacesTheFileWholeAndLeavesNoTemporary) {
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("b.txt"), std::string::npos);
   fs::remove_all(dir);
+}
+
+// Rewritten for other layouts (each rank's pieces read by global index, written as that rank
+// would) and back to one process: the same bytes, and every intermediate loads the same values.
+TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {
+  const std::string original = save_step(7);
+  const auto before = snapshot(original);
+  std::string from = original;
+  int n = 0;
+  for (const char* layout :
+       {"tp=2,pp=2,dp=2,zero=1", "tp=4,dp=3,zero=3", "pp=2,dp=2,zero=2", "tp=2,dp=2", ""}) {
+    const std::string to = root_ + "/converted" + std::to_string(n++);
+    const auto l = parse_layout(layout).value_or_throw(layout);
+    const std::string dir = convert(from, to, l).value_or_throw(layout);
+    EXPECT_EQ(read_metadata(dir).value().parallel, l) << layout;
+    ASSERT_TRUE(load_fresh(dir, cfg_).ok()) << layout;
+    EXPECT_TRUE(same_bits(fresh_params_, params_)) << layout;
+    EXPECT_TRUE(same_bits(fresh_opt_->m(), opt_->m())) << layout;
+    EXPECT_TRUE(same_bits(fresh_opt_->v(), opt_->v())) << layout;
+    EXPECT_EQ(fresh_opt_->step_count(), 7);
+    EXPECT_EQ(fresh_state_.sampler_position, 12);
+    from = dir;
+  }
+  auto after = snapshot(from);
+  EXPECT_EQ(after.at("model-tp0-pp0.bin"), before.at("model-tp0-pp0.bin"));
+  EXPECT_EQ(after.at("optim-tp0-dp0-pp0.bin"), before.at("optim-tp0-dp0-pp0.bin"));
+}
+
+TEST_F(CheckpointTest, AConvertedCheckpointMissingARanksFileNamesIt) {
+  const std::string dir =
+      convert(save_step(7), root_ + "/tp2", parse_layout("tp=2,dp=2,zero=1").value())
+          .value_or_throw("convert");
+  EXPECT_TRUE(fs::exists(dir + "/optim-tp1-dp1-pp0.bin"));
+  fs::remove(dir + "/model-tp1-dp0-pp0.bin");
+  const Status s = load_fresh(dir, cfg_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("model-tp1-dp0-pp0.bin: cannot open checkpoint shard"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(fresh_untouched());
+  EXPECT_FALSE(convert(dir, root_ + "/bad", parse_layout("tp=3").value()).ok());
+  const auto bad = parse_layout("tp=2,pq=1,zero=4");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown key 'pq'"), std::string::npos);
 }
 
 }  // namespace

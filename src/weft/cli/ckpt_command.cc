@@ -1,16 +1,18 @@
-// weft ckpt inspect DIR | export-hf DIR OUT | import-hf IN OUT: look into a checkpoint (every
-// file's checksum verified), and convert between weft checkpoints and Hugging Face GPT-2
-// directories (model.safetensors + config.json; checkpoint/hf_gpt2.h has the name and layout
-// mapping).
+// weft ckpt inspect DIR | convert IN OUT --to-layout L | export-hf DIR OUT | import-hf IN OUT:
+// look into a checkpoint (every file's checksum verified), rewrite it for another parallel layout
+// (checkpoint/convert.h), and convert between weft checkpoints and Hugging Face GPT-2 directories
+// (model.safetensors + config.json; checkpoint/hf_gpt2.h has the name and layout mapping).
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/checkpoint/convert.h"
 #include "weft/checkpoint/hf_gpt2.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/cli/commands.h"
@@ -104,6 +106,18 @@ void run_export(const std::string& dir, const std::string& out) {
              st.header().tensors.size(), st.header().buffer_bytes, out, checkpoint::kHfConfigFile);
 }
 
+void run_convert(const std::string& in, const std::string& out, const std::string& layout) {
+  const auto to = checkpoint::parse_layout(layout).value_or_throw("invalid --to-layout");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = checkpoint::convert(in, out, to).value_or_throw("cannot convert");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot read back");
+  int64_t bytes = 0;
+  for (const auto& sh : md.shards) bytes += sh.bytes;
+  fmt::print("wrote {}: tp={} pp={} dp={} vp={} zero={}, {} files, {} bytes in {:.2f} s\n", dir,
+             to.tp, to.pp, to.dp, to.vp, to.zero, md.shards.size(), bytes, s);
+}
+
 void run_import(const std::string& in, const std::string& out,
                 const checkpoint::HfImportOptions& options, const std::string& tokenizer) {
   const std::string dir =
@@ -116,7 +130,8 @@ void run_import(const std::string& in, const std::string& out,
 }  // namespace
 
 void add_ckpt_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("ckpt", "Inspect checkpoints; convert to and from Hugging Face");
+  auto* cmd = app.add_subcommand(
+      "ckpt", "Inspect checkpoints; convert them to another layout, to and from Hugging Face");
   cmd->require_subcommand(1);
 
   auto* inspect = cmd->add_subcommand(
@@ -125,6 +140,19 @@ void add_ckpt_command(CLI::App& app) {
   inspect->add_option("DIR", *dir, "a checkpoint directory, or a directory holding `latest`")
       ->required();
   inspect->callback([dir] { run_inspect(*dir); });
+
+  auto* conv = cmd->add_subcommand(
+      "convert", "Rewrite a checkpoint as a job of another parallel layout would write it");
+  auto conv_in = std::make_shared<std::string>(), conv_out = std::make_shared<std::string>();
+  auto layout = std::make_shared<std::string>();
+  conv->add_option("IN", *conv_in, "a checkpoint directory, or a directory holding `latest`")
+      ->required();
+  conv->add_option("OUT", *conv_out, "checkpoint root to write (gets step_<N> and latest)")
+      ->required();
+  conv->add_option("--to-layout", *layout,
+                   "the layout, e.g. tp=2,pp=2,dp=2,vp=1,zero=1 (unnamed: 1, zero 0)")
+      ->required();
+  conv->callback([conv_in, conv_out, layout] { run_convert(*conv_in, *conv_out, *layout); });
 
   auto* exp = cmd->add_subcommand("export-hf",
                                   "Write a checkpoint's weights as a Hugging Face GPT-2 directory");
