@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +15,10 @@
 
 namespace weft::runtime {
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // Every rank's string, on every rank (one process: just its own).
 std::vector<std::string> all_gather_strings(comm::Communicator* world, const std::string& mine) {
@@ -69,8 +74,14 @@ checkpoint::StateBuffers state_of(DistributedOptimizer& opt) {
 
 }  // namespace
 
-Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string& root,
-                                    const checkpoint::TrainState& state, int keep_last) {
+std::string CheckpointIo::summary() const {
+  return fmt::format("{:.1f} MB in {:.2f} s, {:.2f} GB/s", bytes / 1e6, seconds,
+                     seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+}
+
+Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
+                                     const checkpoint::TrainState& state, int keep_last) {
+  const auto t0 = std::chrono::steady_clock::now();
   comm::Communicator* world = job.world;
   const bool leader = world == nullptr || world->rank() == 0;
   const std::string who = rank_name(job);
@@ -103,6 +114,12 @@ Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string&
 
   // 3. Rank 0 collects what every rank wrote and commits.
   const auto all = all_gather_strings(world, checkpoint::rank_files_to_json(files.value()));
+  int64_t bytes = 0;
+  for (const std::string& text : all) {
+    if (auto f = checkpoint::rank_files_from_json(text); f.ok()) {
+      for (const auto& sh : f.value().shards) bytes += sh.bytes;
+    }
+  }
   Result<std::string> dir = std::string();
   if (leader) {
     checkpoint::Metadata m;
@@ -131,7 +148,9 @@ Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string&
   }
   s = agree(world, dir.ok() ? Status() : dir.status(), who);
   if (!s.ok()) return s;
-  return (std::filesystem::path(root) / checkpoint::step_dir_name(state.step)).string();
+  return CheckpointIo{
+      (std::filesystem::path(root) / checkpoint::step_dir_name(state.step)).string(), bytes,
+      seconds_since(t0)};
 }
 
 Status check_parameters_finite(const CheckpointJob& job) {
@@ -155,7 +174,9 @@ Status check_parameters_finite(const CheckpointJob& job) {
   return agree(job.world, mine, who.empty() ? "this process" : who);
 }
 
-Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const std::string& dir) {
+Result<CheckpointIo> load_checkpoint(const CheckpointJob& job, const std::string& dir,
+                                     checkpoint::TrainState& state) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto md = checkpoint::read_metadata(dir);
   Status s;
   if (!md.ok()) {
@@ -177,7 +198,10 @@ Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const s
   for (DistributedOptimizer* opt : job.opts) {
     opt->state_loaded(static_cast<int>(md.value().optimizer_step));
   }
-  return md.value().train;
+  state = md.value().train;
+  int64_t bytes = 0;
+  for (const auto& sh : md.value().shards) bytes += sh.bytes;
+  return CheckpointIo{dir, bytes, seconds_since(t0)};
 }
 
 }  // namespace weft::runtime

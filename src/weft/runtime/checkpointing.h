@@ -24,15 +24,25 @@ struct CheckpointJob {
   comm::Communicator* world = nullptr;  // null: one process
 };
 
-// Writes ROOT/step_<state.step> (checkpoint::begin_save .. commit_save over the ranks) and returns
-// its directory on every rank. A failure on any rank (a write error, a non-finite value in its
-// part) fails the save on every rank with that rank's message; the temporary is removed.
-Result<std::string> save_checkpoint(const CheckpointJob& job, const std::string& root,
-                                    const checkpoint::TrainState& state, int keep_last);
+// A checkpoint written or read: its directory, its files' bytes (every rank's) and the seconds
+// the collective took on this rank.
+struct CheckpointIo {
+  std::string dir;
+  int64_t bytes = 0;
+  double seconds = 0;
+  std::string summary() const;  // "497.8 MB in 1.23 s, 0.40 GB/s"
+};
 
-// Loads DIR into the chunks' parameters and optimizer state, resharding as needed; returns the
-// trainer's state. Fails on every rank when any rank's part fails to load.
-Result<checkpoint::TrainState> load_checkpoint(const CheckpointJob& job, const std::string& dir);
+// Writes ROOT/step_<state.step> (checkpoint::begin_save .. commit_save over the ranks). A failure
+// on any rank (a write error, a non-finite value in its part) fails the save on every rank with
+// that rank's message; the temporary is removed.
+Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
+                                     const checkpoint::TrainState& state, int keep_last);
+
+// Loads DIR into the chunks' parameters and optimizer state, resharding as needed, and sets
+// `state` to the trainer's. Fails on every rank when any rank's part fails to load.
+Result<CheckpointIo> load_checkpoint(const CheckpointJob& job, const std::string& dir,
+                                     checkpoint::TrainState& state);
 
 // Whether every rank's parameters are finite (every rank learns of any rank's problem, which names
 // the rank and the tensor). After a non-finite loss: bad data or too high a learning rate leave the

@@ -200,10 +200,12 @@ Result<TrainResult> Trainer::run() {
   job.opts = opts;
   job.world = world;
   int64_t step = 0;
+  std::string load_summary;  // "... MB in ... s, ... GB/s"
   if (!resume_dir.empty()) {
-    auto loaded = load_checkpoint(job, resume_dir);
+    checkpoint::TrainState state;
+    auto loaded = load_checkpoint(job, resume_dir, state);
     if (!loaded.ok()) return loaded.status();
-    const checkpoint::TrainState state = loaded.value();
+    load_summary = loaded.value().summary();
     Status s;
     if (!s.ok()) return s;
     s = sampler.set_state({state.sampler_epoch, state.sampler_position});
@@ -254,7 +256,9 @@ Result<TrainResult> Trainer::run() {
       cfg_.model.name, model::gpt_param_layout(cfg_.model).count(), dataset_->describe(), T, b,
       t.global_batch, m, grid.dp > 1 ? fmt::format(" on each of {} replicas", grid.dp) : "",
       t.steps,
-      resume_dir.empty() ? "" : fmt::format(", resuming at step {} from {}", step, resume_dir),
+      resume_dir.empty()
+          ? ""
+          : fmt::format(", resuming at step {} from {} ({})", step, resume_dir, load_summary),
       layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
@@ -277,11 +281,12 @@ Result<TrainResult> Trainer::run() {
     state.tokenizer_identity = options_.tokenizer_identity;
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
-    auto dir = save_checkpoint(job, root, state, t.keep_last);
-    if (!dir.ok()) return dir.status();
-    result.checkpoint = dir.value();
+    auto saved = save_checkpoint(job, root, state, t.keep_last);
+    if (!saved.ok()) return saved.status();
+    result.checkpoint = saved.value().dir;
     saved_step = step;
-    progress.message(fmt::format("weft train: checkpoint {}", result.checkpoint));
+    progress.message(
+        fmt::format("weft train: checkpoint {} ({})", result.checkpoint, saved.value().summary()));
     // The gathered copies are gone: measure training's own peak from here on.
     reset_peak_resident();
     return {};
