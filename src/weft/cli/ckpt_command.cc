@@ -62,7 +62,7 @@ void run_inspect(const std::string& path) {
   for (const auto& ti : md.tensors) {
     if (ti.group == "params") params += ti.count;  // every element is in exactly one piece
   }
-  fmt::print("\ntensor pieces {} ({} parameters)\n", md.tensors.size(), params);
+  fmt::print("\ntensors     {} pieces ({} parameters)\n", md.tensors.size(), params);
   fmt::print("  {:<6}  {:<{}}  {:<5}  {:<14}  {:<{}}  {:<10}  {}\n", "group", "name", name_w,
              "dtype", "shape", "file", file_w, "offset", "piece");
   for (const auto& ti : md.tensors) {
