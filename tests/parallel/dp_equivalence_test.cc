@@ -15,9 +15,9 @@
 
 #include "support/mpi_test.h"
 #include "support/param_compare.h"
+#include "support/shards.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
-#include "weft/model/shards.h"
 #include "weft/model/zero_parts.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_runner.h"
@@ -121,7 +121,7 @@ void expect_equals_serial(const Layout& l) {
                   p.data() + layout.buffer.slices()[part.slice].offset + part.begin);
     }
     if (opt.zero() > 0 && groups.dp) groups.dp->all_reduce(p.data(), p.size());
-    model::place_shards(layout, c.stage(), p.data(), global, all.data());
+    test::place_shards(layout, c.stage(), p.data(), global, all.data());
   }
   if (groups.model != nullptr) groups.model->all_reduce(all.data(), all.size());
   test::expect_params_close(global, all.data(), expected.params.data(), tiny().n_embd, 1e-5,

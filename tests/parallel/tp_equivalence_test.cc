@@ -8,11 +8,11 @@
 
 #include "support/mpi_test.h"
 #include "support/param_compare.h"
+#include "support/shards.h"
 #include "support/tiny_gpt.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/model/gpt.h"
-#include "weft/model/shards.h"
 #include "weft/optim/adamw.h"
 #include "weft/runtime/train_step.h"
 
@@ -42,8 +42,8 @@ struct Run {
 std::vector<float> gather_params(const model::Gpt& m) {
   const model::ParamLayout global = model::gpt_param_layout(m.config());
   FlatBuffer all(global.buffer);
-  model::gather_shards(m.param_layout(), m.params().data(), global, all.data(),
-                       m.tensor_parallel().comm);
+  test::gather_shards(m.param_layout(), m.params().data(), global, all.data(),
+                      m.tensor_parallel().comm);
   return {all.data(), all.data() + all.size()};
 }
 
@@ -103,8 +103,8 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
     parallel.finish_grad_sync();
     const model::ParamLayout global = model::gpt_param_layout(cfg);
     FlatBuffer g(global.buffer);
-    model::gather_shards(parallel.param_layout(), parallel.grads().data(), global, g.data(),
-                         tp.get());
+    test::gather_shards(parallel.param_layout(), parallel.grads().data(), global, g.data(),
+                        tp.get());
     for (const SliceSpec& s : global.buffer.slices()) {
       std::vector<float> a(g.data() + s.offset, g.data() + s.offset + s.numel);
       std::vector<float> b(serial.grads().data() + s.offset,

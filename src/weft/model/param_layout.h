@@ -85,9 +85,6 @@ struct StageSpec {
   bool embedding = true;
   bool head = true;
   int end_layer(const GptConfig& c) const { return layers < 0 ? c.n_layer : first_layer + layers; }
-  bool whole_model(const GptConfig& c) const {
-    return first_layer == 0 && end_layer(c) == c.n_layer && embedding && head;
-  }
 };
 
 // Global stage s of S = pp*vp stages of L/S layers each (checked by validate_pipeline).

@@ -20,7 +20,6 @@
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
-#include "weft/model/shards.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/checkpointing.h"
@@ -206,9 +205,7 @@ Result<TrainResult> Trainer::run() {
     auto loaded = load_checkpoint(job, resume_dir, state);
     if (!loaded.ok()) return loaded.status();
     load_summary = loaded.value().summary();
-    Status s;
-    if (!s.ok()) return s;
-    s = sampler.set_state({state.sampler_epoch, state.sampler_position});
+    Status s = sampler.set_state({state.sampler_epoch, state.sampler_position});
     if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
     step = state.step;
     result.resumed_from = resume_dir;

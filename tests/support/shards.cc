@@ -1,10 +1,13 @@
-#include "weft/model/shards.h"
+#include "support/shards.h"
 
 #include <algorithm>
 
 #include "weft/core/check.h"
 
-namespace weft::model {
+namespace weft::test {
+using model::ParamLayout;
+using model::ShardRun;
+using model::StageSpec;
 
 void place_shards(const ParamLayout& local, const StageSpec& stage, const float* local_data,
                   const ParamLayout& global, float* global_data) {
@@ -28,16 +31,4 @@ void gather_shards(const ParamLayout& local, const float* local_data, const Para
   if (group != nullptr && group->size() > 1) group->all_reduce(global_data, global.buffer.total());
 }
 
-void take_shards(const ParamLayout& global, const float* global_data, const ParamLayout& local,
-                 float* local_data) {
-  WEFT_CHECK(global.tp == 1, "the global layout is the serial one");
-  const auto& ls = local.buffer.slices();
-  for (size_t i = 0; i < ls.size(); ++i) {
-    const SliceSpec& g = global.buffer.at(ls[i].name);
-    for (const ShardRun& r : local.runs(i)) {
-      std::copy_n(global_data + g.offset + r.global, r.n, local_data + ls[i].offset + r.local);
-    }
-  }
-}
-
-}  // namespace weft::model
+}  // namespace weft::test
