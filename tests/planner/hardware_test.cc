@@ -72,6 +72,15 @@ TEST(Hardware, RangeProblemsAreReportedTogether) {
   EXPECT_NE(c.status().message().find("gemm.efficiency=1.5 must be in (0, 1]"), std::string::npos);
 }
 
+TEST(Hardware, AnIntegerBeyondIntIsAnErrorNotATruncation) {
+  std::string text = kMinimal;
+  text.replace(text.find("compute_units = 10"), 18, "compute_units = 4294967306");  // 2^32 + 10
+  const Result<Cluster> c = parse_cluster(text, "big.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("compute_units=4294967306 is too large"), std::string::npos)
+      << c.status().message();
+}
+
 TEST(Hardware, TomlRoundTrips) {
   const Cluster c = load_cluster(test::source_path("configs/clusters/frontier.toml")).value();
   const Cluster back = parse_cluster(to_toml(c), "again").value();

@@ -6,6 +6,7 @@
 #include <array>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <toml++/toml.h>
 
@@ -53,7 +54,12 @@ class TableReader {
       if (required) s_.add(fmt::format("missing key {}.{}", path_, key));
       return fallback;
     }
-    if (node.is_integer()) return static_cast<int>(*node.value<int64_t>());
+    if (node.is_integer()) {
+      const int64_t v = *node.value<int64_t>();
+      if (std::in_range<int>(v)) return static_cast<int>(v);
+      s_.add(fmt::format("{}.{}={} is too large", path_, key, v));
+      return fallback;
+    }
     s_.add(fmt::format("{}.{} must be an integer", path_, key));
     return fallback;
   }
