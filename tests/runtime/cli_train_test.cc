@@ -124,6 +124,24 @@ TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   }
 }
 
+// Data-parallel replicas share the validation batches: a dp=2 run evaluates the windows one
+// process would (an odd eval_batches: one replica runs more), so its val_loss is the serial one.
+TEST_F(CliTrainTest, ReplicasEvaluateTheSerialValidationWindows) {
+  const std::string run = write_run();
+  const std::string eval = " --set train.eval_every=2 --set train.eval_batches=3 --stop-after 4";
+  auto r = weft("train " + run + eval + " --set run.out_dir=" + dir_ + "/serial");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  r = weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " train " + run + eval + " --set parallel.dp=2");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const auto serial = test::metric(dir_ + "/serial/metrics.jsonl", "val_loss");
+  const auto parallel = test::metric(out("/metrics.jsonl"), "val_loss");
+  ASSERT_EQ(serial.size(), 2u);
+  ASSERT_EQ(parallel.size(), serial.size());
+  for (size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_NEAR(parallel[i], serial[i], 1e-5 * serial[i]) << "evaluation " << i;
+  }
+}
+
 // A rank killed as a step begins, and rank 0 killed halfway through writing a checkpoint
 // (core/fault.h), each end the job with a non-zero exit at once; the last complete checkpoint
 // loads and the run finishes with the uninterrupted run's losses.

@@ -72,7 +72,13 @@ class Sampler {
   // inputs and of targets; then advances the state by one global batch.
   void next_batch(int32_t* tokens, int32_t* targets);
   // Validation batch k (k < val_batches()) of this dp rank: [micro_batch, T] inputs and targets.
+  // It is batch k * dp_size + dp_rank of one process's sequence of validation batches.
   void val_batch(int64_t k, int32_t* tokens, int32_t* targets) const;
+  // Of one process's first `total` validation batches, how many are this dp rank's (batches k =
+  // 0, 1, ... of val_batch): the replicas evaluate the same batches as one process, each once.
+  int val_batches_of_replica(int total) const {
+    return total > cfg_.dp_rank ? (total - cfg_.dp_rank + cfg_.dp_size - 1) / cfg_.dp_size : 0;
+  }
 
  private:
   Sampler(const TokenDataset& data, const SamplerConfig& cfg, WindowSplit split)

@@ -135,12 +135,9 @@ void PipelineRunner::release(Chunk& c, int mb) {
 int PipelineRunner::dp_size() const { return o_.dp != nullptr ? o_.dp->size() : 1; }
 
 // A loss summed on the last stage's rank: on every rank, and the mean over the replicas.
-double PipelineRunner::replica_mean(double loss) const {
+double PipelineRunner::replica_sum(double loss) const {
   if (o_.pp != nullptr && o_.pp->size() > 1) o_.pp->all_reduce(&loss, 1);
-  if (dp_size() > 1) {
-    o_.dp->all_reduce(&loss, 1);
-    loss /= dp_size();
-  }
+  if (dp_size() > 1) o_.dp->all_reduce(&loss, 1);
   return loss;
 }
 
@@ -258,7 +255,7 @@ void PipelineRunner::optimizer_step() {
     for (auto& w : c->grad_sends) w.wait();
   }
   // The loss lives on the last stage's rank: every rank gets the mean (over the replicas too).
-  const double loss = replica_mean(loss_sum_);
+  const double loss = replica_sum(loss_sum_) / dp_size();  // each replica's mean over m_
   stats_ =
       finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
 }
@@ -281,7 +278,8 @@ StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, fl
   return stats_;
 }
 
-float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, int batches) {
+float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, int batches,
+                               int total) {
   // Forward only, stage after stage: a rank receives a stage's input, runs it, sends its output
   // (asynchronously), so every rank walks the stages in the same order without waiting in a cycle.
   const int64_t block = int64_t{o_.B} * o_.T;
@@ -309,8 +307,7 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
     }
   }
   for (auto& c : chunks_) c->sends[0].wait();
-  loss = replica_mean(loss);  // each replica evaluated its own batches
-  return static_cast<float>(loss / batches);
+  return static_cast<float>(replica_sum(loss) / total);  // the replicas' batches, each once
 }
 
 }  // namespace weft::runtime

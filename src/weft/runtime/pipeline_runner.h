@@ -55,8 +55,10 @@ class PipelineRunner : public StageRunner {
   // One optimizer step over m microbatches: tokens/targets are [m, B, T] (every rank passes the
   // same). Returns the mean loss on every rank.
   StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
-  // The mean loss of forward passes over `batches` [B,T] blocks (no gradients), on every rank.
-  float evaluate(const int32_t* tokens, const int32_t* targets, int batches);
+  // The mean loss of forward passes (no gradients) over `total` [B,T] blocks that the replicas
+  // share: this replica runs `batches` of them (tokens/targets are [batches, B, T], batches may be
+  // 0). On every rank.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
 
   // Wall time of the last step() and the part of it this rank spent blocked in receives, waiting
   // for another stage: the pipeline bubble as this rank saw it (Narayanan et al.'s bubble
@@ -96,9 +98,9 @@ class PipelineRunner : public StageRunner {
   comm::Work send_rows(const float* full, int peer, int tag);
   void recv_rows(float* full, int peer, int tag);
   int tag(int stage, int microbatch, bool grad) const;
-  int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
-  int dp_size() const;                // 1 without a dp group
-  double replica_mean(double loss) const;
+  int64_t boundary_elements() const;      // a stage's input or output on this rank: [Ns, C]
+  int dp_size() const;                    // 1 without a dp group
+  double replica_sum(double loss) const;  // over the pipeline stages and the replicas
 
   model::GptConfig cfg_;
   schedule::Schedule schedule_;

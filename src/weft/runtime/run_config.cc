@@ -65,7 +65,8 @@ const std::vector<Binding>& bindings() {
       {"train.eval_every", WEFT_FIELD(train.eval_every),
        "validation loss every N steps and at the end; 0: never"},
       {"train.eval_batches", WEFT_FIELD(train.eval_batches),
-       "micro batches of fixed validation windows per evaluation"},
+       "micro batches of fixed validation windows per evaluation (the replicas share them: the "
+       "same windows as one process)"},
       {"train.save_every", WEFT_FIELD(train.save_every),
        "checkpoint every N steps (always at the end and on SIGINT/SIGTERM); 0: only then"},
       {"train.keep_last", WEFT_FIELD(train.keep_last), "checkpoints kept; 0: all"},
@@ -545,7 +546,7 @@ Status validate_data(const RunConfig& c, const data::TokenDataset& ds,
         c.data.train, ds.num_tokens(), split.windows, t.seq_len + 1, split.train,
         c.data.val_fraction, t.global_batch));
   }
-  const int64_t val_needed = int64_t{t.eval_batches} * t.micro_batch * c.parallel.dp;
+  const int64_t val_needed = int64_t{t.eval_batches} * t.micro_batch;
   if (t.eval_every > 0 && split.val < val_needed) {
     s.add(
         fmt::format("{}: the validation split has {} windows (data.val_fraction={}), fewer than "

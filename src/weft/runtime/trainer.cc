@@ -288,13 +288,15 @@ Result<TrainResult> Trainer::run() {
     reset_peak_resident();
     return {};
   };
+  // The same eval_batches validation batches as one process would use, shared by the replicas.
   auto evaluate = [&]() -> float {
     const size_t block = static_cast<size_t>(b) * T;
-    std::vector<int32_t> vt(block * t.eval_batches), vy(vt.size());
-    for (int k = 0; k < t.eval_batches; ++k) {
+    const int mine = sampler.val_batches_of_replica(t.eval_batches);
+    std::vector<int32_t> vt(block * mine), vy(vt.size());
+    for (int k = 0; k < mine; ++k) {
       sampler.val_batch(k, vt.data() + k * block, vy.data() + k * block);
     }
-    return runner_->evaluate(vt.data(), vy.data(), t.eval_batches);
+    return runner_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
   };
 
   // A stop request reaches the ranks at different moments: they agree on it before each step,
