@@ -370,6 +370,30 @@ TEST(AtomicFile, ReplacesTheFileWholeAndLeavesNoTemporary) {
   fs::remove_all(dir);
 }
 
+// Version 1 (whole tensors, each with a slice at the origin) still loads, as the same values.
+TEST_F(CheckpointTest, AVersionOneCheckpointLoads) {
+  const std::string dir = save_step(7);
+  nlohmann::json j = nlohmann::json::parse(read_text(dir + "/metadata.json"));
+  j["version"] = 1;
+  j["parallel"]["rank"] = {{"tp", 0}, {"pp", 0}, {"dp", 0}};
+  for (auto& t : j["tensors"]) {
+    t["shard"] = {{"file", t["file"]},
+                  {"offset", t["offset"]},
+                  {"start", Shape(t["global_shape"].size(), 0)},
+                  {"shape", t["global_shape"]}};
+    for (const char* key : {"file", "offset", "tp_shard", "elements"}) t.erase(key);
+  }
+  std::ofstream(dir + "/metadata.json") << j.dump(1);
+  ASSERT_TRUE(load_fresh(dir, cfg_).ok());
+  EXPECT_TRUE(same_bits(fresh_params_, params_));
+  EXPECT_TRUE(same_bits(fresh_opt_->v(), opt_->v()));
+  // A version 1 slice that is not the whole tensor was never written: an error.
+  j["tensors"][0]["shard"]["shape"][0] = 1;
+  std::ofstream(dir + "/metadata.json") << j.dump(1);
+  const Status s = load_fresh(dir, cfg_);
+  EXPECT_NE(s.message().find("is not the whole"), std::string::npos) << s.message();
+}
+
 // Rewritten for other layouts (each rank's pieces read by global index, written as that rank
 // would) and back to one process: the same bytes, and every intermediate loads the same values.
 TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {
