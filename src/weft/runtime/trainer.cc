@@ -33,11 +33,20 @@ namespace weft::runtime {
 namespace {
 
 // Kernel threads per rank when train.threads = 0: the cores shared by the ranks on this node.
-int default_threads() {
-  int local_ranks = 1;
-  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local_ranks = std::atoi(v);
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::max(1, cores / std::max(1, local_ranks));
+int local_ranks() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return v != nullptr ? std::max(1, std::atoi(v)) : 1;
+}
+int cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+int default_threads() { return std::max(1, cores() / local_ranks()); }
+
+// How many of the job's ranks can compute at once: all of them, unless a node holds more ranks x
+// threads than cores (oversubscribed, as in the tests), where they take turns.
+int concurrent_ranks(int world_size, int threads) {
+  const int per_node = local_ranks();
+  const int nodes = (world_size + per_node - 1) / per_node;
+  return nodes * std::min(per_node, std::max(1, cores() / std::max(1, threads)));
 }
 
 // "tp=2 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
@@ -180,7 +189,9 @@ Result<TrainResult> Trainer::run() {
         cfg_.model,
         schedule::add_optimizer_step(schedule::add_communication(std::move(made).value())), po);
   }
-  runner_->init(static_cast<uint64_t>(t.seed));
+  // A resume loads every parameter and moment (padding stays zero): initializing first would only
+  // cost time, most of a restart's for a large model (bench/results/checkpoint-*.md).
+  if (resume_dir.empty()) runner_->init(static_cast<uint64_t>(t.seed));
   const auto chunks = runner_->chunks();
   const auto opts = runner_->optimizers();
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
@@ -242,9 +253,10 @@ Result<TrainResult> Trainer::run() {
   }
 
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
-  // Each rank's ceiling at its thread count, times the ranks: the job's GEMM ceiling.
+  // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
   const double ceiling = options_.measure_gemm_ceiling && leader
-                             ? cached_gemm_ceiling(cfg_.model, b, T) * world_size
+                             ? cached_gemm_ceiling(cfg_.model, b, T) *
+                                   concurrent_ranks(world_size, kernels::num_threads())
                              : 0;
   progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
