@@ -11,14 +11,10 @@
 # Usage: bench/pipeline/run.sh [STEPS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/common.sh
+bench_setup pipeline
 steps=${1:-3}
-weft=${WEFT:-build/release/bin/weft}
 model=configs/models/pipe-8l.toml
-date=$(date -u +%Y-%m-%d)
-out_json=bench/results/pipeline-$date.json
-out_md=bench/results/pipeline-$date.md
-mpirun=(mpirun --mca btl self,vader --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 
 : >"$out_json"
 for pp in 2 4; do

@@ -8,13 +8,9 @@
 # Writes bench/results/planner-cpu-<date>.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-weft=${WEFT:-build/release/bin/weft}
+source bench/common.sh
+bench_setup planner-cpu
 model=configs/models/gpt2-124m.toml
-date=$(date -u +%Y-%m-%d)
-out_json=bench/results/planner-cpu-$date.json
-out_md=bench/results/planner-cpu-$date.md
-mpirun=(mpirun --mca btl self,vader --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 B=2; T=256; m=4
 
 # name | ranks | dp | bench flags | simulate --config

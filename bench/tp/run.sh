@@ -8,15 +8,10 @@
 # Usage: bench/tp/run.sh [STEPS]   (default 5)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/common.sh
+bench_setup tp
 steps=${1:-5}
-weft=${WEFT:-build/release/bin/weft}
 model=configs/models/gpt2-124m.toml
-date=$(date -u +%Y-%m-%d)
-out_json=bench/results/tp-$date.json
-out_md=bench/results/tp-$date.md
-# The same flags as the tests (cmake/WeftMpi.cmake): loopback transports, root allowed.
-mpirun=(mpirun --mca btl self,vader --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 common=(bench step --model "$model" --batch 4 --seq 256 --steps "$steps" --warmup 1 --json)
 
 : >"$out_json"

@@ -11,14 +11,10 @@
 # Usage: bench/zero/run.sh [STEPS]   (default 4)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source bench/common.sh
+bench_setup zero
 steps=${1:-4}
-weft=${WEFT:-build/release/bin/weft}
 model=configs/models/pipe-8l.toml
-date=$(date -u +%Y-%m-%d)
-out_json=bench/results/zero-$date.json
-out_md=bench/results/zero-$date.md
-mpirun=(mpirun --mca btl self,vader --oversubscribe)
-[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 common=(bench step --model "$model" --batch 1 --seq 64 --microbatches 4 --steps "$steps" --warmup 1
         --threads 1 --json)
 

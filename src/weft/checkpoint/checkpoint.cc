@@ -82,21 +82,32 @@ class ShardWriter {
   int64_t bytes_ = 0;
 };
 
-// Streams the file through XXH3 and checks its size and checksum against the metadata.
-Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
-  const std::string path = join(dir, sh.file);
+// Opens the file and checks its size against the metadata; -1 and the problem when not.
+int open_shard(const std::string& path, const ShardInfo& sh, Status& problem) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return Status::error(
-        fmt::format("{}: cannot open checkpoint shard: {}", path, strerror(errno)));
+  if (fd < 0) {
+    problem =
+        Status::error(fmt::format("{}: cannot open checkpoint shard: {}", path, strerror(errno)));
+    return -1;
+  }
   struct stat st {};
   ::fstat(fd, &st);
   if (st.st_size != sh.bytes) {
     ::close(fd);
-    return Status::error(fmt::format(
+    problem = Status::error(fmt::format(
         "{}: checkpoint shard is {} bytes, the metadata says {} (truncated or overwritten)", path,
         static_cast<int64_t>(st.st_size), sh.bytes));
+    return -1;
   }
+  return fd;
+}
+
+// Streams the file through XXH3 and checks its size and checksum against the metadata.
+Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
+  const std::string path = join(dir, sh.file);
+  Status opened;
+  const int fd = open_shard(path, sh, opened);
+  if (fd < 0) return opened;
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   std::vector<char> chunk(8 << 20);
@@ -134,6 +145,13 @@ bool parse_step_dir(const std::string& name, int64_t& step) {
 
 Status verify_shard(const std::string& dir, const ShardInfo& shard) {
   return verify_shard_file(dir, shard);
+}
+
+Status check_shard_size(const std::string& dir, const ShardInfo& shard) {
+  Status problem;
+  const int fd = open_shard(join(dir, shard.file), shard, problem);
+  if (fd >= 0) ::close(fd);
+  return problem;
 }
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }

@@ -176,6 +176,8 @@ nlohmann::json metadata_to_json(const Metadata& m);
 // Checks that DIR/shard.file has the recorded size and XXH3 checksum; the error names the file and
 // says "truncated or overwritten" or "corrupt".
 Status verify_shard(const std::string& dir, const ShardInfo& shard);
+// Only its size (cheap: before a load decides which files it reads).
+Status check_shard_size(const std::string& dir, const ShardInfo& shard);
 
 // Fills every target from checkpoint DIR (its metadata `m`, from read_metadata), resharding:
 // each element is copied, by its global index, from whichever piece of the same tensor and group

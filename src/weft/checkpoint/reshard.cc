@@ -134,10 +134,10 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
     }
   }
   if (!s.ok()) return s;
-  // The files first: their real sizes bound every piece before any run is computed.
+  // The candidate files' real sizes first: they bound every piece before any run is computed.
   for (const auto& sh : m.shards) {
     if (files.count(sh.file) == 0) continue;
-    Status v = verify_shard(dir, sh);
+    Status v = check_shard_size(dir, sh);
     if (!v.ok()) return v;
   }
 
@@ -164,6 +164,15 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
     }
   }
   if (!s.ok()) return s;
+  // Then the checksums of the files read from: under ZeRO or tensor parallelism a rank reads a
+  // part of the checkpoint, and hashes only that part's files.
+  std::set<std::string> read_from;
+  for (const auto& [piece, piece_jobs] : jobs) read_from.insert(piece->file);
+  for (const auto& sh : m.shards) {
+    if (read_from.count(sh.file) == 0) continue;
+    Status v = verify_shard(dir, sh);
+    if (!v.ok()) return v;
+  }
 
   // Each stored piece is read once, only the span the copies need, then scattered.
   std::map<std::string, int> fds;
