@@ -166,61 +166,15 @@ TEST(AdamW, RejectsDecayFlagsOfTheWrongLength) {
   EXPECT_THROW(AdamW(test_layout(), {true, false}), Error);
 }
 
-FlatBuffer grads_3_4() {  // global norm 5
-  BufferLayout layout;
-  layout.add("a", {1});
-  layout.add("b", {1});
-  FlatBuffer g(std::move(layout));
-  g.ptr("a")[0] = 3.0f;
-  g.ptr("b")[0] = -4.0f;
-  return g;
-}
-
-TEST(GlobalGradNorm, IsTheSquareRootOfTheSumOfSquares) {
-  EXPECT_DOUBLE_EQ(global_grad_norm(grads_3_4()), 5.0);
-}
-
-TEST(GlobalGradNorm, MatchesADoubleReferenceOnALargeBuffer) {
-  BufferLayout layout;
-  layout.add("w", {300, 701});  // spans several summation chunks
-  layout.add("b", {37});
-  FlatBuffer g(layout);
-  std::mt19937 gen(3);
-  fill_slices(g, gen, -1.0f, 1.0f);
-  double ss = 0;
-  for (int64_t i = 0; i < g.size(); ++i) ss += double{g.data()[i]} * g.data()[i];
-  EXPECT_NEAR(global_grad_norm(g), std::sqrt(ss), 1e-9 * std::sqrt(ss));
-}
-
-TEST(ClipGradNorm, ScalesGradientsDownToMaxNormAndReturnsThePreClipNorm) {
-  FlatBuffer g = grads_3_4();
-  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 1.0), 5.0);
-  EXPECT_NEAR(g.ptr("a")[0], 0.6f, 1e-6f);
-  EXPECT_NEAR(g.ptr("b")[0], -0.8f, 1e-6f);
-  EXPECT_NEAR(global_grad_norm(g), 1.0, 1e-6);
-}
-
-TEST(ClipGradNorm, IsANoOpBelowMaxNorm) {
-  FlatBuffer g = grads_3_4();
-  EXPECT_DOUBLE_EQ(clip_grad_norm(g, 10.0), 5.0);
-  EXPECT_EQ(g.ptr("a")[0], 3.0f);
-  EXPECT_EQ(g.ptr("b")[0], -4.0f);
-}
-
-TEST(ClipGradNorm, IsANoOpWhenMaxNormIsNotPositive) {
-  for (double max_norm : {0.0, -1.0}) {
-    FlatBuffer g = grads_3_4();
-    EXPECT_DOUBLE_EQ(clip_grad_norm(g, max_norm), 5.0);
-    EXPECT_EQ(g.ptr("a")[0], 3.0f);
-    EXPECT_EQ(g.ptr("b")[0], -4.0f);
-  }
-}
-
-TEST(ClipGradNorm, LeavesNonFiniteGradientsAloneAndReportsThem) {
-  FlatBuffer g = grads_3_4();
-  g.ptr("a")[0] = std::numeric_limits<float>::infinity();
-  EXPECT_TRUE(std::isinf(clip_grad_norm(g, 1.0)));
-  EXPECT_EQ(g.ptr("b")[0], -4.0f);
+// Clipping scales the gradients by max_norm / norm when the global norm (summed over the ranks
+// by finish_step) exceeds max_norm; never otherwise.
+TEST(ClipFactor, ScalesDownToMaxNormOnlyWhenAFiniteNormExceedsIt) {
+  EXPECT_NEAR(clip_factor(5.0, 1.0), 0.2, 1e-6);
+  EXPECT_EQ(clip_factor(5.0, 10.0), 1.0f);
+  EXPECT_EQ(clip_factor(5.0, 5.0), 1.0f);
+  for (double max_norm : {0.0, -1.0}) EXPECT_EQ(clip_factor(5.0, max_norm), 1.0f);
+  EXPECT_EQ(clip_factor(std::numeric_limits<double>::infinity(), 1.0), 1.0f);
+  EXPECT_EQ(clip_factor(std::nan(""), 1.0), 1.0f);
 }
 
 }  // namespace

@@ -44,26 +44,11 @@ void AdamW::step(float* params, const float* grads, float lr) {
   }
 }
 
-double global_grad_norm(const FlatBuffer& grads) {
-  return std::sqrt(kernels::cpu::sum_squares(grads.data(), grads.size()));
-}
-
 float clip_factor(double norm, double max_norm) {
   if (max_norm > 0 && norm > max_norm && std::isfinite(norm)) {
     return static_cast<float>(max_norm / (norm + 1e-6));
   }
   return 1.0f;
-}
-
-void clip_to_norm(FlatBuffer& grads, double norm, double max_norm) {
-  const float f = clip_factor(norm, max_norm);
-  if (f != 1.0f) kernels::cpu::scale(grads.data(), f, grads.size());
-}
-
-double clip_grad_norm(FlatBuffer& grads, double max_norm) {
-  const double norm = global_grad_norm(grads);
-  clip_to_norm(grads, norm, max_norm);
-  return norm;
 }
 
 }  // namespace weft::optim

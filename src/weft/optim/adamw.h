@@ -49,16 +49,8 @@ class AdamW {
   int t_ = 0;
 };
 
-// sqrt(sum of squares) over the whole buffer (alignment padding is zero and adds nothing).
-double global_grad_norm(const FlatBuffer& grads);
 // The factor clipping applies: max_norm / norm when the norm is finite and exceeds max_norm > 0,
-// else 1.
+// else 1. (finish_step sums the norm over the ranks and scales each optimizer's gradient parts.)
 float clip_factor(double norm, double max_norm);
-// Scales grads by max_norm / norm when the (already known, e.g. summed across ranks) global norm
-// exceeds max_norm > 0.
-void clip_to_norm(FlatBuffer& grads, double norm, double max_norm);
-// Scales grads so their global norm is at most max_norm (no-op when max_norm <= 0); returns the
-// norm before clipping.
-double clip_grad_norm(FlatBuffer& grads, double max_norm);
 
 }  // namespace weft::optim
