@@ -12,6 +12,17 @@
 
 namespace weft::checkpoint {
 
+namespace {
+
+Status check_layout(const ParallelLayout& l) {
+  Status s;
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vp < 1) s.add("tp, pp, dp and vp must be >= 1");
+  if (l.zero < 0 || l.zero > 3) s.add(fmt::format("zero={} is not 0, 1, 2 or 3", l.zero));
+  return s;
+}
+
+}  // namespace
+
 Result<ParallelLayout> parse_layout(const std::string& text) {
   ParallelLayout l;
   Status s;
@@ -43,8 +54,7 @@ Result<ParallelLayout> parse_layout(const std::string& text) {
       *field = value;
     }
   }
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vp < 1) s.add("tp, pp, dp and vp must be >= 1");
-  if (l.zero < 0 || l.zero > 3) s.add(fmt::format("zero={} is not 0, 1, 2 or 3", l.zero));
+  s.merge(check_layout(l));
   if (!s.ok()) return s;
   return l;
 }
@@ -57,7 +67,9 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
   if (!md.ok()) return md.status();
   const Metadata& src = md.value();
   const model::GptConfig& cfg = src.model;
-  Status s = model::validate_tensor_parallel(cfg, to.tp);
+  Status s = check_layout(to);
+  if (!s.ok()) return s;
+  s.merge(model::validate_tensor_parallel(cfg, to.tp));
   s.merge(model::validate_pipeline(cfg, to.pp, to.vp));
   if (!s.ok()) return s;
   const int stages = to.pp * to.vp;
@@ -77,26 +89,21 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
       for (int dp_rank = 0; dp_rank < to.dp; ++dp_rank) {
         if (to.zero == 0 && dp_rank > 0) continue;  // the replicas write nothing: dp rank 0 does
         // The rank's chunks, their state read from the input, then written as the rank would.
-        std::vector<model::ParamLayout> layouts;
-        for (int j = 0; j < to.vp; ++j) {
-          const model::StageSpec stage = model::pipeline_stage(cfg, pp_rank + j * to.pp, stages);
-          layouts.push_back(model::gpt_param_layout(cfg, to.tp, tp_rank, stage,
-                                                    model::zero_unit_align(to.zero, to.dp)));
-        }
+        std::vector<model::ParamLayout> layouts(static_cast<size_t>(to.vp));  // fixed addresses
         std::vector<AlignedBuffer<float>> buffers;
         std::vector<ReadPiece> targets;
         std::vector<WritePiece> pieces;
         for (int j = 0; j < to.vp; ++j) {
-          const ChunkPlace place{&layouts[static_cast<size_t>(j)],
-                                 model::pipeline_stage(cfg, pp_rank + j * to.pp, stages), to.zero,
-                                 to.dp, dp_rank};
-          const int64_t n =
-              model::zero_owned_elements(layouts[static_cast<size_t>(j)], to.zero, to.dp, dp_rank);
+          const model::StageSpec stage = model::pipeline_stage(cfg, pp_rank + j * to.pp, stages);
+          model::ParamLayout& layout = layouts[static_cast<size_t>(j)];
+          layout = model::gpt_param_layout(cfg, to.tp, tp_rank, stage,
+                                           model::zero_unit_align(to.zero, to.dp));
+          const ChunkPlace place{&layout, stage, to.zero, to.dp, dp_rank};
+          const int64_t n = model::zero_owned_elements(layout, to.zero, to.dp, dp_rank);
           StateBuffers state;
           for (int g = 0; g < (src.has_optimizer ? 3 : 1); ++g) {
             buffers.emplace_back(n);
-            float* p = buffers.back().data();
-            (g == 0 ? state.params : g == 1 ? state.m : state.v) = p;
+            (g == 0 ? state.params : g == 1 ? state.m : state.v) = buffers.back().data();
           }
           auto r = read_pieces(place, state);
           targets.insert(targets.end(), r.begin(), r.end());

@@ -112,33 +112,29 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
     return s;
   }
 
-  // 3. Rank 0 collects what every rank wrote and commits.
-  const auto all = all_gather_strings(world, checkpoint::rank_files_to_json(files.value()));
-  int64_t bytes = 0;
-  for (const std::string& text : all) {
-    if (auto f = checkpoint::rank_files_from_json(text); f.ok()) {
-      for (const auto& sh : f.value().shards) bytes += sh.bytes;
+  // 3. Every rank learns what every rank wrote (for the size); rank 0 commits it.
+  checkpoint::Metadata m;
+  Status parsed;
+  for (const std::string& text :
+       all_gather_strings(world, checkpoint::rank_files_to_json(files.value()))) {
+    auto f = checkpoint::rank_files_from_json(text);
+    if (!f.ok()) {
+      parsed.merge(f.status());
+      continue;
     }
+    for (auto& sh : f.value().shards) m.shards.push_back(std::move(sh));
+    for (auto& t : f.value().tensors) m.tensors.push_back(std::move(t));
   }
+  int64_t bytes = 0;
+  for (const auto& sh : m.shards) bytes += sh.bytes;
   Result<std::string> dir = std::string();
   if (leader) {
-    checkpoint::Metadata m;
     m.model = job.model;
     m.parallel = job.layout;
     m.has_optimizer = true;
     m.adamw = job.opts[0]->adamw().config();
     m.optimizer_step = job.opts[0]->step_count();
     m.train = state;
-    Status parsed;
-    for (const std::string& text : all) {
-      auto f = checkpoint::rank_files_from_json(text);
-      if (!f.ok()) {
-        parsed.merge(f.status());
-        continue;
-      }
-      for (auto& sh : f.value().shards) m.shards.push_back(std::move(sh));
-      for (auto& t : f.value().tensors) m.tensors.push_back(std::move(t));
-    }
     if (parsed.ok()) {
       dir = checkpoint::commit_save(root, tmp_dir, m, keep_last);
     } else {
