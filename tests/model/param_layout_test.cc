@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "weft/core/rng.h"
 #include "weft/model/activation_layout.h"
@@ -135,6 +137,30 @@ TEST(TensorParallelLayout, AShardInitializesToItsSliceOfTheSerialModel) {
           ASSERT_EQ(shard.data()[local.buffer.slices()[i].offset + run.local + k],
                     whole.data()[serial.buffer.slices()[i].offset + run.global + k])
               << local.buffer.slices()[i].name << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+// ZeRO initializes only the parts a rank owns: any element range of any slice, tp-sharded or
+// not (columns, q/k/v blocks, wte's zero padding rows), gets exactly init_params' values.
+TEST(TensorParallelLayout, ARangeOfASliceInitializesAsTheWholeBuffer) {
+  const GptConfig cfg = tiny();
+  for (int r = 0; r < 2; ++r) {
+    const ParamLayout layout = gpt_param_layout(cfg, 2, r);
+    weft::FlatBuffer whole(layout.buffer);
+    init_params(whole, layout, 5);
+    for (size_t i = 0; i < layout.buffer.slices().size(); ++i) {
+      const auto& sl = layout.buffer.slices()[i];
+      for (const auto& [begin, n] : {std::pair<int64_t, int64_t>{0, sl.numel},
+                                     {sl.numel / 3, sl.numel / 2},
+                                     {sl.numel - 1, 1}}) {
+        std::vector<float> part(static_cast<size_t>(n), -7.0f);
+        init_slice(layout, i, 5, begin, n, part.data());
+        for (int64_t k = 0; k < n; ++k) {
+          ASSERT_EQ(part[static_cast<size_t>(k)], whole.data()[sl.offset + begin + k])
+              << sl.name << " rank " << r << " [" << begin << ", +" << n << ")";
         }
       }
     }

@@ -142,35 +142,43 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
   return p;
 }
 
+void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t begin, int64_t n,
+                float* out) {
+  const SliceSpec& s = layout.buffer.slices()[slice];
+  const ParamInit& init = layout.init[slice];
+  switch (init.kind) {
+    case ParamInit::Kind::Zeros:
+      std::fill(out, out + n, 0.0f);
+      break;
+    case ParamInit::Kind::Ones:
+      std::fill(out, out + n, 1.0f);
+      break;
+    case ParamInit::Kind::Normal: {
+      // Global elements at or beyond `live` (padding rows) stay zero.
+      const Shape& g = layout.global_shapes[slice];
+      int64_t live = 1;
+      for (int64_t d : g) live *= d;
+      if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
+      const uint64_t key = stream_key(seed, s.name);
+      for (const ShardRun& r : layout.runs(slice)) {
+        // The run's part inside [begin, begin + n) of the local elements.
+        const int64_t lo = std::max(r.local, begin), hi = std::min(r.local + r.n, begin + n);
+        if (lo >= hi) continue;
+        const int64_t global = r.global + (lo - r.local);
+        const int64_t normal = std::clamp<int64_t>(live - global, 0, hi - lo);
+        fill_normal(out + (lo - begin), normal, key, static_cast<uint64_t>(global), 0.0f, init.std);
+        std::fill(out + (lo - begin) + normal, out + (hi - begin), 0.0f);
+      }
+      break;
+    }
+  }
+}
+
 void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed, size_t first_slice,
                  size_t end_slice) {
   const auto& slices = layout.buffer.slices();
   for (size_t i = first_slice; i < std::min(end_slice, slices.size()); ++i) {
-    const SliceSpec& s = slices[i];
-    const ParamInit& init = layout.init[i];
-    float* out = params.data() + s.offset;
-    switch (init.kind) {
-      case ParamInit::Kind::Zeros:
-        std::fill(out, out + s.numel, 0.0f);
-        break;
-      case ParamInit::Kind::Ones:
-        std::fill(out, out + s.numel, 1.0f);
-        break;
-      case ParamInit::Kind::Normal: {
-        // Global elements at or beyond `live` (padding rows) stay zero.
-        const Shape& g = layout.global_shapes[i];
-        int64_t live = 1;
-        for (int64_t d : g) live *= d;
-        if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
-        const uint64_t key = stream_key(seed, s.name);
-        for (const ShardRun& r : layout.runs(i)) {
-          const int64_t n = std::clamp<int64_t>(live - r.global, 0, r.n);
-          fill_normal(out + r.local, n, key, static_cast<uint64_t>(r.global), 0.0f, init.std);
-          std::fill(out + r.local + n, out + r.local + r.n, 0.0f);
-        }
-        break;
-      }
-    }
+    init_slice(layout, i, seed, 0, slices[i].numel, params.data() + slices[i].offset);
   }
 }
 

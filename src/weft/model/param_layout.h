@@ -121,5 +121,9 @@ inline constexpr int kZeroBucketsInFlight = 2;
 // Only slices [first_slice, end_slice) when given (ZeRO-3 initializes one unit at a time).
 void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed,
                  size_t first_slice = 0, size_t end_slice = SIZE_MAX);
+// The same values for elements [begin, begin + n) of slice `slice` only, into out[0, n) (ZeRO
+// initializes just the parts a rank owns: model/zero_parts.h).
+void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t begin, int64_t n,
+                float* out);
 
 }  // namespace weft::model

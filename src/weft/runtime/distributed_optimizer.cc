@@ -84,27 +84,19 @@ DistributedOptimizer::~DistributedOptimizer() {
   }
 }
 
-void DistributedOptimizer::capture_master(int u) {
-  const Shard& sh = shards_[u];
-  const float* src = model_.params().data() + unit(u).begin + sh.begin;
-  std::copy_n(src, sh.size, master_.data() + sh.offset);
-}
-
 void DistributedOptimizer::init(uint64_t seed) {
-  if (zero_ < 3) {
+  if (zero_ == 0) {
     model_.init(seed);
-    for (size_t u = 0; zero_ > 0 && u < shards_.size(); ++u) capture_master(static_cast<int>(u));
     return;
   }
-  // One unit at a time, so the full parameters are never resident at once.
+  // Only this rank's parts, straight into the master shard (1/dp of the work, and ZeRO 3 never
+  // has the full parameters resident); ZeRO 1/2 then gather the model's copy.
   const model::ParamLayout& layout = model_.param_layout();
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    const model::ParamUnit& U = layout.units[u];
-    model::init_params(model_.params(), layout, seed, U.first_slice, U.end_slice);
-    capture_master(static_cast<int>(u));
-    model_.params().discard(U.begin, shards_[u].capacity);
-    resident_[u] = false;
+  for (const model::OwnedPart& p :
+       model::zero_owned_parts(layout, zero_, dp_->size(), dp_->rank())) {
+    model::init_slice(layout, p.slice, seed, p.begin, p.n, master_.data() + p.at);
   }
+  if (zero_ <= 2) gather_all();
 }
 
 void DistributedOptimizer::gather(int u) {

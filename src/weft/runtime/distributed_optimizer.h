@@ -54,7 +54,8 @@ class DistributedOptimizer final : public model::ParamHooks {
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   int zero() const { return zero_; }
-  // Initializes the model's parameters (ZeRO-3: unit by unit, straight into the shard).
+  // Initializes the parameters: ZeRO 0 the whole chunk; ZeRO 1-3 only this rank's parts, into the
+  // master shard (ZeRO 1/2 then all-gather the model's copy).
   void init(uint64_t seed);
   // Whether the next backward (or weight-gradient) pass is the chunk's last of the step: ZeRO 0
   // and 1 reduce only then, over the accumulated gradients.
@@ -114,7 +115,6 @@ class DistributedOptimizer final : public model::ParamHooks {
   };
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
   void complete_oldest();
-  void capture_master(int u);  // master shard <- the model's parameters of unit u
   void gather_all();
 
   model::Gpt& model_;
