@@ -13,6 +13,7 @@
 
 #include <toml++/toml.h>
 
+#include "weft/checkpoint/checkpoint.h"
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
 #include "weft/data/sampler.h"
@@ -280,13 +281,7 @@ std::string RunConfig::metrics_path() const {
 
 nlohmann::json RunConfig::to_json() const {
   nlohmann::json j;
-  j["model"] = {{"name", model.name},
-                {"n_layer", model.n_layer},
-                {"n_embd", model.n_embd},
-                {"n_head", model.n_head},
-                {"vocab_size", model.vocab_size},
-                {"pad_vocab_to", model.pad_vocab_to},
-                {"max_seq_len", model.max_seq_len}};
+  j["model"] = checkpoint::config_to_json(model);
   if (!model_config.empty()) j["model"]["config"] = model_config;
   RunConfig copy = *this;
   for (const auto& b : bindings()) {
