@@ -1,6 +1,6 @@
 // load_pieces: a checkpoint written under one layout, read under another. Every piece, of the
 // checkpoint or wanted by the reader, is a set of runs of global element indices (a tensor-parallel
-// shard, clipped to the piece's elements; model::shard_runs); a wanted piece is filled from the
+// shard, clipped to the piece's elements: model::shard_runs); a wanted piece is filled from the
 // intersections of its runs with those of every stored piece of the same tensor and group.
 
 #include <fcntl.h>
@@ -26,26 +26,7 @@ namespace fs = std::filesystem;
 // The piece's elements as runs {local (from the piece's first element), global, n}, ascending in
 // both. Metadata has checked that the split divides the global shape.
 std::vector<model::ShardRun> piece_runs(const TensorInfo& t) {
-  std::vector<model::ShardRun> out;
-  const int64_t lo = t.begin, hi = t.begin + t.count;
-  auto clip = [&](int64_t local, int64_t global, int64_t n) {
-    const int64_t a = std::max(local, lo), b = std::min(local + n, hi);
-    if (a < b) out.push_back({a - lo, global + (a - local), b - a});
-  };
-  const Shape& g = t.global_shape;
-  if (t.split.replicated() || t.tp == 1) {
-    clip(0, 0, numel(g));
-  } else if (t.split.dim == 0) {  // each of the blocks gives rows [rank*r, (rank+1)*r) of itself
-    const int64_t cols = numel(g) / g[0], block_rows = g[0] / t.split.blocks;
-    const int64_t r = block_rows / t.tp;
-    for (int b = 0; b < t.split.blocks; ++b) {
-      clip(b * r * cols, (b * block_rows + t.tp_rank * r) * cols, r * cols);
-    }
-  } else if (t.count > 0) {  // every row gives columns [rank*k, (rank+1)*k): only the piece's rows
-    const int64_t K = g[1], k = K / t.tp;
-    for (int64_t i = lo / k; i <= (hi - 1) / k; ++i) clip(i * k, i * K + t.tp_rank * k, k);
-  }
-  return out;
+  return model::shard_runs(t.global_shape, t.split, t.tp, t.tp_rank, t.begin, t.begin + t.count);
 }
 
 // Copy `n` elements from element `src` of a stored piece to element `dst` of a wanted one.

@@ -16,24 +16,34 @@ std::string layer_param(int layer, const char* suffix) {
   return "h." + std::to_string(layer) + "." + suffix;
 }
 
-std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank) {
+std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank,
+                                 int64_t begin, int64_t end) {
   int64_t numel = 1;
   for (int64_t d : global) numel *= d;
-  if (split.replicated() || tp == 1) return {{0, 0, numel}};
+  const bool whole = split.replicated() || tp == 1;
+  if (end < 0) end = whole ? numel : numel / tp;
+  std::vector<ShardRun> runs;
+  auto add = [&](int64_t local, int64_t global_offset, int64_t n) {  // clipped to [begin, end)
+    const int64_t a = std::max(local, begin), b = std::min(local + n, end);
+    if (a < b) runs.push_back({a - begin, global_offset + (a - local), b - a});
+  };
+  if (whole) {
+    add(0, 0, numel);
+    return runs;
+  }
   WEFT_CHECK(split.dim < static_cast<int>(global.size()), "split dim ", split.dim, " of a ",
              global.size(), "-d tensor");
-  std::vector<ShardRun> runs;
   if (split.dim == 0) {
     // [R, cols]: each of the `blocks` row blocks contributes rows [rank*r, (rank+1)*r) of itself.
     const int64_t cols = numel / global[0], block_rows = global[0] / split.blocks;
     const int64_t r = block_rows / tp;
     for (int b = 0; b < split.blocks; ++b) {
-      runs.push_back({b * r * cols, (b * block_rows + rank * r) * cols, r * cols});
+      add(b * r * cols, (b * block_rows + rank * r) * cols, r * cols);
     }
   } else {
-    // [R, K]: every row contributes columns [rank*k, (rank+1)*k).
+    // [R, K]: every row contributes columns [rank*k, (rank+1)*k); only the rows the range meets.
     const int64_t R = global[0], K = global[1], k = K / tp;
-    for (int64_t i = 0; i < R; ++i) runs.push_back({i * k, i * K + rank * k, k});
+    for (int64_t i = begin / k; i < R && i * k < end; ++i) add(i * k, i * K + rank * k, k);
   }
   return runs;
 }
@@ -160,14 +170,10 @@ void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t 
       for (int64_t d : g) live *= d;
       if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
       const uint64_t key = stream_key(seed, s.name);
-      for (const ShardRun& r : layout.runs(slice)) {
-        // The run's part inside [begin, begin + n) of the local elements.
-        const int64_t lo = std::max(r.local, begin), hi = std::min(r.local + r.n, begin + n);
-        if (lo >= hi) continue;
-        const int64_t global = r.global + (lo - r.local);
-        const int64_t normal = std::clamp<int64_t>(live - global, 0, hi - lo);
-        fill_normal(out + (lo - begin), normal, key, static_cast<uint64_t>(global), 0.0f, init.std);
-        std::fill(out + (lo - begin) + normal, out + (hi - begin), 0.0f);
+      for (const ShardRun& r : layout.runs(slice, begin, begin + n)) {
+        const int64_t normal = std::clamp<int64_t>(live - r.global, 0, r.n);
+        fill_normal(out + r.local, normal, key, static_cast<uint64_t>(r.global), 0.0f, init.std);
+        std::fill(out + r.local + normal, out + r.local + r.n, 0.0f);
       }
       break;
     }

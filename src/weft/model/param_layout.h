@@ -32,8 +32,11 @@ struct TpSplit {
 struct ShardRun {
   int64_t local = 0, global = 0, n = 0;
 };
-// The runs of rank `rank`'s shard of a tensor of global shape `global` (in local order).
-std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank);
+// The runs of rank `rank`'s shard of a tensor of global shape `global` (in local order), clipped
+// to its local elements [begin, end) (end < 0: to the last) with local offsets counted from begin:
+// a part of a shard (a ZeRO part, a checkpoint piece) costs runs for that part only.
+std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank,
+                                 int64_t begin = 0, int64_t end = -1);
 // The local shape of that shard.
 Shape shard_shape(const Shape& global, TpSplit split, int tp);
 
@@ -63,8 +66,8 @@ struct ParamLayout {
   std::vector<Shape> global_shapes;  // parallel to buffer.slices()
   std::vector<TpSplit> splits;       // parallel to buffer.slices()
   int tp = 1, tp_rank = 0;
-  std::vector<ShardRun> runs(size_t slice) const {
-    return shard_runs(global_shapes[slice], splits[slice], tp, tp_rank);
+  std::vector<ShardRun> runs(size_t slice, int64_t begin = 0, int64_t end = -1) const {
+    return shard_runs(global_shapes[slice], splits[slice], tp, tp_rank, begin, end);
   }
   int64_t count() const { return buffer.numel(); }
   int unit_index(const std::string& name) const;  // -1 when the stage has no such unit
