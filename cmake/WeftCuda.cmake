@@ -1,8 +1,9 @@
 # CUDA discovery (issue #8; docs/cuda.md). WEFT_CUDA builds src/weft/kernels/cuda (the library
-# weft_kernels_cuda), its tests (label `cuda`, skipped at run time where no GPU is visible) and the
-# kernel benchmark bench/gpu. It is ON by default when nvcc is found (CMAKE_CUDA_COMPILER if given,
-# else nvcc on the PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin), OFF otherwise; nothing
-# outside weft_kernels_cuda depends on it, so the rest of the build is the same either way.
+# weft_kernels_cuda), src/weft/comm/cuda (weft_comm_cuda: communicators on device buffers, with
+# NCCL when it is found), their tests (label `cuda`, skipped at run time where no GPU is visible)
+# and the kernel benchmark bench/gpu. It is ON by default when nvcc is found (CMAKE_CUDA_COMPILER
+# if given, else nvcc on the PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin), OFF otherwise;
+# nothing outside those libraries depends on it, so the rest of the build is the same either way.
 #
 # WEFT_CUDA_ARCHS: the CUDA architectures to compile for, in CMAKE_CUDA_ARCHITECTURES form.
 # Default 90a: the H100/H200 with its Hopper-only instructions. One architecture only, because
@@ -51,6 +52,28 @@ if(WEFT_CUDA)
   target_compile_options(weft_cuda_flags INTERFACE
     $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter>)
   message(STATUS "CUDA: ${CMAKE_CUDA_COMPILER} ${CUDAToolkit_VERSION}, architectures ${WEFT_CUDA_ARCHS}")
+
+  # NCCL for the communicator on device buffers (src/weft/comm/cuda, docs/cuda.md). CUDA 13's
+  # toolkit here ships it beside cudart (include/nccl.h, lib/libnccl.so); NVIDIA's packages put
+  # it in the system directories, which find_* searches anyway. Without it weft_comm_cuda is built
+  # with the staged communicator alone (WEFT_HAVE_NCCL undefined; make_nccl_communicator throws).
+  find_path(WEFT_NCCL_INCLUDE_DIR nccl.h
+            HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/include
+                  /usr/local/cuda/include)
+  find_library(WEFT_NCCL_LIBRARY nccl
+               HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib
+                     ${CUDAToolkit_LIBRARY_ROOT}/lib64 /usr/local/cuda/lib /usr/local/cuda/lib64)
+  if(WEFT_NCCL_INCLUDE_DIR AND WEFT_NCCL_LIBRARY)
+    set(WEFT_HAVE_NCCL ON)
+    add_library(weft_nccl UNKNOWN IMPORTED)
+    set_target_properties(weft_nccl PROPERTIES IMPORTED_LOCATION "${WEFT_NCCL_LIBRARY}"
+                          INTERFACE_INCLUDE_DIRECTORIES "${WEFT_NCCL_INCLUDE_DIR}")
+    message(STATUS "NCCL: ${WEFT_NCCL_LIBRARY} (the NCCL communicator is built)")
+  else()
+    set(WEFT_HAVE_NCCL OFF)
+    message(STATUS "NCCL: not found (weft_comm_cuda has the staged communicator only; "
+                   "set WEFT_NCCL_INCLUDE_DIR and WEFT_NCCL_LIBRARY to use one)")
+  endif()
 else()
   if(_weft_nvcc)
     message(STATUS "CUDA: off (WEFT_CUDA=OFF)")

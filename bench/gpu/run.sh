@@ -1,28 +1,45 @@
 #!/usr/bin/env bash
-# The CUDA backend's GPU check (docs/cuda.md, "Running on a GPU"): the `cuda` tests, then the
-# kernel microbenchmark (bench/gpu/kernels_bench.cc). Meant to finish in a few minutes on one
-# H200, inside a single call of the device tool.
+# The GPU check (docs/cuda.md, "Running on a GPU"): the `cuda` tests, the end-to-end training-step
+# benchmark of weft against PyTorch (GPT-2 124M, 350M, 1.5B), then the kernel microbenchmark
+# (bench/gpu/kernels_bench.cc). Meant to finish in under ~520 s on one H200, inside a single call
+# of the device tool (timeout_s 540 or more).
 #
-#   bash bench/gpu/run.sh --pack   here, without a GPU: builds the CUDA tests and the benchmark
-#                                  for sm_90a (WEFT_CUDA=ON, no -march=native, so the programs run
-#                                  on the device's CPU) and packs them into build/gpu-bundle
+#   bash bench/gpu/run.sh --pack   here, without a GPU: builds the CUDA tests, the benchmark and the
+#                                  weft CLI for sm_90a (WEFT_CUDA=ON, no -march=native, so the
+#                                  programs run on the device's CPU) and packs them, with the shared
+#                                  libraries the device lacks (lib.tar.gz) and the PyTorch baseline
+#                                  script, into build/gpu-bundle
 #   bash bench/gpu/run.sh          on the GPU machine, with build/gpu-bundle carried:
 #     1. programs: the bundle's, if they start there; else the release tree built with CMake, if
 #        this machine has weft's dependencies; else the CUDA targets built directly with nvcc
 #        (the device image has nvcc but not oneDNN, fmt, MPI...; googletest's sources travel in
-#        the bundle for this case)
-#     2. ctest -L cuda --output-on-failure
-#     3. kernels_bench; the table goes to $OUT and bench/results/gpu-kernels-<date>.md
+#        the bundle for this case; the mixed-backend test, the trainer test and the CLI need
+#        weft's CPU dependencies, so that way runs kernels_cuda_test and the benchmark alone)
+#     2. ctest -L cuda --output-on-failure: kernels_cuda_test, kernels_mixed_cuda_test and
+#        gpu_trainer_test (each where it exists)
+#     3. end to end, per model: `weft bench step --device cuda ... --json`, then the same step in
+#        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
+#        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
+#        bench/results/gpu-e2e-<date>.md
+#     4. kernels_bench with the time that is left; the table goes to $OUT and
+#        bench/results/gpu-kernels-<date>.md
+#
+# $OUT gets at most 8 files (what the device tool brings back): run.log, env.txt, ctest.log,
+# e2e.jsonl, e2e.md, kernels_bench.json, kernels_bench.md and logs.tgz (every command's own log).
 #
 # Environment: OUT (where results go; default bench/results/gpu-out), BUILD (the build tree for
 # --pack; default build/h8-gpu), WEFT_CUDA_ARCHS (default 90a), WEFT_GPU_BUILD (bundle, cmake or
-# direct: force one way of getting the programs, to try the fallbacks).
+# direct: force one way of getting the programs, to try the fallbacks), WEFT_GPU_BUDGET (seconds
+# the whole run may take; default 520), WEFT_E2E_SIZES (default "124m 350m 1.5b"), WEFT_TORCH_ARGS
+# (extra torch_gpt.py options, e.g. --no-compile).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 BUNDLE=$ROOT/build/gpu-bundle
 ARCHS=${WEFT_CUDA_ARCHS:-90a}
 SKIP_RE='weft-cuda-skip: no CUDA device visible'
+# The device tool carries at most 64 MiB; the rest of the working tree needs a little of it.
+BUNDLE_LIMIT_MIB=60
 
 log() { printf '[run.sh %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
@@ -34,19 +51,62 @@ if [[ "${1:-}" == "--pack" ]]; then
   log "configuring $BUILD (WEFT_CUDA=ON, archs $ARCHS, WEFT_NATIVE=OFF)"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON \
     -DWEFT_CUDA_ARCHS="$ARCHS" -DCMAKE_CUDA_COMPILER="$NVCC" -DWEFT_NATIVE=OFF >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)" --target kernels_cuda_test weft_kernels_bench
+  targets=(kernels_cuda_test kernels_mixed_cuda_test weft_kernels_bench weft)
+  # The GPU trainer's test, where the tree has it. (The list is read whole first: grep -q closing
+  # the pipe early would make cmake fail on SIGPIPE.)
+  target_list=$(cmake --build "$BUILD" --target help)
+  grep -q '^gpu_trainer_test:' <<<"$target_list" && targets+=(gpu_trainer_test)
+  log "building ${targets[*]}"
+  cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
   rm -rf "$BUNDLE"
-  mkdir -p "$BUNDLE/bin"
-  cp "$BUILD/tests/kernels/kernels_cuda_test" "$BUILD/bin/weft_kernels_bench" "$BUNDLE/bin/"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+  cp "$BUILD/tests/kernels/kernels_cuda_test" "$BUILD/tests/kernels/kernels_mixed_cuda_test" \
+    "$BUILD/bin/weft_kernels_bench" "$BUILD/bin/weft" "$BUNDLE/bin/"
+  if [[ " ${targets[*]} " == *" gpu_trainer_test "* ]]; then
+    cp "$(find "$BUILD/tests" -name gpu_trainer_test -type f -perm -u+x | head -1)" "$BUNDLE/bin/"
+  fi
+  # Every shared library the programs load that is not in a base system: oneDNN, fmt, toml++, Open
+  # MPI and its dependencies (hwloc, libevent, pmix...), libgomp... The C/C++ runtime stays out
+  # (the device's is newer, and two copies in one process break), and so do the CUDA libraries,
+  # which the device has in the version its driver matches.
+  skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so'
+  skip+='|libcudart|libcublasLt|libcublas\.so|libnccl|libcuda\.so)'
+  for bin in "$BUNDLE"/bin/*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
+    sort -u | while read -r name path; do
+      [[ "$name" =~ $skip ]] || cp -L "$path" "$BUNDLE/lib/$name"
+    done
+  # libdnnl alone is about 40 MB: compressed, the libraries take a third of that (unpacked on
+  # the device in a second).
+  tar -czf "$BUNDLE/lib.tar.gz" -C "$BUNDLE" lib
+  lib_list=$(ls "$BUNDLE/lib")
+  rm -rf "${BUNDLE:?}/lib"
+  # The PyTorch baseline: ../shared beside the checkout does not travel to the device.
+  cp "$ROOT/../shared/bench/torch_gpt.py" "$BUNDLE/" 2>/dev/null ||
+    log "no ../shared/bench/torch_gpt.py here: the device run looks for it under shared/"
   if [[ -d /usr/src/googletest/googletest ]]; then  # for a build on the device, if needed
     cp -r /usr/src/googletest/googletest "$BUNDLE/googletest"
+  fi
+  if (($(du -sm "$BUNDLE" | cut -f1) > BUNDLE_LIMIT_MIB)); then
+    log "over ${BUNDLE_LIMIT_MIB} MiB: stripping the programs' symbols"
+    strip "$BUNDLE"/bin/*
   fi
   {
     echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), archs $ARCHS"
     "$NVCC" --version | tail -2
-    ldd "$BUNDLE/bin/kernels_cuda_test"
+    echo "programs: $(ls "$BUNDLE/bin" | tr '\n' ' ')"
+    echo "libraries (lib.tar.gz): $(echo "$lib_list" | tr '\n' ' ')"
+    for bin in "$BUNDLE"/bin/*; do
+      echo "== ldd $(basename "$bin")"
+      ldd "$bin"
+    done
   } >"$BUNDLE/PACKED.txt"
+  du -sh "$BUNDLE"/*
   du -sh "$BUNDLE"
+  size=$(du -sm "$BUNDLE" | cut -f1)
+  if ((size > BUNDLE_LIMIT_MIB)); then
+    log "the bundle is ${size} MiB, over the ${BUNDLE_LIMIT_MIB} MiB the device call can carry"
+    exit 1
+  fi
   log "carry build/gpu-bundle in the device call and run: bash bench/gpu/run.sh"
   exit 0
 fi
@@ -55,6 +115,19 @@ fi
 OUT=${OUT:-$ROOT/bench/results/gpu-out}
 mkdir -p "$OUT"
 START=$(date +%s)
+DEADLINE=$((START + ${WEFT_GPU_BUDGET:-520}))
+# Each command's full output; tarred into $OUT/logs.tgz at the end ($OUT brings back 8 files).
+LOGS=$ROOT/build/gpu-logs
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+
+left() { echo $((DEADLINE - $(date +%s))); }
+# A command's time limit: its own cap, or what is left of the run's budget if that is less.
+budget() {
+  local cap=$1 rest
+  rest=$(left)
+  echo $((rest < cap ? rest : cap))
+}
 
 main() {  # (not indented: the whole run, piped through tee into $OUT/run.log below)
 log "start in $ROOT"
@@ -67,8 +140,8 @@ NVCC=$(command -v nvcc || true)
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw \
     --format=csv 2>&1
   [[ -n "$NVCC" ]] && "$NVCC" --version | tail -2
-  command -v cmake ctest g++ ninja 2>&1
-  [[ -f "$BUNDLE/PACKED.txt" ]] && head -3 "$BUNDLE/PACKED.txt"
+  command -v cmake ctest g++ ninja python3 2>&1
+  [[ -f "$BUNDLE/PACKED.txt" ]] && head -4 "$BUNDLE/PACKED.txt"
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
@@ -80,37 +153,79 @@ find_lib() {
   done
   find /usr/local /opt /usr/lib -name "$name" 2>/dev/null | head -1 | xargs -r dirname
 }
+ORIG_LD=${LD_LIBRARY_PATH:-}  # PyTorch runs with the machine's own (its wheels bring their CUDA)
 CUBLASLT_DIR=$(find_lib libcublasLt.so.13)
 CUDART_DIR=$(find_lib libcudart.so.13)
-export LD_LIBRARY_PATH="${CUBLASLT_DIR:+$CUBLASLT_DIR:}${CUDART_DIR:+$CUDART_DIR:}${LD_LIBRARY_PATH:-}"
-log "libcublasLt.so.13 in ${CUBLASLT_DIR:-?}, libcudart.so.13 in ${CUDART_DIR:-?}"
+# NCCL (the CLI's device communicator): too large to carry (over 200 MB); the machine has it,
+# at least in PyTorch's wheels.
+NCCL_DIR=$(find_lib libnccl.so.2)
+# path_join DIR...: the non-empty directories, once each, joined by ':' (an empty entry in
+# LD_LIBRARY_PATH would mean the current directory).
+path_join() {
+  local d out=""
+  for d in "$@"; do
+    [[ -n "$d" && ":$out:" != *":$d:"* ]] && out=${out:+$out:}$d
+  done
+  echo "$out"
+}
+export LD_LIBRARY_PATH
+LD_LIBRARY_PATH=$(path_join "$CUBLASLT_DIR" "$CUDART_DIR" "$NCCL_DIR" ${ORIG_LD//:/ })
+log "libcublasLt.so.13 in ${CUBLASLT_DIR:-?}, libcudart.so.13 in ${CUDART_DIR:-?}, libnccl.so.2 in ${NCCL_DIR:-?}"
 
-works() { "$1" --gtest_list_tests >/dev/null 2>&1; }
+# The bundle's libraries, after the CUDA directories. Only weft's own programs get them
+# (WEFT_LD): they are Debian's builds (zlib, libudev...) and could shadow newer copies that
+# python3, ctest or nvidia-smi here need.
+# Unpacked beside the bundle, not into it, so that a bundle run here once still fits the carry.
+BUNDLE_LIB=$ROOT/build/gpu-lib
+rm -rf "$BUNDLE_LIB"
+if [[ -f "$BUNDLE/lib.tar.gz" ]]; then
+  mkdir -p "$BUNDLE_LIB"
+  tar -xzf "$BUNDLE/lib.tar.gz" -C "$BUNDLE_LIB" --strip-components=1 ||
+    log "could not unpack the bundle's libraries"
+fi
+WEFT_LD="$LD_LIBRARY_PATH"
+[[ -d "$BUNDLE_LIB" ]] && WEFT_LD=$(path_join ${WEFT_LD//:/ } "$BUNDLE_LIB")
+wrun() { LD_LIBRARY_PATH="$WEFT_LD" "$@"; }
+works() { wrun "$1" --gtest_list_tests >/dev/null 2>&1; }
 
-# 1. The programs.
-TEST_BIN=""
+# 1. The programs: TESTS maps a ctest name to its program; WEFT_BIN is the CLI (none on the
+# direct-nvcc way).
+declare -A TESTS=()
+TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test gpu_trainer_test"  # the kernels first
 BENCH_BIN=""
+WEFT_BIN=""
 WAY=${WEFT_GPU_BUILD:-auto}
 if [[ "$WAY" == bundle || ("$WAY" == auto && -x "$BUNDLE/bin/kernels_cuda_test") ]] &&
   works "$BUNDLE/bin/kernels_cuda_test"; then
   log "using the carried bundle (build/gpu-bundle)"
-  TEST_BIN=$BUNDLE/bin/kernels_cuda_test
+  for t in $TEST_ORDER; do
+    [[ -x "$BUNDLE/bin/$t" ]] && TESTS[$t]=$BUNDLE/bin/$t
+  done
   BENCH_BIN=$BUNDLE/bin/weft_kernels_bench
+  [[ -x "$BUNDLE/bin/weft" ]] && WEFT_BIN=$BUNDLE/bin/weft
   TEST_DIR=$BUNDLE
 else
   [[ -x "$BUNDLE/bin/kernels_cuda_test" ]] && {
     log "the bundle's test does not start here:"
-    "$BUNDLE/bin/kernels_cuda_test" --gtest_list_tests 2>&1 | head -5
+    wrun "$BUNDLE/bin/kernels_cuda_test" --gtest_list_tests 2>&1 | head -5
   }
+  WEFT_LD="$LD_LIBRARY_PATH"  # the bundle's libraries are of no use to programs built here
   if [[ "$WAY" != direct ]] && cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON \
-      -DWEFT_CUDA_ARCHS="$ARCHS" ${NVCC:+-DCMAKE_CUDA_COMPILER=$NVCC} >"$OUT/configure.log" 2>&1; then
-    log "building the release tree's CUDA targets with CMake (build/gpu)"
-    cmake --build build/gpu -j "$(nproc)" --target kernels_cuda_test weft_kernels_bench || return 1
-    TEST_BIN=$ROOT/build/gpu/tests/kernels/kernels_cuda_test
+      -DWEFT_CUDA_ARCHS="$ARCHS" ${NVCC:+-DCMAKE_CUDA_COMPILER=$NVCC} >"$LOGS/configure.log" 2>&1; then
+    log "building the release tree's CUDA targets and the CLI with CMake (build/gpu)"
+    targets=(kernels_cuda_test kernels_mixed_cuda_test weft_kernels_bench weft)
+    target_list=$(cmake --build build/gpu --target help)
+    grep -q '^gpu_trainer_test:' <<<"$target_list" && targets+=(gpu_trainer_test)
+    cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" || return 1
+    TEST_DIR=$ROOT/build/gpu  # its own CTestTestfile (every cuda test of the tree)
     BENCH_BIN=$ROOT/build/gpu/bin/weft_kernels_bench
-    TEST_DIR=$ROOT/build/gpu
+    WEFT_BIN=$ROOT/build/gpu/bin/weft
+    for t in $TEST_ORDER; do
+      p=$(find build/gpu/tests -name "$t" -type f -perm -u+x | head -1)
+      [[ -n "$p" ]] && TESTS[$t]=$ROOT/$p
+    done
   else
-    log "no CMake build here (configure.log: $(grep -m1 -i 'error\|could not' "$OUT/configure.log"))"
+    log "no CMake build here (configure.log: $(grep -m1 -i 'error\|could not' "$LOGS/configure.log"))"
     log "building the CUDA targets directly with nvcc (build/gpu-direct)"
     [[ -n "$NVCC" ]] || { log "no nvcc"; return 1; }
     CUDA_INC=$(dirname "$(dirname "$NVCC")")/include
@@ -136,28 +251,39 @@ else
     K="$D/obj/ops.o $D/obj/flash.o $D/obj/arena.o $D/obj/linear.o"
     g++ -o "$D/bin/kernels_cuda_test" "$D/obj/test.o" $K "$D/obj/gtest.o" "$D/obj/gtest_main.o" $LIBS || return 1
     g++ -o "$D/bin/weft_kernels_bench" "$D/obj/bench.o" $K $LIBS || return 1
-    TEST_BIN=$D/bin/kernels_cuda_test
+    TESTS[kernels_cuda_test]=$D/bin/kernels_cuda_test
     BENCH_BIN=$D/bin/weft_kernels_bench
     TEST_DIR=$D
   fi
 fi
-log "programs ready after $(($(date +%s) - START)) s"
+log "programs ready after $(($(date +%s) - START)) s: tests $(for t in $TEST_ORDER; do
+  [[ -n "${TESTS[$t]:-}" ]] && printf '%s ' "$t"; done); CLI ${WEFT_BIN:-none}"
 
-# 2. The cuda tests, through ctest (a ctest file naming the program, for the bundle and nvcc cases).
+# 2. The cuda tests, through ctest (a ctest file naming the programs, for the bundle and nvcc
+# cases; it gives them the bundle's libraries, ctest itself keeps the machine's).
 if [[ "$TEST_DIR" != "$ROOT/build/gpu" ]]; then
-  cat >"$TEST_DIR/CTestTestfile.cmake" <<EOF
-add_test(kernels_cuda_test "$TEST_BIN")
-set_tests_properties(kernels_cuda_test PROPERTIES LABELS "cuda" TIMEOUT 180
-                     SKIP_REGULAR_EXPRESSION "$SKIP_RE")
+  for t in $TEST_ORDER; do
+    [[ -n "${TESTS[$t]:-}" ]] || continue
+    cat <<EOF
+add_test($t "${TESTS[$t]}")
+set_tests_properties($t PROPERTIES LABELS "cuda" TIMEOUT 120
+                     SKIP_REGULAR_EXPRESSION "$SKIP_RE" ENVIRONMENT "LD_LIBRARY_PATH=$WEFT_LD")
 EOF
+  done >"$TEST_DIR/CTestTestfile.cmake"
 fi
+# A hung kernel must not eat the call: 120 s a test, 150 s for all (they take well under a
+# minute each).
+T_TESTS=$(budget 150)
 if command -v ctest >/dev/null; then
-  # A hung kernel must not eat the call: 180 s for the tests (they take well under a minute).
-  (cd "$TEST_DIR" && ctest -L cuda --timeout 180 --output-on-failure --output-log "$OUT/ctest.log")
+  (cd "$TEST_DIR" && timeout -k 5 "$T_TESTS" ctest -L cuda --timeout 120 --output-on-failure \
+    --output-log "$OUT/ctest.log")
   TESTS_RC=$?
 else
-  timeout 180 "$TEST_BIN" >"$OUT/ctest.log" 2>&1
-  TESTS_RC=$?
+  TESTS_RC=0
+  for t in $TEST_ORDER; do
+    [[ -n "${TESTS[$t]:-}" ]] || continue
+    wrun timeout 120 "${TESTS[$t]}" >>"$OUT/ctest.log" 2>&1 || TESTS_RC=1
+  done
   tail -40 "$OUT/ctest.log"
 fi
 log "tests: exit $TESTS_RC after $(($(date +%s) - START)) s"
@@ -166,36 +292,163 @@ if [[ $TESTS_RC -ne 0 ]]; then
   grep -E '^\[  (FAILED|  OK) \]|Failure|rel_error|seed' "$OUT/ctest.log" | tail -40
 fi
 
-# 3. The benchmark (also when a test failed: its numbers still say where time goes). It prints
-# each line as it is measured, flash attention last, so a hang there loses nothing else.
+# 3. End to end: one training step of GPT-2 at T=1024, weft against PyTorch on the same GPU, in
+# the same run (the ratio is the figure; absolute rates depend on the card's state).
 STAMP=$(date -u +%Y-%m-%d)
-timeout 240 "$BENCH_BIN" --json "$OUT/kernels_bench.json" --md "$OUT/kernels_bench.md" 2>&1 |
-  tee "$OUT/kernels_bench.log"
-BENCH_RC=${PIPESTATUS[0]}
-
-# 4. After a failure, each test alone in its own process: a kernel fault poisons the CUDA context
-# for every later test of the same process, so only isolated runs say which tests really fail.
-if [[ $TESTS_RC -ne 0 ]]; then
-  log "isolating the failures (one process per test)"
-  "$TEST_BIN" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}' |
-    while read -r name; do
-      if timeout 60 "$TEST_BIN" --gtest_filter="$name" >"$OUT/one.log" 2>&1; then
-        echo "PASS $name"
-      else
-        echo "FAIL $name: $(grep -m2 -E 'Failure|error|Expected|rel_error|which is' "$OUT/one.log" | tr '\n' ' ' | cut -c1-300)"
-      fi
-    done | tee "$OUT/isolated.txt"
-  rm -f "$OUT/one.log"
+TORCH_GPT=""
+for f in "$ROOT/../shared/bench/torch_gpt.py" "$ROOT/shared/bench/torch_gpt.py" "$BUNDLE/torch_gpt.py"; do
+  [[ -f "$f" ]] && { TORCH_GPT=$f; break; }
+done
+log "PyTorch baseline: ${TORCH_GPT:-not found}"
+if [[ -n "$WEFT_BIN" ]] && ! wrun "$WEFT_BIN" --help >/dev/null 2>&1; then
+  log "the CLI does not start here: $(wrun "$WEFT_BIN" --help 2>&1 | head -3 | tr '\n' ' ')"
 fi
+: >"$OUT/e2e.jsonl"
+E2E_FAILED=0
+# e2e SIZE NAME CAP COMMAND...: runs COMMAND under min(CAP, time left) and appends the last JSON
+# line it printed, with "size" and "wall_s" added, to e2e.jsonl; or a line with "error".
+e2e() {
+  local size=$1 name=$2 cap=$3
+  shift 3
+  local t rc line t0 base=$LOGS/e2e-$size-$name
+  t=$(budget "$cap")
+  if ((t < 20)); then
+    log "$name $size: skipped, $(left) s left"
+    line='{"error": "skipped: the run budget was spent"}'
+    rc=-1
+  else
+    log "$name $size (at most $t s): $*"
+    t0=$(date +%s)
+    timeout -k 10 "$t" "$@" >"$base.out" 2>"$base.err"
+    rc=$?
+    line=$(grep '^{' "$base.out" | tail -1)
+    log "$name $size: exit $rc after $(($(date +%s) - t0)) s: ${line:-no JSON line}"
+    if [[ -z "$line" ]]; then
+      tail -n 5 "$base.err" "$base.out"
+      local why="exit $rc"
+      [[ $rc -eq 124 || $rc -eq 137 ]] && why="timed out after $t s"
+      line=$({ echo "$why"; tail -c 400 "$base.err"; } |
+        python3 -c 'import json,sys; print(json.dumps({"error": sys.stdin.read().strip()}))')
+    fi
+  fi
+  [[ $rc -ne 0 || "$line" == *'"error"'* ]] && E2E_FAILED=$((E2E_FAILED + 1))
+  python3 -c 'import json,sys
+d = json.loads(sys.argv[1]); d.setdefault("name", sys.argv[2])
+d.update(size=sys.argv[3], exit=int(sys.argv[4]))
+print(json.dumps(d))' "$line" "$name" "$size" "$rc" >>"$OUT/e2e.jsonl" ||
+    echo "{\"name\": \"$name\", \"size\": \"$size\", \"exit\": $rc, \"error\": \"bad JSON line\"}" >>"$OUT/e2e.jsonl"
+}
+toml() { awk -F' *= *' -v k="$2" '$1 == k {print $2}' "$1"; }  # toml FILE KEY (a plain number)
+for size in ${WEFT_E2E_SIZES:-124m 350m 1.5b}; do
+  case $size in  # batch and time cap per command (the larger models compile and init longer)
+    124m) B=32 CAP=150 ;;
+    350m) B=16 CAP=150 ;;
+    1.5b) B=8 CAP=200 ;;
+    *) log "unknown size $size"; continue ;;
+  esac
+  model=configs/models/gpt2-$size.toml
+  if [[ -n "$WEFT_BIN" ]]; then
+    e2e "$size" weft "$CAP" env LD_LIBRARY_PATH="$WEFT_LD" "$WEFT_BIN" bench step --device cuda \
+      --model "$model" --batch "$B" --seq 1024 --steps 10 --warmup 3 --json
+  else
+    log "weft $size: no CLI on this way of building"
+  fi
+  if [[ -n "$TORCH_GPT" ]]; then
+    # shellcheck disable=SC2086  # WEFT_TORCH_ARGS is a list of options
+    e2e "$size" pytorch "$CAP" env LD_LIBRARY_PATH="$ORIG_LD" PYTHONUNBUFFERED=1 python3 "$TORCH_GPT" --device cuda \
+      --layers "$(toml "$model" n_layer)" --hidden "$(toml "$model" n_embd)" \
+      --heads "$(toml "$model" n_head)" --batch "$B" --seq 1024 --steps 10 --warmup 3 \
+      ${WEFT_TORCH_ARGS:-}
+  fi
+done
+# The table: one row per size, weft's line beside PyTorch's.
+python3 - "$OUT/e2e.jsonl" "$STAMP" >"$OUT/e2e.md" <<'EOF'
+import json, subprocess, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def pick(size, name):
+    return next((r for r in rows if r.get("size") == size and r.get("name") == name), {})
+def num(x, fmt):
+    return format(x, fmt) if isinstance(x, (int, float)) else "-"
+def pct(x):  # a fraction, or already a percentage
+    return "-" if not isinstance(x, (int, float)) else f"{100 * x:.1f}%" if x <= 1.5 else f"{x:.1f}%"
+try:
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout.strip()
+except OSError:
+    gpu = "?"
+torch_line = next((r for r in rows if r.get("name") == "pytorch" and "torch" in r), {})
+print(f"# GPU end to end: weft vs PyTorch, one training step ({sys.argv[2]})\n")
+print(f"GPU: {gpu}; PyTorch {torch_line.get('torch', '?')} (torch.compile: "
+      f"{torch_line.get('compiled', '?')}, bf16 autocast, fused AdamW, SDPA). T=1024, random tokens, "
+      "10 timed steps after 3 warm-up, median. `bash bench/gpu/run.sh` (e2e.jsonl holds the full lines).\n")
+print("| model | B | weft tokens/s | PyTorch tokens/s | weft / PyTorch | weft ms | PyTorch ms "
+      "| weft MFU (spec) | weft MFU (GEMM ceiling) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for size in dict.fromkeys(r.get("size") for r in rows):
+    w, t = pick(size, "weft"), pick(size, "pytorch")
+    b = w.get("B", t.get("B", "-"))
+    wt, tt = w.get("tokens_per_s"), t.get("tokens_per_s")
+    ratio = wt / tt if isinstance(wt, (int, float)) and isinstance(tt, (int, float)) and tt else None
+    # an error's first line (exit status or timeout) and its last (the exception, say)
+    note = lambda r: (" (" + " / ".join(dict.fromkeys(
+        l.strip()[:80] for l in (r["error"].splitlines()[:1] + r["error"].splitlines()[-1:])))
+        .replace("|", "\\|") + ")") if "error" in r else ""
+    print(f"| gpt2-{size} | {b} | {num(wt, ',.0f')}{note(w)} | {num(tt, ',.0f')}{note(t)} "
+          f"| {num(ratio, '.3f')} | {num(w.get('ms_median'), '.1f')} | {num(t.get('ms_median'), '.1f')} "
+          f"| {pct(w.get('mfu_spec'))} | {pct(w.get('mfu_gemm'))} |")
+EOF
+cat "$OUT/e2e.md"
 mkdir -p bench/results
+cp "$OUT/e2e.md" "bench/results/gpu-e2e-$STAMP.md"
+log "end to end: $E2E_FAILED command(s) without a result, after $(($(date +%s) - START)) s"
+
+# 4. The benchmark (also when a test failed: its numbers still say where time goes), with the
+# time that is left. It prints each line as it is measured, flash attention last, so a cut
+# loses only the end.
+T_BENCH=$(budget 240)
+BENCH_RC=0
+if ((T_BENCH >= 30)); then
+  wrun timeout -k 5 "$T_BENCH" "$BENCH_BIN" --json "$OUT/kernels_bench.json" \
+    --md "$OUT/kernels_bench.md" 2>&1 | tee "$LOGS/kernels_bench.log"
+  BENCH_RC=${PIPESTATUS[0]}
+else
+  log "kernels_bench: skipped, $T_BENCH s left"
+fi
 [[ -f "$OUT/kernels_bench.md" ]] && cp "$OUT/kernels_bench.md" "bench/results/gpu-kernels-$STAMP.md"
 
-if command -v cuobjdump >/dev/null; then  # are the tensor-core instructions there?
-  echo "SASS: $(cuobjdump -sass "$TEST_BIN" 2>/dev/null | grep -c HMMA) HMMA instructions" >>"$OUT/env.txt"
+# 5. After a failure, each test of the failed programs alone in its own process, while time is
+# left: a kernel fault poisons the CUDA context for every later test of the same process, so
+# only isolated runs say which tests really fail.
+if [[ $TESTS_RC -ne 0 ]]; then
+  log "isolating the failures (one process per test)"
+  failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted|Exception)' \
+    "$OUT/ctest.log" | awk '{print $3}' | sort -u)
+  [[ -z "$failed" ]] && failed=$TEST_ORDER  # no ctest verdicts (the test phase timed out)
+  for t in $failed; do
+    bin=${TESTS[$t]:-}
+    [[ -n "$bin" ]] || continue
+    wrun "$bin" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}' |
+      while read -r name; do
+        (($(left) < 15)) && { echo "STOP: the run budget is spent"; break; }
+        if wrun timeout 60 "$bin" --gtest_filter="$name" >"$LOGS/one.log" 2>&1; then
+          echo "PASS $t $name"
+        else
+          echo "FAIL $t $name: $(grep -m2 -E 'Failure|error|Expected|rel_error|which is' "$LOGS/one.log" | tr '\n' ' ' | cut -c1-300)"
+        fi
+      done
+  done | tee "$LOGS/isolated.txt"
+  rm -f "$LOGS/one.log"
 fi
-log "done in $(($(date +%s) - START)) s: tests exit $TESTS_RC, bench exit $BENCH_RC"
-return $((TESTS_RC != 0 || BENCH_RC != 0))
+
+if command -v cuobjdump >/dev/null && [[ -n "${TESTS[kernels_cuda_test]:-}" ]]; then  # tensor cores?
+  echo "SASS: $(cuobjdump -sass "${TESTS[kernels_cuda_test]}" 2>/dev/null | grep -c HMMA) HMMA instructions" >>"$OUT/env.txt"
+fi
+cat "$OUT/e2e.md"  # again, for the reply's tail (the benchmark's table came after it)
+log "done in $(($(date +%s) - START)) s: tests exit $TESTS_RC, e2e without result $E2E_FAILED, bench exit $BENCH_RC"
+return $((TESTS_RC != 0 || E2E_FAILED != 0 || BENCH_RC != 0))
 }
 
 main 2>&1 | tee "$OUT/run.log"
-exit "${PIPESTATUS[0]}"
+RC=${PIPESTATUS[0]}
+tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+exit "$RC"

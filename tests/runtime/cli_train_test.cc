@@ -124,6 +124,57 @@ TEST_F(CliTrainTest, ParallelRunsGiveTheSerialLossesAcrossLayouts) {
   }
 }
 
+// --device host-bf16 runs the GPU trainer's code (model/mixed_gpt.h, runtime/device_trainer.h) on
+// the host emulation of the CUDA kernels: bf16 mixed precision that follows the fp32 run, with
+// checkpoints in the serial layout that the CPU trainer continues. Without a GPU, --device cuda
+// is one clear error.
+TEST_F(CliTrainTest, TheGpuPathFollowsTheFp32RunAndItsCheckpointContinuesOnTheCpu) {
+  const std::string run = write_run();
+  auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const std::vector<double> serial = losses(dir_ + "/serial/metrics.jsonl");
+  ASSERT_EQ(serial.size(), 8u);
+
+  r = weft("train " + run + " --device host-bf16 --stop-after 4");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "host, bf16 mixed precision");
+  EXPECT_HAS(r.text, "host memory per rank, allocated / predicted");
+  r = weft("train " + run + " --resume");  // the rest on the CPU, in fp32
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "resuming at step 4");
+  const std::vector<double> mixed = losses(out("/metrics.jsonl"));
+  ASSERT_EQ(mixed.size(), serial.size());
+  for (size_t i = 0; i < serial.size(); ++i) {
+    EXPECT_NEAR(mixed[i], serial[i], 2e-2 * serial[i]) << "step " << i + 1;
+  }
+  // Device ranks: a two-stage pipeline, then two replicas from its checkpoint.
+  const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
+  const std::string ranks = run + " --device host-bf16 --set run.out_dir=" + dir_ + "/ranks";
+  r = weft_command(mpirun + "train " + ranks + " --set parallel.pp=2 --stop-after 4");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "tp=1 pp=2 dp=1, 2 ranks on host");
+  r = weft_command(mpirun + "train " + ranks + " --set parallel.dp=2 --resume");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const std::vector<double> ranked = losses(dir_ + "/ranks/metrics.jsonl");
+  ASSERT_EQ(ranked.size(), serial.size());
+  for (size_t i = 0; i < serial.size(); ++i) {  // bf16 against bf16 for 4 steps, then fp32
+    const double expected = i < 4 ? mixed[i] : serial[i];
+    EXPECT_NEAR(ranked[i], expected, (i < 4 ? 1e-3 : 2e-2) * expected) << "step " << i + 1;
+  }
+
+  r = weft("train " + run + " --device cuda --set run.out_dir=" + dir_ + "/gpu");
+  if (r.rc != 0) {  // no GPU (or no CUDA in this build; heads of 8 on a GPU): said, nothing written
+    EXPECT_HAS(r.text, "cuda");
+    EXPECT_FALSE(fs::exists(dir_ + "/gpu/checkpoints"));
+  }
+  r = weft("train " + run + " --device cuda --set parallel.tp=2 --set run.out_dir=" + dir_ +
+           "/gpu2");
+  EXPECT_NE(r.rc, 0);
+  r = weft("train " + run + " --device tpu");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_HAS(r.text, "--device must be cpu, cuda[:N] or host-bf16, not 'tpu'");
+}
+
 // Data-parallel replicas share the validation batches: a dp=2 run evaluates the windows one
 // process would (an odd eval_batches: one replica runs more), so its val_loss is the serial one.
 TEST_F(CliTrainTest, ReplicasEvaluateTheSerialValidationWindows) {

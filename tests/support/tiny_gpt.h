@@ -2,6 +2,8 @@
 // The tiny GPT the parallel tests train: 4 heads, a 61-token vocabulary padded to 64 (16 columns
 // per rank at tp=4, the last rank's partly padding), positions up to 16.
 
+#include <string>
+
 #include "weft/model/gpt_config.h"
 
 namespace weft::test {
@@ -15,6 +17,20 @@ inline model::GptConfig tiny_gpt(int n_layer = 2, int n_embd = 32) {
   c.vocab_size = 61;
   c.pad_vocab_to = 16;
   c.max_seq_len = 16;
+  return c;
+}
+
+// A small GPT with heads of 64, the size the CUDA flash attention takes (the GPU trainer's tests,
+// which also run on the host emulation), and a vocabulary of 101 padded to 128.
+inline model::GptConfig small_gpt_hs64(int n_layer, int max_seq_len) {
+  model::GptConfig c;
+  c.name = "small-" + std::to_string(n_layer) + "l";
+  c.n_layer = n_layer;
+  c.n_embd = 128;
+  c.n_head = 2;
+  c.vocab_size = 101;
+  c.pad_vocab_to = 64;
+  c.max_seq_len = max_seq_len;
   return c;
 }
 

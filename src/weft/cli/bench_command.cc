@@ -4,6 +4,8 @@
 // (kernels.h, MatmulPrecision); the reported ceiling stays the fp32 one, with the bf16 ceiling on
 // the same shapes next to it.
 //
+// --device cuda|host-bf16 times the GPU trainer instead (cli/bench_device.cc).
+//
 // Under `mpirun -n N ... --tp N [--sequence-parallel]` every rank runs the tensor-parallel step and
 // rank 0 reports it, with the share of the step spent in the tp group's collectives (measured by
 // the Recording communicator: from each call until its wait returned). Each rank measures the
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
@@ -47,11 +50,31 @@ struct BenchOptions {
   int tp = 1, pp = 1, dp = 1, vp = 1, microbatches = 1, zero = 0;
   std::string schedule = "1f1b";
   bool sequence_parallel = false;
+  std::string device = "cpu";
+  double peak_tflops = 0;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_bench_step(const BenchOptions& o) {
+  if (o.device != "cpu") {
+    if (o.tp * o.pp * o.dp != 1 || o.recompute != "none") {
+      throw Error(
+          fmt::format("--device {} runs one process with the whole model and no "
+                      "recomputation (no --tp/--pp/--dp/--recompute) for now",
+                      o.device));
+    }
+    run_bench_step_on_device({.model_path = o.model_path,
+                              .device = o.device,
+                              .batch = o.batch,
+                              .seq = o.seq,
+                              .steps = o.steps,
+                              .warmup = o.warmup,
+                              .microbatches = o.microbatches,
+                              .peak_tflops = o.peak_tflops,
+                              .json = o.json});
+    return;
+  }
   const JobWorld processes;
   comm::Communicator* world = processes.world();
   const int world_size = world ? world->size() : 1;
@@ -124,12 +147,7 @@ void run_bench_step(const BenchOptions& o) {
   runtime::PipelineRunner runner(cfg, sched, po);
   runner.init(1234);
 
-  // random tokens: a pure function of the index, like everything random in weft
-  std::vector<int32_t> tokens(int64_t{m} * B * T + 1);
-  const uint64_t key = stream_key(7, "bench.tokens");
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = static_cast<int32_t>(uniform_at(key, i) * cfg.vocab_size) % cfg.vocab_size;
-  }
+  const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
   std::vector<double> times;
   runtime::StepStats last;
   double comm_seconds = 0, waiting = 0, busy = 0;
@@ -348,6 +366,10 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   step->add_flag("--sequence-parallel", o->sequence_parallel,
                  "with --tp > 1, split the LayerNorm and residual regions along the sequence");
+  step->add_option("--device", o->device, kDeviceHelp);
+  step->add_option("--peak-tflops", o->peak_tflops,
+                   "with --device: the device's spec peak (dense bf16) for MFU, e.g. 989.4 for an "
+                   "H100/H200 SXM (configs/clusters/h200.toml)");
   step->callback([o] { run_bench_step(*o); });
 }
 

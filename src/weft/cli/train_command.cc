@@ -1,10 +1,11 @@
 // weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]:
 // the training loop (runtime/trainer.h) on a run config (runtime/run_config.h), as one process or
-// as every rank of `mpirun -n N weft train ...`. Everything that can be checked before allocating
-// is: the config, the dataset, the tokenizer, and that the three agree on the vocabulary. Those
-// checks reach the same verdict on every rank, so rank 0 alone reports a problem and every rank
-// exits 1. A failure later, while ranks depend on each other, ends the whole job with that rank's
-// message (comm::abort_job), so no rank waits forever.
+// as every rank of `mpirun -n N weft train ...`; --device cuda trains on the GPU (cli/device.h).
+// Everything that can be checked before allocating is: the config, the dataset, the tokenizer, and
+// that the three agree on the vocabulary. Those checks reach the same verdict on every rank, so
+// rank 0 alone reports a problem and every rank exits 1. A failure later, while ranks depend on
+// each other, ends the whole job with that rank's message (comm::abort_job), so no rank waits
+// forever.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -15,14 +16,18 @@
 #include <optional>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
 #include "weft/data/token_stats.h"
+#include "weft/parallel/topology.h"
+#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/trainer.h"
+#include "weft/schedule/schedule.h"
 
 namespace weft::cli {
 namespace {
@@ -32,6 +37,7 @@ struct TrainOptions {
   std::vector<std::string> sets;
   std::string resume;
   int64_t stop_after = 0;
+  std::string device = "cpu";
 };
 
 struct Checked {
@@ -86,6 +92,21 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
   options.tokenizer_identity = in.identity;
   options.tokenizer_spec = in.tokenizer_spec;
   options.world = world;
+  // The device's memory is taken before the first step: a CUDA arena of this rank's size.
+  std::unique_ptr<kernels::MixedBackend> device;
+  if (o.device != "cpu") {
+    const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
+    runtime::DeviceParallel layout;
+    layout.pp = cfg.parallel.pp;
+    layout.pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
+    layout.schedule =
+        schedule::parse_kind(cfg.parallel.schedule).value_or_throw("parallel.schedule");
+    device = make_device(o.device, runtime::DeviceTrainer::arena_bytes(
+                                       cfg.model, cfg.train.micro_batch, cfg.train.seq_len,
+                                       cfg.microbatches(), layout));
+    options.device = device.get();
+    options.device_group = device_group_maker(o.device);
+  }
   runtime::Trainer trainer(cfg, *dataset, options);
   const auto result = trainer.run().value_or_throw("training failed");
   if (result.stopped || !leader) return;  // the trainer said why and where the checkpoint is
@@ -158,6 +179,7 @@ void add_train_command(CLI::App& app) {
                   "stop with a checkpoint once this many steps are done (the schedule still "
                   "spans train.steps)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--device", o->device, kDeviceHelp);
   cmd->callback([o] { run_train(*o); });
 }
 

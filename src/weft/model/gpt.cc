@@ -20,15 +20,7 @@ struct Gpt::LayerActs {
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
          StageSpec stage, int slots, ParamStorage storage)
     : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp), stage_(stage) {
-  Status s = validate_for_run(cfg, T);
-  if (B <= 0) s.add("batch size " + std::to_string(B) + " must be > 0");
-  if (slots < 1) s.add("a model needs at least one activation slot, got " + std::to_string(slots));
-  if (s.ok() && (stage.first_layer < 0 || stage.end_layer(cfg) > cfg.n_layer ||
-                 stage.end_layer(cfg) <= stage.first_layer)) {
-    s.add("stage layers [" + std::to_string(stage.first_layer) + ", " +
-          std::to_string(stage.end_layer(cfg)) + ") are not a run of the model's " +
-          std::to_string(cfg.n_layer) + " layers");
-  }
+  Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
   s.throw_if_error("invalid model config '" + cfg.name + "'");
   sp_ = tp.sequence_parallel && tp.size() > 1;

@@ -61,6 +61,19 @@ StageSpec pipeline_stage(const GptConfig& cfg, int s, int S) {
   return StageSpec{s * per, per, s == 0, s == S - 1};
 }
 
+Status validate_stage(const GptConfig& cfg, int B, int T, const StageSpec& stage, int slots) {
+  Status s = validate_for_run(cfg, T);
+  if (B <= 0) s.add("batch size " + std::to_string(B) + " must be > 0");
+  if (slots < 1) s.add("a model needs at least one activation slot, got " + std::to_string(slots));
+  if (s.ok() && (stage.first_layer < 0 || stage.end_layer(cfg) > cfg.n_layer ||
+                 stage.end_layer(cfg) <= stage.first_layer)) {
+    s.add("stage layers [" + std::to_string(stage.first_layer) + ", " +
+          std::to_string(stage.end_layer(cfg)) + ") are not a run of the model's " +
+          std::to_string(cfg.n_layer) + " layers");
+  }
+  return s;
+}
+
 Status validate_pipeline(const GptConfig& cfg, int pp, int vp) {
   Status s;
   if (pp < 1) s.add(fmt::format("parallel.pp={} must be >= 1", pp));

@@ -90,8 +90,11 @@ Trainer::~Trainer() = default;
 // predicts for its chunks, on rank 0's progress output.
 void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
                             comm::Communicator* world, int64_t rss_before) const {
-  const double mine[2] = {static_cast<double>(peak_resident_bytes() - rss_before),
-                          static_cast<double>(runner_->predicted_memory().total())};
+  // With a device: its memory (the host holds only the state's copy for checkpoints).
+  const double mine[2] = {device_ ? static_cast<double>(options_.device->allocated_bytes())
+                                  : static_cast<double>(peak_resident_bytes() - rss_before),
+                          device_ ? static_cast<double>(device_predicted_bytes_)
+                                  : static_cast<double>(runner_->predicted_memory().total())};
   const int n = world != nullptr ? world->size() : 1;
   std::vector<double> all(2 * n);
   if (world != nullptr && n > 1) {
@@ -106,7 +109,10 @@ void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
                                 100.0 * all[2 * r] / all[2 * r + 1]));
   }
   progress.message(fmt::format(
-      "weft train: peak memory per rank, measured (resident above the start) / predicted: {}",
+      "weft train: {}: {}",
+      device_ ? options_.device->name() + " memory per rank, allocated / predicted"
+              : std::string("peak memory per rank, measured (resident above the start) / "
+                            "predicted"),
       fmt::join(ranks, ", ")));
 }
 
@@ -145,6 +151,23 @@ Result<TrainResult> Trainer::run() {
   const int world_rank = world != nullptr ? world->rank() : 0;
   const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
+  kernels::MixedBackend* const device = options_.device;
+  if (device != nullptr) {
+    const auto& par = cfg_.parallel;
+    Status s;
+    const std::string d = "--device " + device->name();
+    if (par.tp != 1) s.add(d + " has no tensor parallelism yet: parallel.tp must be 1");
+    if (par.vp != 1) s.add(d + " runs one model chunk per pipeline rank: parallel.vp must be 1");
+    if (par.zero != 0) s.add(d + " keeps whole replicas: parallel.zero must be 0");
+    if (par.pp > 1 && par.schedule != "gpipe" && par.schedule != "1f1b") {
+      s.add(d + " runs the gpipe and 1f1b schedules, not " + par.schedule);
+    }
+    if (cfg_.recompute() != model::Recompute::None) {
+      s.add(d + " has no activation recomputation yet: set train.recompute = \"none\"");
+    }
+    if (!s.ok()) return Status::error(fmt::format("{}: {}", cfg_.origin, s.message()));
+  }
+
   const parallel::Topology topo(grid);
   if (world != nullptr && world_size > 1) groups_ = parallel::make_groups(*world, topo);
   const bool leader = world_rank == 0;
@@ -175,8 +198,9 @@ Result<TrainResult> Trainer::run() {
         {.pp = cfg_.parallel.pp, .vp = cfg_.parallel.vp, .microbatches = m});
     if (!made.ok()) return made.status();
     PipelineOptions po;
-    po.B = b;
-    po.T = T;
+    // With a device the host model only holds the state for checkpoints: no activations.
+    po.B = device != nullptr ? 1 : b;
+    po.T = device != nullptr ? 1 : T;
     po.recompute = cfg_.recompute();
     po.tp = {groups_.tp.get(), cfg_.parallel.sequence_parallel};
     po.pp = groups_.pp.get();
@@ -194,6 +218,39 @@ Result<TrainResult> Trainer::run() {
   if (resume_dir.empty()) runner_->init(static_cast<uint64_t>(t.seed));
   const auto chunks = runner_->chunks();
   const auto opts = runner_->optimizers();
+  if (device != nullptr) {
+    // This rank's groups on the device's memory: the same ranks as the host groups.
+    auto data_group = [&](comm::Communicator* host) -> comm::Communicator* {
+      if (host == nullptr || host->size() == 1) return nullptr;
+      device_groups_.push_back(options_.device_group ? options_.device_group(*host)
+                                                     : host->split(0, host->rank(), host->name()));
+      return device_groups_.back().get();
+    };
+    DeviceParallel dp;
+    dp.pp = cfg_.parallel.pp;
+    dp.pp_rank = topo.coord(world_rank).pp;
+    dp.schedule = schedule::parse_kind(cfg_.parallel.schedule).value();
+    dp.pp_group = dp.pp > 1 ? groups_.pp.get() : nullptr;
+    dp.dp_group = cfg_.parallel.dp > 1 ? groups_.dp.get() : nullptr;
+    dp.pp_data = data_group(dp.pp_group);
+    dp.dp_data = data_group(dp.dp_group);
+    dp.embedding_data = data_group(groups_.embedding.get());
+    device_predicted_bytes_ = DeviceTrainer::bytes(cfg_.model, b, T, m, dp).total();
+    device_ = std::make_unique<DeviceTrainer>(*device, cfg_.model, b, T, m, acfg, dp);
+  }
+  // The device's state <-> the host model's (the serial layout; ZeRO 0, so whole buffers).
+  auto to_device = [&] {
+    if (!device_) return;
+    const DistributedOptimizer::StateView s = opts[0]->state();
+    device_->upload_state(s.params, s.m, s.v, opts[0]->step_count());
+  };
+  auto to_host = [&] {
+    if (!device_) return;
+    const DistributedOptimizer::StateView s = opts[0]->state();
+    device_->download_state(s.params, s.m, s.v);
+    opts[0]->adamw().set_step_count(device_->step_count());
+  };
+  if (resume_dir.empty()) to_device();
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
 
   std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
@@ -216,6 +273,7 @@ Result<TrainResult> Trainer::run() {
     auto loaded = load_checkpoint(job, resume_dir, state);
     if (!loaded.ok()) return loaded.status();
     load_summary = loaded.value().summary();
+    to_device();
     Status s = sampler.set_state({state.sampler_epoch, state.sampler_position});
     if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
     step = state.step;
@@ -254,10 +312,12 @@ Result<TrainResult> Trainer::run() {
 
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
-  const double ceiling = options_.measure_gemm_ceiling && leader
-                             ? cached_gemm_ceiling(cfg_.model, b, T) *
-                                   concurrent_ranks(world_size, kernels::num_threads())
-                             : 0;
+  double ceiling = 0;
+  if (options_.measure_gemm_ceiling && leader) {
+    ceiling = device_ ? device_gemm_ceiling(*device, cfg_.model, b, T)
+                      : cached_gemm_ceiling(cfg_.model, b, T) *
+                            concurrent_ranks(world_size, kernels::num_threads());
+  }
   progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
@@ -268,7 +328,12 @@ Result<TrainResult> Trainer::run() {
       resume_dir.empty()
           ? ""
           : fmt::format(", resuming at step {} from {} ({})", step, resume_dir, load_summary),
-      layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
+      device_ ? fmt::format("{}{}, bf16 mixed precision; ",
+                            grid.world() > 1 ? fmt::format("tp=1 pp={} dp={}, {} ranks on ",
+                                                           grid.pp, grid.dp, grid.world())
+                                             : "",
+                            device->name())
+              : layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
 
@@ -290,6 +355,7 @@ Result<TrainResult> Trainer::run() {
     state.tokenizer_identity = options_.tokenizer_identity;
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
+    to_host();
     auto saved = save_checkpoint(job, root, state, t.keep_last);
     if (!saved.ok()) return saved.status();
     result.checkpoint = saved.value().dir;
@@ -308,6 +374,7 @@ Result<TrainResult> Trainer::run() {
     for (int k = 0; k < mine; ++k) {
       sampler.val_batch(k, vt.data() + k * block, vy.data() + k * block);
     }
+    if (device_) return device_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
     return runner_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
   };
 
@@ -328,7 +395,8 @@ Result<TrainResult> Trainer::run() {
     fault_point("step", step + 1);  // crash tests (core/fault.h)
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats stats =
-        runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
+        device_ ? device_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip)
+                : runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
     if (fault_requested("nan", step)) opts[0]->state().params[0] = std::nanf("");  // crash tests
@@ -350,6 +418,7 @@ Result<TrainResult> Trainer::run() {
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
     if (stats.skipped) {
       // Skipping helps against a bad batch or a spike, not against a corrupt state.
+      to_host();
       Status finite = check_parameters_finite(job);
       if (!finite.ok()) {
         progress.finish();
@@ -391,6 +460,7 @@ Result<TrainResult> Trainer::run() {
   }
   progress.finish();
   report_memory(progress, topo, world, rss_before);
+  to_host();          // model() and optimizer() show the state the run ended with
   if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;
     result.stop_signal = signals ? signals->signal() : 0;

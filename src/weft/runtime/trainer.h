@@ -19,9 +19,11 @@
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
+#include "weft/kernels/mixed.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"
+#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/metrics.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
@@ -50,6 +52,16 @@ struct TrainerOptions {
   // The job's ranks (from comm::MpiSession::world()); null: one process. Its size must equal
   // parallel.tp * pp * dp.
   comm::Communicator* world = nullptr;
+  // Train on this backend (`weft train --device`: the GPU, or its host emulation) in mixed
+  // precision instead of on the CPU kernels in fp32; null: the CPU. Pipeline (gpipe, 1f1b) and
+  // data parallelism (ZeRO 0) across ranks; no tensor parallelism or recomputation yet.
+  // Checkpoints go through a host copy of the state, so they load under any layout and on either
+  // device.
+  kernels::MixedBackend* device = nullptr;
+  // With a device: a communicator on the device's memory over the ranks of a host group (comm/cuda:
+  // staged through pinned memory, or NCCL). Null: a split of the host group itself (right for the
+  // host backend, whose memory is host memory).
+  std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> device_group;
 };
 
 struct TrainResult {
@@ -81,7 +93,7 @@ class Trainer {
   bool stop_requested() const { return stop_.load(); }
 
   // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
-  // as they ended.
+  // as they ended (with a device: the host copy, refreshed at the end).
   const model::Gpt& model() const { return *runner_->chunks()[0]; }
   const optim::AdamW& optimizer() const { return runner_->optimizers()[0]->adamw(); }
 
@@ -95,6 +107,10 @@ class Trainer {
   std::atomic<bool> stop_{false};
   parallel::ProcessGroups groups_;
   std::unique_ptr<PipelineRunner> runner_;
+  // With options.device; its groups first, so they outlive the trainer's sends in flight.
+  std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
+  std::unique_ptr<DeviceTrainer> device_;
+  int64_t device_predicted_bytes_ = 0;
 };
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this

@@ -84,8 +84,9 @@ void convert_row(const float* src, uint16_t* dst, int64_t n) {
     _mm512_mask_storeu_epi16(dst + i, mask, std::bit_cast<__m512i>(v));
   }
 #else
+  // (a declared loop variable: GCC 12 rejects `omp simd` over `for (; i < n; ++i)`)
 #pragma omp simd
-  for (; i < n; ++i) dst[i] = BF16::from_float(src[i]).bits;
+  for (int64_t j = i; j < n; ++j) dst[j] = BF16::from_float(src[j]).bits;
 #endif
 }
 

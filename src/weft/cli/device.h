@@ -1,0 +1,57 @@
+#pragma once
+// --device of `weft train` and `weft bench step`:
+//   cpu        (default) fp32 on the CPU kernels, any tp x pp x dp layout;
+//   cuda[:N]   the GPU (device N, default 0) in bf16 mixed precision: kernels/cuda through
+//              kernels::MixedBackend; one process holds the whole model (docs/cuda.md);
+//   host-bf16  the GPU trainer's code path on the CPU, with the GPU's bf16 rounding points
+//              (kernels::make_host_mixed_backend): slow, for checking that path without a GPU.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/kernels/mixed.h"
+
+namespace weft::cli {
+
+// The backend --device names, with `arena_bytes` of memory for the CUDA arena
+// (runtime::DeviceTrainer::arena_bytes). Null for "cpu". Plain "cuda" under mpirun picks device
+// local rank % visible devices (one process per GPU; ranks share GPUs when there are fewer).
+// Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
+// is visible.
+std::unique_ptr<kernels::MixedBackend> make_device(const std::string& device, int64_t arena_bytes);
+
+// runtime::TrainerOptions::device_group for --device: how a device's ranks reach each other's
+// memory. cuda: pipeline boundaries over the staged communicator (comm/cuda: device buffers
+// through pinned host memory over MPI; its eager sends are what the pipeline runner needs, which
+// NCCL's order-matched point-to-point is not); gradients and the tied embedding over NCCL when
+// every rank has a GPU of its own and NCCL was built, else staged too. Null (the host groups
+// themselves) for host-bf16.
+std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_group_maker(
+    const std::string& device);
+
+// The --device option's help text.
+inline constexpr const char* kDeviceHelp =
+    "cpu (fp32, any layout) | cuda[:N] (GPU, bf16 mixed precision, one process) | host-bf16 (the "
+    "GPU path emulated on the CPU, for checks)";
+
+// `weft bench step --device cuda|host-bf16` (bench_device.cc): time DeviceTrainer steps on random
+// tokens; report tokens/s, model FLOP/s and MFU against the spec peak (--peak-tflops) and against
+// the backend's GEMM ceiling measured in the same run, and the device memory against its
+// prediction.
+struct DeviceBenchOptions {
+  std::string model_path, device;
+  int batch = 4, seq = 64, steps = 5, warmup = 1, microbatches = 1;
+  double peak_tflops = 0;  // 0: no MFU against the spec peak
+  bool json = false;
+};
+void run_bench_step_on_device(const DeviceBenchOptions& o);
+
+// The benchmarks' n random tokens below `vocab`: a pure function of the index, like everything
+// random in weft, so every rank and every device times the same data.
+std::vector<int32_t> bench_tokens(int vocab, size_t n);
+
+}  // namespace weft::cli

@@ -1,0 +1,60 @@
+#pragma once
+// The NCCL communicator (DESIGN.md §4; docs/cuda.md, "Communicators on device buffers"): a
+// Communicator whose buffers are device memory on one GPU, one rank per GPU. Built when CMake
+// finds NCCL (cmake/WeftCuda.cmake); otherwise make_nccl_communicator throws and have_nccl() is
+// false.
+//
+// Every operation is enqueued on the communicator's stream and returns a Work that waits for a
+// CUDA event recorded after it: wait() polls the event (and NCCL's asynchronous error state) and,
+// after timeout_seconds(), aborts the NCCL communicator (ncclCommAbort) and throws weft::Error
+// naming the op and the group, so no rank hangs forever on a peer that died (DESIGN.md §5). The
+// communicator is NCCL's nonblocking kind (ncclConfig_t::blocking = 0), so initialization, split
+// and the host side of each call (which may wait for peers in NCCL's own code) are bounded by the
+// same timeout. After an abort every operation on the communicator throws.
+//
+// The stream: the one given, else one owned non-blocking stream. Work on an owned stream starts
+// after the work already queued on the legacy default stream (and so on every blocking stream),
+// so a buffer written by the caller's kernels there is complete when NCCL reads it. A caller whose
+// kernels run on a non-blocking stream of its own passes that stream. Results may be used once the
+// Work's wait() returns (or, on the given stream, by work queued on it after the op). A Work that
+// is dropped does not stop its operation: the buffers must live until the stream has passed it.
+//
+// Differences from the MPI communicator that callers must know:
+//   - send/recv ignore `tag`: NCCL matches point-to-point messages between two ranks by their
+//     order alone, so the n-th send to a peer meets that peer's n-th receive from this rank. A
+//     caller relying on tags to match messages out of order gets the wrong data (or a deadlock).
+//     A send to oneself is rejected (NCCL would need it grouped with its receive).
+//   - A single ncclSend/ncclRecv blocks its stream until the peer posts the matching call, so two
+//     ranks that both send first on one stream deadlock on the GPU (until the timeout).
+//   Both break the communication model of weft's pipeline runner (docs/schedules.md: eager sends,
+//   receives matched by tag), whose interleaved and 1F1B programs send and receive in either
+//   order: pipeline parallelism over NCCL needs the runner to group each exchange
+//   (ncclGroupStart/End) or to send on a stream of its own, and to post messages in matching
+//   order. Until then pp runs over the staged communicator, whose sends are eager.
+//   - reduce_scatter in place is NCCL's form, out == in + rank*n (MPI's is out == in); other
+//     overlapping buffers are rejected. all_gather in place is in == out + rank*n, as for MPI.
+//   - split() with a negative color returns nullptr (NCCL_SPLIT_NOCOLOR: the rank takes part in
+//     the split and joins no group); the other backends reject a negative color.
+//   - U8 cannot be reduced (as for MPI), although NCCL could.
+
+#include <memory>
+#include <string>
+
+#include "weft/comm/communicator.h"
+
+struct CUstream_st;
+
+namespace weft::comm::cuda {
+
+// Whether weft_comm_cuda was built with NCCL.
+bool have_nccl();
+
+// A communicator over the ranks of `bootstrap` (a host communicator, MPI's or the Local one) on
+// GPU `device` of this process: rank 0 makes NCCL's unique id (ncclGetUniqueId), bootstrap
+// broadcasts it, and every rank joins (ncclCommInitRankConfig) with its bootstrap rank. Collective
+// over bootstrap; rank, size and timeout are bootstrap's. NCCL refuses two ranks on one device.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
+                                                     const std::string& name,
+                                                     CUstream_st* stream = nullptr);
+
+}  // namespace weft::comm::cuda

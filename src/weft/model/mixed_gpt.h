@@ -1,0 +1,159 @@
+#pragma once
+// A GPT-2 model in mixed precision on a kernels::MixedBackend: the GPU trainer's model
+// (`weft train --device cuda`, docs/cuda.md). Micikevicius et al. 2018: fp32 master weights,
+// gradients and (runtime/device_trainer.h) AdamW state; bf16 activations and a bf16 copy of the
+// weights that the forward reads. The same architecture, parameter layout (param_layout.h) and
+// initialization as model::Gpt, so a MixedGpt starts from exactly the serial fp32 model's values
+// and the two train to the same losses within bf16 tolerance (tests/model/mixed_gpt_test.cc).
+//
+// A MixedGpt is one pipeline stage (the whole model by default) holding the activations of
+// `slots` microbatches, like model::Gpt; runtime/device_trainer.h moves the stage boundaries
+// between ranks. No tensor parallelism yet (docs/cuda.md). Everything is allocated once, at
+// construction, from the backend (bytes() says how much beforehand); a step allocates nothing.
+//
+// A block, with x the bf16 residual stream (llm.c's layout: each residual add fused into the
+// LayerNorm that follows it):
+//   ln_1 = LN(x_l)                        (fused with x_l = res_attn_{l-1} + mlp_{l-1} for l > 0)
+//   qkv = ln_1 Wqkv^T + b;  atty, lse = flash attention(qkv)
+//   res_attn = x_l + (atty Wproj^T + b);  ln_2 = LN(res_attn)          (one fused kernel)
+//   fc_gelu = gelu(fc_pre), fc_pre = ln_2 Wfc^T + b                  (GeLU in the GEMM epilogue)
+//   mlp = fc_gelu Wmlp^T + b;  x_{l+1} = res_attn + mlp               (fused into the next LN)
+// then ln_f, the logits through the tied wte [Vp, C], and the fused softmax + cross-entropy,
+// which writes the logits' gradient in place during the forward: forward() is told the scale of
+// the backward that follows.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weft/kernels/mixed.h"
+#include "weft/model/gpt_config.h"
+#include "weft/model/memory.h"
+#include "weft/model/param_layout.h"
+
+namespace weft::model {
+
+class MixedGpt {
+ public:
+  // Allocates everything for batches up to B x T from `backend` (which must outlive the model):
+  // the parameters of `stage` (a pipeline stage: param_layout.h) and the activations of `slots`
+  // microbatches in flight. Validates first (throws weft::Error listing every problem, including
+  // head sizes the backend's attention does not take).
+  MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
+           int slots = 1);
+
+  // What the constructor allocates from the backend, in bytes (each buffer rounded up to 256):
+  // for sizing a device arena before the model exists, and the memory prediction. params: fp32
+  // master weights + bf16 copy; grads: fp32; activations: per slot, bf16 activations, fp32
+  // LayerNorm statistics, lse and losses; workspace: one layer's activation gradients, tokens,
+  // targets.
+  static MemoryEstimate bytes(const GptConfig& cfg, int B, int T, StageSpec stage = {},
+                              int slots = 1);
+
+  const GptConfig& config() const { return cfg_; }
+  const ParamLayout& param_layout() const { return layout_; }
+  const StageSpec& stage() const { return stage_; }
+  kernels::MixedBackend& backend() const { return backend_; }
+  int max_batch() const { return B_; }
+  int max_seq() const { return T_; }
+  int slots() const { return static_cast<int>(slots_.size()); }
+
+  // The backend's fp32 master weights and gradients (param_layout().buffer.total() elements each)
+  // and the bf16 copy of the weights.
+  float* params() { return b_.params; }
+  float* grads() { return b_.grads; }
+  BF16* params16() { return b_.params16; }
+  // The fp32 gradient of one tensor (the tied wte's copies are summed across stages).
+  float* grad(const std::string& name) const { return g32(name); }
+
+  // GPT-2 initialization, the same values as model::Gpt::init (init_params on the host, then
+  // uploaded).
+  void init(uint64_t seed);
+  // Host <-> backend copies of the master weights, in param_layout()'s order (total() elements);
+  // set_params also refreshes the bf16 copy.
+  void set_params(std::span<const float> host);
+  void get_params(std::span<float> host) const;
+  void get_grads(std::span<float> host) const;
+
+  void zero_grad();
+  // tokens, targets: [B,T] host arrays, B <= max_batch(), T <= max_seq(); a target < 0 is ignored.
+  // Returns the mean loss over the non-ignored targets on the last stage, 0 on the others (whose
+  // output is then stage_output(slot)); a stage without the embedding reads stage_input(slot)
+  // and may get null tokens. `grad_scale` is the scale of the backward() that may follow (1/k to
+  // average over k accumulated microbatches): the fused cross-entropy writes
+  // d(grad_scale * mean loss)/d(logits) here. tokens must stay valid until that backward (the
+  // embedding's gradient is planned from them on the host).
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                float grad_scale = 1.0f, int slot = 0);
+  // Back-propagates the slot's forward: grads += grad_scale * d(mean loss)/d(params). A stage
+  // without the head starts from output_grad(slot) (already scaled; the backward consumes it); one
+  // without the embedding leaves the gradient of its input in input_grad().
+  void backward(int slot = 0);
+  // Sum of the squared gradients (double, on the backend; waits). The last stage's copy of the
+  // tied wte is left out, so a sum over the stages counts every parameter once.
+  double grad_sum_squares() const;
+
+  // The stage boundary, bf16 [B*T, C] each, in the backend's memory.
+  BF16* stage_input(int slot) { return slots_.at(slot).layers.front().x; }
+  const BF16* stage_output(int slot) const { return slots_.at(slot).x_out; }
+  BF16* output_grad(int slot) { return slots_.at(slot).d_out; }
+  // Valid after backward() until the next backward() of any slot.
+  const BF16* input_grad() const { return input_grad_; }
+
+ private:
+  // Pointers to one layer's activations (bf16 unless noted).
+  struct Layer {
+    BF16 *x, *ln1, *qkv, *atty, *res_attn, *ln2, *fc_pre, *fc_gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;  // fp32
+  };
+  // One microbatch's activations.
+  struct Slot {
+    std::vector<Layer> layers;  // the stage's
+    BF16* x_out = nullptr;      // [N,C] the stage's output: x_L on the last stage
+    BF16* lnf = nullptr;        // [N,C], the head's
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
+    BF16* logits = nullptr;   // [N,Vp], overwritten by its gradient in the forward
+    float* losses = nullptr;  // [N]
+    BF16* d_out = nullptr;    // [N,C] the output's gradient, stages without the head
+    // The slot's last forward.
+    const int32_t* tokens_host = nullptr;
+    int B = 0, T = 0;
+    bool backward_due = false;
+  };
+  struct Weights {  // one layer's bf16 weights, and its fp32 gradients
+    const BF16 *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
+        *mlp_w, *mlp_b;
+    float *d_ln1_w, *d_ln1_b, *d_qkv_w, *d_qkv_b, *d_proj_w, *d_proj_b, *d_ln2_w, *d_ln2_b, *d_fc_w,
+        *d_fc_b, *d_mlp_w, *d_mlp_b;
+  };
+  Weights layer_weights(int l) const;
+  int64_t offset(const std::string& name) const { return layout_.buffer.at(name).offset; }
+  const BF16* w16(const std::string& name) const { return b_.params16 + offset(name); }
+  float* g32(const std::string& name) const { return b_.grads + offset(name); }
+
+  // Every buffer on the backend; lay_out() (mixed_gpt.cc) lists them once, for bytes() and for
+  // the constructor.
+  struct Buffers {
+    float* params = nullptr;
+    BF16* params16 = nullptr;
+    float* grads = nullptr;
+    BF16 *scratch, *d_res, *d_ln, *d_atty, *d_wide;  // [N,C] x 4, [N,4C] (d_fc, d_qkv in turn)
+    int32_t *tokens, *targets;                       // backend copies, [B*T]
+  };
+  template <typename Sink>
+  static void lay_out(Sink& sink, const GptConfig& cfg, int64_t param_count, int B, int T,
+                      const StageSpec& stage, Buffers& b, std::vector<Slot>& slots);
+
+  kernels::MixedBackend& backend_;
+  GptConfig cfg_;
+  int B_, T_;
+  StageSpec stage_;
+  ParamLayout layout_;
+  Buffers b_;
+  std::vector<Slot> slots_;
+  std::vector<float> losses_host_;
+  const BF16* input_grad_ = nullptr;
+};
+
+}  // namespace weft::model

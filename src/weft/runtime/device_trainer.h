@@ -1,0 +1,130 @@
+#pragma once
+// Training on a kernels::MixedBackend (the GPU, or its host emulation): this rank's pipeline stage
+// as a model::MixedGpt, its AdamW moments in fp32 on the backend, and the step. The step runs the
+// rank's program of a pipeline schedule (schedule/, through the executor, as PipelineRunner does
+// on the CPU: with pp = 1 that is gradient accumulation over the microbatches), then averages the
+// gradients over the data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes
+// the global gradient norm, and runs one AdamW launch over every tensor that also writes the bf16
+// weight copy the next forward reads. Same initialization, loss, clipping, AdamW and skip rule as
+// the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`,
+// checkpointing through a host copy of the state, so its checkpoints load anywhere.
+//
+// Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
+// gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
+// memory when ranks share a GPU, NCCL across GPUs; the host communicators themselves for the host
+// backend). The backend is synchronized before each such call and its result waited for before
+// use, so any communicator's stream is correctly ordered against the kernels.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/kernels/mixed.h"
+#include "weft/model/mixed_gpt.h"
+#include "weft/optim/adamw.h"
+#include "weft/runtime/executor.h"
+#include "weft/runtime/train_step.h"
+#include "weft/schedule/instr.h"
+
+namespace weft::runtime {
+
+// How the job is split, from this rank's point of view (tensor parallelism on devices: not yet).
+struct DeviceParallel {
+  int pp = 1, pp_rank = 0;
+  schedule::Kind schedule = schedule::Kind::OneFOneB;  // pipelines: gpipe, 1f1b or zb-h1 (vp = 1)
+  // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
+  comm::Communicator* pp_group = nullptr;
+  comm::Communicator* dp_group = nullptr;
+  // The same groups on the backend's memory, and the first + last stage's ranks (the tied wte; null
+  // on the ranks between).
+  comm::Communicator* pp_data = nullptr;
+  comm::Communicator* dp_data = nullptr;
+  comm::Communicator* embedding_data = nullptr;
+};
+
+class DeviceTrainer : public StageRunner {
+ public:
+  // A step is `microbatches` [B,T] microbatches per replica.
+  DeviceTrainer(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B, int T,
+                int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {});
+  ~DeviceTrainer() override;
+
+  // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`: the
+  // stage's buffers for as many microbatches as its program keeps in flight, the moments (fp32, one
+  // element per parameter each), and the input gradients it sends back.
+  static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
+                                     int microbatches = 1, const DeviceParallel& parallel = {});
+  // What a backend arena needs for that and for device_gemm_ceiling's largest GEMM (its buffers
+  // are taken and given back while the model exists), plus 64 MiB for alignment and small plans.
+  static int64_t arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
+                             const DeviceParallel& parallel = {});
+
+  model::MixedGpt& model() { return *model_; }
+  const model::MixedGpt& model() const { return *model_; }
+  int step_count() const { return t_; }
+
+  // tokens/targets: this replica's `microbatches` consecutive [B,T] blocks (host memory; every
+  // pipeline rank passes the same). Returns the mean loss over the replicas and the gradient norm
+  // before clipping, on every rank; a non-finite loss or norm skips the update.
+  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
+  // The mean loss of forward passes over `total` [B,T] blocks the replicas share: this replica
+  // runs `batches` of them. On every rank.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
+
+  // This stage's state in param_layout()'s order (buffer.total() elements each), for
+  // checkpoints: host copies of the master weights and the moments, and the step count.
+  void download_state(float* params, float* m, float* v) const;
+  void upload_state(const float* params, const float* m, const float* v, int step_count);
+
+  // StageRunner
+  void forward(int stage, int microbatch) override;
+  void backward(int stage, int microbatch) override;
+  void backward_input(int stage, int microbatch) override;
+  void backward_weight(int stage, int microbatch) override;
+  void send_activation(int stage, int microbatch, int peer) override;
+  void recv_activation(int stage, int microbatch, int peer) override;
+  void send_grad(int stage, int microbatch, int peer) override;
+  void recv_grad(int stage, int microbatch, int peer) override;
+  void reduce_grads(int stage) override;
+  void optimizer_step() override;
+
+ private:
+  int acquire(int microbatch);
+  void release(int microbatch);
+  int tag(int stage, int microbatch, bool grad) const;
+  int64_t boundary_bytes() const;
+  int dp_size() const;
+  double replica_sum(double x) const;  // over the pipeline and the replicas (host groups)
+
+  kernels::MixedBackend& backend_;
+  model::GptConfig cfg_;
+  int B_, T_, m_;
+  optim::AdamWConfig adamw_;
+  DeviceParallel par_;
+  schedule::Schedule schedule_;
+  std::unique_ptr<model::MixedGpt> model_;
+  float* m_state_;
+  float* v_state_;
+  std::unique_ptr<kernels::MixedBackend::AdamW> plan_;
+  int t_ = 0;
+  std::vector<int> slot_of_, free_slots_;  // per microbatch (-1: none); LIFO
+  std::vector<BF16*> grad_out_;            // per microbatch: d(stage input) until it is sent
+  std::vector<comm::Work> sends_;          // in flight this step
+  // the step in progress
+  const int32_t* tokens_ = nullptr;
+  const int32_t* targets_ = nullptr;
+  float lr_ = 0;
+  double clip_ = 0, loss_sum_ = 0;
+  int backward_passes_ = 0;
+  StepStats stats_;
+};
+
+// The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro
+// batch B and length T (training_gemm_shapes' ".fwd" shapes, each weighted by its count), timed
+// through MixedBackend::linear_forward. The input- and weight-gradient GEMMs have the same sizes
+// transposed; the forward ones stand for them.
+double device_gemm_ceiling(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B,
+                           int T, int reps = 5);
+
+}  // namespace weft::runtime

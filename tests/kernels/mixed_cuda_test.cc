@@ -1,0 +1,449 @@
+// The CUDA MixedBackend (kernels/cuda/mixed_backend.h) against the host one
+// (kernels::make_host_mixed_backend, the reference the GPU model is checked against): every op of
+// kernels/mixed.h gets the same random bf16/fp32 inputs (the same bits) on both backends; outputs
+// are poisoned with NaN before the call (an element an op forgets fails), gradients that ops add
+// into start from random values, and the results are compared by ||gpu - host|| / ||host||:
+//   <= 1e-2 for bf16 outputs (one bf16 rounding apart at most, where the fp32 values before the
+//           rounding differ by accumulation order);
+//   <= 1e-5 for fp32 results of element-wise arithmetic and of reductions the two run in fp32 or
+//           double over the same bf16 inputs (LayerNorm statistics, losses, logsumexp, AdamW
+//           state, embedding and LayerNorm parameter gradients, sums of squares);
+//   <= 1e-3 for the fp32 parameter gradients of the linear layers (dweight, dbias): on the GPU
+//           they come out of cuBLASLt's bf16 tensor-core GEMMs, whose fp32 accumulation is not
+//           IEEE round-to-nearest on every add (products are aligned and truncated inside the
+//           tensor core) and whose K order (split-K, tiles) differs from the host's; over sums
+//           with cancellation that is more than 1e-5 apart, while a missing or doubled term still
+//           moves the result by far more than 1e-3.
+// Sizes above a warp and odd where the kernel allows (C=77, N=67 and 131, V=1001 padded to 1024,
+// attention T=67 and 300). Fresh random inputs every run; the seed is printed with a failure.
+//
+// Every test starts in SetUp, which skips it where no GPU is visible: on such a machine the whole
+// binary skips, and ctest reports it as skipped (tests/kernels/CMakeLists.txt).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "weft/core/dtype.h"
+#include "weft/core/rng.h"
+#include "weft/kernels/cuda/arena.h"
+#include "weft/kernels/cuda/mixed_backend.h"
+#include "weft/kernels/mixed.h"
+
+namespace weft::kernels {
+namespace {
+
+using Floats = std::vector<float>;
+using Doubles = std::vector<double>;
+using Bf16s = std::vector<BF16>;
+
+constexpr double kTol16 = 1e-2;
+constexpr double kTolF32 = 1e-5;
+constexpr double kTolGemmGrad = 1e-3;
+constexpr const char* kNoDevice = "weft-cuda-skip: no CUDA device visible";
+
+template <typename T>
+double to_double(T x) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    return static_cast<double>(x);
+  } else {
+    return static_cast<double>(x.to_float());
+  }
+}
+
+template <typename T>
+Doubles widen(const std::vector<T>& x) {
+  Doubles out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
+  return out;
+}
+
+// ||a - b|| / ||b|| (b the reference); +inf when a or b holds a NaN or an infinity, which is what
+// an element left poisoned looks like.
+double rel_error(const Doubles& a, const Doubles& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      return std::numeric_limits<double>::infinity();
+    }
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+// One buffer on each backend, holding the same values.
+template <typename T>
+struct Both {
+  T* host = nullptr;
+  T* gpu = nullptr;
+  int64_t n = 0;
+};
+
+class MixedCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << kNoDevice;
+    seed_ = std::random_device{}();
+    trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
+                                                      "random seed " + std::to_string(seed_));
+    host_ = make_host_mixed_backend();
+    gpu_ = cuda::make_mixed_backend(int64_t{256} << 20);
+  }
+  void TearDown() override {
+    if (gpu_ != nullptr) gpu_->synchronize();
+  }
+
+  // Uniform in [lo, hi), a fresh stream of the run's seed per call (weft/core/rng.h).
+  Floats random(int64_t n, float lo = -1.f, float hi = 1.f) {
+    const uint64_t key = stream_key(seed_, "draw " + std::to_string(draws_++));
+    Floats x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      x[static_cast<size_t>(i)] = lo + (hi - lo) * uniform_at(key, static_cast<uint64_t>(i));
+    }
+    return x;
+  }
+  Bf16s random16(int64_t n, float lo = -1.f, float hi = 1.f) { return round16(random(n, lo, hi)); }
+  static Bf16s round16(const Floats& x) {
+    Bf16s out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = BF16::from_float(x[i]);
+    return out;
+  }
+  std::vector<int32_t> random_tokens(int64_t n, int V) {
+    const Floats u = random(n, 0.f, static_cast<float>(V));
+    std::vector<int32_t> x(u.size());
+    for (size_t i = 0; i < u.size(); ++i) x[i] = std::min(static_cast<int32_t>(u[i]), V - 1);
+    return x;
+  }
+
+  template <typename T>
+  Both<T> put(const std::vector<T>& x) {
+    const auto n = static_cast<int64_t>(x.size());
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
+    Both<T> b{host_->allocate<T>(n), gpu_->allocate<T>(n), n};
+    host_->upload(b.host, x.data(), bytes);
+    gpu_->upload(b.gpu, x.data(), bytes);
+    return b;
+  }
+  // Every byte 0xFF: NaN as float and as bf16.
+  template <typename T>
+  Both<T> poisoned(int64_t n) {
+    std::vector<T> x(static_cast<size_t>(n));
+    std::memset(static_cast<void*>(x.data()), 0xFF, x.size() * sizeof(T));
+    return put(x);
+  }
+  template <typename T>
+  std::vector<T> get(MixedBackend& backend, const T* p, int64_t n) {
+    std::vector<T> x(static_cast<size_t>(n));
+    backend.download(x.data(), p, n * static_cast<int64_t>(sizeof(T)));
+    return x;
+  }
+  // The relative error of the GPU's buffer against the host's.
+  template <typename T>
+  double error(const Both<T>& b) {
+    return rel_error(widen(get(*gpu_, b.gpu, b.n)), widen(get(*host_, b.host, b.n)));
+  }
+
+  uint32_t seed_ = 0;
+  uint64_t draws_ = 0;
+  std::unique_ptr<::testing::ScopedTrace> trace_;
+  std::unique_ptr<MixedBackend> host_;
+  std::unique_ptr<MixedBackend> gpu_;
+};
+
+#define EXPECT_AGREE(both, tol) EXPECT_LE(error(both), (tol)) << #both
+
+// ==== memory ====================================================================================
+
+TEST_F(MixedCuda, NamesTheDeviceAndRoundTripsMemory) {
+  EXPECT_EQ(gpu_->name().rfind("cuda:0 (", 0), 0u) << gpu_->name();
+  const int64_t before = gpu_->allocated_bytes();
+  const Floats x = random(12345);
+  const Both<float> b = put(x);
+  EXPECT_GE(gpu_->allocated_bytes(), before + 12345 * 4);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.gpu) % 256, 0u);
+  EXPECT_EQ(get(*gpu_, b.gpu, b.n), x);
+  gpu_->zero(b.gpu, 100 * sizeof(float));
+  const Floats back = get(*gpu_, b.gpu, b.n);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(back[i], 0.f) << i;
+  EXPECT_EQ(back[100], x[100]);
+  // A copy within the backend's memory, in order with what came before it (the zero).
+  const Both<float> dst = poisoned<float>(b.n);
+  gpu_->copy(dst.gpu, b.gpu, b.n * static_cast<int64_t>(sizeof(float)));
+  EXPECT_EQ(get(*gpu_, dst.gpu, dst.n), back);
+  EXPECT_THROW(gpu_->allocate(int64_t{1} << 40), Error);
+}
+
+// ==== ops =======================================================================================
+
+TEST_F(MixedCuda, ConvertRoundsLikeTheHost) {
+  const int64_t n = 100003;
+  const Both<float> in = put(random(n, -100.f, 100.f));
+  const Both<BF16> out = poisoned<BF16>(n);
+  host_->convert(out.host, in.host, n);
+  gpu_->convert(out.gpu, in.gpu, n);
+  const Bf16s g = get(*gpu_, out.gpu, n), h = get(*host_, out.host, n);
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(g[i].bits, h[i].bits) << "element " << i;
+}
+
+TEST_F(MixedCuda, EmbeddingForwardAgrees) {
+  const int B = 3, T = 67, C = 77, V = 1001;
+  const Both<int32_t> tokens = put(random_tokens(B * T, V));
+  const Both<BF16> wte = put(random16(V * C)), wpe = put(random16(T * C));
+  const Both<BF16> out = poisoned<BF16>(B * T * C);
+  host_->embedding_forward(out.host, tokens.host, wte.host, wpe.host, B, T, C);
+  gpu_->embedding_forward(out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C);
+  EXPECT_AGREE(out, kTol16);
+}
+
+TEST_F(MixedCuda, EmbeddingBackwardAddsAlike) {
+  const int B = 4, T = 67, C = 77, V = 13;  // few tokens: long runs of repeats
+  const std::vector<int32_t> tokens = random_tokens(B * T, V);
+  const Both<BF16> dout = put(random16(B * T * C));
+  const Both<float> dwte = put(random(V * C)), dwpe = put(random(T * C));
+  host_->embedding_backward(dwte.host, dwpe.host, dout.host, tokens.data(), B, T, C);
+  gpu_->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.data(), B, T, C);
+  EXPECT_AGREE(dwte, kTolF32);
+  EXPECT_AGREE(dwpe, kTolF32);
+}
+
+TEST_F(MixedCuda, ResidualForwardRoundsLikeTheHost) {
+  const int64_t n = 100003;
+  const Both<BF16> a = put(random16(n)), b = put(random16(n, -3.f, 3.f));
+  const Both<BF16> out = poisoned<BF16>(n);
+  host_->residual_forward(out.host, a.host, b.host, n);
+  gpu_->residual_forward(out.gpu, a.gpu, b.gpu, n);
+  // The fp32 sum rounded to bf16, on both: the same bits.
+  EXPECT_EQ(error(out), 0.0);
+}
+
+TEST_F(MixedCuda, LayerNormForwardAgrees) {
+  for (const int C : {77, 768}) {
+    SCOPED_TRACE("C=" + std::to_string(C));
+    const int N = 131;
+    const Both<BF16> inp = put(random16(N * C, -2.f, 3.f));
+    const Both<BF16> weight = put(random16(C)), bias = put(random16(C));
+    const Both<BF16> out = poisoned<BF16>(N * C);
+    const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
+    host_->layernorm_forward(out.host, mean.host, rstd.host, inp.host, weight.host, bias.host, N,
+                             C);
+    gpu_->layernorm_forward(out.gpu, mean.gpu, rstd.gpu, inp.gpu, weight.gpu, bias.gpu, N, C);
+    EXPECT_AGREE(out, kTol16);
+    EXPECT_AGREE(mean, kTolF32);
+    EXPECT_AGREE(rstd, kTolF32);
+  }
+}
+
+TEST_F(MixedCuda, FusedResidualLayerNormForwardAgrees) {
+  const int N = 131, C = 77;
+  const Both<BF16> a = put(random16(N * C)), b = put(random16(N * C, -2.f, 3.f));
+  const Both<BF16> weight = put(random16(C)), bias = put(random16(C));
+  const Both<BF16> residual = poisoned<BF16>(N * C), out = poisoned<BF16>(N * C);
+  const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
+  host_->fused_residual_layernorm_forward(residual.host, out.host, mean.host, rstd.host, a.host,
+                                          b.host, weight.host, bias.host, N, C);
+  gpu_->fused_residual_layernorm_forward(residual.gpu, out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu,
+                                         weight.gpu, bias.gpu, N, C);
+  // a + b rounded once: the same bits on both.
+  EXPECT_EQ(error(residual), 0.0);
+  EXPECT_AGREE(out, kTol16);
+  EXPECT_AGREE(mean, kTolF32);
+  EXPECT_AGREE(rstd, kTolF32);
+}
+
+TEST_F(MixedCuda, LayerNormBackwardAddsAlike) {
+  const int N = 131, C = 77;
+  const Both<BF16> inp = put(random16(N * C, -2.f, 3.f));
+  const Both<BF16> weight = put(random16(C)), bias = put(random16(C));
+  // The statistics both backwards read: the host forward's, the same bits on both.
+  Both<BF16> out = poisoned<BF16>(N * C);
+  Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
+  host_->layernorm_forward(out.host, mean.host, rstd.host, inp.host, weight.host, bias.host, N, C);
+  mean = put(get(*host_, mean.host, N));
+  rstd = put(get(*host_, rstd.host, N));
+
+  const Both<BF16> dout = put(random16(N * C));
+  const Both<BF16> dinp = put(random16(N * C));  // the residual stream's gradient, added into
+  const Both<float> dweight = put(random(C)), dbias = put(random(C));
+  host_->layernorm_backward(dinp.host, dweight.host, dbias.host, dout.host, inp.host, weight.host,
+                            mean.host, rstd.host, N, C);
+  gpu_->layernorm_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
+                           mean.gpu, rstd.gpu, N, C);
+  EXPECT_AGREE(dinp, kTol16);
+  EXPECT_AGREE(dweight, kTolF32);
+  EXPECT_AGREE(dbias, kTolF32);
+}
+
+TEST_F(MixedCuda, LinearForwardAgreesWithAndWithoutBiasAndGelu) {
+  const int N = 67, IC = 96, OC = 200;
+  const Both<BF16> inp = put(random16(N * IC)), weight = put(random16(OC * IC, -0.2f, 0.2f));
+  const Both<BF16> bias = put(random16(OC));
+  for (const bool with_bias : {true, false}) {
+    for (const bool with_gelu : {true, false}) {
+      SCOPED_TRACE(std::string("bias ") + (with_bias ? "yes" : "no") + ", gelu " +
+                   (with_gelu ? "yes" : "no"));
+      const Both<BF16> out = poisoned<BF16>(N * OC), pre = poisoned<BF16>(N * OC);
+      host_->linear_forward(out.host, with_gelu ? pre.host : nullptr, inp.host, weight.host,
+                            with_bias ? bias.host : nullptr, N, IC, OC);
+      gpu_->linear_forward(out.gpu, with_gelu ? pre.gpu : nullptr, inp.gpu, weight.gpu,
+                           with_bias ? bias.gpu : nullptr, N, IC, OC);
+      EXPECT_AGREE(out, kTol16);
+      if (with_gelu) {
+        EXPECT_AGREE(pre, kTol16);
+      }
+    }
+  }
+}
+
+TEST_F(MixedCuda, LinearBackwardAgreesAndSkipsNullOutputs) {
+  const int N = 67, IC = 96, OC = 200;
+  const Both<BF16> inp = put(random16(N * IC)), weight = put(random16(OC * IC, -0.2f, 0.2f));
+  const Both<BF16> dout = put(random16(N * OC)), gelu_pre = put(random16(N * IC, -3.f, 3.f));
+  for (const bool with_gelu : {true, false}) {
+    SCOPED_TRACE(std::string("gelu ") + (with_gelu ? "yes" : "no"));
+    const Both<BF16> dinp = poisoned<BF16>(N * IC);
+    const Both<float> dweight = put(random(OC * IC)), dbias = put(random(OC));
+    host_->linear_backward(dinp.host, dweight.host, dbias.host, dout.host, inp.host, weight.host,
+                           with_gelu ? gelu_pre.host : nullptr, N, IC, OC);
+    gpu_->linear_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
+                          with_gelu ? gelu_pre.gpu : nullptr, N, IC, OC);
+    EXPECT_AGREE(dinp, kTol16);
+    EXPECT_AGREE(dweight, kTolGemmGrad);
+    EXPECT_AGREE(dbias, kTolGemmGrad);
+  }
+  // The input gradient alone (a zero-bubble schedule's I pass), then the weight gradients alone.
+  const Both<BF16> dinp = poisoned<BF16>(N * IC);
+  host_->linear_backward(dinp.host, nullptr, nullptr, dout.host, inp.host, weight.host, nullptr, N,
+                         IC, OC);
+  gpu_->linear_backward(dinp.gpu, nullptr, nullptr, dout.gpu, inp.gpu, weight.gpu, nullptr, N, IC,
+                        OC);
+  EXPECT_AGREE(dinp, kTol16);
+  const Floats dweight0 = random(OC * IC);
+  const Both<float> dweight = put(dweight0), dbias = put(random(OC));
+  host_->linear_backward(nullptr, dweight.host, dbias.host, dout.host, inp.host, weight.host,
+                         nullptr, N, IC, OC);
+  gpu_->linear_backward(nullptr, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu, nullptr, N,
+                        IC, OC);
+  EXPECT_AGREE(dweight, kTolGemmGrad);
+  EXPECT_AGREE(dbias, kTolGemmGrad);
+}
+
+TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
+  const int B = 2, C = 128, NH = 2;  // HS = 64
+  ASSERT_TRUE(gpu_->attention_supports(C, NH));
+  EXPECT_FALSE(gpu_->attention_supports(96, 3));  // HS = 32: no flash kernel for it
+  for (const int T : {67, 300}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const Both<BF16> qkv = put(random16(int64_t{B} * T * 3 * C, -2.f, 2.f));
+    const Both<BF16> out = poisoned<BF16>(int64_t{B} * T * C);
+    const Both<float> lse = poisoned<float>(int64_t{B} * NH * T);
+    host_->attention_forward(out.host, lse.host, qkv.host, B, T, C, NH);
+    gpu_->attention_forward(out.gpu, lse.gpu, qkv.gpu, B, T, C, NH);
+    EXPECT_AGREE(out, kTol16);
+    EXPECT_AGREE(lse, kTolF32);
+
+    // The backward reads the forward's out and lse: give both the host's, the same bits.
+    const Both<BF16> out_ref = put(get(*host_, out.host, out.n));
+    const Both<float> lse_ref = put(get(*host_, lse.host, lse.n));
+    const Both<BF16> dout = put(random16(int64_t{B} * T * C));
+    const Both<BF16> dqkv = poisoned<BF16>(int64_t{B} * T * 3 * C);
+    host_->attention_backward(dqkv.host, dout.host, qkv.host, out_ref.host, lse_ref.host, B, T, C,
+                              NH);
+    gpu_->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, out_ref.gpu, lse_ref.gpu, B, T, C, NH);
+    EXPECT_AGREE(dqkv, kTol16);
+  }
+}
+
+TEST_F(MixedCuda, SoftmaxCrossEntropyAgreesOverAPaddedVocabulary) {
+  const int N = 67, V = 1001, Vp = 1024;
+  std::vector<int32_t> target_values = random_tokens(N, V);
+  target_values[3] = -1;  // ignored rows
+  target_values[40] = -1;
+  const Both<int32_t> targets = put(target_values);
+  const Both<BF16> logits = put(random16(int64_t{N} * Vp, -5.f, 5.f));
+  const Both<float> losses = poisoned<float>(N);
+  const float dloss = 1.f / N;
+  host_->softmax_cross_entropy(losses.host, logits.host, targets.host, dloss, N, V, Vp);
+  gpu_->softmax_cross_entropy(losses.gpu, logits.gpu, targets.gpu, dloss, N, V, Vp);
+  EXPECT_AGREE(losses, kTolF32);
+  EXPECT_AGREE(logits, kTol16);
+  const Bf16s g = get(*gpu_, logits.gpu, logits.n);
+  for (int n = 0; n < N; ++n) {
+    for (int j = V; j < Vp; ++j) ASSERT_EQ(g[n * Vp + j].to_float(), 0.f) << "padding, row " << n;
+  }
+  for (int j = 0; j < Vp; ++j) ASSERT_EQ(g[3 * Vp + j].to_float(), 0.f) << "ignored row";
+}
+
+TEST_F(MixedCuda, SumSquaresAgrees) {
+  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1000003}}) {
+    const Both<float> x = put(random(n));
+    const double h = host_->sum_squares(x.host, n);
+    const double g = gpu_->sum_squares(x.gpu, n);
+    EXPECT_LE(std::abs(g - h), kTolF32 * std::abs(h)) << "n=" << n << ": " << g << " vs " << h;
+  }
+}
+
+TEST_F(MixedCuda, AdamWPlanOverOddSegmentsAgrees) {
+  // Odd sizes: one spans several 4096-element chunks and ends inside one, one is a single
+  // element; the middle one has no bf16 copy and no weight decay.
+  const std::vector<int64_t> sizes = {10007, 1, 4099};
+  const std::vector<float> decay = {0.1f, 0.f, 0.1f};
+  std::vector<Both<float>> params, grads, m, v;
+  std::vector<Both<BF16>> copies;
+  std::vector<MixedBackend::AdamWSegment> host_segments, gpu_segments;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    params.push_back(put(random(n)));
+    grads.push_back(put(random(n)));
+    m.push_back(put(random(n, -0.1f, 0.1f)));
+    v.push_back(put(random(n, 0.f, 0.1f)));
+    copies.push_back(poisoned<BF16>(n));
+    const bool with_copy = i != 1;
+    host_segments.push_back({params[i].host, grads[i].host, m[i].host, v[i].host,
+                             with_copy ? copies[i].host : nullptr, n, decay[i]});
+    gpu_segments.push_back({params[i].gpu, grads[i].gpu, m[i].gpu, v[i].gpu,
+                            with_copy ? copies[i].gpu : nullptr, n, decay[i]});
+  }
+  const auto host_plan = host_->plan_adamw(host_segments);
+  const auto gpu_plan = gpu_->plan_adamw(gpu_segments);
+  // Two steps, the first with a clipping factor: bias correction at t = 1 and 2.
+  for (const int t : {1, 2}) {
+    const float grad_scale = t == 1 ? 0.5f : 1.f;
+    host_plan->step(1e-3f, 0.9f, 0.95f, 1e-8f, t, grad_scale);
+    gpu_plan->step(1e-3f, 0.9f, 0.95f, 1e-8f, t, grad_scale);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE("segment " + std::to_string(i));
+    EXPECT_AGREE(params[i], kTolF32);
+    EXPECT_AGREE(m[i], kTolF32);
+    EXPECT_AGREE(v[i], kTolF32);
+    if (i != 1) {
+      EXPECT_AGREE(copies[i], kTol16);
+    } else {  // no copy asked for: left alone
+      const Bf16s c = get(*gpu_, copies[i].gpu, copies[i].n);
+      EXPECT_TRUE(std::isnan(c[0].to_float()));
+    }
+  }
+}
+
+TEST_F(MixedCuda, LinearForwardSecondsIsAPlausibleTime) {
+  const int64_t before = gpu_->allocated_bytes();
+  const double s = gpu_->linear_forward_seconds(1024, 768, 3072, 5);
+  EXPECT_GT(s, 0.0);
+  EXPECT_LT(s, 0.1);  // 4.8 GFLOP: about 10 us on an H100-class GPU, nowhere near 0.1 s
+  EXPECT_EQ(gpu_->allocated_bytes(), before) << "its buffers are released";
+}
+
+}  // namespace
+}  // namespace weft::kernels

@@ -1,0 +1,595 @@
+// The host MixedBackend (kernels/cpu/mixed_host.cc) against the reference templates
+// (weft::kernels::ref, run in double on the same bf16-rounded inputs) and the fp32 CPU AdamW, at
+// odd sizes above a warp: bf16 outputs within ||out - ref|| / ||ref|| <= 1e-2, fp32 results
+// (parameter gradients, LayerNorm statistics, lse, losses) within 1e-5. Outputs are poisoned
+// with NaN before each call, so an element an op forgets fails; "+=" gradients start from
+// random values. Also the exact properties the GPU kernels promise: the fused residual is the
+// rounded sum and normalizes that, the cross-entropy gradient is exactly 0 in the padding and in
+// ignored rows, and the bf16 weight copy is the rounded master weight.
+
+#include "weft/kernels/mixed.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weft/core/check.h"
+#include "weft/core/dtype.h"
+#include "weft/core/rng.h"
+#include "weft/kernels/cpu/reference.h"
+#include "weft/kernels/kernels.h"
+
+namespace weft::kernels {
+namespace {
+
+using Floats = std::vector<float>;
+using Doubles = std::vector<double>;
+using Bf16s = std::vector<BF16>;
+
+constexpr double kBf16Tol = 1e-2;
+constexpr double kF32Tol = 1e-5;
+constexpr uint64_t kSeed = 20240611;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// x[i] uniform in (lo, hi), a pure function of (kSeed, name, i).
+Floats uniform(int64_t n, std::string_view name, float lo = -1.f, float hi = 1.f) {
+  const uint64_t key = stream_key(kSeed, name);
+  Floats x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] = lo + (hi - lo) * uniform_at(key, static_cast<uint64_t>(i));
+  return x;
+}
+
+Bf16s round_all(const Floats& x) {
+  Bf16s out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = BF16::from_float(x[i]);
+  return out;
+}
+
+Bf16s uniform_bf16(int64_t n, std::string_view name, float lo = -1.f, float hi = 1.f) {
+  return round_all(uniform(n, name, lo, hi));
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int V, std::string_view name) {
+  const uint64_t key = stream_key(kSeed, name);
+  std::vector<int32_t> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<int32_t>(uniform_at(key, static_cast<uint64_t>(i)) * V) % V;
+  }
+  return x;
+}
+
+Doubles to_double(const Bf16s& x) {
+  Doubles out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i].to_float();
+  return out;
+}
+
+Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
+
+// ||a - b|| / ||b|| (b the double-precision reference); NaN in a makes it NaN (and fail).
+double rel_error(const Doubles& a, const Doubles& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0.0;
+  double norm = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+double rel_error(const Bf16s& a, const Doubles& b) { return rel_error(to_double(a), b); }
+double rel_error(const Floats& a, const Doubles& b) { return rel_error(to_double(a), b); }
+
+bool same_bits(const Bf16s& a, const Bf16s& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].bits != b[i].bits) return false;
+  }
+  return true;
+}
+
+#define EXPECT_BF16_CLOSE(actual, reference) \
+  EXPECT_LT(rel_error((actual), (reference)), kBf16Tol) << #actual " vs reference"
+#define EXPECT_F32_CLOSE(actual, reference) \
+  EXPECT_LT(rel_error((actual), (reference)), kF32Tol) << #actual " vs reference"
+
+// Every pointer an op gets is the backend's memory: put() uploads a host vector, poisoned()
+// allocates n elements of NaN, get() downloads.
+class HostMixedBackendTest : public ::testing::Test {
+ protected:
+  template <typename T>
+  T* put(const std::vector<T>& x) {
+    const int64_t bytes = static_cast<int64_t>(x.size() * sizeof(T));
+    T* p = backend_->allocate<T>(static_cast<int64_t>(x.size()));
+    backend_->upload(p, x.data(), bytes);
+    return p;
+  }
+  float* poisoned_floats(int64_t n) { return put(Floats(static_cast<size_t>(n), kNaN)); }
+  BF16* poisoned_bf16(int64_t n) {
+    return put(Bf16s(static_cast<size_t>(n), BF16::from_float(kNaN)));
+  }
+  template <typename T>
+  std::vector<T> get(const T* p, int64_t n) {
+    std::vector<T> x(static_cast<size_t>(n));
+    backend_->download(x.data(), p, n * static_cast<int64_t>(sizeof(T)));
+    return x;
+  }
+
+  std::unique_ptr<MixedBackend> backend_ = make_host_mixed_backend();
+};
+
+TEST_F(HostMixedBackendTest, AllocatesAlignedMemoryAndCountsItsBytes) {
+  EXPECT_EQ(backend_->name(), "host");
+  int64_t total = 0;
+  for (int64_t bytes : {1, 1000, 77, 0, 4096}) {
+    void* p = backend_->allocate(bytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u) << bytes << " bytes";
+    total += (bytes + 255) / 256 * 256;  // whole 256-byte blocks, as the CUDA arena counts
+  }
+  EXPECT_EQ(backend_->allocated_bytes(), total);
+
+  const Floats x = uniform(77, "copy");
+  float* d = put(x);
+  EXPECT_EQ(get(d, 77), x);
+  backend_->zero(d, 77 * sizeof(float));
+  backend_->synchronize();
+  EXPECT_EQ(get(d, 77), Floats(77, 0.f));
+}
+
+TEST_F(HostMixedBackendTest, ConvertRoundsEachValueToTheNearestEvenBf16) {
+  Floats x = uniform(1001, "convert", -100.f, 100.f);
+  x.push_back(1.f + 0x1p-8f);      // a tie: down to the even 1.0
+  x.push_back(1.f + 3 * 0x1p-8f);  // a tie: up to the even 1 + 2^-6
+  x.push_back(kNaN);
+  const int64_t n = static_cast<int64_t>(x.size());
+  BF16* out = poisoned_bf16(n);
+  backend_->convert(out, put(x), n);
+  const Bf16s got = get(out, n);
+  EXPECT_TRUE(
+      same_bits(Bf16s(got.begin(), got.end() - 1), round_all(Floats(x.begin(), x.end() - 1))));
+  EXPECT_EQ(got[n - 3].to_float(), 1.f);
+  EXPECT_EQ(got[n - 2].to_float(), 1.f + 0x1p-6f);
+  EXPECT_TRUE(std::isnan(got[n - 1].to_float()));
+}
+
+TEST_F(HostMixedBackendTest, EmbeddingForwardRoundsTheSumOfTokenAndPositionRowsOnce) {
+  const int B = 3, T = 37, C = 77, V = 101;
+  const Bf16s wte = uniform_bf16(static_cast<int64_t>(V) * C, "wte");
+  const Bf16s wpe = uniform_bf16(static_cast<int64_t>(T) * C, "wpe");
+  const std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
+  BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
+  backend_->embedding_forward(out, put(tokens), put(wte), put(wpe), B, T, C);
+  const Bf16s got = get(out, static_cast<int64_t>(B) * T * C);
+  Bf16s expected(got.size());
+  for (int n = 0; n < B * T; ++n) {
+    for (int c = 0; c < C; ++c) {
+      expected[n * C + c] =
+          BF16::from_float(wte[tokens[n] * C + c].to_float() + wpe[(n % T) * C + c].to_float());
+    }
+  }
+  EXPECT_TRUE(same_bits(got, expected));
+}
+
+TEST_F(HostMixedBackendTest, EmbeddingBackwardAddsEachRowToItsTokenAndPosition) {
+  const int B = 3, T = 37, C = 77, V = 11;  // few tokens: many repeats
+  const Bf16s dout = uniform_bf16(static_cast<int64_t>(B) * T * C, "dout");
+  const std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
+  const Floats dwte0 = uniform(static_cast<int64_t>(V) * C, "dwte0");
+  const Floats dwpe0 = uniform(static_cast<int64_t>(T) * C, "dwpe0");
+  float* dwte = put(dwte0);
+  float* dwpe = put(dwpe0);
+  backend_->embedding_backward(dwte, dwpe, put(dout), tokens.data(), B, T, C);
+
+  Doubles ref_dwte = to_double(dwte0);
+  Doubles ref_dwpe = to_double(dwpe0);
+  ref::embedding_backward(ref_dwte.data(), ref_dwpe.data(), to_double(dout).data(), tokens.data(),
+                          B, T, C);
+  EXPECT_F32_CLOSE(get(dwte, V * C), ref_dwte);
+  EXPECT_F32_CLOSE(get(dwpe, T * C), ref_dwpe);
+}
+
+// LayerNorm inputs with an offset, so a one-pass variance would lose digits.
+struct LayerNormInputs {
+  int N = 67, C = 77;
+  Bf16s inp = uniform_bf16(static_cast<int64_t>(N) * C, "ln_inp", 2.f, 4.f);
+  Bf16s weight = uniform_bf16(C, "ln_weight", 0.5f, 1.5f);
+  Bf16s bias = uniform_bf16(C, "ln_bias");
+};
+
+TEST_F(HostMixedBackendTest, LayernormForwardMatchesTheReference) {
+  const LayerNormInputs in;
+  const int N = in.N, C = in.C;
+  BF16* out = poisoned_bf16(static_cast<int64_t>(N) * C);
+  float* mean = poisoned_floats(N);
+  float* rstd = poisoned_floats(N);
+  backend_->layernorm_forward(out, mean, rstd, put(in.inp), put(in.weight), put(in.bias), N, C);
+
+  Doubles ref_out(static_cast<size_t>(N) * C), ref_mean(N), ref_rstd(N);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), to_double(in.inp).data(),
+                         to_double(in.weight).data(), to_double(in.bias).data(), N, C);
+  EXPECT_BF16_CLOSE(get(out, static_cast<int64_t>(N) * C), ref_out);
+  EXPECT_F32_CLOSE(get(mean, N), ref_mean);
+  EXPECT_F32_CLOSE(get(rstd, N), ref_rstd);
+}
+
+TEST_F(HostMixedBackendTest, ResidualForwardRoundsTheSumOnceAndCopyMovesBytes) {
+  const int64_t n = 1001;
+  const Bf16s a = uniform_bf16(n, "plain_residual_a", 1.f, 3.f);
+  const Bf16s b = uniform_bf16(n, "plain_residual_b");
+  BF16* out = poisoned_bf16(n);
+  backend_->residual_forward(out, put(a), put(b), n);
+  Bf16s expected(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) expected[i] = BF16::from_float(a[i].to_float() + b[i].to_float());
+  EXPECT_TRUE(same_bits(get(out, n), expected));
+  BF16* moved = poisoned_bf16(n);
+  backend_->copy(moved, out, n * 2);
+  EXPECT_TRUE(same_bits(get(moved, n), expected));
+}
+
+TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
+  const LayerNormInputs in;
+  const int N = in.N, C = in.C;
+  const int64_t NC = static_cast<int64_t>(N) * C;
+  const Bf16s a = uniform_bf16(NC, "residual_a", 1.f, 3.f);
+  const Bf16s b = uniform_bf16(NC, "residual_b");
+  BF16* residual = poisoned_bf16(NC);
+  BF16* out = poisoned_bf16(NC);
+  float* mean = poisoned_floats(N);
+  float* rstd = poisoned_floats(N);
+  const BF16* weight = put(in.weight);
+  const BF16* bias = put(in.bias);
+  backend_->fused_residual_layernorm_forward(residual, out, mean, rstd, put(a), put(b), weight,
+                                             bias, N, C);
+  const Bf16s got_residual = get(residual, NC);
+  Bf16s expected_residual(static_cast<size_t>(NC));
+  for (int64_t i = 0; i < NC; ++i) {
+    expected_residual[i] = BF16::from_float(a[i].to_float() + b[i].to_float());
+  }
+  EXPECT_TRUE(same_bits(got_residual, expected_residual));
+
+  BF16* plain_out = poisoned_bf16(NC);
+  float* plain_mean = poisoned_floats(N);
+  float* plain_rstd = poisoned_floats(N);
+  backend_->layernorm_forward(plain_out, plain_mean, plain_rstd, put(got_residual), weight, bias, N,
+                              C);
+  EXPECT_TRUE(same_bits(get(out, NC), get(plain_out, NC)));
+  EXPECT_EQ(get(mean, N), get(plain_mean, N));
+  EXPECT_EQ(get(rstd, N), get(plain_rstd, N));
+}
+
+TEST_F(HostMixedBackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGradients) {
+  const LayerNormInputs in;
+  const int N = in.N, C = in.C;
+  const int64_t NC = static_cast<int64_t>(N) * C;
+  const Bf16s dout = uniform_bf16(NC, "ln_dout");
+  const Bf16s dinp0 = uniform_bf16(NC, "ln_dinp0", -0.1f, 0.1f);
+  const Floats dweight0 = uniform(C, "ln_dweight0");
+  const Floats dbias0 = uniform(C, "ln_dbias0");
+  const BF16* inp = put(in.inp);
+  const BF16* weight = put(in.weight);
+  BF16* out = poisoned_bf16(NC);
+  float* mean = poisoned_floats(N);
+  float* rstd = poisoned_floats(N);
+  backend_->layernorm_forward(out, mean, rstd, inp, weight, put(in.bias), N, C);
+  BF16* dinp = put(dinp0);
+  float* dweight = put(dweight0);
+  float* dbias = put(dbias0);
+  backend_->layernorm_backward(dinp, dweight, dbias, put(dout), inp, weight, mean, rstd, N, C);
+
+  Doubles ref_out(static_cast<size_t>(NC)), ref_mean(N), ref_rstd(N);
+  const Doubles inp_d = to_double(in.inp);
+  const Doubles weight_d = to_double(in.weight);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), inp_d.data(),
+                         weight_d.data(), to_double(in.bias).data(), N, C);
+  Doubles ref_dinp = to_double(dinp0);
+  Doubles ref_dweight = to_double(dweight0);
+  Doubles ref_dbias = to_double(dbias0);
+  ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(),
+                          to_double(dout).data(), inp_d.data(), weight_d.data(), ref_mean.data(),
+                          ref_rstd.data(), N, C);
+  EXPECT_BF16_CLOSE(get(dinp, NC), ref_dinp);
+  EXPECT_F32_CLOSE(get(dweight, C), ref_dweight);
+  EXPECT_F32_CLOSE(get(dbias, C), ref_dbias);
+}
+
+struct LinearInputs {
+  int N = 67, IC = 77, OC = 101;
+  Bf16s inp = uniform_bf16(static_cast<int64_t>(N) * IC, "lin_inp");
+  Bf16s weight = uniform_bf16(static_cast<int64_t>(OC) * IC, "lin_weight", -0.3f, 0.3f);
+  Bf16s bias = uniform_bf16(OC, "lin_bias");
+  Bf16s dout = uniform_bf16(static_cast<int64_t>(N) * OC, "lin_dout");
+};
+
+TEST_F(HostMixedBackendTest, LinearForwardMatchesTheReferenceWithAndWithoutBias) {
+  const LinearInputs in;
+  const int N = in.N, IC = in.IC, OC = in.OC;
+  const int64_t size = static_cast<int64_t>(N) * OC;
+  for (const bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with bias" : "without bias");
+    BF16* out = poisoned_bf16(size);
+    backend_->linear_forward(out, nullptr, put(in.inp), put(in.weight),
+                             with_bias ? put(in.bias) : nullptr, N, IC, OC);
+    Doubles ref_out(static_cast<size_t>(size));
+    ref::matmul_forward(ref_out.data(), to_double(in.inp).data(), to_double(in.weight).data(),
+                        with_bias ? to_double(in.bias).data() : nullptr, N, IC, OC);
+    EXPECT_BF16_CLOSE(get(out, size), ref_out);
+  }
+}
+
+TEST_F(HostMixedBackendTest, LinearForwardWithGeluSavesThePreActivationAndItsGelu) {
+  const LinearInputs in;
+  const int N = in.N, IC = in.IC, OC = in.OC;
+  const int64_t size = static_cast<int64_t>(N) * OC;
+  BF16* out = poisoned_bf16(size);
+  BF16* pre = poisoned_bf16(size);
+  backend_->linear_forward(out, pre, put(in.inp), put(in.weight), put(in.bias), N, IC, OC);
+  Doubles ref_pre(static_cast<size_t>(size)), ref_out(static_cast<size_t>(size));
+  ref::matmul_forward(ref_pre.data(), to_double(in.inp).data(), to_double(in.weight).data(),
+                      to_double(in.bias).data(), N, IC, OC);
+  ref::gelu_forward(ref_out.data(), ref_pre.data(), size);
+  EXPECT_BF16_CLOSE(get(pre, size), ref_pre);
+  EXPECT_BF16_CLOSE(get(out, size), ref_out);
+}
+
+TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGradients) {
+  const LinearInputs in;
+  const int N = in.N, IC = in.IC, OC = in.OC;
+  const int64_t in_size = static_cast<int64_t>(N) * IC;
+  const Floats dweight0 = uniform(static_cast<int64_t>(OC) * IC, "lin_dweight0");
+  const Floats dbias0 = uniform(OC, "lin_dbias0");
+  BF16* dinp = poisoned_bf16(in_size);
+  float* dweight = put(dweight0);
+  float* dbias = put(dbias0);
+  backend_->linear_backward(dinp, dweight, dbias, put(in.dout), put(in.inp), put(in.weight),
+                            nullptr, N, IC, OC);
+
+  Doubles ref_dinp(static_cast<size_t>(in_size), 0.0);
+  Doubles ref_dweight = to_double(dweight0);
+  Doubles ref_dbias = to_double(dbias0);
+  ref::matmul_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(),
+                       to_double(in.dout).data(), to_double(in.inp).data(),
+                       to_double(in.weight).data(), N, IC, OC);
+  EXPECT_BF16_CLOSE(get(dinp, in_size), ref_dinp);
+  EXPECT_F32_CLOSE(get(dweight, static_cast<int64_t>(OC) * IC), ref_dweight);
+  EXPECT_F32_CLOSE(get(dbias, OC), ref_dbias);
+}
+
+TEST_F(HostMixedBackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
+  const LinearInputs in;
+  const int N = in.N, IC = in.IC, OC = in.OC;
+  const Floats dbias0 = uniform(OC, "lin_dbias0");
+  float* dbias = put(dbias0);
+  backend_->linear_backward(nullptr, nullptr, dbias, put(in.dout), put(in.inp), put(in.weight),
+                            nullptr, N, IC, OC);
+  Doubles ref_dbias = to_double(dbias0);
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) ref_dbias[o] += in.dout[n * OC + o].to_float();
+  }
+  EXPECT_F32_CLOSE(get(dbias, OC), ref_dbias);
+
+  // The input gradient alone (a zero-bubble schedule's I pass).
+  BF16* dinp = poisoned_bf16(static_cast<int64_t>(N) * IC);
+  backend_->linear_backward(dinp, nullptr, nullptr, put(in.dout), put(in.inp), put(in.weight),
+                            nullptr, N, IC, OC);
+  Doubles ref_dinp(static_cast<size_t>(N) * IC, 0.0);
+  ref::matmul_backward(ref_dinp.data(), static_cast<double*>(nullptr), nullptr,
+                       to_double(in.dout).data(), to_double(in.inp).data(),
+                       to_double(in.weight).data(), N, IC, OC);
+  EXPECT_BF16_CLOSE(get(dinp, static_cast<int64_t>(N) * IC), ref_dinp);
+}
+
+TEST_F(HostMixedBackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivative) {
+  const LinearInputs in;
+  const int N = in.N, IC = in.IC, OC = in.OC;
+  const int64_t in_size = static_cast<int64_t>(N) * IC;
+  const Bf16s gelu_pre = uniform_bf16(in_size, "gelu_pre", -3.f, 3.f);
+  BF16* dinp = poisoned_bf16(in_size);
+  backend_->linear_backward(dinp, nullptr, nullptr, put(in.dout), put(in.inp), put(in.weight),
+                            put(gelu_pre), N, IC, OC);
+  Doubles product(static_cast<size_t>(in_size), 0.0);  // dout @ weight
+  ref::matmul_backward(product.data(), static_cast<double*>(nullptr), nullptr,
+                       to_double(in.dout).data(), to_double(in.inp).data(),
+                       to_double(in.weight).data(), N, IC, OC);
+  Doubles ref_dinp(static_cast<size_t>(in_size), 0.0);
+  ref::gelu_backward(ref_dinp.data(), to_double(gelu_pre).data(), product.data(), in_size);
+  EXPECT_BF16_CLOSE(get(dinp, in_size), ref_dinp);
+}
+
+struct AttentionShape {
+  int B, T, C, NH;
+};
+
+// An odd head size (25) and the GPT-2 one (64).
+constexpr AttentionShape kAttentionShapes[] = {{2, 67, 75, 3}, {1, 40, 128, 2}};
+
+TEST_F(HostMixedBackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsumexp) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, HS = C / NH;
+    ASSERT_TRUE(backend_->attention_supports(C, NH));
+    const Bf16s qkv = uniform_bf16(static_cast<int64_t>(B) * T * 3 * C, "qkv", -2.f, 2.f);
+    BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
+    float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
+    backend_->attention_forward(out, lse, put(qkv), B, T, C, NH);
+
+    const Doubles qkv_d = to_double(qkv);
+    Doubles ref_out(static_cast<size_t>(B) * T * C);
+    Doubles att(static_cast<size_t>(B) * NH * T * T);
+    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH);
+    EXPECT_BF16_CLOSE(get(out, static_cast<int64_t>(B) * T * C), ref_out);
+
+    // lse[b,h,t] = log sum_{j<=t} exp(q_t . k_j / sqrt(HS)), in double.
+    Doubles ref_lse(static_cast<size_t>(B) * NH * T);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; ++t) {
+          double sum = 0.0;
+          for (int j = 0; j <= t; ++j) {
+            double dot = 0.0;
+            for (int d = 0; d < HS; ++d) {
+              dot += qkv_d[(b * T + t) * 3 * C + h * HS + d] *
+                     qkv_d[(b * T + j) * 3 * C + C + h * HS + d];
+            }
+            sum += std::exp(dot / std::sqrt(static_cast<double>(HS)));
+          }
+          ref_lse[(b * NH + h) * T + t] = std::log(sum);
+        }
+      }
+    }
+    EXPECT_F32_CLOSE(get(lse, static_cast<int64_t>(B) * NH * T), ref_lse);
+  }
+}
+
+TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
+  for (const AttentionShape& s : kAttentionShapes) {
+    SCOPED_TRACE(testing::Message()
+                 << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const int64_t qkv_size = static_cast<int64_t>(B) * T * 3 * C;
+    const int64_t out_size = static_cast<int64_t>(B) * T * C;
+    const Bf16s qkv = uniform_bf16(qkv_size, "qkv", -2.f, 2.f);
+    const Bf16s dout = uniform_bf16(out_size, "att_dout");
+    const BF16* qkv_dev = put(qkv);
+    BF16* out = poisoned_bf16(out_size);
+    float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
+    backend_->attention_forward(out, lse, qkv_dev, B, T, C, NH);
+    BF16* dqkv = poisoned_bf16(qkv_size);
+    backend_->attention_backward(dqkv, put(dout), qkv_dev, out, lse, B, T, C, NH);
+
+    const Doubles qkv_d = to_double(qkv);
+    Doubles ref_out(static_cast<size_t>(out_size));
+    Doubles att(static_cast<size_t>(B) * NH * T * T);
+    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH);
+    Doubles ref_dqkv(static_cast<size_t>(qkv_size), 0.0);
+    ref::attention_backward(ref_dqkv.data(), to_double(dout).data(), qkv_d.data(), att.data(), B, T,
+                            C, NH);
+    EXPECT_BF16_CLOSE(get(dqkv, qkv_size), ref_dqkv);
+  }
+}
+
+TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddingAndIgnoredRows) {
+  const int N = 67, V = 1001, Vp = 1024;
+  const int64_t size = static_cast<int64_t>(N) * Vp;
+  Floats logits = uniform(size, "logits", -4.f, 4.f);
+  for (int n = 0; n < N; ++n) {
+    for (int j = V; j < Vp; ++j) logits[n * Vp + j] = 100.f;  // padding must not count
+  }
+  const Bf16s logits16 = round_all(logits);
+  std::vector<int32_t> targets = random_tokens(N, V, "targets");
+  for (int n = 0; n < N; n += 7) targets[n] = -1;  // ignored rows
+  const float dloss = 1.f / N;
+  float* losses = poisoned_floats(N);
+  BF16* grad = put(logits16);
+  backend_->softmax_cross_entropy(losses, grad, put(targets), dloss, N, V, Vp);
+
+  Doubles ref_losses(N);
+  Doubles ref_grad = to_double(logits16);
+  ref::softmax_cross_entropy_fused(ref_losses.data(), ref_grad.data(), targets.data(), dloss, N, V,
+                                   Vp);
+  const Floats got_losses = get(losses, N);
+  const Bf16s got_grad = get(grad, size);
+  EXPECT_F32_CLOSE(got_losses, ref_losses);
+  EXPECT_BF16_CLOSE(got_grad, ref_grad);
+  for (int n = 0; n < N; ++n) {
+    const bool ignored = targets[n] < 0;
+    if (ignored) {
+      EXPECT_EQ(got_losses[n], 0.f) << "row " << n;
+    }
+    for (int j = ignored ? 0 : V; j < Vp; ++j) {
+      ASSERT_EQ(got_grad[n * Vp + j].bits, 0) << "row " << n << " column " << j;
+    }
+  }
+}
+
+TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyGivesNanForATargetOutsideTheVocabulary) {
+  const int N = 3, V = 40, Vp = 48;
+  const Bf16s logits = uniform_bf16(static_cast<int64_t>(N) * Vp, "bad_logits");
+  const std::vector<int32_t> targets = {5, V, 7};
+  float* losses = poisoned_floats(N);
+  BF16* grad = put(logits);
+  backend_->softmax_cross_entropy(losses, grad, put(targets), 1.f, N, V, Vp);
+  const Floats got_losses = get(losses, N);
+  const Bf16s got_grad = get(grad, static_cast<int64_t>(N) * Vp);
+  EXPECT_TRUE(std::isfinite(got_losses[0]));
+  EXPECT_TRUE(std::isnan(got_losses[1]));
+  EXPECT_TRUE(std::isfinite(got_losses[2]));
+  for (int j = 0; j < Vp; ++j) {
+    const float g = got_grad[Vp + j].to_float();
+    if (j < V) {
+      EXPECT_TRUE(std::isnan(g)) << "column " << j;
+    } else {
+      EXPECT_EQ(g, 0.f) << "column " << j;
+    }
+  }
+}
+
+TEST_F(HostMixedBackendTest, SumSquaresAccumulatesInDouble) {
+  const int64_t n = 100003;
+  const Floats x = uniform(n, "sum_squares", -3.f, 3.f);
+  const double got = backend_->sum_squares(put(x), n);
+  const double expected = ref::sum_squares(x.data(), n);
+  EXPECT_NEAR(got, expected, 1e-12 * expected);
+}
+
+TEST_F(HostMixedBackendTest, AdamwStepMatchesTheCpuUpdateAndRoundsTheBf16Copy) {
+  // Two segments of different sizes and weight decays; only the first has a bf16 copy.
+  const int64_t sizes[] = {1001, 77};
+  const float decays[] = {0.1f, 0.f};
+  const float grad_scale = 0.5f;  // a power of two: the reference gets exactly scaled gradients
+  std::vector<MixedBackend::AdamWSegment> segments;
+  std::vector<Floats> params, grads, m, v;
+  for (int s = 0; s < 2; ++s) {
+    const std::string tag = "adamw" + std::to_string(s);
+    params.push_back(uniform(sizes[s], tag + "p"));
+    grads.push_back(uniform(sizes[s], tag + "g"));
+    m.push_back(uniform(sizes[s], tag + "m", -0.1f, 0.1f));
+    v.push_back(uniform(sizes[s], tag + "v", 0.f, 0.01f));
+    segments.push_back({put(params[s]), put(grads[s]), put(m[s]), put(v[s]),
+                        s == 0 ? poisoned_bf16(sizes[s]) : nullptr, sizes[s], decays[s]});
+  }
+  const std::unique_ptr<MixedBackend::AdamW> adamw = backend_->plan_adamw(segments);
+  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  for (int t = 1; t <= 2; ++t) {
+    adamw->step(lr, beta1, beta2, eps, t, grad_scale);
+    for (int s = 0; s < 2; ++s) {
+      Floats scaled = grads[s];
+      for (float& g : scaled) g *= grad_scale;
+      cpu::adamw_update(params[s].data(), scaled.data(), m[s].data(), v[s].data(), sizes[s], lr,
+                        beta1, beta2, eps, decays[s], t);
+    }
+  }
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(testing::Message() << "segment " << s);
+    const Floats got_params = get(segments[s].params, sizes[s]);
+    EXPECT_LT(rel_error(got_params, to_double(params[s])), 1e-6);
+    EXPECT_LT(rel_error(get(segments[s].m, sizes[s]), to_double(m[s])), 1e-6);
+    EXPECT_LT(rel_error(get(segments[s].v, sizes[s]), to_double(v[s])), 1e-6);
+    if (segments[s].params16 != nullptr) {
+      EXPECT_TRUE(same_bits(get(segments[s].params16, sizes[s]), round_all(got_params)));
+    }
+  }
+}
+
+TEST_F(HostMixedBackendTest, LinearForwardSecondsMeasuresAPositiveTime) {
+  const int64_t before = backend_->allocated_bytes();
+  const double seconds = backend_->linear_forward_seconds(67, 77, 101, 3);
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_LT(seconds, 1.0);
+  EXPECT_EQ(backend_->allocated_bytes(), before);  // its buffers are its own
+}
+
+TEST_F(HostMixedBackendTest, RejectsShapesThatDoNotDivide) {
+  EXPECT_FALSE(backend_->attention_supports(77, 3));
+  EXPECT_THROW(backend_->attention_forward(nullptr, nullptr, nullptr, 1, 4, 77, 3), Error);
+  EXPECT_THROW(backend_->softmax_cross_entropy(nullptr, nullptr, nullptr, 1.f, 1, 10, 8), Error);
+}
+
+}  // namespace
+}  // namespace weft::kernels
