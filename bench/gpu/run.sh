@@ -15,8 +15,8 @@
 #        (the device image has nvcc but not oneDNN, fmt, MPI...; googletest's sources travel in
 #        the bundle for this case; the mixed-backend test, the trainer test and the CLI need
 #        weft's CPU dependencies, so that way runs kernels_cuda_test and the benchmark alone)
-#     2. ctest -L cuda --output-on-failure: kernels_cuda_test, kernels_mixed_cuda_test and
-#        gpu_trainer_test (each where it exists)
+#     2. ctest -L cuda --output-on-failure: kernels_cuda_test, kernels_mixed_cuda_test,
+#        comm_cuda_test and gpu_trainer_test (each where it exists)
 #     3. end to end, per model: `weft bench step --device cuda ... --json`, then the same step in
 #        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
 #        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
@@ -51,7 +51,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   log "configuring $BUILD (WEFT_CUDA=ON, archs $ARCHS, WEFT_NATIVE=OFF)"
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON \
     -DWEFT_CUDA_ARCHS="$ARCHS" -DCMAKE_CUDA_COMPILER="$NVCC" -DWEFT_NATIVE=OFF >/dev/null
-  targets=(kernels_cuda_test kernels_mixed_cuda_test weft_kernels_bench weft)
+  targets=(kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test weft_kernels_bench weft)
   # The GPU trainer's test, where the tree has it. (The list is read whole first: grep -q closing
   # the pipe early would make cmake fail on SIGPIPE.)
   target_list=$(cmake --build "$BUILD" --target help)
@@ -61,7 +61,8 @@ if [[ "${1:-}" == "--pack" ]]; then
   rm -rf "$BUNDLE"
   mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
   cp "$BUILD/tests/kernels/kernels_cuda_test" "$BUILD/tests/kernels/kernels_mixed_cuda_test" \
-    "$BUILD/bin/weft_kernels_bench" "$BUILD/bin/weft" "$BUNDLE/bin/"
+    "$BUILD/tests/comm/comm_cuda_test" "$BUILD/bin/weft_kernels_bench" "$BUILD/bin/weft" \
+    "$BUNDLE/bin/"
   if [[ " ${targets[*]} " == *" gpu_trainer_test "* ]]; then
     cp "$(find "$BUILD/tests" -name gpu_trainer_test -type f -perm -u+x | head -1)" "$BUNDLE/bin/"
   fi
@@ -191,7 +192,8 @@ works() { wrun "$1" --gtest_list_tests >/dev/null 2>&1; }
 # 1. The programs: TESTS maps a ctest name to its program; WEFT_BIN is the CLI (none on the
 # direct-nvcc way).
 declare -A TESTS=()
-TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test gpu_trainer_test"  # the kernels first
+# The kernels first, then the communicators at size 1, then the trainer that uses both.
+TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test gpu_trainer_test"
 BENCH_BIN=""
 WEFT_BIN=""
 WAY=${WEFT_GPU_BUILD:-auto}
@@ -213,7 +215,7 @@ else
   if [[ "$WAY" != direct ]] && cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=ON \
       -DWEFT_CUDA_ARCHS="$ARCHS" ${NVCC:+-DCMAKE_CUDA_COMPILER=$NVCC} >"$LOGS/configure.log" 2>&1; then
     log "building the release tree's CUDA targets and the CLI with CMake (build/gpu)"
-    targets=(kernels_cuda_test kernels_mixed_cuda_test weft_kernels_bench weft)
+    targets=(kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test weft_kernels_bench weft)
     target_list=$(cmake --build build/gpu --target help)
     grep -q '^gpu_trainer_test:' <<<"$target_list" && targets+=(gpu_trainer_test)
     cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" || return 1

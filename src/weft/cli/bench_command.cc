@@ -57,12 +57,16 @@ struct BenchOptions {
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 void run_bench_step(const BenchOptions& o) {
+  auto recompute = model::parse_recompute(o.recompute);
+  if (!recompute) {
+    throw Error("--recompute must be none, selective or full, not '" + o.recompute + "'");
+  }
   if (o.device != "cpu") {
-    if (o.tp * o.pp * o.dp != 1 || o.recompute != "none") {
-      throw Error(
-          fmt::format("--device {} runs one process with the whole model and no "
-                      "recomputation (no --tp/--pp/--dp/--recompute) for now",
-                      o.device));
+    if (o.tp * o.pp * o.dp != 1) {
+      throw Error(fmt::format(
+          "--device {} times one process with the whole model (no --tp/--pp/--dp); pipelines "
+          "and replicas on devices run under weft train",
+          o.device));
     }
     run_bench_step_on_device({.model_path = o.model_path,
                               .device = o.device,
@@ -71,6 +75,7 @@ void run_bench_step(const BenchOptions& o) {
                               .steps = o.steps,
                               .warmup = o.warmup,
                               .microbatches = o.microbatches,
+                              .recompute = *recompute,
                               .peak_tflops = o.peak_tflops,
                               .json = o.json});
     return;
@@ -102,9 +107,6 @@ void run_bench_step(const BenchOptions& o) {
   kernels::set_matmul_precision(bf16 ? kernels::MatmulPrecision::BF16
                                      : kernels::MatmulPrecision::F32);
   auto cfg = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
-  auto recompute = model::parse_recompute(o.recompute);
-  if (!recompute)
-    throw Error("--recompute must be none, selective or full, not '" + o.recompute + "'");
   const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
   const schedule::Kind kind = schedule::parse_kind(o.schedule).value_or_throw("--schedule");

@@ -30,9 +30,10 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   auto cfg = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
   const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
-  const auto backend = make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m));
+  const auto backend =
+      make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, {}, o.recompute));
   WEFT_CHECK(backend != nullptr, "run_bench_step_on_device needs a device other than cpu");
-  runtime::DeviceTrainer trainer(*backend, cfg, B, T, m);
+  runtime::DeviceTrainer trainer(*backend, cfg, B, T, m, {}, {}, o.recompute);
   trainer.model().init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
@@ -50,7 +51,8 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const double achieved = flops / step_s;
   const double ceiling = runtime::device_gemm_ceiling(*backend, cfg, B, T);
   const int64_t tokens_per_step = int64_t{m} * B * T;
-  const model::MemoryEstimate predicted = runtime::DeviceTrainer::bytes(cfg, B, T, m);
+  const model::MemoryEstimate predicted =
+      runtime::DeviceTrainer::bytes(cfg, B, T, m, {}, o.recompute);
   const double mib = 1 << 20;
 
   nlohmann::json j = {
@@ -62,6 +64,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
       {"T", T},
       {"microbatches", m},
       {"precision", "bf16-mixed"},
+      {"recompute", std::string(model::recompute_name(o.recompute))},
       {"ms_median", step_s * 1e3},
       {"ms_min", times.front() * 1e3},
       {"tokens_per_s", tokens_per_step / step_s},
@@ -81,8 +84,9 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   }
   fmt::print(
       "weft bench step: {} ({} parameters) on {}, bf16 mixed precision, B={} T={} x {} "
-      "microbatch(es)\n",
-      cfg.name, model::gpt_param_layout(cfg).count(), backend->name(), B, T, m);
+      "microbatch(es), recompute={}\n",
+      cfg.name, model::gpt_param_layout(cfg).count(), backend->name(), B, T, m,
+      model::recompute_name(o.recompute));
   fmt::print("  step          {:9.2f} ms (median of {}; min {:.2f} ms)   loss {:.4f}\n",
              step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
   fmt::print("  throughput    {:9.0f} tokens/s\n", tokens_per_step / step_s);

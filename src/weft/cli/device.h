@@ -14,6 +14,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/kernels/mixed.h"
+#include "weft/model/recompute.h"
 
 namespace weft::cli {
 
@@ -45,6 +46,7 @@ inline constexpr const char* kDeviceHelp =
 struct DeviceBenchOptions {
   std::string model_path, device;
   int batch = 4, seq = 64, steps = 5, warmup = 1, microbatches = 1;
+  model::Recompute recompute = model::Recompute::None;
   double peak_tflops = 0;  // 0: no MFU against the spec peak
   bool json = false;
 };

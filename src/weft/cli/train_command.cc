@@ -103,7 +103,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
         schedule::parse_kind(cfg.parallel.schedule).value_or_throw("parallel.schedule");
     device = make_device(o.device, runtime::DeviceTrainer::arena_bytes(
                                        cfg.model, cfg.train.micro_batch, cfg.train.seq_len,
-                                       cfg.microbatches(), layout));
+                                       cfg.microbatches(), layout, cfg.recompute()));
     options.device = device.get();
     options.device_group = device_group_maker(o.device);
   }

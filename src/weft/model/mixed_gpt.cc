@@ -51,28 +51,41 @@ struct Allocator {
 // the predicted and the allocated memory cannot drift apart).
 template <typename Sink>
 void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B, int T,
-                       const StageSpec& stage, Buffers& b, std::vector<Slot>& slots) {
+                       const StageSpec& stage, Recompute recompute, Buffers& b,
+                       std::vector<Slot>& slots) {
   const int64_t N = int64_t{B} * T, C = cfg.n_embd, NH = cfg.n_head, Vp = cfg.padded_vocab();
   b.params = s.template take<float>(param_count, Kind::Params);
   b.params16 = s.template take<BF16>(param_count, Kind::Params);
   b.grads = s.template take<float>(param_count, Kind::Grads);
   const Kind a = Kind::Activations, w = Kind::Workspace;
+  // A layer's tensors after its input x: per layer and slot, or (full recomputation) one set that
+  // every layer of every slot shares, recomputed before each layer's backward.
+  auto take_layer = [&](Layer& l, Kind k) {
+    l.ln1 = s.template take<BF16>(N * C, k);
+    l.ln1_mean = s.template take<float>(N, k);
+    l.ln1_rstd = s.template take<float>(N, k);
+    l.qkv = s.template take<BF16>(N * 3 * C, k);
+    l.atty = s.template take<BF16>(N * C, k);
+    l.lse = s.template take<float>(NH * N, k);
+    l.res_attn = s.template take<BF16>(N * C, k);
+    l.ln2 = s.template take<BF16>(N * C, k);
+    l.ln2_mean = s.template take<float>(N, k);
+    l.ln2_rstd = s.template take<float>(N, k);
+    l.fc_pre = s.template take<BF16>(N * 4 * C, k);
+    l.fc_gelu = s.template take<BF16>(N * 4 * C, k);
+  };
+  const bool full = recompute == Recompute::Full;
+  Layer shared{};
+  if (full) take_layer(shared, w);
   for (Slot& slot : slots) {
     slot.layers.resize(stage.end_layer(cfg) - stage.first_layer);
     for (Layer& l : slot.layers) {
+      if (full) {
+        l = shared;
+      } else {
+        take_layer(l, a);
+      }
       l.x = s.template take<BF16>(N * C, a);
-      l.ln1 = s.template take<BF16>(N * C, a);
-      l.ln1_mean = s.template take<float>(N, a);
-      l.ln1_rstd = s.template take<float>(N, a);
-      l.qkv = s.template take<BF16>(N * 3 * C, a);
-      l.atty = s.template take<BF16>(N * C, a);
-      l.lse = s.template take<float>(NH * N, a);
-      l.res_attn = s.template take<BF16>(N * C, a);
-      l.ln2 = s.template take<BF16>(N * C, a);
-      l.ln2_mean = s.template take<float>(N, a);
-      l.ln2_rstd = s.template take<float>(N, a);
-      l.fc_pre = s.template take<BF16>(N * 4 * C, a);
-      l.fc_gelu = s.template take<BF16>(N * 4 * C, a);
     }
     slot.x_out = s.template take<BF16>(N * C, a);
     if (stage.head) {
@@ -94,18 +107,19 @@ void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B
   b.targets = s.template take<int32_t>(N, w);
 }
 
-MemoryEstimate MixedGpt::bytes(const GptConfig& cfg, int B, int T, StageSpec stage, int slots) {
+MemoryEstimate MixedGpt::bytes(const GptConfig& cfg, int B, int T, StageSpec stage, int slots,
+                               Recompute recompute) {
   Counter counter;
   Buffers unused;
   std::vector<Slot> slot_list(slots);
-  lay_out(counter, cfg, gpt_param_layout(cfg, 1, 0, stage).buffer.total(), B, T, stage, unused,
-          slot_list);
+  lay_out(counter, cfg, gpt_param_layout(cfg, 1, 0, stage).buffer.total(), B, T, stage, recompute,
+          unused, slot_list);
   return counter.bytes;
 }
 
 MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T,
-                   StageSpec stage, int slots)
-    : backend_(backend), cfg_(cfg), B_(B), T_(T), stage_(stage) {
+                   StageSpec stage, int slots, Recompute recompute)
+    : backend_(backend), cfg_(cfg), B_(B), T_(T), stage_(stage), recompute_(recompute) {
   Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok() && !backend.attention_supports(cfg.n_embd, cfg.n_head)) {
     s.add("the " + backend.name() + " attention kernel does not take heads of size " +
@@ -116,7 +130,7 @@ MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, 
   layout_ = gpt_param_layout(cfg_, 1, 0, stage_);
   slots_.resize(slots);
   Allocator alloc{backend_};
-  lay_out(alloc, cfg_, layout_.buffer.total(), B, T, stage_, b_, slots_);
+  lay_out(alloc, cfg_, layout_.buffer.total(), B, T, stage_, recompute_, b_, slots_);
   losses_host_.resize(static_cast<size_t>(B) * T);
   // Padding between slices is never written by a kernel: zero it once, so sums over the whole
   // buffers (the gradient norm) and the AdamW pass see zeros there.
@@ -177,12 +191,24 @@ double MixedGpt::grad_sum_squares() const {
          backend_.sum_squares(b_.grads + wte.offset + wte.numel, n - wte.offset - wte.numel);
 }
 
+void MixedGpt::layer_forward(int i, const Layer& a, int B, int T) {
+  const int C = cfg_.n_embd, NH = cfg_.n_head, N = B * T;
+  const Weights w = layer_weights(stage_.first_layer + i);
+  kernels::MixedBackend& k = backend_;
+  k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
+  k.linear_forward(b_.scratch, nullptr, a.atty, w.proj_w, w.proj_b, N, C, C);
+  k.fused_residual_layernorm_forward(a.res_attn, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, b_.scratch,
+                                     w.ln2_w, w.ln2_b, N, C);
+  k.linear_forward(a.fc_gelu, a.fc_pre, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+}
+
 float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
                         float grad_scale, int slot) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
-  const int C = cfg_.n_embd, NH = cfg_.n_head, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
+  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
   const int N = B * T, L = static_cast<int>(slots_[slot].layers.size());
   const int first = stage_.first_layer;
   Slot& sl = slots_[slot];
@@ -204,12 +230,7 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
   for (int i = 0; i < L; ++i) {
     const Weights w = layer_weights(first + i);
     const Layer& a = sl.layers[i];
-    k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-    k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
-    k.linear_forward(b_.scratch, nullptr, a.atty, w.proj_w, w.proj_b, N, C, C);
-    k.fused_residual_layernorm_forward(a.res_attn, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, b_.scratch,
-                                       w.ln2_w, w.ln2_b, N, C);
-    k.linear_forward(a.fc_gelu, a.fc_pre, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+    layer_forward(i, a, B, T);
     k.linear_forward(b_.scratch, nullptr, a.fc_gelu, w.mlp_w, w.mlp_b, N, 4 * C, C);
     if (i + 1 < L) {  // x_{l+1} = res_attn + mlp, normalized by the next block's ln_1
       const Weights next = layer_weights(first + i + 1);
@@ -269,6 +290,12 @@ void MixedGpt::backward(int slot) {
   for (int i = static_cast<int>(sl.layers.size()) - 1; i >= 0; --i) {
     const Weights w = layer_weights(first + i);
     const Layer& a = sl.layers[i];
+    if (recompute_ == Recompute::Full) {
+      // The layer's tensors again, from its stored input. layernorm_forward of x gives the bits the
+      // forward's fused residual + LayerNorm gave (kernels/mixed.h).
+      k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, w.ln1_w, w.ln1_b, N, C);
+      layer_forward(i, a, B, T);
+    }
     // d_res = dL/dx_{l+1}, which is also dL/d(mlp) and the direct part of dL/d(res_attn).
     BF16* d_fc = b_.d_wide;  // [N,4C]: the gradient of fc's pre-activation (GeLU fused)
     k.linear_backward(d_fc, w.d_mlp_w, w.d_mlp_b, d_res, a.fc_gelu, w.mlp_w, a.fc_pre, N, 4 * C, C);

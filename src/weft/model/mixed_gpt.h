@@ -31,6 +31,7 @@
 #include "weft/model/gpt_config.h"
 #include "weft/model/memory.h"
 #include "weft/model/param_layout.h"
+#include "weft/model/recompute.h"
 
 namespace weft::model {
 
@@ -40,8 +41,13 @@ class MixedGpt {
   // the parameters of `stage` (a pipeline stage: param_layout.h) and the activations of `slots`
   // microbatches in flight. Validates first (throws weft::Error listing every problem, including
   // head sizes the backend's attention does not take).
+  //
+  // Recomputation (Korthikanti et al. 2022): flash attention never stores the T x T matrix, so
+  // Selective is None here; Full keeps only each layer's input per microbatch and reruns the
+  // layer's forward into one shared set of buffers before its backward (bit-identical gradients:
+  // the same kernels on the same inputs).
   MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
-           int slots = 1);
+           int slots = 1, Recompute recompute = Recompute::None);
 
   // What the constructor allocates from the backend, in bytes (each buffer rounded up to 256):
   // for sizing a device arena before the model exists, and the memory prediction. params: fp32
@@ -49,11 +55,12 @@ class MixedGpt {
   // LayerNorm statistics, lse and losses; workspace: one layer's activation gradients, tokens,
   // targets.
   static MemoryEstimate bytes(const GptConfig& cfg, int B, int T, StageSpec stage = {},
-                              int slots = 1);
+                              int slots = 1, Recompute recompute = Recompute::None);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
   const StageSpec& stage() const { return stage_; }
+  Recompute recompute() const { return recompute_; }
   kernels::MixedBackend& backend() const { return backend_; }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
@@ -128,6 +135,9 @@ class MixedGpt {
         *d_fc_b, *d_mlp_w, *d_mlp_b;
   };
   Weights layer_weights(int l) const;
+  // The forward of the stage's layer i from a.x up to fc_gelu (all its backward reads); the MLP
+  // projection and the next residual add are left to the caller.
+  void layer_forward(int i, const Layer& a, int B, int T);
   int64_t offset(const std::string& name) const { return layout_.buffer.at(name).offset; }
   const BF16* w16(const std::string& name) const { return b_.params16 + offset(name); }
   float* g32(const std::string& name) const { return b_.grads + offset(name); }
@@ -143,12 +153,14 @@ class MixedGpt {
   };
   template <typename Sink>
   static void lay_out(Sink& sink, const GptConfig& cfg, int64_t param_count, int B, int T,
-                      const StageSpec& stage, Buffers& b, std::vector<Slot>& slots);
+                      const StageSpec& stage, Recompute recompute, Buffers& b,
+                      std::vector<Slot>& slots);
 
   kernels::MixedBackend& backend_;
   GptConfig cfg_;
   int B_, T_;
   StageSpec stage_;
+  Recompute recompute_;
   ParamLayout layout_;
   Buffers b_;
   std::vector<Slot> slots_;

@@ -46,9 +46,10 @@ Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p
 }  // namespace
 
 model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, int T,
-                                           int microbatches, const DeviceParallel& parallel) {
+                                           int microbatches, const DeviceParallel& parallel,
+                                           model::Recompute recompute) {
   const Plan p = plan(cfg, microbatches, parallel);
-  model::MemoryEstimate b = model::MixedGpt::bytes(cfg, B, T, p.stage, p.slots);
+  model::MemoryEstimate b = model::MixedGpt::bytes(cfg, B, T, p.stage, p.slots, recompute);
   const int64_t n = model::gpt_param_layout(cfg, 1, 0, p.stage).buffer.total();
   b.optimizer = 2 * rounded(n * 4);  // m and v, allocated as in the constructor
   if (p.sends_grads) b.workspace += microbatches * rounded(int64_t{B} * T * cfg.n_embd * 2);
@@ -56,17 +57,17 @@ model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, i
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
-                                   const DeviceParallel& parallel) {
+                                   const DeviceParallel& parallel, model::Recompute recompute) {
   int64_t gemm = 0;  // bf16 input, weight and output of the largest forward GEMM
   for (const model::GemmShape& g : model::training_gemm_shapes(cfg, B, T)) {
     gemm = std::max<int64_t>(gemm, 2 * (g.M * g.K + g.N * g.K + g.M * g.N) + 3 * 256);
   }
-  return bytes(cfg, B, T, microbatches, parallel).total() + gemm + (int64_t{64} << 20);
+  return bytes(cfg, B, T, microbatches, parallel, recompute).total() + gemm + (int64_t{64} << 20);
 }
 
 DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B,
                              int T, int microbatches, optim::AdamWConfig adamw,
-                             DeviceParallel parallel)
+                             DeviceParallel parallel, model::Recompute recompute)
     : backend_(backend), cfg_(cfg), B_(B), T_(T), m_(microbatches), adamw_(adamw), par_(parallel) {
   WEFT_CHECK(m_ >= 1, "a step needs at least one microbatch");
   const bool holds_wte = par_.pp_rank == 0 || par_.pp_rank == par_.pp - 1;
@@ -78,7 +79,7 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
              "the replicas need both their host and their data communicator");
   Plan p = plan(cfg_, m_, par_);
   schedule_ = std::move(p.schedule);
-  model_ = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stage, p.slots);
+  model_ = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stage, p.slots, recompute);
   const model::ParamLayout& layout = model_->param_layout();
   const int64_t n = layout.buffer.total();
   m_state_ = backend_.allocate<float>(n);

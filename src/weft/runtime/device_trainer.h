@@ -46,19 +46,23 @@ struct DeviceParallel {
 class DeviceTrainer : public StageRunner {
  public:
   // A step is `microbatches` [B,T] microbatches per replica.
+  // recompute: model::MixedGpt's (None or Full; Selective is None on a device).
   DeviceTrainer(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B, int T,
-                int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {});
+                int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {},
+                model::Recompute recompute = model::Recompute::None);
   ~DeviceTrainer() override;
 
   // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`: the
   // stage's buffers for as many microbatches as its program keeps in flight, the moments (fp32, one
   // element per parameter each), and the input gradients it sends back.
   static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
-                                     int microbatches = 1, const DeviceParallel& parallel = {});
+                                     int microbatches = 1, const DeviceParallel& parallel = {},
+                                     model::Recompute recompute = model::Recompute::None);
   // What a backend arena needs for that and for device_gemm_ceiling's largest GEMM (its buffers
   // are taken and given back while the model exists), plus 64 MiB for alignment and small plans.
   static int64_t arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
-                             const DeviceParallel& parallel = {});
+                             const DeviceParallel& parallel = {},
+                             model::Recompute recompute = model::Recompute::None);
 
   model::MixedGpt& model() { return *model_; }
   const model::MixedGpt& model() const { return *model_; }

@@ -162,9 +162,6 @@ Result<TrainResult> Trainer::run() {
     if (par.pp > 1 && par.schedule != "gpipe" && par.schedule != "1f1b") {
       s.add(d + " runs the gpipe and 1f1b schedules, not " + par.schedule);
     }
-    if (cfg_.recompute() != model::Recompute::None) {
-      s.add(d + " has no activation recomputation yet: set train.recompute = \"none\"");
-    }
     if (!s.ok()) return Status::error(fmt::format("{}: {}", cfg_.origin, s.message()));
   }
 
@@ -235,8 +232,10 @@ Result<TrainResult> Trainer::run() {
     dp.pp_data = data_group(dp.pp_group);
     dp.dp_data = data_group(dp.dp_group);
     dp.embedding_data = data_group(groups_.embedding.get());
-    device_predicted_bytes_ = DeviceTrainer::bytes(cfg_.model, b, T, m, dp).total();
-    device_ = std::make_unique<DeviceTrainer>(*device, cfg_.model, b, T, m, acfg, dp);
+    device_predicted_bytes_ =
+        DeviceTrainer::bytes(cfg_.model, b, T, m, dp, cfg_.recompute()).total();
+    device_ =
+        std::make_unique<DeviceTrainer>(*device, cfg_.model, b, T, m, acfg, dp, cfg_.recompute());
   }
   // The device's state <-> the host model's (the serial layout; ZeRO 0, so whole buffers).
   auto to_device = [&] {
