@@ -21,6 +21,8 @@
 #        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
 #        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
 #        bench/results/gpu-e2e-<date>.md
+#     3b. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
+#        against the same 60 steps on the CPU (losses within 2e-2)
 #     4. kernels_bench with the time that is left; the table goes to $OUT and
 #        bench/results/gpu-kernels-<date>.md
 #
@@ -400,9 +402,24 @@ for size in dict.fromkeys(r.get("size") for r in rows):
           f"| {pct(w.get('mfu_spec'))} | {pct(w.get('mfu_gemm'))} |")
 EOF
 cat "$OUT/e2e.md"
-mkdir -p bench/results
-cp "$OUT/e2e.md" "bench/results/gpu-e2e-$STAMP.md"
+if grep -q '"tokens_per_s"' "$OUT/e2e.jsonl"; then  # a measured figure, not only errors
+  mkdir -p bench/results
+  cp "$OUT/e2e.md" "bench/results/gpu-e2e-$STAMP.md"
+fi
 log "end to end: $E2E_FAILED command(s) without a result, after $(($(date +%s) - START)) s"
+
+# 3b. `weft train --device cuda` end to end on real text against the same run on the CPU, stopped
+# and resumed (bench/gpu/train_smoke.sh; its logs go into logs.tgz).
+SMOKE_RC=0
+T_SMOKE=$(budget 90)
+if [[ -n "$WEFT_BIN" ]] && ((T_SMOKE >= 30)); then
+  WEFT_LD="$WEFT_LD" timeout -k 5 "$T_SMOKE" bash bench/gpu/train_smoke.sh "$WEFT_BIN" \
+    "$LOGS/train-smoke" 2>&1 | tail -12
+  SMOKE_RC=${PIPESTATUS[0]}
+  log "train smoke: exit $SMOKE_RC after $(($(date +%s) - START)) s"
+else
+  log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
+fi
 
 # 4. The benchmark (also when a test failed: its numbers still say where time goes), with the
 # time that is left. It prints each line as it is measured, flash attention last, so a cut
@@ -446,8 +463,8 @@ if command -v cuobjdump >/dev/null && [[ -n "${TESTS[kernels_cuda_test]:-}" ]]; 
   echo "SASS: $(cuobjdump -sass "${TESTS[kernels_cuda_test]}" 2>/dev/null | grep -c HMMA) HMMA instructions" >>"$OUT/env.txt"
 fi
 cat "$OUT/e2e.md"  # again, for the reply's tail (the benchmark's table came after it)
-log "done in $(($(date +%s) - START)) s: tests exit $TESTS_RC, e2e without result $E2E_FAILED, bench exit $BENCH_RC"
-return $((TESTS_RC != 0 || E2E_FAILED != 0 || BENCH_RC != 0))
+log "done in $(($(date +%s) - START)) s: tests exit $TESTS_RC, e2e without result $E2E_FAILED, train smoke exit $SMOKE_RC, bench exit $BENCH_RC"
+return $((TESTS_RC != 0 || E2E_FAILED != 0 || SMOKE_RC != 0 || BENCH_RC != 0))
 }
 
 main 2>&1 | tee "$OUT/run.log"

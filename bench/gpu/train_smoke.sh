@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `weft train --device cuda` end to end on real text, next to the same run on the CPU in fp32
+# (docs/cuda.md, "The GPU trainer"): a byte-level BPE vocabulary trained on the repository's docs,
+# a Megatron dataset, 60 steps of a 2-layer GPT with heads of 64 on the GPU, stopped at step 30 with
+# a checkpoint and resumed; then the same 60 steps on the CPU. The GPU's losses must follow the
+# CPU's within 2e-2 relative (issue #8), validation must have run, and `weft generate` must sample
+# from the GPU's checkpoint. Called by bench/gpu/run.sh; also runs alone:
+#
+#   bash bench/gpu/train_smoke.sh path/to/weft OUTDIR
+set -euo pipefail
+WEFT=$1
+DEVICE=${WEFT_SMOKE_DEVICE:-cuda}  # host-bf16 checks this script without a GPU
+D=$2
+cd "$(dirname "$0")/../.."
+mkdir -p "$D"
+log() { printf '[train_smoke %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+# weft with WEFT_LD as its library path (run.sh: the bundle's libraries); python3 keeps the
+# machine's own.
+weft() { LD_LIBRARY_PATH="${WEFT_LD:-${LD_LIBRARY_PATH:-}}" "$WEFT" "$@"; }
+
+cat docs/*.md README.md >"$D/corpus.txt"
+weft tokenizer train --input "$D/corpus.txt" --vocab 512 --output "$D/bpe" >"$D/tokenizer.log" 2>&1
+weft preprocess --input "$D/corpus.txt" --tokenizer "$D/bpe" --output "$D/docs" \
+  --split-blank-lines >"$D/preprocess.log" 2>&1
+cat >"$D/run.toml" <<EOF
+[model]
+name = "smoke-2l"
+n_layer = 2
+n_embd = 128
+n_head = 2
+vocab_size = 512
+pad_vocab_to = 64
+max_seq_len = 128
+[data]
+train = "$D/docs"
+tokenizer = "$D/bpe"
+val_fraction = 0.1
+[train]
+seq_len = 128
+micro_batch = 8
+global_batch = 16
+steps = 60
+lr = 3e-3
+min_lr = 3e-4
+warmup_steps = 5
+eval_every = 30
+eval_batches = 2
+save_every = 30
+log_every = 10
+[run]
+out_dir = "$D/gpu"
+EOF
+
+log "$DEVICE: 30 steps, stop, resume to 60"
+weft train "$D/run.toml" --device "$DEVICE" --stop-after 30 >"$D/gpu1.log" 2>&1
+weft train "$D/run.toml" --device "$DEVICE" --resume >"$D/gpu2.log" 2>&1
+tail -4 "$D/gpu2.log"
+log "CPU (fp32): 60 steps"
+weft train "$D/run.toml" --set run.out_dir="$D/cpu" >"$D/cpu.log" 2>&1
+weft generate --checkpoint "$D/gpu/checkpoints" --prompt "The planner" --tokens 24 \
+  --temperature 0 >"$D/generate.log" 2>&1
+log "sample from the GPU's checkpoint: $(head -c 300 "$D/generate.log")"
+
+python3 - "$D" <<'EOF'
+import json, sys
+d = sys.argv[1]
+def losses(path):
+    rows = [json.loads(l) for l in open(path)]
+    return [r["loss"] for r in rows], [r["val_loss"] for r in rows if "val_loss" in r]
+gpu, gpu_val = losses(d + "/gpu/metrics.jsonl")
+cpu, cpu_val = losses(d + "/cpu/metrics.jsonl")
+assert len(gpu) == len(cpu) == 60, (len(gpu), len(cpu))
+worst = max(abs(g - c) / c for g, c in zip(gpu, cpu))
+print(f"60 steps: loss {gpu[0]:.4f} -> {gpu[-1]:.4f} on the GPU, {cpu[0]:.4f} -> {cpu[-1]:.4f} "
+      f"on the CPU; largest relative difference {worst:.2e}; val_loss GPU {gpu_val} CPU {cpu_val}")
+ok = worst <= 2e-2 and len(gpu_val) == len(cpu_val) == 2 and gpu[-1] < 0.8 * gpu[0]
+print("train_smoke:", "PASS" if ok else "FAIL")
+sys.exit(0 if ok else 1)
+EOF
