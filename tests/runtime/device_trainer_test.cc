@@ -122,7 +122,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
   ref.init(3);
   runtime::DistributedOptimizer opt(ref, nullptr, 0);
   runtime::DeviceTrainer dev(*backend_, cfg_, kB, kT, kM);
-  dev.model().init(3);
+  dev.init(3);
   std::vector<float> ref_losses, losses;
   for (int s = 0; s < kSteps; ++s) {
     const auto t = batch(s % 3, n + 1, cfg_.vocab_size);
@@ -149,16 +149,16 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
 TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
   const int n = kB * kT;
   runtime::DeviceTrainer a(*backend_, cfg_, kB, kT);
-  a.model().init(11);
+  a.init(11);
   for (int s = 0; s < 3; ++s) {
     const auto t = batch(s, n + 1, cfg_.vocab_size);
     a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   }
   const int64_t total = a.model().param_layout().buffer.total();
   std::vector<float> p(total), m(total), v(total);
-  a.download_state(p.data(), m.data(), v.data());
+  a.download_state(0, p.data(), m.data(), v.data());
   runtime::DeviceTrainer b(*backend_, cfg_, kB, kT);
-  b.upload_state(p.data(), m.data(), v.data(), a.step_count());
+  b.upload_state(0, p.data(), m.data(), v.data(), a.step_count());
   const auto t = batch(9, n + 1, cfg_.vocab_size);
   const runtime::StepStats sa = a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   const runtime::StepStats sb = b.step(t.data(), t.data() + 1, 1e-3f, 1.0);
@@ -175,8 +175,8 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   const int n = kM * kB * kT;
   runtime::DeviceTrainer none(*backend_, cfg_, kB, kT, kM);
   runtime::DeviceTrainer full(*backend_, cfg_, kB, kT, kM, {}, {}, model::Recompute::Full);
-  none.model().init(5);
-  full.model().init(5);
+  none.init(5);
+  full.init(5);
   for (int s = 0; s < 3; ++s) {
     const auto t = batch(s, n + 1, cfg_.vocab_size);
     const runtime::StepStats a = none.step(t.data(), t.data() + 1, 1e-3f, 1.0);
@@ -214,7 +214,7 @@ TEST_F(DeviceTrainerTest, BytesPredictsExactlyWhatATrainerAllocates) {
 TEST_F(DeviceTrainerTest, ANonFiniteLossSkipsTheUpdate) {
   const int n = kB * kT;
   runtime::DeviceTrainer dev(*backend_, cfg_, kB, kT);
-  dev.model().init(1);
+  dev.init(1);
   auto t = batch(0, n + 1, cfg_.vocab_size);
   const int64_t total = dev.model().param_layout().buffer.total();
   std::vector<float> before(total), after(total);

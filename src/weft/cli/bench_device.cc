@@ -34,7 +34,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
       make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, {}, o.recompute));
   WEFT_CHECK(backend != nullptr, "run_bench_step_on_device needs a device other than cpu");
   runtime::DeviceTrainer trainer(*backend, cfg, B, T, m, {}, {}, o.recompute);
-  trainer.model().init(1234);
+  trainer.init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
   std::vector<double> times;

@@ -14,32 +14,37 @@ namespace {
 
 int64_t rounded(int64_t bytes) { return (bytes + 255) / 256 * 256; }  // a backend block
 
-// This rank's lowered program and its stage's activation slots.
+// This rank's lowered program and its chunks: stages and activation slots.
 struct Plan {
   schedule::Schedule schedule;
-  model::StageSpec stage;
-  int slots = 1;
-  bool sends_grads = false;  // the stage has a predecessor (on another rank: vp = 1)
+  std::vector<model::StageSpec> stages;  // chunk j: global stage pp_rank + j*pp
+  std::vector<int> slots;
 };
 
 Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p) {
   Status s;
-  if (p.schedule == schedule::Kind::Interleaved || p.schedule == schedule::Kind::ZeroBubbleH1) {
-    s.add(std::string("schedule ") + std::string(schedule::kind_name(p.schedule)) +
-          " is not available on devices yet (gpipe or 1f1b, one model chunk per rank)");
+  if (p.schedule == schedule::Kind::ZeroBubbleH1) {
+    s.add(
+        "schedule zb-h1 is not available on devices yet (it splits backward passes): gpipe, "
+        "1f1b or interleaved");
   }
   if (p.pp < 1 || p.pp_rank < 0 || p.pp_rank >= p.pp) {
     s.add("pipeline rank " + std::to_string(p.pp_rank) + " of " + std::to_string(p.pp));
   }
-  if (s.ok()) s.merge(model::validate_pipeline(cfg, p.pp, 1));
+  if (p.vp > 1 && p.pp == 1) {
+    s.add("vp=" + std::to_string(p.vp) + " chunks need a pipeline (pp > 1) on devices");
+  }
+  if (s.ok()) s.merge(model::validate_pipeline(cfg, p.pp, p.vp));
   s.throw_if_error("invalid device pipeline");
   Plan r;
   r.schedule = schedule::add_optimizer_step(schedule::add_communication(
-      schedule::make_schedule(p.schedule, {.pp = p.pp, .vp = 1, .microbatches = microbatches})
+      schedule::make_schedule(p.schedule, {.pp = p.pp, .vp = p.vp, .microbatches = microbatches})
           .value_or_throw("invalid device pipeline")));
-  r.stage = model::pipeline_stage(cfg, p.pp_rank, p.pp);
-  r.slots = std::max(1, schedule::peak_in_flight_per_chunk(r.schedule, p.pp_rank)[0]);
-  r.sends_grads = p.pp_rank > 0;
+  const std::vector<int> slots = schedule::peak_in_flight_per_chunk(r.schedule, p.pp_rank);
+  for (int j = 0; j < p.vp; ++j) {
+    r.stages.push_back(model::pipeline_stage(cfg, p.pp_rank + j * p.pp, p.pp * p.vp));
+    r.slots.push_back(std::max(1, slots[j]));
+  }
   return r;
 }
 
@@ -49,11 +54,22 @@ model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, i
                                            int microbatches, const DeviceParallel& parallel,
                                            model::Recompute recompute) {
   const Plan p = plan(cfg, microbatches, parallel);
-  model::MemoryEstimate b = model::MixedGpt::bytes(cfg, B, T, p.stage, p.slots, recompute);
-  const int64_t n = model::gpt_param_layout(cfg, 1, 0, p.stage).buffer.total();
-  b.optimizer = 2 * rounded(n * 4);  // m and v, allocated as in the constructor
-  if (p.sends_grads) b.workspace += microbatches * rounded(int64_t{B} * T * cfg.n_embd * 2);
-  return b;
+  model::MemoryEstimate total;
+  for (size_t j = 0; j < p.stages.size(); ++j) {
+    const model::MemoryEstimate b =
+        model::MixedGpt::bytes(cfg, B, T, p.stages[j], p.slots[j], recompute);
+    const int64_t n = model::gpt_param_layout(cfg, 1, 0, p.stages[j]).buffer.total();
+    total.params += b.params;
+    total.grads += b.grads;
+    total.activations += b.activations;
+    total.workspace += b.workspace;
+    total.optimizer += 2 * rounded(n * 4);  // m and v, allocated as in the constructor
+    // The input gradients sent back, one per microbatch, from every stage but the first.
+    if (!p.stages[j].embedding) {
+      total.workspace += microbatches * rounded(int64_t{B} * T * cfg.n_embd * 2);
+    }
+  }
+  return total;
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
@@ -79,27 +95,35 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
              "the replicas need both their host and their data communicator");
   Plan p = plan(cfg_, m_, par_);
   schedule_ = std::move(p.schedule);
-  model_ = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stage, p.slots, recompute);
-  const model::ParamLayout& layout = model_->param_layout();
-  const int64_t n = layout.buffer.total();
-  m_state_ = backend_.allocate<float>(n);
-  v_state_ = backend_.allocate<float>(n);
-  backend_.zero(m_state_, n * 4);
-  backend_.zero(v_state_, n * 4);
-  if (p.sends_grads) {
-    for (int k = 0; k < m_; ++k)
-      grad_out_.push_back(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd));
-  }
-  slot_of_.assign(m_, -1);
-  for (int k = model_->slots() - 1; k >= 0; --k) free_slots_.push_back(k);
-  // One segment per tensor: AdamW decays matrices and embeddings only (ParamInit::weight_decay).
+  S_ = par_.pp * par_.vp;
   std::vector<kernels::MixedBackend::AdamWSegment> segments;
-  const auto& slices = layout.buffer.slices();
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const int64_t o = slices[i].offset;
-    segments.push_back({model_->params() + o, model_->grads() + o, m_state_ + o, v_state_ + o,
-                        model_->params16() + o, slices[i].numel,
-                        layout.init[i].weight_decay ? adamw.weight_decay : 0.0f});
+  chunks_.resize(p.stages.size());
+  for (size_t j = 0; j < p.stages.size(); ++j) {
+    Chunk& c = chunks_[j];
+    c.stage = par_.pp_rank + static_cast<int>(j) * par_.pp;
+    c.model = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stages[j], p.slots[j],
+                                                recompute);
+    const model::ParamLayout& layout = c.model->param_layout();
+    const int64_t n = layout.buffer.total();
+    c.m = backend_.allocate<float>(n);
+    c.v = backend_.allocate<float>(n);
+    backend_.zero(c.m, n * 4);
+    backend_.zero(c.v, n * 4);
+    if (c.stage > 0) {
+      for (int k = 0; k < m_; ++k) {
+        c.grad_out.push_back(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd));
+      }
+    }
+    c.slot_of.assign(m_, -1);
+    for (int k = c.model->slots() - 1; k >= 0; --k) c.free_slots.push_back(k);
+    // One segment per tensor: AdamW decays matrices and embeddings only (ParamInit::weight_decay).
+    const auto& slices = layout.buffer.slices();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const int64_t o = slices[i].offset;
+      segments.push_back({c.model->params() + o, c.model->grads() + o, c.m + o, c.v + o,
+                          c.model->params16() + o, slices[i].numel,
+                          layout.init[i].weight_decay ? adamw.weight_decay : 0.0f});
+    }
   }
   plan_ = backend_.plan_adamw(segments);
 }
@@ -116,19 +140,29 @@ DeviceTrainer::~DeviceTrainer() {
   }
 }
 
-int DeviceTrainer::acquire(int mb) {
-  if (slot_of_[mb] >= 0) return slot_of_[mb];
-  WEFT_CHECK(!free_slots_.empty(), "stage ", model_->stage().first_layer,
-             " has more microbatches in flight than ", model_->slots(), " (its program's peak)");
-  slot_of_[mb] = free_slots_.back();
-  free_slots_.pop_back();
-  return slot_of_[mb];
+void DeviceTrainer::init(uint64_t seed) {
+  for (Chunk& c : chunks_) c.model->init(seed);
 }
 
-void DeviceTrainer::release(int mb) {
-  WEFT_CHECK(slot_of_[mb] >= 0, "microbatch ", mb, " holds no slot");
-  free_slots_.push_back(slot_of_[mb]);
-  slot_of_[mb] = -1;
+DeviceTrainer::Chunk& DeviceTrainer::chunk(int stage) {
+  WEFT_CHECK(stage >= 0 && stage < S_ && stage % par_.pp == par_.pp_rank, "stage ", stage,
+             " is not on pipeline rank ", par_.pp_rank);
+  return chunks_[stage / par_.pp];
+}
+
+int DeviceTrainer::acquire(Chunk& c, int mb) {
+  if (c.slot_of[mb] >= 0) return c.slot_of[mb];
+  WEFT_CHECK(!c.free_slots.empty(), "stage ", c.stage, " has more microbatches in flight than ",
+             c.model->slots(), " (its program's peak)");
+  c.slot_of[mb] = c.free_slots.back();
+  c.free_slots.pop_back();
+  return c.slot_of[mb];
+}
+
+void DeviceTrainer::release(Chunk& c, int mb) {
+  WEFT_CHECK(c.slot_of[mb] >= 0, "stage ", c.stage, " microbatch ", mb, " holds no slot");
+  c.free_slots.push_back(c.slot_of[mb]);
+  c.slot_of[mb] = -1;
 }
 
 int DeviceTrainer::tag(int stage, int mb, bool grad) const {
@@ -146,22 +180,26 @@ double DeviceTrainer::replica_sum(double x) const {
 }
 
 void DeviceTrainer::forward(int stage, int mb) {
-  const int slot = acquire(mb);
+  Chunk& c = chunk(stage);
+  const int slot = acquire(c, mb);
   const int64_t block = int64_t{B_} * T_;
   // Gradients of the replicas' mean loss: summed over the dp group at the end of the step.
-  const float loss = model_->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_,
-                                     1.0f / static_cast<float>(m_ * dp_size()), slot);
-  if (stage == par_.pp - 1) loss_sum_ += loss;
+  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_,
+                                      1.0f / static_cast<float>(m_ * dp_size()), slot);
+  if (stage == S_ - 1) loss_sum_ += loss;
 }
 
 void DeviceTrainer::backward(int stage, int mb) {
-  const int slot = slot_of_[mb];
+  Chunk& c = chunk(stage);
+  const int slot = c.slot_of[mb];
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
-  model_->backward(slot);
-  ++backward_passes_;
+  c.model->backward(slot);
+  ++c.backward_passes;
   // Keep d(stage input) until it is sent: the slot and the workspace are reused before that.
-  if (!grad_out_.empty()) backend_.copy(grad_out_[mb], model_->input_grad(), boundary_bytes());
-  release(mb);
+  if (!c.grad_out.empty()) {
+    backend_.copy(c.grad_out[mb], c.model->input_grad(), boundary_bytes());
+  }
+  release(c, mb);
 }
 
 void DeviceTrainer::backward_input(int stage, int mb) {
@@ -171,31 +209,36 @@ void DeviceTrainer::backward_input(int stage, int mb) {
 void DeviceTrainer::backward_weight(int stage, int mb) { backward_input(stage, mb); }
 
 void DeviceTrainer::send_activation(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
   backend_.synchronize();  // the communicator may run on another stream, or on the host
-  sends_.push_back(par_.pp_data->send_async(model_->stage_output(slot_of_[mb]), boundary_bytes(),
+  sends_.push_back(par_.pp_data->send_async(c.model->stage_output(c.slot_of[mb]), boundary_bytes(),
                                             comm::DataType::U8, peer, tag(stage + 1, mb, false)));
 }
 
 void DeviceTrainer::recv_activation(int stage, int mb, int peer) {
-  par_.pp_data->recv(reinterpret_cast<uint8_t*>(model_->stage_input(acquire(mb))), boundary_bytes(),
-                     peer, tag(stage, mb, false));
+  Chunk& c = chunk(stage);
+  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(acquire(c, mb))),
+                     boundary_bytes(), peer, tag(stage, mb, false));
 }
 
 void DeviceTrainer::send_grad(int stage, int mb, int peer) {
+  Chunk& c = chunk(stage);
   backend_.synchronize();
-  sends_.push_back(par_.pp_data->send_async(grad_out_.at(mb), boundary_bytes(), comm::DataType::U8,
+  sends_.push_back(par_.pp_data->send_async(c.grad_out.at(mb), boundary_bytes(), comm::DataType::U8,
                                             peer, tag(stage - 1, mb, true)));
 }
 
 void DeviceTrainer::recv_grad(int stage, int mb, int peer) {
-  const int slot = slot_of_[mb];
+  Chunk& c = chunk(stage);
+  const int slot = c.slot_of[mb];
   WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
-  par_.pp_data->recv(reinterpret_cast<uint8_t*>(model_->output_grad(slot)), boundary_bytes(), peer,
+  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->output_grad(slot)), boundary_bytes(), peer,
                      tag(stage, mb, true));
 }
 
 void DeviceTrainer::reduce_grads(int stage) {
-  WEFT_CHECK(backward_passes_ == m_, "ReduceGrads of stage ", stage, " after ", backward_passes_,
+  const Chunk& c = chunk(stage);
+  WEFT_CHECK(c.backward_passes == m_, "ReduceGrads of stage ", stage, " after ", c.backward_passes,
              " of its ", m_, " backward passes");
 }
 
@@ -205,20 +248,23 @@ void DeviceTrainer::optimizer_step() {
   sends_.clear();
   const int dp = dp_size();
   backend_.synchronize();
-  // The replicas' mean gradient (ZeRO 0: each holds all of it; the forward scaled each by 1/dp),
-  // in one all-reduce of the buffer.
-  if (dp > 1) par_.dp_data->all_reduce(model_->grads(), model_->param_layout().buffer.total());
-  // The tied embedding (Press & Wolf 2017): the first and the last stage each get the sum of the
-  // two copies' gradients, so the copies stay equal.
-  const model::StageSpec& st = model_->stage();
-  if (par_.pp > 1 && (st.embedding || st.head)) {
-    backend_.synchronize();
-    const SliceSpec& wte = model_->param_layout().buffer.at("wte");
-    par_.embedding_data->all_reduce(model_->grad("wte"), wte.numel);
+  double sum_squares = 0;
+  for (Chunk& c : chunks_) {
+    model::MixedGpt& m = *c.model;
+    // The replicas' mean gradient (ZeRO 0: each holds all of it; the forward scaled each by
+    // 1/dp), in one all-reduce of the chunk's buffer.
+    if (dp > 1) par_.dp_data->all_reduce(m.grads(), m.param_layout().buffer.total());
+    // The tied embedding (Press & Wolf 2017): the first and the last stage each get the sum of
+    // the two copies' gradients, so the copies stay equal.
+    if (par_.pp > 1 && (m.stage().embedding || m.stage().head)) {
+      backend_.synchronize();
+      const SliceSpec& wte = m.param_layout().buffer.at("wte");
+      par_.embedding_data->all_reduce(m.grad("wte"), wte.numel);
+    }
+    sum_squares += m.grad_sum_squares();
   }
   const double loss = replica_sum(loss_sum_) / dp;  // each replica's sum over its m_ microbatches
   stats_.loss = static_cast<float>(loss / m_);
-  double sum_squares = model_->grad_sum_squares();
   if (par_.pp_group != nullptr) par_.pp_group->all_reduce(&sum_squares, 1);
   stats_.grad_norm = std::sqrt(sum_squares);
   stats_.skipped = !std::isfinite(stats_.loss) || !std::isfinite(stats_.grad_norm);
@@ -235,49 +281,56 @@ StepStats DeviceTrainer::step(const int32_t* tokens, const int32_t* targets, flo
   lr_ = lr;
   clip_ = clip_norm;
   loss_sum_ = 0;
-  backward_passes_ = 0;
   stats_ = {};
-  model_->zero_grad();
+  for (Chunk& c : chunks_) {
+    c.model->zero_grad();
+    c.backward_passes = 0;
+  }
   execute(schedule_.programs.at(par_.pp_rank), *this);
   return stats_;
 }
 
 float DeviceTrainer::evaluate(const int32_t* tokens, const int32_t* targets, int batches,
                               int total) {
-  // Forward only, stage after stage: each rank receives its stage's input, runs it and sends its
-  // output on, in the same order on every rank, so no wait can cycle.
+  // Forward only, stage after stage: a rank receives a stage's input, runs it and sends its
+  // output on, so every rank walks the stages in the same order and no wait can cycle.
   const int64_t block = int64_t{B_} * T_;
-  const int stage = par_.pp_rank, last = par_.pp - 1;
   double loss = 0;
   for (int k = 0; k < batches; ++k) {
-    if (stage > 0) {
-      par_.pp_data->recv(reinterpret_cast<uint8_t*>(model_->stage_input(0)), boundary_bytes(),
-                         stage - 1, tag(stage, k % m_, false));
-    }
-    const float l = model_->forward(tokens + k * block, targets + k * block, B_, T_, 0.0f, 0);
-    if (stage == last) loss += l;
-    if (stage < last) {
-      backend_.synchronize();
-      par_.pp_data->send(reinterpret_cast<const uint8_t*>(model_->stage_output(0)),
-                         boundary_bytes(), stage + 1, tag(stage + 1, k % m_, false));
+    for (int s = 0; s < S_; ++s) {
+      if (s % par_.pp != par_.pp_rank) continue;
+      Chunk& c = chunk(s);
+      if (s > 0) {
+        par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(0)), boundary_bytes(),
+                           (s - 1) % par_.pp, tag(s, k % m_, false));
+      }
+      const float l = c.model->forward(tokens + k * block, targets + k * block, B_, T_, 0.0f, 0);
+      if (s == S_ - 1) loss += l;
+      if (s < S_ - 1) {
+        backend_.synchronize();
+        par_.pp_data->send(reinterpret_cast<const uint8_t*>(c.model->stage_output(0)),
+                           boundary_bytes(), (s + 1) % par_.pp, tag(s + 1, k % m_, false));
+      }
     }
   }
   return static_cast<float>(replica_sum(loss) / total);  // the replicas' batches, each once
 }
 
-void DeviceTrainer::download_state(float* params, float* m, float* v) const {
-  const int64_t n = model_->param_layout().buffer.total();
-  model_->get_params({params, static_cast<size_t>(n)});
-  backend_.download(m, m_state_, n * 4);
-  backend_.download(v, v_state_, n * 4);
+void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
+  const Chunk& c = chunks_.at(j);
+  const int64_t n = c.model->param_layout().buffer.total();
+  c.model->get_params({params, static_cast<size_t>(n)});
+  backend_.download(m, c.m, n * 4);
+  backend_.download(v, c.v, n * 4);
 }
 
-void DeviceTrainer::upload_state(const float* params, const float* m, const float* v,
+void DeviceTrainer::upload_state(int j, const float* params, const float* m, const float* v,
                                  int step_count) {
-  const int64_t n = model_->param_layout().buffer.total();
-  model_->set_params({params, static_cast<size_t>(n)});
-  backend_.upload(m_state_, m, n * 4);
-  backend_.upload(v_state_, v, n * 4);
+  Chunk& c = chunks_.at(j);
+  const int64_t n = c.model->param_layout().buffer.total();
+  c.model->set_params({params, static_cast<size_t>(n)});
+  backend_.upload(c.m, m, n * 4);
+  backend_.upload(c.v, v, n * 4);
   t_ = step_count;
 }
 

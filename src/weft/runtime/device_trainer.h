@@ -32,7 +32,8 @@ namespace weft::runtime {
 // How the job is split, from this rank's point of view (tensor parallelism on devices: not yet).
 struct DeviceParallel {
   int pp = 1, pp_rank = 0;
-  schedule::Kind schedule = schedule::Kind::OneFOneB;  // pipelines: gpipe, 1f1b or zb-h1 (vp = 1)
+  int vp = 1;  // model chunks per pipeline rank (interleaved; needs pp > 1)
+  schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b or interleaved
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
   comm::Communicator* pp_group = nullptr;
   comm::Communicator* dp_group = nullptr;
@@ -64,9 +65,13 @@ class DeviceTrainer : public StageRunner {
                              const DeviceParallel& parallel = {},
                              model::Recompute recompute = model::Recompute::None);
 
-  model::MixedGpt& model() { return *model_; }
-  const model::MixedGpt& model() const { return *model_; }
+  // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  model::MixedGpt& model(int j = 0) { return *chunks_.at(j).model; }
+  const model::MixedGpt& model(int j = 0) const { return *chunks_.at(j).model; }
   int step_count() const { return t_; }
+  // GPT-2 initialization of every chunk (model::MixedGpt::init).
+  void init(uint64_t seed);
 
   // tokens/targets: this replica's `microbatches` consecutive [B,T] blocks (host memory; every
   // pipeline rank passes the same). Returns the mean loss over the replicas and the gradient norm
@@ -76,10 +81,11 @@ class DeviceTrainer : public StageRunner {
   // runs `batches` of them. On every rank.
   float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
 
-  // This stage's state in param_layout()'s order (buffer.total() elements each), for
-  // checkpoints: host copies of the master weights and the moments, and the step count.
-  void download_state(float* params, float* m, float* v) const;
-  void upload_state(const float* params, const float* m, const float* v, int step_count);
+  // Chunk j's state in its param_layout()'s order (buffer.total() elements each), for
+  // checkpoints: host copies of the master weights and the moments; upload also sets the step
+  // count (the same for every chunk).
+  void download_state(int j, float* params, float* m, float* v) const;
+  void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 
   // StageRunner
   void forward(int stage, int microbatch) override;
@@ -94,8 +100,18 @@ class DeviceTrainer : public StageRunner {
   void optimizer_step() override;
 
  private:
-  int acquire(int microbatch);
-  void release(int microbatch);
+  struct Chunk {
+    int stage = 0;
+    std::unique_ptr<model::MixedGpt> model;
+    float* m = nullptr;  // AdamW moments, fp32, laid out like the parameters
+    float* v = nullptr;
+    std::vector<int> slot_of, free_slots;  // per microbatch (-1: none); LIFO
+    std::vector<BF16*> grad_out;           // per microbatch: d(stage input) until it is sent
+    int backward_passes = 0;
+  };
+  Chunk& chunk(int stage);
+  int acquire(Chunk& c, int microbatch);
+  void release(Chunk& c, int microbatch);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_bytes() const;
   int dp_size() const;
@@ -107,20 +123,16 @@ class DeviceTrainer : public StageRunner {
   optim::AdamWConfig adamw_;
   DeviceParallel par_;
   schedule::Schedule schedule_;
-  std::unique_ptr<model::MixedGpt> model_;
-  float* m_state_;
-  float* v_state_;
-  std::unique_ptr<kernels::MixedBackend::AdamW> plan_;
+  int S_ = 1;  // stages: pp * vp
+  std::vector<Chunk> chunks_;
+  std::unique_ptr<kernels::MixedBackend::AdamW> plan_;  // every chunk's tensors, one launch
   int t_ = 0;
-  std::vector<int> slot_of_, free_slots_;  // per microbatch (-1: none); LIFO
-  std::vector<BF16*> grad_out_;            // per microbatch: d(stage input) until it is sent
-  std::vector<comm::Work> sends_;          // in flight this step
+  std::vector<comm::Work> sends_;  // in flight this step
   // the step in progress
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
   float lr_ = 0;
   double clip_ = 0, loss_sum_ = 0;
-  int backward_passes_ = 0;
   StepStats stats_;
 };
 

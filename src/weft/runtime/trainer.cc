@@ -157,10 +157,10 @@ Result<TrainResult> Trainer::run() {
     Status s;
     const std::string d = "--device " + device->name();
     if (par.tp != 1) s.add(d + " has no tensor parallelism yet: parallel.tp must be 1");
-    if (par.vp != 1) s.add(d + " runs one model chunk per pipeline rank: parallel.vp must be 1");
+    if (par.vp > 1 && par.pp == 1) s.add(d + ": parallel.vp > 1 needs parallel.pp > 1");
     if (par.zero != 0) s.add(d + " keeps whole replicas: parallel.zero must be 0");
-    if (par.pp > 1 && par.schedule != "gpipe" && par.schedule != "1f1b") {
-      s.add(d + " runs the gpipe and 1f1b schedules, not " + par.schedule);
+    if (par.pp > 1 && par.schedule == "zb-h1") {
+      s.add(d + " runs the gpipe, 1f1b and interleaved schedules, not zb-h1");
     }
     if (!s.ok()) return Status::error(fmt::format("{}: {}", cfg_.origin, s.message()));
   }
@@ -225,6 +225,7 @@ Result<TrainResult> Trainer::run() {
     };
     DeviceParallel dp;
     dp.pp = cfg_.parallel.pp;
+    dp.vp = cfg_.parallel.vp;
     dp.pp_rank = topo.coord(world_rank).pp;
     dp.schedule = schedule::parse_kind(cfg_.parallel.schedule).value();
     dp.pp_group = dp.pp > 1 ? groups_.pp.get() : nullptr;
@@ -240,14 +241,18 @@ Result<TrainResult> Trainer::run() {
   // The device's state <-> the host model's (the serial layout; ZeRO 0, so whole buffers).
   auto to_device = [&] {
     if (!device_) return;
-    const DistributedOptimizer::StateView s = opts[0]->state();
-    device_->upload_state(s.params, s.m, s.v, opts[0]->step_count());
+    for (int j = 0; j < device_->num_chunks(); ++j) {
+      const DistributedOptimizer::StateView s = opts[j]->state();
+      device_->upload_state(j, s.params, s.m, s.v, opts[j]->step_count());
+    }
   };
   auto to_host = [&] {
     if (!device_) return;
-    const DistributedOptimizer::StateView s = opts[0]->state();
-    device_->download_state(s.params, s.m, s.v);
-    opts[0]->adamw().set_step_count(device_->step_count());
+    for (int j = 0; j < device_->num_chunks(); ++j) {
+      const DistributedOptimizer::StateView s = opts[j]->state();
+      device_->download_state(j, s.params, s.m, s.v);
+      opts[j]->adamw().set_step_count(device_->step_count());
+    }
   };
   if (resume_dir.empty()) to_device();
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};

@@ -42,10 +42,12 @@ namespace weft::kernels::cuda {
 namespace {
 
 // What decides cuBLASLt's choice of algorithm: the problem's shape, types, epilogue and the
-// alignment of its pointers. The heuristic query costs tens of microseconds, so its answer is
-// kept per key (including "no algorithm").
+// alignment of its pointers, the epilogue's bias and aux vectors included (cublasLt.h: the
+// heuristic reads their values for the alignment; a bias slice of the flat weight copy may be
+// less aligned than the last one of the same shape). The heuristic query costs tens of
+// microseconds, so its answer is kept per key (including "no algorithm").
 using GemmKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int,
-                           int, uint32_t, uint32_t, uint32_t, int64_t>;
+                           int, uint32_t, uint32_t, uint32_t, int64_t, uint32_t, uint32_t>;
 
 }  // namespace
 
@@ -188,8 +190,11 @@ bool try_gemm(Context::Impl& ctx, const Gemm& g) {
   const uint32_t align_a = alignment_of(g.a);
   const uint32_t align_b = alignment_of(g.b);
   const uint32_t align_d = alignment_of(g.d);
-  const GemmKey key{g.trans_a, g.trans_b, g.m,        g.n,     g.k,     g.lda,   g.ldb,   g.ldd,
-                    g.ab_type, g.d_type,  g.epilogue, align_a, align_b, align_d, g.aux_ld};
+  const uint32_t align_bias = g.bias != nullptr ? alignment_of(g.bias) : 0;
+  const uint32_t align_aux = g.aux != nullptr ? alignment_of(g.aux) : 0;
+  const GemmKey key{g.trans_a, g.trans_b, g.m,       g.n,        g.k,        g.lda,
+                    g.ldb,     g.ldd,     g.ab_type, g.d_type,   g.epilogue, align_a,
+                    align_b,   align_d,   g.aux_ld,  align_bias, align_aux};
   auto it = ctx.algos.find(key);
   if (it == ctx.algos.end()) {
     cublasLtMatmulPreference_t raw_pref = nullptr;
@@ -210,7 +215,10 @@ bool try_gemm(Context::Impl& ctx, const Gemm& g) {
     std::optional<cublasLtMatmulAlgo_t> algo;
     if (status == CUBLAS_STATUS_SUCCESS && count > 0) {
       algo = result.algo;
-    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS) {
+    } else if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_SUCCESS &&
+               g.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+      // With an epilogue, a refusal of any kind (an aux or bias argument the epilogue kernels do
+      // not take) means "no fused kernel": the caller's plain product reports real errors.
       WEFT_CUBLAS_CHECK(status);
     }
     it = ctx.algos.emplace(key, algo).first;
@@ -262,6 +270,9 @@ void linear_forward_impl(Context& ctx, T* out, T* pre_gelu, const T* inp, const 
                          const T* bias, int N, int IC, int OC) {
   check_linear_dims(N, IC, OC);
   if (N == 0) return;
+  // cuBLASLt's GeLU epilogues need the aux leading dimension (OC here) divisible by 8
+  // (cublasLt.h, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD); other widths take the separate kernel.
+  const bool fuse = pre_gelu == nullptr || OC % 8 == 0;
   Gemm fused = forward_gemm(out, inp, weight, N, IC, OC);
   if (pre_gelu != nullptr) {
     fused.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -271,7 +282,7 @@ void linear_forward_impl(Context& ctx, T* out, T* pre_gelu, const T* inp, const 
     fused.epilogue = CUBLASLT_EPILOGUE_BIAS;
   }
   fused.bias = bias;
-  if (try_gemm(ctx.impl(), fused)) return;
+  if (fuse && try_gemm(ctx.impl(), fused)) return;
   // No fused epilogue for this shape: the plain product, then bias and GeLU in one kernel.
   run_gemm(ctx.impl(), forward_gemm(pre_gelu != nullptr ? pre_gelu : out, inp, weight, N, IC, OC));
   if (bias != nullptr || pre_gelu != nullptr) {
@@ -302,7 +313,7 @@ void linear_backward_impl(Context& ctx, T* dinp, float dinp_beta, float* dweight
     g.d_type = data_type<T>();
     g.beta = dinp_beta;
     bool done = false;
-    if (gelu_pre != nullptr) {
+    if (gelu_pre != nullptr && IC % 8 == 0) {  // DGELU's aux leading dimension: as forward's
       Gemm fused = g;
       fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
       fused.aux = const_cast<T*>(gelu_pre);  // read, not written, by DGELU

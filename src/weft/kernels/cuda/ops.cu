@@ -984,6 +984,9 @@ LossScaler::LossScaler(Arena& arena, float initial_scale, int growth_interval, f
       " growth=", growth, " backoff=", backoff);
   const LossScaleState initial{initial_scale, 1.f / initial_scale, 0, 0, 0, 0};
   copy_to_device(state_, &initial, sizeof(initial));
+  // cudaMemcpy from pageable memory may return before its DMA lands, and a non-blocking stream
+  // given to update() does not wait for the legacy stream it ran on.
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void LossScaler::update(const float* grads, int64_t n, Stream stream) {
@@ -993,13 +996,17 @@ void LossScaler::update(const float* grads, int64_t n, Stream stream) {
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
+// The update may have run on any stream, a non-blocking one included, which cudaMemcpy (legacy
+// stream) does not wait for: wait for the device.
 float LossScaler::scale() const {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   LossScaleState host{};
   copy_to_host(&host, state_, sizeof(host));
   return host.scale;
 }
 
 bool LossScaler::found_inf() const {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   LossScaleState host{};
   copy_to_host(&host, state_, sizeof(host));
   return host.found_inf != 0;
@@ -1021,6 +1028,8 @@ AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segme
   auto* device_chunks = arena.allocate<Chunk>(num_chunks_);
   copy_to_device(device_segments, segments.data(), segments.size() * sizeof(AdamWSegment<T16>));
   copy_to_device(device_chunks, chunks.data(), chunks.size() * sizeof(Chunk));
+  // As LossScaler's: the tables have landed before step() runs on any stream.
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   segments_ = device_segments;
   chunks_ = device_chunks;
 }
