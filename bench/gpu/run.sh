@@ -353,7 +353,8 @@ for size in ${WEFT_E2E_SIZES:-124m 350m 1.5b}; do
   model=configs/models/gpt2-$size.toml
   if [[ -n "$WEFT_BIN" ]]; then
     e2e "$size" weft "$CAP" env LD_LIBRARY_PATH="$WEFT_LD" "$WEFT_BIN" bench step --device cuda \
-      --model "$model" --batch "$B" --seq 1024 --steps 10 --warmup 3 --json
+      --model "$model" --batch "$B" --seq 1024 --steps 10 --warmup 3 --json --profile \
+      --peak-tflops 989.4  # the H100/H200 SXM dense bf16 peak (configs/clusters/h200.toml)
   else
     log "weft $size: no CLI on this way of building"
   fi
@@ -400,6 +401,16 @@ for size in dict.fromkeys(r.get("size") for r in rows):
     print(f"| gpt2-{size} | {b} | {num(wt, ',.0f')}{note(w)} | {num(tt, ',.0f')}{note(t)} "
           f"| {num(ratio, '.3f')} | {num(w.get('ms_median'), '.1f')} | {num(t.get('ms_median'), '.1f')} "
           f"| {pct(w.get('mfu_spec'))} | {pct(w.get('mfu_gemm'))} |")
+# Where weft's step goes (--profile: one more step, each op timed alone), the largest ops first.
+for size in dict.fromkeys(r.get("size") for r in rows):
+    prof = pick(size, "weft").get("profile")
+    if not prof:
+        continue
+    print(f"\n**gpt2-{size}, weft's step by op** ({prof['step_ms']:.1f} ms with each op timed alone):\n")
+    print("| op | calls | ms | share |")
+    print("|---|---:|---:|---:|")
+    for op in prof["ops"][:12]:
+        print(f"| {op['op']} | {op['calls']} | {op['ms']:.2f} | {100 * op['ms'] / prof['step_ms']:.1f}% |")
 EOF
 cat "$OUT/e2e.md"
 if grep -q '"tokens_per_s"' "$OUT/e2e.jsonl"; then  # a measured figure, not only errors

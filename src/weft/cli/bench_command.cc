@@ -52,6 +52,7 @@ struct BenchOptions {
   bool sequence_parallel = false;
   std::string device = "cpu";
   double peak_tflops = 0;
+  bool profile = false;
 };
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
@@ -77,7 +78,8 @@ void run_bench_step(const BenchOptions& o) {
                               .microbatches = o.microbatches,
                               .recompute = *recompute,
                               .peak_tflops = o.peak_tflops,
-                              .json = o.json});
+                              .json = o.json,
+                              .profile = o.profile});
     return;
   }
   const JobWorld processes;
@@ -372,6 +374,8 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--peak-tflops", o->peak_tflops,
                    "with --device: the device's spec peak (dense bf16) for MFU, e.g. 989.4 for an "
                    "H100/H200 SXM (configs/clusters/h200.toml)");
+  step->add_flag("--profile", o->profile,
+                 "with --device: one more step with every op timed alone (where the time goes)");
   step->callback([o] { run_bench_step(*o); });
 }
 

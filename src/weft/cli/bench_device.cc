@@ -12,6 +12,7 @@
 #include "weft/cli/device.h"
 #include "weft/core/check.h"
 #include "weft/core/rng.h"
+#include "weft/kernels/profiling_backend.h"
 #include "weft/model/flops.h"
 #include "weft/runtime/device_trainer.h"
 
@@ -33,7 +34,9 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const auto backend =
       make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, {}, o.recompute));
   WEFT_CHECK(backend != nullptr, "run_bench_step_on_device needs a device other than cpu");
-  runtime::DeviceTrainer trainer(*backend, cfg, B, T, m, {}, {}, o.recompute);
+  // The trainer runs on the profiling wrapper, which forwards untimed until --profile's step.
+  kernels::ProfilingBackend profiler(*backend);
+  runtime::DeviceTrainer trainer(profiler, cfg, B, T, m, {}, {}, o.recompute);
   trainer.init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
@@ -47,6 +50,17 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   }
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
+  // One more step with every op timed on its own (each waits for the one before).
+  std::vector<kernels::ProfilingBackend::OpTime> ops;
+  double profiled_s = 0;
+  if (o.profile) {
+    profiler.set_enabled(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    trainer.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
+    profiled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    profiler.set_enabled(false);
+    ops = profiler.times();
+  }
   const double flops = model::model_flops_per_step(cfg, double(B) * m, T);
   const double achieved = flops / step_s;
   const double ceiling = runtime::device_gemm_ceiling(*backend, cfg, B, T);
@@ -78,6 +92,13 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
       {"mem_predicted_mib", predicted.total() / mib},
       {"mem_allocated_mib", backend->allocated_bytes() / mib},
   };
+  if (o.profile) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& op : ops) {
+      rows.push_back({{"op", op.op}, {"calls", op.calls}, {"ms", op.seconds * 1e3}});
+    }
+    j["profile"] = {{"step_ms", profiled_s * 1e3}, {"ops", rows}};
+  }
   if (o.json) {
     fmt::print("{}\n", j.dump());
     return;
@@ -106,6 +127,18 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
       predicted.total() / mib, predicted.params / mib, predicted.grads / mib,
       predicted.optimizer / mib, predicted.activations / mib, predicted.workspace / mib,
       backend->allocated_bytes() / mib);
+  if (o.profile) {
+    double sum = 0;
+    for (const auto& op : ops) sum += op.seconds;
+    fmt::print(
+        "  profile       one step with each op timed alone: {:.2f} ms, {:.2f} ms of it in ops "
+        "(the rest: host work between them)\n",
+        profiled_s * 1e3, sum * 1e3);
+    for (const auto& op : ops) {
+      fmt::print("    {:>9.3f} ms {:5.1f}%  x{:<4} {}\n", op.seconds * 1e3,
+                 100.0 * op.seconds / profiled_s, op.calls, op.op);
+    }
+  }
 }
 
 }  // namespace weft::cli

@@ -49,6 +49,7 @@ struct DeviceBenchOptions {
   model::Recompute recompute = model::Recompute::None;
   double peak_tflops = 0;  // 0: no MFU against the spec peak
   bool json = false;
+  bool profile = false;  // one more step with every op timed (kernels/profiling_backend.h)
 };
 void run_bench_step_on_device(const DeviceBenchOptions& o);
 

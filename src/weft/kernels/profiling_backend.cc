@@ -1,0 +1,141 @@
+#include "weft/kernels/profiling_backend.h"
+
+#include <algorithm>
+
+namespace weft::kernels {
+namespace {
+
+std::string linear_name(const char* op, int N, int IC, int OC, bool gelu) {
+  return std::string(op) + " " + std::to_string(IC) + "->" + std::to_string(OC) +
+         (gelu ? " +gelu" : "") + " (N=" + std::to_string(N) + ")";
+}
+
+}  // namespace
+
+void ProfilingBackend::set_enabled(bool on) {
+  if (on) inner_.synchronize();  // what came before is not the first op's
+  enabled_ = on;
+}
+
+std::vector<ProfilingBackend::OpTime> ProfilingBackend::times() const {
+  std::vector<OpTime> out;
+  for (const auto& [name, t] : times_) out.push_back(t);
+  std::sort(out.begin(), out.end(),
+            [](const OpTime& a, const OpTime& b) { return a.seconds > b.seconds; });
+  return out;
+}
+
+template <typename F>
+void ProfilingBackend::timed(const std::string& op, F&& f) {
+  if (!enabled_) {
+    f();
+    return;
+  }
+  inner_.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  inner_.synchronize();
+  OpTime& t = times_[op];
+  t.op = op;
+  ++t.calls;
+  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void ProfilingBackend::upload(void* dst, const void* src, int64_t bytes) {
+  timed("upload", [&] { inner_.upload(dst, src, bytes); });
+}
+void ProfilingBackend::download(void* dst, const void* src, int64_t bytes) {
+  timed("download", [&] { inner_.download(dst, src, bytes); });
+}
+void ProfilingBackend::zero(void* p, int64_t bytes) {
+  timed("zero", [&] { inner_.zero(p, bytes); });
+}
+void ProfilingBackend::copy(void* dst, const void* src, int64_t bytes) {
+  timed("copy", [&] { inner_.copy(dst, src, bytes); });
+}
+void ProfilingBackend::convert(BF16* out, const float* in, int64_t n) {
+  timed("convert", [&] { inner_.convert(out, in, n); });
+}
+void ProfilingBackend::embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte,
+                                         const BF16* wpe, int B, int T, int C) {
+  timed("embedding_forward", [&] { inner_.embedding_forward(out, tokens, wte, wpe, B, T, C); });
+}
+void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const BF16* dout,
+                                          const int32_t* tokens_host, int B, int T, int C) {
+  timed("embedding_backward",
+        [&] { inner_.embedding_backward(dwte, dwpe, dout, tokens_host, B, T, C); });
+}
+void ProfilingBackend::residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
+  timed("residual_forward", [&] { inner_.residual_forward(out, a, b, n); });
+}
+void ProfilingBackend::layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp,
+                                         const BF16* weight, const BF16* bias, int N, int C) {
+  timed("layernorm_forward",
+        [&] { inner_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+}
+void ProfilingBackend::fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean,
+                                                        float* rstd, const BF16* a, const BF16* b,
+                                                        const BF16* weight, const BF16* bias, int N,
+                                                        int C) {
+  timed("fused_residual_layernorm_forward", [&] {
+    inner_.fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+  });
+}
+void ProfilingBackend::layernorm_backward(BF16* dinp, float* dweight, float* dbias,
+                                          const BF16* dout, const BF16* inp, const BF16* weight,
+                                          const float* mean, const float* rstd, int N, int C) {
+  timed("layernorm_backward", [&] {
+    inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  });
+}
+void ProfilingBackend::linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp,
+                                      const BF16* weight, const BF16* bias, int N, int IC, int OC) {
+  timed(linear_name("linear_forward", N, IC, OC, pre_gelu != nullptr),
+        [&] { inner_.linear_forward(out, pre_gelu, inp, weight, bias, N, IC, OC); });
+}
+void ProfilingBackend::linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                                       const BF16* inp, const BF16* weight, const BF16* gelu_pre,
+                                       int N, int IC, int OC) {
+  timed(linear_name("linear_backward", N, IC, OC, gelu_pre != nullptr), [&] {
+    inner_.linear_backward(dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
+  });
+}
+void ProfilingBackend::attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T,
+                                         int C, int NH) {
+  timed("attention_forward", [&] { inner_.attention_forward(out, lse, qkv, B, T, C, NH); });
+}
+void ProfilingBackend::attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv,
+                                          const BF16* out, const float* lse, int B, int T, int C,
+                                          int NH) {
+  timed("attention_backward",
+        [&] { inner_.attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+}
+void ProfilingBackend::softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets,
+                                             float dloss, int N, int V, int Vp) {
+  timed("softmax_cross_entropy",
+        [&] { inner_.softmax_cross_entropy(losses, logits, targets, dloss, N, V, Vp); });
+}
+double ProfilingBackend::sum_squares(const float* x, int64_t n) {
+  double r = 0;
+  timed("sum_squares", [&] { r = inner_.sum_squares(x, n); });
+  return r;
+}
+
+// The plan's step is an op too: AdamW over every tensor in one launch.
+std::unique_ptr<MixedBackend::AdamW> ProfilingBackend::plan_adamw(
+    std::span<const AdamWSegment> segments) {
+  class Timed final : public AdamW {
+   public:
+    Timed(ProfilingBackend& p, std::unique_ptr<AdamW> inner) : p_(p), inner_(std::move(inner)) {}
+    void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) override {
+      p_.timed("adamw", [&] { inner_->step(lr, beta1, beta2, eps, t, grad_scale); });
+    }
+
+   private:
+    ProfilingBackend& p_;
+    std::unique_ptr<AdamW> inner_;
+  };
+  return std::make_unique<Timed>(*this, inner_.plan_adamw(segments));
+}
+
+}  // namespace weft::kernels

@@ -1,0 +1,91 @@
+#pragma once
+// A MixedBackend that forwards to another one and, while enabled, times every op: it waits for
+// the op to finish (inner.synchronize()) and adds the wall time to the op's entry, keyed by the
+// op's name and, for the linear layers, its shape ("linear_forward 768->2304 (N=32768)"). With
+// one synchronization per op the times are each op's own device time plus its launch, so the
+// sum approaches the step's time; what a step spends outside the ops (host work, waiting on
+// communication) is the difference. `weft bench step --device ... --profile` prints the table:
+// where a GPU step's time goes, measured in the same run as the step time.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weft/kernels/mixed.h"
+
+namespace weft::kernels {
+
+class ProfilingBackend final : public MixedBackend {
+ public:
+  explicit ProfilingBackend(MixedBackend& inner) : inner_(inner) {}
+
+  // Off: every call is forwarded untimed (a step runs as without the wrapper).
+  void set_enabled(bool on);
+  bool enabled() const { return enabled_; }
+  void reset() { times_.clear(); }
+
+  struct OpTime {
+    std::string op;
+    int64_t calls = 0;
+    double seconds = 0;
+  };
+  // What was timed since the last reset(), largest total first.
+  std::vector<OpTime> times() const;
+
+  std::string name() const override { return inner_.name(); }
+  using MixedBackend::allocate;
+  void* allocate(int64_t bytes) override { return inner_.allocate(bytes); }
+  int64_t allocated_bytes() const override { return inner_.allocated_bytes(); }
+  void upload(void* dst, const void* src, int64_t bytes) override;
+  void download(void* dst, const void* src, int64_t bytes) override;
+  void zero(void* p, int64_t bytes) override;
+  void copy(void* dst, const void* src, int64_t bytes) override;
+  void synchronize() override { inner_.synchronize(); }
+
+  void convert(BF16* out, const float* in, int64_t n) override;
+  void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
+                         int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
+                          int B, int T, int C) override;
+  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override;
+  void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
+                         const BF16* bias, int N, int C) override;
+  void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
+                                        const BF16* a, const BF16* b, const BF16* weight,
+                                        const BF16* bias, int N, int C) override;
+  void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                          const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
+                          int N, int C) override;
+  void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
+                      const BF16* bias, int N, int IC, int OC) override;
+  void linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout, const BF16* inp,
+                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) override;
+  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
+                          const float* lse, int B, int T, int C, int NH) override;
+  bool attention_supports(int C, int NH) const override { return inner_.attention_supports(C, NH); }
+  void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
+                             int N, int V, int Vp) override;
+  double sum_squares(const float* x, int64_t n) override;
+  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override;
+  double linear_forward_seconds(int N, int IC, int OC, int reps) override {
+    return inner_.linear_forward_seconds(N, IC, OC, reps);
+  }
+
+ private:
+  // Times one op: everything queued before it first finishes, then the op, then its time is
+  // added under `op`.
+  template <typename F>
+  void timed(const std::string& op, F&& f);
+
+  MixedBackend& inner_;
+  bool enabled_ = false;
+  std::map<std::string, OpTime> times_;
+};
+
+}  // namespace weft::kernels
