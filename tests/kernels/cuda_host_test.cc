@@ -116,6 +116,51 @@ TEST(GroupTokens, HandlesEmptyInputAndRejectsNegativeTokens) {
   EXPECT_THROW(group_tokens(bad), Error);
 }
 
+// A vocabulary shard's plan (tensor parallelism): only the tokens in [v0, v0 + count), at local
+// rows, in the same order as the unsharded plan; other ids (other ranks', negative) are skipped.
+TEST(GroupTokens, GroupsOnlyTheTokensOfAShardAtLocalRows) {
+  const std::vector<int32_t> tokens = {5, 2, 7, 5, -1, 3, 2, 9, 5, 4};
+  const TokenRuns shard = group_tokens_in_range(tokens, 2, 4);  // rows of tokens 2..5
+  EXPECT_EQ(shard.positions, (std::vector<int32_t>{1, 6, 5, 9, 0, 3, 8}));
+  EXPECT_EQ(shard.run_starts, (std::vector<int32_t>{0, 2, 3, 4, 7}));
+  EXPECT_EQ(shard.run_tokens, (std::vector<int32_t>{0, 1, 2, 3}));
+
+  const TokenRuns none = group_tokens_in_range(tokens, 10, 6);  // no token of this shard
+  EXPECT_EQ(none.num_runs(), 0);
+  EXPECT_TRUE(none.positions.empty());
+  EXPECT_EQ(none.run_starts, (std::vector<int32_t>{0}));
+  EXPECT_THROW(group_tokens_in_range(tokens, -1, 4), Error);
+}
+
+// Shards that tile [0, V) give, run by run, the unsharded plan with rows offset by v0: the same
+// positions in the same order, so each dwte row gets the same sum in the same order.
+TEST(GroupTokens, ShardPlansConcatenateToTheFullPlan) {
+  std::mt19937 rng(7);
+  const int V = 1001;
+  std::vector<int32_t> tokens(4096);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 300) * 3 % V;  // repeats, gaps
+  const TokenRuns full = group_tokens(tokens);
+  for (const int shards : {1, 2, 3}) {
+    SCOPED_TRACE(testing::Message() << shards << " shards");
+    const int Vl = (V + shards - 1) / shards;
+    TokenRuns joined;
+    joined.run_starts.push_back(0);
+    for (int r = 0; r < shards; ++r) {
+      const TokenRuns part = group_tokens_in_range(tokens, r * Vl, Vl);
+      const int32_t base = static_cast<int32_t>(joined.positions.size());
+      joined.positions.insert(joined.positions.end(), part.positions.begin(), part.positions.end());
+      for (int32_t k = 0; k < part.num_runs(); ++k) {
+        ASSERT_LT(part.run_tokens[k], Vl);
+        joined.run_tokens.push_back(part.run_tokens[k] + r * Vl);
+        joined.run_starts.push_back(base + part.run_starts[k + 1]);
+      }
+    }
+    EXPECT_EQ(joined.positions, full.positions);
+    EXPECT_EQ(joined.run_starts, full.run_starts);
+    EXPECT_EQ(joined.run_tokens, full.run_tokens);
+  }
+}
+
 // What the GPU conversions are compared against (tests/kernels/cuda_kernels_test.cc): round to
 // nearest, ties to even.
 TEST(HostRounding, TiesGoToEven) {

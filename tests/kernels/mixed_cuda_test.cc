@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -383,6 +384,146 @@ TEST_F(MixedCuda, SoftmaxCrossEntropyAgreesOverAPaddedVocabulary) {
     for (int j = V; j < Vp; ++j) ASSERT_EQ(g[n * Vp + j].to_float(), 0.f) << "padding, row " << n;
   }
   for (int j = 0; j < Vp; ++j) ASSERT_EQ(g[3 * Vp + j].to_float(), 0.f) << "ignored row";
+}
+
+// ---- tensor parallelism: vocabulary shards (Megatron-LM) ----------------------------------------
+
+// Rank r of t: columns (wte rows) [v0, v0 + Vl) of the padded vocabulary, Vl = Vp / t, the first
+// Vv = max(0, min(Vl, V - v0)) real.
+struct VocabShard {
+  int v0, Vl, Vv;
+};
+std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
+  std::vector<VocabShard> out;
+  for (int r = 0; r < t; ++r)
+    out.push_back({r * (Vp / t), Vp / t, std::clamp(V - r * (Vp / t), 0, Vp / t)});
+  return out;
+}
+
+TEST_F(MixedCuda, WidenIsExact) {
+  const int64_t n = 100003;
+  const Both<BF16> in = put(random16(n, -100.f, 100.f));
+  const Both<float> out = poisoned<float>(n);
+  host_->widen(out.host, in.host, n);
+  gpu_->widen(out.gpu, in.gpu, n);
+  EXPECT_EQ(get(*gpu_, out.gpu, n), get(*host_, out.host, n));
+}
+
+TEST_F(MixedCuda, EmbeddingForwardShardRoundsLikeTheHost) {
+  const int B = 3, T = 67, C = 77, V = 1001, Vp = 1008;
+  const Both<int32_t> tokens = put(random_tokens(B * T, V));
+  const Both<BF16> wte = put(random16(int64_t{Vp} * C)), wpe = put(random16(T * C));
+  for (const VocabShard& sh : vocab_shards(V, Vp, 3)) {
+    SCOPED_TRACE("v0=" + std::to_string(sh.v0));
+    const Both<BF16> out = poisoned<BF16>(B * T * C);
+    const int64_t at = int64_t{sh.v0} * C;
+    host_->embedding_forward_shard(out.host, tokens.host, wte.host + at,
+                                   sh.v0 == 0 ? wpe.host : nullptr, B, T, C, sh.v0, sh.Vl);
+    gpu_->embedding_forward_shard(out.gpu, tokens.gpu, wte.gpu + at, sh.v0 == 0 ? wpe.gpu : nullptr,
+                                  B, T, C, sh.v0, sh.Vl);
+    EXPECT_EQ(error(out), 0.0);  // one fp32 sum rounded once, on both
+  }
+}
+
+TEST_F(MixedCuda, EmbeddingBackwardShardAddsAlike) {
+  const int B = 4, T = 67, C = 77;
+  // (V, Vp, t): with V = 500 of Vp = 1024 the second shard holds no token of the batch.
+  for (const auto [V, Vp, t] : {std::array{1001, 1008, 3}, std::array{500, 1024, 2}}) {
+    std::vector<int32_t> tokens = random_tokens(B * T, 13);  // few ids: long runs of repeats
+    for (int32_t& tok : tokens) tok *= V / 13;
+    const Both<BF16> dout = put(random16(B * T * C));
+    for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
+      SCOPED_TRACE("V=" + std::to_string(V) + " v0=" + std::to_string(sh.v0));
+      const Both<float> dwte = put(random(int64_t{sh.Vl} * C)), dwpe = put(random(T * C));
+      const bool with_dwpe = sh.v0 == 0;  // as the model: tp rank 0 owns wpe
+      host_->embedding_backward_shard(dwte.host, with_dwpe ? dwpe.host : nullptr, dout.host,
+                                      tokens.data(), B, T, C, sh.v0, sh.Vl);
+      gpu_->embedding_backward_shard(dwte.gpu, with_dwpe ? dwpe.gpu : nullptr, dout.gpu,
+                                     tokens.data(), B, T, C, sh.v0, sh.Vl);
+      EXPECT_AGREE(dwte, kTolF32);
+      EXPECT_AGREE(dwpe, kTolF32);  // untouched on both without it
+    }
+  }
+}
+
+// Stats per rank, gathered into all_stats[t,N,3] on each backend (as the all-gather would), then
+// the finish per rank; the GPU's own stats feed the GPU's finish.
+TEST_F(MixedCuda, VocabParallelCrossEntropyAgrees) {
+  const int N = 67;
+  for (const auto [V, Vp, t] :
+       {std::array{1001, 1024, 2}, std::array{1001, 1008, 3}, std::array{500, 1024, 2}}) {
+    SCOPED_TRACE("V=" + std::to_string(V) + " Vp=" + std::to_string(Vp) +
+                 " t=" + std::to_string(t));
+    const int Vl = Vp / t;
+    std::vector<int32_t> target_values = random_tokens(N, V);
+    target_values[3] = -1;  // ignored rows
+    target_values[40] = -1;
+    const Both<int32_t> targets = put(target_values);
+    const std::vector<VocabShard> shards = vocab_shards(V, Vp, t);
+    std::vector<Both<BF16>> logits;
+    const Both<float> all_stats = poisoned<float>(int64_t{t} * N * 3);
+    const int64_t stats_bytes = int64_t{N} * 3 * static_cast<int64_t>(sizeof(float));
+    for (int r = 0; r < t; ++r) {
+      const VocabShard& sh = shards[r];
+      logits.push_back(put(random16(int64_t{N} * Vl, -5.f, 5.f)));
+      const Both<float> stats = poisoned<float>(int64_t{N} * 3);
+      host_->cross_entropy_shard_stats(stats.host, logits[r].host, targets.host, N, Vl, sh.Vv,
+                                       sh.v0);
+      gpu_->cross_entropy_shard_stats(stats.gpu, logits[r].gpu, targets.gpu, N, Vl, sh.Vv, sh.v0);
+      if (sh.Vv > 0) {
+        EXPECT_AGREE(stats, kTolF32);
+      } else {  // all padding: no maximum, nothing to sum, no target
+        const Floats g = get(*gpu_, stats.gpu, stats.n);
+        for (int n = 0; n < N; ++n) {
+          ASSERT_EQ(g[n * 3], -std::numeric_limits<float>::infinity()) << "row " << n;
+          ASSERT_EQ(g[n * 3 + 1], 0.f) << "row " << n;
+          ASSERT_EQ(g[n * 3 + 2], 0.f) << "row " << n;
+        }
+      }
+      host_->copy(all_stats.host + int64_t{r} * N * 3, stats.host, stats_bytes);
+      gpu_->copy(all_stats.gpu + int64_t{r} * N * 3, stats.gpu, stats_bytes);
+    }
+    const float dloss = 1.f / N;
+    for (int r = 0; r < t; ++r) {
+      const VocabShard& sh = shards[r];
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const Both<float> losses = poisoned<float>(N);
+      host_->cross_entropy_shard_finish(losses.host, logits[r].host, all_stats.host, t,
+                                        targets.host, dloss, N, V, Vl, sh.Vv, sh.v0);
+      gpu_->cross_entropy_shard_finish(losses.gpu, logits[r].gpu, all_stats.gpu, t, targets.gpu,
+                                       dloss, N, V, Vl, sh.Vv, sh.v0);
+      EXPECT_AGREE(losses, kTolF32);
+      EXPECT_AGREE(logits[r], kTol16);
+      const Bf16s g = get(*gpu_, logits[r].gpu, logits[r].n);
+      for (int n = 0; n < N; ++n) {
+        const int from = target_values[n] < 0 ? 0 : sh.Vv;  // ignored rows: all of it
+        for (int j = from; j < Vl; ++j) {
+          ASSERT_EQ(g[n * Vl + j].bits, 0) << "row " << n << " column " << j;
+        }
+      }
+    }
+  }
+}
+
+// With one rank the finish runs softmax_cross_entropy's expressions on the same statistics (the
+// stats kernel reduces as the fused kernel does): the same bits.
+TEST_F(MixedCuda, OneShardCrossEntropyIsSoftmaxCrossEntropy) {
+  const int N = 67, V = 1001, Vp = 1024;
+  std::vector<int32_t> target_values = random_tokens(N, V);
+  target_values[5] = -1;
+  const Both<int32_t> targets = put(target_values);
+  const Bf16s values = random16(int64_t{N} * Vp, -5.f, 5.f);
+  const Both<BF16> fused = put(values), sharded = put(values);
+  const Both<float> fused_losses = poisoned<float>(N), losses = poisoned<float>(N);
+  const Both<float> stats = poisoned<float>(int64_t{N} * 3);
+  const float dloss = 1.f / N;
+  gpu_->softmax_cross_entropy(fused_losses.gpu, fused.gpu, targets.gpu, dloss, N, V, Vp);
+  gpu_->cross_entropy_shard_stats(stats.gpu, sharded.gpu, targets.gpu, N, Vp, V, 0);
+  gpu_->cross_entropy_shard_finish(losses.gpu, sharded.gpu, stats.gpu, 1, targets.gpu, dloss, N, V,
+                                   Vp, V, 0);
+  EXPECT_EQ(get(*gpu_, losses.gpu, N), get(*gpu_, fused_losses.gpu, N));
+  const Bf16s a = get(*gpu_, sharded.gpu, sharded.n), b = get(*gpu_, fused.gpu, fused.n);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i].bits, b[i].bits) << "element " << i;
 }
 
 TEST_F(MixedCuda, SumSquaresAgrees) {

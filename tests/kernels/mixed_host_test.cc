@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -528,6 +529,284 @@ TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyGivesNanForATargetOutsideTheVoca
       EXPECT_EQ(g, 0.f) << "column " << j;
     }
   }
+}
+
+// ---- tensor parallelism: vocabulary shards (Megatron-LM) ----------------------------------------
+
+// Rank r of t holds columns (or wte rows) [v0, v0 + Vl) of the padded vocabulary Vp, Vl = Vp / t;
+// Vv of them are real, max(0, min(Vl, V - v0)).
+struct VocabShard {
+  int v0, Vl, Vv;
+};
+std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
+  EXPECT_EQ(Vp % t, 0);
+  const int Vl = Vp / t;
+  std::vector<VocabShard> out;
+  for (int r = 0; r < t; ++r) out.push_back({r * Vl, Vl, std::clamp(V - r * Vl, 0, Vl)});
+  return out;
+}
+
+// Bits as a monotonic integer (-0 and +0 both 0), so adjacent bf16 values differ by 1.
+int ordered(BF16 x) {
+  const int magnitude = x.bits & 0x7FFF;
+  return (x.bits & 0x8000) != 0 ? -magnitude : magnitude;
+}
+
+TEST_F(HostMixedBackendTest, WidenIsExact) {
+  Bf16s x = uniform_bf16(1001, "widen", -100.f, 100.f);
+  x.push_back(BF16::from_float(kNaN));
+  const int64_t n = static_cast<int64_t>(x.size());
+  float* out = poisoned_floats(n);
+  backend_->widen(out, put(x), n);
+  const Floats got = get(out, n);
+  for (int64_t i = 0; i + 1 < n; ++i) ASSERT_EQ(got[i], x[i].to_float()) << i;
+  EXPECT_TRUE(std::isnan(got[n - 1]));
+}
+
+// The ranks' partials (rank 0 with wpe, the others without), summed in fp32 and rounded, are
+// embedding_forward's output, bit for bit.
+TEST_F(HostMixedBackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {
+  const int B = 3, T = 37, C = 77, V = 1001, Vp = 1008;
+  const Bf16s wte = uniform_bf16(static_cast<int64_t>(Vp) * C, "wte");
+  const Bf16s wpe = uniform_bf16(static_cast<int64_t>(T) * C, "wpe");
+  std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
+  tokens[0] = 0;  // the edges of the shards
+  tokens[1] = V - 1;
+  tokens[2] = Vp / 2 - 1;
+  tokens[3] = Vp / 2;
+  const int64_t size = static_cast<int64_t>(B) * T * C;
+  BF16* full = poisoned_bf16(size);
+  const int32_t* d_tokens = put(tokens);
+  const BF16* d_wte = put(wte);
+  const BF16* d_wpe = put(wpe);
+  backend_->embedding_forward(full, d_tokens, d_wte, d_wpe, B, T, C);
+  const Bf16s expected = get(full, size);
+  for (const int t : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << t << " shards");
+    Floats sum(static_cast<size_t>(size), 0.f);
+    for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
+      BF16* out = poisoned_bf16(size);
+      backend_->embedding_forward_shard(out, d_tokens, d_wte + static_cast<int64_t>(sh.v0) * C,
+                                        sh.v0 == 0 ? d_wpe : nullptr, B, T, C, sh.v0, sh.Vl);
+      const Bf16s part = get(out, size);
+      for (int64_t i = 0; i < size; ++i) sum[i] += part[i].to_float();
+    }
+    EXPECT_TRUE(same_bits(round_all(sum), expected));
+  }
+}
+
+// Each rank's dwte is its rows of embedding_backward's dwte, bit for bit (the same per-token sums
+// in the same order), and every rank's dwpe is embedding_backward's dwpe.
+TEST_F(HostMixedBackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGradient) {
+  const int B = 4, T = 37, C = 77, V = 1001, Vp = 1008;
+  const Bf16s dout = uniform_bf16(static_cast<int64_t>(B) * T * C, "dout");
+  std::vector<int32_t> tokens = random_tokens(B * T, 40, "tokens");
+  for (int32_t& tok : tokens) tok *= 25;  // 40 distinct ids over every shard: long runs
+  tokens[5] = V - 1;
+  const Floats dwte0 = uniform(static_cast<int64_t>(Vp) * C, "dwte0");
+  const Floats dwpe0 = uniform(static_cast<int64_t>(T) * C, "dwpe0");
+  const BF16* d_dout = put(dout);
+  float* full_dwte = put(dwte0);
+  float* full_dwpe = put(dwpe0);
+  backend_->embedding_backward(full_dwte, full_dwpe, d_dout, tokens.data(), B, T, C);
+  const Floats expected_dwte = get(full_dwte, static_cast<int64_t>(Vp) * C);
+  const Floats expected_dwpe = get(full_dwpe, static_cast<int64_t>(T) * C);
+  for (const int t : {1, 2, 3}) {
+    SCOPED_TRACE(testing::Message() << t << " shards");
+    Floats joined;
+    for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
+      const int64_t rows = static_cast<int64_t>(sh.Vl) * C;
+      float* dwte = put(
+          Floats(dwte0.begin() + int64_t{sh.v0} * C, dwte0.begin() + int64_t{sh.v0} * C + rows));
+      float* dwpe = put(dwpe0);
+      backend_->embedding_backward_shard(dwte, dwpe, d_dout, tokens.data(), B, T, C, sh.v0, sh.Vl);
+      const Floats part = get(dwte, rows);
+      joined.insert(joined.end(), part.begin(), part.end());
+      EXPECT_EQ(get(dwpe, static_cast<int64_t>(T) * C), expected_dwpe) << "dwpe of v0=" << sh.v0;
+      // Without dwpe: the same dwte rows again, nothing else touched.
+      float* again = put(
+          Floats(dwte0.begin() + int64_t{sh.v0} * C, dwte0.begin() + int64_t{sh.v0} * C + rows));
+      backend_->embedding_backward_shard(again, nullptr, d_dout, tokens.data(), B, T, C, sh.v0,
+                                         sh.Vl);
+      EXPECT_EQ(get(again, rows), part) << "dwte of v0=" << sh.v0 << " without dwpe";
+    }
+    EXPECT_EQ(joined, expected_dwte);
+  }
+}
+
+// Cross-entropy over t ranks (stats per rank, all-gathered into all_stats[t,N,3], finish per
+// rank) against softmax_cross_entropy over the whole padded row: every rank's losses within
+// 1e-6 (relative), the concatenated gradients within one bf16 ulp; exactly the same bits for
+// t = 1. Padding columns (100, which must not count) and ignored rows come out exactly 0.
+class VocabParallelCrossEntropy : public HostMixedBackendTest {
+ protected:
+  void check(int V, int Vp, int t, std::string_view tag) {
+    SCOPED_TRACE(testing::Message() << "V=" << V << " Vp=" << Vp << " t=" << t);
+    const int N = 67;
+    const int64_t size = static_cast<int64_t>(N) * Vp;
+    Floats logits = uniform(size, std::string(tag) + "logits", -4.f, 4.f);
+    for (int n = 0; n < N; ++n) {
+      for (int j = V; j < Vp; ++j) logits[n * Vp + j] = 100.f;  // padding must not count
+    }
+    const Bf16s logits16 = round_all(logits);
+    std::vector<int32_t> targets = random_tokens(N, V, std::string(tag) + "targets");
+    for (int n = 0; n < N; n += 7) targets[n] = -1;  // ignored rows
+    targets[1] = 0;                                  // the edges of the vocabulary
+    targets[2] = V - 1;
+    const float dloss = 1.f / N;
+    const int32_t* d_targets = put(targets);
+
+    float* ref_losses_d = poisoned_floats(N);
+    BF16* ref_grad_d = put(logits16);
+    backend_->softmax_cross_entropy(ref_losses_d, ref_grad_d, d_targets, dloss, N, V, Vp);
+    const Floats ref_losses = get(ref_losses_d, N);
+    const Bf16s ref_grad = get(ref_grad_d, size);
+
+    const std::vector<VocabShard> shards = vocab_shards(V, Vp, t);
+    const int Vl = Vp / t;
+    std::vector<BF16*> shard_logits;
+    Floats all_stats;  // [t, N, 3]
+    for (const VocabShard& sh : shards) {
+      Bf16s cols(static_cast<size_t>(N) * Vl);  // columns [v0, v0 + Vl) of each row
+      for (int n = 0; n < N; ++n) {
+        for (int j = 0; j < Vl; ++j) cols[n * Vl + j] = logits16[n * Vp + sh.v0 + j];
+      }
+      shard_logits.push_back(put(cols));
+      float* stats = poisoned_floats(static_cast<int64_t>(N) * 3);
+      backend_->cross_entropy_shard_stats(stats, shard_logits.back(), d_targets, N, Vl, sh.Vv,
+                                          sh.v0);
+      const Floats got = get(stats, static_cast<int64_t>(N) * 3);
+      all_stats.insert(all_stats.end(), got.begin(), got.end());
+    }
+    const float* d_all_stats = put(all_stats);
+    Bf16s grad;  // the ranks' [N, Vl] gradients side by side: [N, Vp]
+    grad.resize(static_cast<size_t>(size));
+    for (int r = 0; r < t; ++r) {
+      const VocabShard& sh = shards[r];
+      float* losses = poisoned_floats(N);
+      backend_->cross_entropy_shard_finish(losses, shard_logits[r], d_all_stats, t, d_targets,
+                                           dloss, N, V, Vl, sh.Vv, sh.v0);
+      const Floats got_losses = get(losses, N);
+      for (int n = 0; n < N; ++n) {
+        if (t == 1) {
+          ASSERT_EQ(got_losses[n], ref_losses[n]) << "row " << n;
+        } else {
+          ASSERT_NEAR(got_losses[n], ref_losses[n], 1e-6 * std::abs(ref_losses[n]))
+              << "rank " << r << " row " << n;
+        }
+      }
+      const Bf16s part = get(shard_logits[r], static_cast<int64_t>(N) * Vl);
+      for (int n = 0; n < N; ++n) {
+        for (int j = 0; j < Vl; ++j) grad[n * Vp + sh.v0 + j] = part[n * Vl + j];
+      }
+    }
+    for (int n = 0; n < N; ++n) {
+      const bool ignored = targets[n] < 0;
+      for (int j = 0; j < Vp; ++j) {
+        const BF16 g = grad[n * Vp + j];
+        const BF16 e = ref_grad[n * Vp + j];
+        if (ignored || j >= V) {
+          ASSERT_EQ(g.bits, 0) << "row " << n << " column " << j;
+        } else if (t == 1) {
+          ASSERT_EQ(g.bits, e.bits) << "row " << n << " column " << j;
+        } else {
+          ASSERT_LE(std::abs(ordered(g) - ordered(e)), 1)
+              << "row " << n << " column " << j << ": " << g.to_float() << " vs " << e.to_float();
+        }
+      }
+    }
+  }
+};
+
+TEST_F(VocabParallelCrossEntropy, OneShardIsSoftmaxCrossEntropyBitForBit) {
+  check(1001, 1024, 1, "t1");
+  check(1001, 1008, 1, "t1b");
+}
+
+TEST_F(VocabParallelCrossEntropy, TwoShardsWithPaddingInTheSecond) {
+  check(1001, 1024, 2, "t2");  // Vv = 512, 489
+  check(900, 1024, 2, "t2b");  // Vv = 512, 388
+}
+
+TEST_F(VocabParallelCrossEntropy, ThreeShards) {
+  check(1001, 1008, 3, "t3");  // Vl = 336: Vv = 336, 336, 329
+}
+
+TEST_F(VocabParallelCrossEntropy, AShardOfPaddingOnly) {
+  check(500, 1024, 2, "pad2");  // Vv = 500, 0
+  check(500, 1008, 3, "pad3");  // Vv = 336, 164, 0
+}
+
+TEST_F(VocabParallelCrossEntropy, AnAllPaddingShardReportsNoMaximum) {
+  const int N = 2, Vl = 8;
+  const Bf16s logits = uniform_bf16(N * Vl, "pad_stats");
+  const std::vector<int32_t> targets = {3, -1};
+  float* stats = poisoned_floats(N * 3);
+  backend_->cross_entropy_shard_stats(stats, put(logits), put(targets), N, Vl, 0, 16);
+  const Floats got = get(stats, N * 3);
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(got[n * 3], -std::numeric_limits<float>::infinity()) << n;
+    EXPECT_EQ(got[n * 3 + 1], 0.f) << n;
+    EXPECT_EQ(got[n * 3 + 2], 0.f) << n;
+  }
+}
+
+TEST_F(VocabParallelCrossEntropy, GivesNanOnEveryRankForATargetOutsideTheVocabulary) {
+  const int N = 3, V = 40, Vp = 96, t = 2, Vl = Vp / t;  // Vv = 40, 0
+  const Bf16s logits = uniform_bf16(static_cast<int64_t>(N) * Vp, "bad_shard_logits");
+  const std::vector<int32_t> targets = {5, V + 10, 7};  // row 1: a padding column, not a word
+  const int32_t* d_targets = put(targets);
+  std::vector<BF16*> parts;
+  Floats all_stats;
+  for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
+    Bf16s cols(static_cast<size_t>(N) * Vl);
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < Vl; ++j) cols[n * Vl + j] = logits[n * Vp + sh.v0 + j];
+    }
+    parts.push_back(put(cols));
+    float* stats = poisoned_floats(N * 3);
+    backend_->cross_entropy_shard_stats(stats, parts.back(), d_targets, N, Vl, sh.Vv, sh.v0);
+    const Floats got = get(stats, N * 3);
+    all_stats.insert(all_stats.end(), got.begin(), got.end());
+  }
+  const float* d_all_stats = put(all_stats);
+  for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
+    SCOPED_TRACE(testing::Message() << "v0=" << sh.v0);
+    float* losses = poisoned_floats(N);
+    BF16* grad = parts[static_cast<size_t>(sh.v0 / Vl)];
+    backend_->cross_entropy_shard_finish(losses, grad, d_all_stats, t, d_targets, 1.f, N, V, Vl,
+                                         sh.Vv, sh.v0);
+    const Floats got_losses = get(losses, N);
+    EXPECT_TRUE(std::isfinite(got_losses[0]));
+    EXPECT_TRUE(std::isnan(got_losses[1]));
+    EXPECT_TRUE(std::isfinite(got_losses[2]));
+    const Bf16s got_grad = get(grad, static_cast<int64_t>(N) * Vl);
+    for (int j = 0; j < Vl; ++j) {
+      const float g = got_grad[Vl + j].to_float();
+      if (j < sh.Vv) {
+        EXPECT_TRUE(std::isnan(g)) << "column " << j;
+      } else {
+        EXPECT_EQ(g, 0.f) << "column " << j;
+      }
+    }
+  }
+}
+
+TEST_F(HostMixedBackendTest, RejectsInconsistentVocabularyShards) {
+  // Vv must be max(0, min(Vl, V - v0)), and tp >= 1.
+  EXPECT_THROW(backend_->cross_entropy_shard_stats(nullptr, nullptr, nullptr, 1, 8, 9, 0), Error);
+  EXPECT_THROW(backend_->cross_entropy_shard_stats(nullptr, nullptr, nullptr, 1, 8, -1, 0), Error);
+  EXPECT_THROW(backend_->cross_entropy_shard_finish(nullptr, nullptr, nullptr, 0, nullptr, 1.f, 1,
+                                                    16, 8, 8, 0),
+               Error);
+  EXPECT_THROW(backend_->cross_entropy_shard_finish(nullptr, nullptr, nullptr, 2, nullptr, 1.f, 1,
+                                                    12, 8, 8, 8),
+               Error);
+  EXPECT_THROW(
+      backend_->embedding_forward_shard(nullptr, nullptr, nullptr, nullptr, 1, 1, 4, -1, 8), Error);
+  EXPECT_THROW(
+      backend_->embedding_backward_shard(nullptr, nullptr, nullptr, nullptr, 1, 1, 4, 0, -8),
+      Error);
 }
 
 TEST_F(HostMixedBackendTest, SumSquaresAccumulatesInDouble) {

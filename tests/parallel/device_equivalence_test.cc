@@ -1,9 +1,10 @@
-// The GPU trainer's pipeline and data parallelism (runtime/device_trainer.h) against its own
-// one-process run, on the host emulation of the mixed-precision kernels (kernels/mixed.h): the
+// The GPU trainer's tensor, pipeline and data parallelism (runtime/device_trainer.h) against its
+// own one-process run, on the host emulation of the mixed-precision kernels (kernels/mixed.h): the
 // same code the GPU ranks run, with the host communicators in place of the device ones. 10 AdamW
 // steps of a small GPT in bf16 mixed precision; every loss within 1e-3 relative of the
 // one-process run (issue #8's bound for GPU ranks) and the final parameters close.
-// mpirun -n 2: pp=2 (1f1b, gpipe, interleaved vp=2), dp=2; -n 4: pp=4, pp=2 x dp=2.
+// mpirun -n 2: pp=2 (1f1b, gpipe, interleaved vp=2), dp=2, tp=2; -n 4: pp=4, pp=2 x dp=2,
+// tp=2 x pp=2, tp=2 x dp=2.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -65,10 +66,10 @@ const Run& one_process(int dp) {
 struct Layout {
   int pp = 1, dp = 1;
   schedule::Kind kind = schedule::Kind::OneFOneB;
-  int vp = 1;
+  int vp = 1, tp = 1;
   std::string str() const {
-    return "pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) + " vp=" + std::to_string(vp) +
-           " " + std::string(schedule::kind_name(kind));
+    return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
+           " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind));
   }
 };
 
@@ -76,10 +77,11 @@ void expect_equals_one_process(const Layout& l) {
   comm::Communicator& world = test::test_world();
   const int per_replica = kM * kB * kT, n = l.dp * per_replica;
   const Run& expected = one_process(l.dp);
-  const parallel::Topology topo({.tp = 1, .pp = l.pp, .dp = l.dp});
+  const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
   runtime::DeviceParallel par;
+  par.tp = l.tp;
   par.pp = l.pp;
   par.pp_rank = me.pp;
   par.vp = l.vp;
@@ -90,6 +92,8 @@ void expect_equals_one_process(const Layout& l) {
     par.embedding_data = groups.embedding.get();
   }
   if (l.dp > 1) par.dp_group = par.dp_data = groups.dp.get();
+  if (l.tp > 1) par.tp_data = groups.tp.get();
+  par.model_group = groups.model.get();
   const auto backend = kernels::make_host_mixed_backend();
   runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM, {}, par);
   t.init(4);
@@ -112,8 +116,12 @@ void expect_equals_one_process(const Layout& l) {
   if (groups.model != nullptr) {
     groups.model->all_reduce(all.data(), static_cast<int64_t>(all.size()));
   }
-  test::expect_params_close(global, all.data(), expected.params.data(), small_gpt().n_embd, 1e-3,
-                            l.str());
+  // Pipelines and replicas compute the same sums (bit-identical and 3e-5 apart in the losses);
+  // tensor parallelism rounds each row-parallel partial sum to bf16 before adding (sum_over_tp),
+  // and Adam's normalized update turns that noise in small gradients into moves of up to lr: the
+  // losses stay within 1e-3, the parameters within 5e-3 (3.1e-3 measured at tp=2 after 10 steps).
+  test::expect_params_close(global, all.data(), expected.params.data(), small_gpt().n_embd,
+                            l.tp > 1 ? 5e-3 : 1e-3, l.str());
 }
 
 TEST(DeviceParallel, PipelinesAndReplicasTrainLikeOneProcess) {
@@ -122,9 +130,18 @@ TEST(DeviceParallel, PipelinesAndReplicasTrainLikeOneProcess) {
   const int world = test::test_world().size();
   std::vector<Layout> layouts;
   if (world == 2) {
-    layouts = {{2, 1, Kind::OneFOneB}, {2, 1, Kind::GPipe}, {1, 2}, {2, 1, Kind::Interleaved, 2}};
+    layouts = {{2, 1, Kind::OneFOneB},
+               {2, 1, Kind::GPipe},
+               {1, 2},
+               {2, 1, Kind::Interleaved, 2},
+               {1, 1, Kind::OneFOneB, 1, 2}};
   }
-  if (world == 4) layouts = {{4, 1, Kind::OneFOneB}, {2, 2, Kind::OneFOneB}};
+  if (world == 4) {
+    layouts = {{4, 1, Kind::OneFOneB},
+               {2, 2, Kind::OneFOneB},
+               {2, 1, Kind::OneFOneB, 1, 2},
+               {1, 2, Kind::OneFOneB, 1, 2}};
+  }
   ASSERT_FALSE(layouts.empty()) << "no layout for " << world << " ranks";
   for (const Layout& l : layouts) expect_equals_one_process(l);
 }

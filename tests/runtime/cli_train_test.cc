@@ -147,12 +147,16 @@ TEST_F(CliTrainTest, TheGpuPathFollowsTheFp32RunAndItsCheckpointContinuesOnTheCp
   for (size_t i = 0; i < serial.size(); ++i) {
     EXPECT_NEAR(mixed[i], serial[i], 2e-2 * serial[i]) << "step " << i + 1;
   }
-  // Device ranks: a two-stage pipeline, then two replicas from its checkpoint.
+  // Device ranks: a two-stage pipeline, then tensor parallelism and two replicas, each from the
+  // last one's checkpoint.
   const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
   const std::string ranks = run + " --device host-bf16 --set run.out_dir=" + dir_ + "/ranks";
   r = weft_command(mpirun + "train " + ranks + " --set parallel.pp=2 --stop-after 4");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "tp=1 pp=2 dp=1, 2 ranks on host");
+  r = weft_command(mpirun + "train " + ranks + " --set parallel.tp=2 --resume --stop-after 6");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "tp=2 pp=1 dp=1, 2 ranks on host");
   r = weft_command(mpirun + "train " + ranks + " --set parallel.dp=2 --resume");
   ASSERT_EQ(r.rc, 0) << r.text;
   const std::vector<double> ranked = losses(dir_ + "/ranks/metrics.jsonl");

@@ -97,7 +97,9 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
   if (o.device != "cpu") {
     const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
     runtime::DeviceParallel layout;
+    layout.tp = cfg.parallel.tp;
     layout.pp = cfg.parallel.pp;
+    layout.vp = cfg.parallel.vp;
     layout.pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
     layout.schedule =
         schedule::parse_kind(cfg.parallel.schedule).value_or_throw("parallel.schedule");

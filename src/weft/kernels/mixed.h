@@ -51,10 +51,11 @@ class MixedBackend {
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   virtual void synchronize() = 0;
 
-  // ---- ops
-  // --------------------------------------------------------------------------------------- out[n]
-  // = in[n] rounded to bf16 (nearest even).
+  // ---- ops -------------------------------------------------------------------------------------
+  // out[n] = in[n] rounded to bf16 (nearest even).
   virtual void convert(BF16* out, const float* in, int64_t n) = 0;
+  // out[n] = in[n] as fp32 (exact): a bf16 partial sum widened for an fp32 all-reduce.
+  virtual void widen(float* out, const BF16* in, int64_t n) = 0;
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
   virtual void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
                                  int B, int T, int C) = 0;
@@ -62,6 +63,18 @@ class MixedBackend {
   // ids in host memory (the data loader has them), so no copy back is needed.
   virtual void embedding_backward(float* dwte, float* dwpe, const BF16* dout,
                                   const int32_t* tokens_host, int B, int T, int C) = 0;
+  // ---- vocabulary-parallel embedding (Megatron-LM: tensor-parallel rank r holds rows
+  // [v0, v0 + Vl) of wte) ---------------------------------------------------------------------
+  // out[B,T,C] = (v0 <= token < v0 + Vl ? wte[token - v0, :] : 0) + (wpe ? wpe[t, :] : 0), rounded
+  // once: this rank's partial sum of the embedding (the ranks' partials add up to
+  // embedding_forward's output; tp rank 0 passes wpe, the others null).
+  virtual void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte,
+                                       const BF16* wpe, int B, int T, int C, int v0, int Vl) = 0;
+  // dwte[Vl,C] += the rows of dout whose token falls in [v0, v0 + Vl) (at row token - v0), in
+  // position order; dwpe[T,C] += sum over b of dout (may be null).
+  virtual void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+                                        const int32_t* tokens_host, int B, int T, int C, int v0,
+                                        int Vl) = 0;
   // out[n] = a[n] + b[n], rounded once (a pipeline stage's output: the last residual add).
   virtual void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) = 0;
   // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
@@ -98,6 +111,21 @@ class MixedBackend {
   // dloss * (softmax - onehot(target)), 0 in the padding columns and in ignored rows (target < 0).
   virtual void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets,
                                      float dloss, int N, int V, int Vp) = 0;
+  // ---- vocabulary-parallel cross-entropy (Megatron-LM): logits[N,Vl] are this rank's columns
+  // [v0, v0 + Vl) of the padded vocabulary; Vv = the real ones among them, max(0, min(Vl, V - v0))
+  // (the rest is padding). Two ops around an all-gather of the statistics over the tp group.
+  // stats[N,3] (fp32) = per row, over the Vv real columns: the max m, the sum of exp(x - m), and
+  // the logit of targets[n] when v0 <= target < v0 + Vv (else 0).
+  virtual void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets,
+                                         int N, int Vl, int Vv, int v0) = 0;
+  // From every rank's stats (all_stats[tp,N,3], rank order): lse = M + log(sum_r s_r exp(m_r - M)),
+  // M = max_r m_r; losses[N] = lse - (sum_r target logit_r) (0 for ignored rows, target < 0; NaN
+  // for a target >= V); logits overwritten with dloss * (exp(x - lse) - onehot(target - v0)) in
+  // the Vv real columns, 0 in the padding and in ignored rows. With tp = 1 and v0 = 0 this is
+  // softmax_cross_entropy's result.
+  virtual void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats,
+                                          int tp, const int32_t* targets, float dloss, int N, int V,
+                                          int Vl, int Vv, int v0) = 0;
   // sum of x[i]^2 in double; waits for the result.
   virtual double sum_squares(const float* x, int64_t n) = 0;
 

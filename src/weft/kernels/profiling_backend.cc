@@ -56,6 +56,9 @@ void ProfilingBackend::copy(void* dst, const void* src, int64_t bytes) {
 void ProfilingBackend::convert(BF16* out, const float* in, int64_t n) {
   timed("convert", [&] { inner_.convert(out, in, n); });
 }
+void ProfilingBackend::widen(float* out, const BF16* in, int64_t n) {
+  timed("widen", [&] { inner_.widen(out, in, n); });
+}
 void ProfilingBackend::embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte,
                                          const BF16* wpe, int B, int T, int C) {
   timed("embedding_forward", [&] { inner_.embedding_forward(out, tokens, wte, wpe, B, T, C); });
@@ -64,6 +67,18 @@ void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const BF16* 
                                           const int32_t* tokens_host, int B, int T, int C) {
   timed("embedding_backward",
         [&] { inner_.embedding_backward(dwte, dwpe, dout, tokens_host, B, T, C); });
+}
+void ProfilingBackend::embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte,
+                                               const BF16* wpe, int B, int T, int C, int v0,
+                                               int Vl) {
+  timed("embedding_forward_shard",
+        [&] { inner_.embedding_forward_shard(out, tokens, wte, wpe, B, T, C, v0, Vl); });
+}
+void ProfilingBackend::embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+                                                const int32_t* tokens_host, int B, int T, int C,
+                                                int v0, int Vl) {
+  timed("embedding_backward_shard",
+        [&] { inner_.embedding_backward_shard(dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl); });
 }
 void ProfilingBackend::residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
   timed("residual_forward", [&] { inner_.residual_forward(out, a, b, n); });
@@ -114,6 +129,21 @@ void ProfilingBackend::softmax_cross_entropy(float* losses, BF16* logits, const 
                                              float dloss, int N, int V, int Vp) {
   timed("softmax_cross_entropy",
         [&] { inner_.softmax_cross_entropy(losses, logits, targets, dloss, N, V, Vp); });
+}
+void ProfilingBackend::cross_entropy_shard_stats(float* stats, const BF16* logits,
+                                                 const int32_t* targets, int N, int Vl, int Vv,
+                                                 int v0) {
+  timed("cross_entropy_shard_stats",
+        [&] { inner_.cross_entropy_shard_stats(stats, logits, targets, N, Vl, Vv, v0); });
+}
+void ProfilingBackend::cross_entropy_shard_finish(float* losses, BF16* logits,
+                                                  const float* all_stats, int tp,
+                                                  const int32_t* targets, float dloss, int N, int V,
+                                                  int Vl, int Vv, int v0) {
+  timed("cross_entropy_shard_finish", [&] {
+    inner_.cross_entropy_shard_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv,
+                                      v0);
+  });
 }
 double ProfilingBackend::sum_squares(const float* x, int64_t n) {
   double r = 0;

@@ -49,8 +49,14 @@ class ProfilingBackend final : public MixedBackend {
   void convert(BF16* out, const float* in, int64_t n) override;
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) override;
+  void widen(float* out, const BF16* in, int64_t n) override;
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
                           int B, int T, int C) override;
+  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+                               int B, int T, int C, int v0, int Vl) override;
+  void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+                                const int32_t* tokens_host, int B, int T, int C, int v0,
+                                int Vl) override;
   void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override;
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
                          const BF16* bias, int N, int C) override;
@@ -71,6 +77,11 @@ class ProfilingBackend final : public MixedBackend {
   bool attention_supports(int C, int NH) const override { return inner_.attention_supports(C, NH); }
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) override;
+  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) override;
+  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) override;
   double sum_squares(const float* x, int64_t n) override;
   std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override;
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {

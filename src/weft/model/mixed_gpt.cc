@@ -1,5 +1,6 @@
 #include "weft/model/mixed_gpt.h"
 
+#include <algorithm>
 #include <string>
 
 #include "weft/core/check.h"
@@ -51,9 +52,12 @@ struct Allocator {
 // the predicted and the allocated memory cannot drift apart).
 template <typename Sink>
 void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B, int T,
-                       const StageSpec& stage, Recompute recompute, Buffers& b,
+                       const StageSpec& stage, Recompute recompute, int tp, Buffers& b,
                        std::vector<Slot>& slots) {
-  const int64_t N = int64_t{B} * T, C = cfg.n_embd, NH = cfg.n_head, Vp = cfg.padded_vocab();
+  // This rank's widths: C and the vocabulary are whole in the replicated tensors, Cl = C/tp wide
+  // in the column-parallel ones (qkv, attention, fc), the logits Vp/tp.
+  const int64_t N = int64_t{B} * T, C = cfg.n_embd, Cl = C / tp, NHl = cfg.n_head / tp;
+  const int64_t Vl = cfg.padded_vocab() / tp;
   b.params = s.template take<float>(param_count, Kind::Params);
   b.params16 = s.template take<BF16>(param_count, Kind::Params);
   b.grads = s.template take<float>(param_count, Kind::Grads);
@@ -64,15 +68,15 @@ void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B
     l.ln1 = s.template take<BF16>(N * C, k);
     l.ln1_mean = s.template take<float>(N, k);
     l.ln1_rstd = s.template take<float>(N, k);
-    l.qkv = s.template take<BF16>(N * 3 * C, k);
-    l.atty = s.template take<BF16>(N * C, k);
-    l.lse = s.template take<float>(NH * N, k);
+    l.qkv = s.template take<BF16>(N * 3 * Cl, k);
+    l.atty = s.template take<BF16>(N * Cl, k);
+    l.lse = s.template take<float>(NHl * N, k);
     l.res_attn = s.template take<BF16>(N * C, k);
     l.ln2 = s.template take<BF16>(N * C, k);
     l.ln2_mean = s.template take<float>(N, k);
     l.ln2_rstd = s.template take<float>(N, k);
-    l.fc_pre = s.template take<BF16>(N * 4 * C, k);
-    l.fc_gelu = s.template take<BF16>(N * 4 * C, k);
+    l.fc_pre = s.template take<BF16>(N * 4 * Cl, k);
+    l.fc_gelu = s.template take<BF16>(N * 4 * Cl, k);
   };
   const bool full = recompute == Recompute::Full;
   Layer shared{};
@@ -92,7 +96,7 @@ void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B
       slot.lnf = s.template take<BF16>(N * C, a);
       slot.lnf_mean = s.template take<float>(N, a);
       slot.lnf_rstd = s.template take<float>(N, a);
-      slot.logits = s.template take<BF16>(N * Vp, a);
+      slot.logits = s.template take<BF16>(N * Vl, a);
       slot.losses = s.template take<float>(N, a);
     } else {
       slot.d_out = s.template take<BF16>(N * C, a);
@@ -101,36 +105,50 @@ void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B
   b.scratch = s.template take<BF16>(N * C, w);
   b.d_res = s.template take<BF16>(N * C, w);
   b.d_ln = s.template take<BF16>(N * C, w);
-  b.d_atty = s.template take<BF16>(N * C, w);
-  b.d_wide = s.template take<BF16>(N * 4 * C, w);
+  b.d_atty = s.template take<BF16>(N * Cl, w);
+  b.d_wide = s.template take<BF16>(N * 4 * Cl, w);
   b.tokens = s.template take<int32_t>(N, w);
   b.targets = s.template take<int32_t>(N, w);
+  if (tp > 1) {
+    b.sum = s.template take<float>(N * C, w);
+    b.ce = s.template take<float>(N * 3, w);
+    b.ce_all = s.template take<float>(tp * N * 3, w);
+  }
 }
 
 MemoryEstimate MixedGpt::bytes(const GptConfig& cfg, int B, int T, StageSpec stage, int slots,
-                               Recompute recompute) {
+                               Recompute recompute, int tp) {
   Counter counter;
   Buffers unused;
   std::vector<Slot> slot_list(slots);
-  lay_out(counter, cfg, gpt_param_layout(cfg, 1, 0, stage).buffer.total(), B, T, stage, recompute,
-          unused, slot_list);
+  lay_out(counter, cfg, gpt_param_layout(cfg, tp, 0, stage).buffer.total(), B, T, stage, recompute,
+          tp, unused, slot_list);
   return counter.bytes;
 }
 
 MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T,
-                   StageSpec stage, int slots, Recompute recompute)
-    : backend_(backend), cfg_(cfg), B_(B), T_(T), stage_(stage), recompute_(recompute) {
+                   StageSpec stage, int slots, Recompute recompute, comm::Communicator* tp)
+    : backend_(backend),
+      cfg_(cfg),
+      B_(B),
+      T_(T),
+      stage_(stage),
+      recompute_(recompute),
+      tp_(tp),
+      t_(tp != nullptr ? tp->size() : 1),
+      r_(tp != nullptr ? tp->rank() : 0) {
   Status s = validate_stage(cfg, B, T, stage, slots);
+  if (s.ok()) s.merge(validate_tensor_parallel(cfg, t_, false, B, T));
   if (s.ok() && !backend.attention_supports(cfg.n_embd, cfg.n_head)) {
     s.add("the " + backend.name() + " attention kernel does not take heads of size " +
           std::to_string(cfg.n_embd / cfg.n_head) + " (n_embd " + std::to_string(cfg.n_embd) +
           " / n_head " + std::to_string(cfg.n_head) + "); it takes 64 and 128");
   }
   s.throw_if_error("invalid model config '" + cfg.name + "' for " + backend.name());
-  layout_ = gpt_param_layout(cfg_, 1, 0, stage_);
+  layout_ = gpt_param_layout(cfg_, t_, r_, stage_);
   slots_.resize(slots);
   Allocator alloc{backend_};
-  lay_out(alloc, cfg_, layout_.buffer.total(), B, T, stage_, recompute_, b_, slots_);
+  lay_out(alloc, cfg_, layout_.buffer.total(), B, T, stage_, recompute_, t_, b_, slots_);
   losses_host_.resize(static_cast<size_t>(B) * T);
   // Padding between slices is never written by a kernel: zero it once, so sums over the whole
   // buffers (the gradient norm) and the AdamW pass see zeros there.
@@ -183,24 +201,50 @@ void MixedGpt::get_grads(std::span<float> host) const {
 void MixedGpt::zero_grad() { backend_.zero(b_.grads, layout_.buffer.total() * 4); }
 
 double MixedGpt::grad_sum_squares() const {
-  const int64_t n = layout_.buffer.total();
-  if (!stage_.head || stage_.embedding) return backend_.sum_squares(b_.grads, n);
-  // The last stage's wte is a copy of the first stage's (the same summed gradient): skip it.
-  const SliceSpec& wte = layout_.buffer.at("wte");
-  return backend_.sum_squares(b_.grads, wte.offset) +
-         backend_.sum_squares(b_.grads + wte.offset + wte.numel, n - wte.offset - wte.numel);
+  // Runs of the tensors that count here, merged across the zero padding between slices: all of
+  // them on tp rank 0 (but a head-only stage's wte copy), the sharded ones on the other ranks.
+  const auto& slices = layout_.buffer.slices();
+  double sum = 0;
+  int64_t begin = -1, end = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const bool counts = (r_ == 0 || !layout_.splits[i].replicated()) &&
+                        !(slices[i].name == "wte" && stage_.head && !stage_.embedding);
+    if (counts) {
+      if (begin < 0) begin = slices[i].offset;
+      end = slices[i].offset + slices[i].numel;
+    } else if (begin >= 0) {
+      sum += backend_.sum_squares(b_.grads + begin, end - begin);
+      begin = -1;
+    }
+  }
+  if (begin >= 0) sum += backend_.sum_squares(b_.grads + begin, end - begin);
+  return sum;
 }
 
+void MixedGpt::sum_over_tp(BF16* x, int64_t n) {
+  if (t_ == 1) return;
+  // Megatron all-reduces these in bf16; weft adds the ranks' bf16 partials in fp32 and rounds
+  // once, so tp = 2 differs from one rank by one extra rounding of each partial.
+  backend_.widen(b_.sum, x, n);
+  backend_.synchronize();  // the communicator may run on another stream, or on the host
+  tp_->all_reduce(b_.sum, n);
+  backend_.convert(x, b_.sum, n);
+}
+
+// One block on this rank: qkv and fc column-parallel (its heads, its 4C/t columns), the two
+// projections row-parallel with the partial sums summed over tp; the row-parallel biases are
+// added by tp rank 0 alone, so the sum adds each once.
 void MixedGpt::layer_forward(int i, const Layer& a, int B, int T) {
-  const int C = cfg_.n_embd, NH = cfg_.n_head, N = B * T;
+  const int C = cfg_.n_embd, Cl = C / t_, NHl = cfg_.n_head / t_, N = B * T;
   const Weights w = layer_weights(stage_.first_layer + i);
   kernels::MixedBackend& k = backend_;
-  k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, C, NH);
-  k.linear_forward(b_.scratch, nullptr, a.atty, w.proj_w, w.proj_b, N, C, C);
+  k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
+  k.linear_forward(b_.scratch, nullptr, a.atty, w.proj_w, r_ == 0 ? w.proj_b : nullptr, N, Cl, C);
+  sum_over_tp(b_.scratch, int64_t{N} * C);
   k.fused_residual_layernorm_forward(a.res_attn, a.ln2, a.ln2_mean, a.ln2_rstd, a.x, b_.scratch,
                                      w.ln2_w, w.ln2_b, N, C);
-  k.linear_forward(a.fc_gelu, a.fc_pre, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+  k.linear_forward(a.fc_gelu, a.fc_pre, a.ln2, w.fc_w, w.fc_b, N, C, 4 * Cl);
 }
 
 float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T,
@@ -208,7 +252,8 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
-  const int C = cfg_.n_embd, V = cfg_.vocab_size, Vp = cfg_.padded_vocab();
+  const int C = cfg_.n_embd, Cl = C / t_, V = cfg_.vocab_size, Vl = cfg_.padded_vocab() / t_;
+  const int v0 = r_ * Vl, Vv = std::max(0, std::min(Vl, V - v0));  // this rank's vocabulary
   const int N = B * T, L = static_cast<int>(slots_[slot].layers.size());
   const int first = stage_.first_layer;
   Slot& sl = slots_[slot];
@@ -220,7 +265,13 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
                  " is outside the vocabulary of ", V);
     }
     k.upload(b_.tokens, tokens, int64_t{N} * 4);
-    k.embedding_forward(sl.layers[0].x, b_.tokens, w16("wte"), w16("wpe"), B, T, C);
+    if (t_ == 1) {
+      k.embedding_forward(sl.layers[0].x, b_.tokens, w16("wte"), w16("wpe"), B, T, C);
+    } else {  // vocabulary-parallel: each rank its rows (rank 0 adds wpe), summed
+      k.embedding_forward_shard(sl.layers[0].x, b_.tokens, w16("wte"),
+                                r_ == 0 ? w16("wpe") : nullptr, B, T, C, v0, Vl);
+      sum_over_tp(sl.layers[0].x, int64_t{N} * C);
+    }
   }
   {
     const Weights w = layer_weights(first);
@@ -231,7 +282,9 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
     const Weights w = layer_weights(first + i);
     const Layer& a = sl.layers[i];
     layer_forward(i, a, B, T);
-    k.linear_forward(b_.scratch, nullptr, a.fc_gelu, w.mlp_w, w.mlp_b, N, 4 * C, C);
+    k.linear_forward(b_.scratch, nullptr, a.fc_gelu, w.mlp_w, r_ == 0 ? w.mlp_b : nullptr, N,
+                     4 * Cl, C);
+    sum_over_tp(b_.scratch, int64_t{N} * C);
     if (i + 1 < L) {  // x_{l+1} = res_attn + mlp, normalized by the next block's ln_1
       const Weights next = layer_weights(first + i + 1);
       const Layer& b = sl.layers[i + 1];
@@ -257,9 +310,18 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
     valid += targets[i] >= 0;
   }
   k.upload(b_.targets, targets, int64_t{N} * 4);
-  k.linear_forward(sl.logits, nullptr, sl.lnf, w16("wte"), nullptr, N, C, Vp);  // tied embedding
+  // The tied embedding: this rank's vocabulary columns of the logits.
+  k.linear_forward(sl.logits, nullptr, sl.lnf, w16("wte"), nullptr, N, C, Vl);
   const float dloss = valid > 0 ? grad_scale / static_cast<float>(valid) : 0.0f;
-  k.softmax_cross_entropy(sl.losses, sl.logits, b_.targets, dloss, N, V, Vp);
+  if (t_ == 1) {
+    k.softmax_cross_entropy(sl.losses, sl.logits, b_.targets, dloss, N, V, Vl);
+  } else {  // each row's max, sum of exponentials and target logit, gathered: never the logits
+    k.cross_entropy_shard_stats(b_.ce, sl.logits, b_.targets, N, Vl, Vv, v0);
+    k.synchronize();
+    tp_->all_gather(b_.ce_all, b_.ce, int64_t{N} * 3);
+    k.cross_entropy_shard_finish(sl.losses, sl.logits, b_.ce_all, t_, b_.targets, dloss, N, V, Vl,
+                                 Vv, v0);
+  }
   k.download(losses_host_.data(), sl.losses, int64_t{N} * 4);
   double sum = 0;
   for (int i = 0; i < N; ++i) {
@@ -273,15 +335,19 @@ void MixedGpt::backward(int slot) {
   Slot& sl = slots_[slot];
   WEFT_CHECK(sl.backward_due, "backward() of slot ", slot, " needs a forward() first");
   sl.backward_due = false;
-  const int B = sl.B, T = sl.T, N = B * T, C = cfg_.n_embd, NH = cfg_.n_head;
-  const int Vp = cfg_.padded_vocab(), first = stage_.first_layer;
+  const int B = sl.B, T = sl.T, N = B * T, C = cfg_.n_embd, Cl = C / t_, NHl = cfg_.n_head / t_;
+  const int Vl = cfg_.padded_vocab() / t_, first = stage_.first_layer;
+  const int64_t NC = int64_t{N} * C;
   kernels::MixedBackend& k = backend_;
-  // d_res: the residual stream's gradient, accumulated in place from the top down.
+  // d_res: the residual stream's gradient, accumulated in place from the top down. The input
+  // gradients of column-parallel GEMMs (qkv, fc, the LM head) are partial sums over tp: summed
+  // before they enter a LayerNorm's backward (Megatron's f).
   BF16* d_res = b_.d_res;
   if (stage_.head) {  // the logits hold d(loss)/d(logits) since the forward
     k.linear_backward(b_.d_ln, g32("wte"), nullptr, sl.logits, sl.lnf, w16("wte"), nullptr, N, C,
-                      Vp);
-    k.zero(d_res, int64_t{N} * C * 2);
+                      Vl);
+    sum_over_tp(b_.d_ln, NC);
+    k.zero(d_res, NC * 2);
     k.layernorm_backward(d_res, g32("ln_f.weight"), g32("ln_f.bias"), b_.d_ln, sl.x_out,
                          w16("ln_f.weight"), sl.lnf_mean, sl.lnf_rstd, N, C);
   } else {
@@ -296,22 +362,32 @@ void MixedGpt::backward(int slot) {
       k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, w.ln1_w, w.ln1_b, N, C);
       layer_forward(i, a, B, T);
     }
-    // d_res = dL/dx_{l+1}, which is also dL/d(mlp) and the direct part of dL/d(res_attn).
-    BF16* d_fc = b_.d_wide;  // [N,4C]: the gradient of fc's pre-activation (GeLU fused)
-    k.linear_backward(d_fc, w.d_mlp_w, w.d_mlp_b, d_res, a.fc_gelu, w.mlp_w, a.fc_pre, N, 4 * C, C);
-    k.linear_backward(b_.d_ln, w.d_fc_w, w.d_fc_b, d_fc, a.ln2, w.fc_w, nullptr, N, C, 4 * C);
+    // d_res = dL/dx_{l+1}, which is also dL/d(mlp) and the direct part of dL/d(res_attn). The
+    // row-parallel biases' gradients are the same on every tp rank (d_res is replicated).
+    BF16* d_fc = b_.d_wide;  // [N,4C/t]: the gradient of fc's pre-activation (GeLU fused)
+    k.linear_backward(d_fc, w.d_mlp_w, w.d_mlp_b, d_res, a.fc_gelu, w.mlp_w, a.fc_pre, N, 4 * Cl,
+                      C);
+    k.linear_backward(b_.d_ln, w.d_fc_w, w.d_fc_b, d_fc, a.ln2, w.fc_w, nullptr, N, C, 4 * Cl);
+    sum_over_tp(b_.d_ln, NC);
     k.layernorm_backward(d_res, w.d_ln2_w, w.d_ln2_b, b_.d_ln, a.res_attn, w.ln2_w, a.ln2_mean,
                          a.ln2_rstd, N, C);
     // d_res = dL/d(res_attn) = dL/d(attn.proj output) and the direct part of dL/dx_l.
-    k.linear_backward(b_.d_atty, w.d_proj_w, w.d_proj_b, d_res, a.atty, w.proj_w, nullptr, N, C, C);
-    BF16* d_qkv = b_.d_wide;  // [N,3C]
-    k.attention_backward(d_qkv, b_.d_atty, a.qkv, a.atty, a.lse, B, T, C, NH);
-    k.linear_backward(b_.d_ln, w.d_qkv_w, w.d_qkv_b, d_qkv, a.ln1, w.qkv_w, nullptr, N, C, 3 * C);
+    k.linear_backward(b_.d_atty, w.d_proj_w, w.d_proj_b, d_res, a.atty, w.proj_w, nullptr, N, Cl,
+                      C);
+    BF16* d_qkv = b_.d_wide;  // [N,3C/t]
+    k.attention_backward(d_qkv, b_.d_atty, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
+    k.linear_backward(b_.d_ln, w.d_qkv_w, w.d_qkv_b, d_qkv, a.ln1, w.qkv_w, nullptr, N, C, 3 * Cl);
+    sum_over_tp(b_.d_ln, NC);
     k.layernorm_backward(d_res, w.d_ln1_w, w.d_ln1_b, b_.d_ln, a.x, w.ln1_w, a.ln1_mean, a.ln1_rstd,
                          N, C);
   }
   if (stage_.embedding) {
-    k.embedding_backward(g32("wte"), g32("wpe"), d_res, sl.tokens_host, B, T, C);
+    if (t_ == 1) {
+      k.embedding_backward(g32("wte"), g32("wpe"), d_res, sl.tokens_host, B, T, C);
+    } else {  // this rank's vocabulary rows; wpe (replicated) from the whole gradient everywhere
+      k.embedding_backward_shard(g32("wte"), g32("wpe"), d_res, sl.tokens_host, B, T, C, r_ * Vl,
+                                 Vl);
+    }
   }
   input_grad_ = d_res;
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/comm/communicator.h"
 #include "weft/kernels/mixed.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/memory.h"
@@ -46,8 +47,16 @@ class MixedGpt {
   // Selective is None here; Full keeps only each layer's input per microbatch and reruns the
   // layer's forward into one shared set of buffers before its backward (bit-identical gradients:
   // the same kernels on the same inputs).
+  //
+  // Tensor parallelism (Megatron-LM, Shoeybi et al. 2019) over `tp`, a communicator on the
+  // backend's memory (null: one rank): this rank holds its shards of param_layout.h's tp layout
+  // (heads and the MLP's 4C column- and row-split, the vocabulary split for the tied embedding and
+  // the LM head); the row-parallel partial sums and the column-parallel input gradients (bf16)
+  // are summed in fp32 (widened, all-reduced, rounded), the embedding is vocabulary-parallel and
+  // the cross-entropy never gathers the logits, only three statistics per row. Every rank gets the
+  // same batch and computes the replicated tensors identically. No sequence parallelism.
   MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
-           int slots = 1, Recompute recompute = Recompute::None);
+           int slots = 1, Recompute recompute = Recompute::None, comm::Communicator* tp = nullptr);
 
   // What the constructor allocates from the backend, in bytes (each buffer rounded up to 256):
   // for sizing a device arena before the model exists, and the memory prediction. params: fp32
@@ -55,7 +64,7 @@ class MixedGpt {
   // LayerNorm statistics, lse and losses; workspace: one layer's activation gradients, tokens,
   // targets.
   static MemoryEstimate bytes(const GptConfig& cfg, int B, int T, StageSpec stage = {},
-                              int slots = 1, Recompute recompute = Recompute::None);
+                              int slots = 1, Recompute recompute = Recompute::None, int tp = 1);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
@@ -98,7 +107,8 @@ class MixedGpt {
   // without the embedding leaves the gradient of its input in input_grad().
   void backward(int slot = 0);
   // Sum of the squared gradients (double, on the backend; waits). The last stage's copy of the
-  // tied wte is left out, so a sum over the stages counts every parameter once.
+  // tied wte is left out, and the tp-replicated tensors count on tp rank 0 only, so a sum over
+  // the stages and the tp group counts every parameter once.
   double grad_sum_squares() const;
 
   // The stage boundary, bf16 [B*T, C] each, in the backend's memory.
@@ -141,6 +151,8 @@ class MixedGpt {
   int64_t offset(const std::string& name) const { return layout_.buffer.at(name).offset; }
   const BF16* w16(const std::string& name) const { return b_.params16 + offset(name); }
   float* g32(const std::string& name) const { return b_.grads + offset(name); }
+  // x[n] (bf16, this rank's partial sum) = the sum over the tp group, added in fp32.
+  void sum_over_tp(BF16* x, int64_t n);
 
   // Every buffer on the backend; lay_out() (mixed_gpt.cc) lists them once, for bytes() and for
   // the constructor.
@@ -150,10 +162,13 @@ class MixedGpt {
     float* grads = nullptr;
     BF16 *scratch, *d_res, *d_ln, *d_atty, *d_wide;  // [N,C] x 4, [N,4C] (d_fc, d_qkv in turn)
     int32_t *tokens, *targets;                       // backend copies, [B*T]
+    float* sum = nullptr;     // tp > 1: [N,C] fp32, a partial sum being all-reduced
+    float* ce = nullptr;      // tp > 1: [N,3] this rank's cross-entropy statistics
+    float* ce_all = nullptr;  // tp > 1: [tp,N,3] every rank's
   };
   template <typename Sink>
   static void lay_out(Sink& sink, const GptConfig& cfg, int64_t param_count, int B, int T,
-                      const StageSpec& stage, Recompute recompute, Buffers& b,
+                      const StageSpec& stage, Recompute recompute, int tp, Buffers& b,
                       std::vector<Slot>& slots);
 
   kernels::MixedBackend& backend_;
@@ -161,6 +176,8 @@ class MixedGpt {
   int B_, T_;
   StageSpec stage_;
   Recompute recompute_;
+  comm::Communicator* tp_;
+  int t_ = 1, r_ = 0;  // tp size and rank
   ParamLayout layout_;
   Buffers b_;
   std::vector<Slot> slots_;

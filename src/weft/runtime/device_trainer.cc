@@ -57,8 +57,8 @@ model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, i
   model::MemoryEstimate total;
   for (size_t j = 0; j < p.stages.size(); ++j) {
     const model::MemoryEstimate b =
-        model::MixedGpt::bytes(cfg, B, T, p.stages[j], p.slots[j], recompute);
-    const int64_t n = model::gpt_param_layout(cfg, 1, 0, p.stages[j]).buffer.total();
+        model::MixedGpt::bytes(cfg, B, T, p.stages[j], p.slots[j], recompute, parallel.tp);
+    const int64_t n = model::gpt_param_layout(cfg, parallel.tp, 0, p.stages[j]).buffer.total();
     total.params += b.params;
     total.grads += b.grads;
     total.activations += b.activations;
@@ -93,6 +93,10 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
              "ranks their embedding group");
   WEFT_CHECK((par_.dp_group == nullptr) == (par_.dp_data == nullptr),
              "the replicas need both their host and their data communicator");
+  WEFT_CHECK(par_.tp == 1 || (par_.tp_data != nullptr && par_.tp_data->size() == par_.tp &&
+                              (par_.pp == 1 || par_.model_group != nullptr)),
+             "tensor parallelism of ", par_.tp, " needs its tp group (and with a pipeline, the ",
+             "replica's model group)");
   Plan p = plan(cfg_, m_, par_);
   schedule_ = std::move(p.schedule);
   S_ = par_.pp * par_.vp;
@@ -102,7 +106,7 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
     Chunk& c = chunks_[j];
     c.stage = par_.pp_rank + static_cast<int>(j) * par_.pp;
     c.model = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stages[j], p.slots[j],
-                                                recompute);
+                                                recompute, par_.tp > 1 ? par_.tp_data : nullptr);
     const model::ParamLayout& layout = c.model->param_layout();
     const int64_t n = layout.buffer.total();
     c.m = backend_.allocate<float>(n);
@@ -265,7 +269,11 @@ void DeviceTrainer::optimizer_step() {
   }
   const double loss = replica_sum(loss_sum_) / dp;  // each replica's sum over its m_ microbatches
   stats_.loss = static_cast<float>(loss / m_);
-  if (par_.pp_group != nullptr) par_.pp_group->all_reduce(&sum_squares, 1);
+  // Each rank's share counts every element once (MixedGpt::grad_sum_squares): summed over the
+  // replica's ranks.
+  if (comm::Communicator* g = par_.model_group != nullptr ? par_.model_group : par_.pp_group) {
+    g->all_reduce(&sum_squares, 1);
+  }
   stats_.grad_norm = std::sqrt(sum_squares);
   stats_.skipped = !std::isfinite(stats_.loss) || !std::isfinite(stats_.grad_norm);
   if (stats_.skipped) return;

@@ -29,14 +29,19 @@
 
 namespace weft::runtime {
 
-// How the job is split, from this rank's point of view (tensor parallelism on devices: not yet).
+// How the job is split, from this rank's point of view.
 struct DeviceParallel {
+  int tp = 1;  // tensor-parallel size (model::MixedGpt; no sequence parallelism)
   int pp = 1, pp_rank = 0;
   int vp = 1;  // model chunks per pipeline rank (interleaved; needs pp > 1)
   schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b or interleaved
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
   comm::Communicator* pp_group = nullptr;
   comm::Communicator* dp_group = nullptr;
+  // Every rank of this replica (tp x pp), host memory: the gradient norm's sum. Null: pp_group.
+  comm::Communicator* model_group = nullptr;
+  // The tp group on the backend's memory (activations' partial sums, cross-entropy statistics).
+  comm::Communicator* tp_data = nullptr;
   // The same groups on the backend's memory, and the first + last stage's ranks (the tied wte; null
   // on the ranks between).
   comm::Communicator* pp_data = nullptr;

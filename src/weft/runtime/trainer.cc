@@ -156,7 +156,9 @@ Result<TrainResult> Trainer::run() {
     const auto& par = cfg_.parallel;
     Status s;
     const std::string d = "--device " + device->name();
-    if (par.tp != 1) s.add(d + " has no tensor parallelism yet: parallel.tp must be 1");
+    if (par.tp > 1 && par.sequence_parallel) {
+      s.add(d + " has no sequence parallelism yet: parallel.sequence_parallel must be false");
+    }
     if (par.vp > 1 && par.pp == 1) s.add(d + ": parallel.vp > 1 needs parallel.pp > 1");
     if (par.zero != 0) s.add(d + " keeps whole replicas: parallel.zero must be 0");
     if (par.pp > 1 && par.schedule == "zb-h1") {
@@ -224,12 +226,15 @@ Result<TrainResult> Trainer::run() {
       return device_groups_.back().get();
     };
     DeviceParallel dp;
+    dp.tp = cfg_.parallel.tp;
     dp.pp = cfg_.parallel.pp;
     dp.vp = cfg_.parallel.vp;
     dp.pp_rank = topo.coord(world_rank).pp;
     dp.schedule = schedule::parse_kind(cfg_.parallel.schedule).value();
     dp.pp_group = dp.pp > 1 ? groups_.pp.get() : nullptr;
     dp.dp_group = cfg_.parallel.dp > 1 ? groups_.dp.get() : nullptr;
+    dp.model_group = world_size > 1 ? groups_.model.get() : nullptr;
+    dp.tp_data = data_group(dp.tp > 1 ? groups_.tp.get() : nullptr);
     dp.pp_data = data_group(dp.pp_group);
     dp.dp_data = data_group(dp.dp_group);
     dp.embedding_data = data_group(groups_.embedding.get());
@@ -333,8 +338,8 @@ Result<TrainResult> Trainer::run() {
           ? ""
           : fmt::format(", resuming at step {} from {} ({})", step, resume_dir, load_summary),
       device_ ? fmt::format("{}{}, bf16 mixed precision; ",
-                            grid.world() > 1 ? fmt::format("tp=1 pp={} dp={}, {} ranks on ",
-                                                           grid.pp, grid.dp, grid.world())
+                            grid.world() > 1 ? fmt::format("tp={} pp={} dp={}, {} ranks on ",
+                                                           grid.tp, grid.pp, grid.dp, grid.world())
                                              : "",
                             device->name())
               : layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),

@@ -53,9 +53,9 @@ struct TrainerOptions {
   // parallel.tp * pp * dp.
   comm::Communicator* world = nullptr;
   // Train on this backend (`weft train --device`: the GPU, or its host emulation) in mixed
-  // precision instead of on the CPU kernels in fp32; null: the CPU. Pipeline (gpipe, 1f1b,
-  // interleaved) and data parallelism (ZeRO 0) across ranks, full recomputation; no tensor
-  // parallelism yet.
+  // precision instead of on the CPU kernels in fp32; null: the CPU. Tensor (no sequence
+  // parallelism), pipeline (gpipe, 1f1b, interleaved) and data parallelism (ZeRO 0) across ranks,
+  // full recomputation.
   // Checkpoints go through a host copy of the state, so they load under any layout and on either
   // device.
   kernels::MixedBackend* device = nullptr;

@@ -19,7 +19,6 @@
 #include <limits>
 #include <memory>
 #include <new>
-#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -199,6 +198,11 @@ class HostMixedBackend final : public MixedBackend {
     for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
   }
 
+  void widen(float* out, const BF16* in, int64_t n) override {
+    WEFT_CHECK(n >= 0, "negative element count ", n);
+    kernels::widen(out, in, n);
+  }
+
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) override {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
@@ -212,6 +216,28 @@ class HostMixedBackend final : public MixedBackend {
     }
   }
 
+  // Tensor-parallel rank's partial embedding: the expression of embedding_forward with the rows
+  // this rank does not hold read as 0, so rank 0 (which passes wpe) writes exactly
+  // embedding_forward's value for its own tokens, and every other partial is one bf16 row
+  // (exact): the fp32 sum over ranks, rounded, is embedding_forward's output.
+  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+                               int B, int T, int C, int v0, int Vl) override {
+    check_embedding_shard(B, T, C, v0, Vl);
+    const int64_t N = static_cast<int64_t>(B) * T;
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
+    for (int64_t n = 0; n < N; ++n) {
+      BF16* o = out + n * C;  // [C]
+      const int64_t row = static_cast<int64_t>(tokens[n]) - v0;
+      const BF16* e = row >= 0 && row < Vl ? wte + row * C : nullptr;  // [C] or none
+      const BF16* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;    // [C] or none
+      for (int c = 0; c < C; ++c) {
+        const float x = e != nullptr ? to_float(e[c]) : 0.f;
+        const float y = p != nullptr ? to_float(p[c]) : 0.f;
+        o[c] = round_bf16(x + y);
+      }
+    }
+  }
+
   // As the CUDA kernels: each token's rows are summed in position order in fp32 and the total is
   // added to dwte[token] once; dwpe[t] += the sum over b, in order.
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
@@ -219,40 +245,25 @@ class HostMixedBackend final : public MixedBackend {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
     const int64_t N = static_cast<int64_t>(B) * T;
     if (N == 0) return;
-    // positions[N]: 0..N-1 ordered by (token, position); runs of equal tokens start at run_starts.
-    std::vector<int32_t> positions(static_cast<size_t>(N));
-    std::iota(positions.begin(), positions.end(), 0);
-    std::stable_sort(positions.begin(), positions.end(),
-                     [&](int32_t a, int32_t b) { return tokens_host[a] < tokens_host[b]; });
-    std::vector<int64_t> run_starts;
-    for (int64_t k = 0; k < N; ++k) {
-      if (k == 0 || tokens_host[positions[k]] != tokens_host[positions[k - 1]]) {
-        run_starts.push_back(k);
-      }
+    for (int64_t i = 0; i < N; ++i) {  // as the CUDA plan (host_plans.h: group_tokens) rejects
+      WEFT_CHECK(tokens_host[i] >= 0, "token ", tokens_host[i], " at position ", i, " is negative");
     }
-    run_starts.push_back(N);
-    const int64_t runs = static_cast<int64_t>(run_starts.size()) - 1;
-    // Each run owns its dwte row: no two iterations touch the same row.
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
-    for (int64_t r = 0; r < runs; ++r) {
-      const int64_t begin = run_starts[r];
-      const int64_t end = run_starts[r + 1];
-      float* row = dwte + static_cast<int64_t>(tokens_host[positions[begin]]) * C;  // [C]
-      for (int c = 0; c < C; ++c) {
-        float acc = 0.f;
-        for (int64_t k = begin; k < end; ++k) {
-          acc += to_float(dout[static_cast<int64_t>(positions[k]) * C + c]);
-        }
-        row[c] += acc;
-      }
-    }
-    const int64_t TC = static_cast<int64_t>(T) * C;
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
-    for (int64_t i = 0; i < TC; ++i) {
-      float acc = 0.f;
-      for (int b = 0; b < B; ++b) acc += to_float(dout[b * TC + i]);
-      dwpe[i] += acc;
-    }
+    add_token_rows(dwte, dout, tokens_host, N, C, 0,
+                   int64_t{std::numeric_limits<int32_t>::max()} + 1);
+    add_position_sums(dwpe, dout, B, T, C);
+  }
+
+  // The same sums as embedding_backward, restricted to this rank's rows: a token's total is
+  // bit-identical to the one embedding_backward adds, so the ranks' dwte concatenated are
+  // embedding_backward's dwte.
+  void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+                                const int32_t* tokens_host, int B, int T, int C, int v0,
+                                int Vl) override {
+    check_embedding_shard(B, T, C, v0, Vl);
+    const int64_t N = static_cast<int64_t>(B) * T;
+    if (N == 0) return;
+    add_token_rows(dwte, dout, tokens_host, N, C, v0, Vl);
+    if (dwpe != nullptr) add_position_sums(dwpe, dout, B, T, C);
   }
 
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
@@ -561,6 +572,73 @@ class HostMixedBackend final : public MixedBackend {
     }
   }
 
+  // softmax_cross_entropy's two passes over this rank's Vv real columns: m = max, s = sum of
+  // exp(x - m) in column order; with none (an all-padding shard) m = -inf, s = 0, which the
+  // finish weighs by 0.
+  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) override {
+    check_cross_entropy_shard(N, Vl, Vv, v0);
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= kMinParallel)
+    for (int n = 0; n < N; ++n) {
+      const BF16* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
+      float m = -std::numeric_limits<float>::infinity();
+      for (int j = 0; j < Vv; ++j) m = std::max(m, to_float(z[j]));
+      float s = 0.f;
+      for (int j = 0; j < Vv; ++j) s += std::exp(to_float(z[j]) - m);
+      const int64_t y = static_cast<int64_t>(targets[n]) - v0;  // the target's local column
+      float* out = stats + static_cast<int64_t>(n) * 3;
+      out[0] = m;
+      out[1] = s;
+      out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
+    }
+  }
+
+  // The combined max M and sum S = sum_r s_r exp(m_r - M) in rank order (S = s_0 exactly when
+  // tp = 1), then softmax_cross_entropy's expressions with (M, S) for (m, s): loss =
+  // (M - z_y) + log(S), gradient dloss * (exp(z - M) / S - onehot) with 1 / S computed once. So
+  // tp = 1, v0 = 0 gives softmax_cross_entropy's bits, and lse = M + log(S) is never rounded on
+  // its own.
+  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) override {
+    check_cross_entropy_shard(N, Vl, Vv, v0);
+    WEFT_CHECK(tp >= 1 && V > 0 && Vv == std::clamp(V - v0, 0, Vl),
+               "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
+               " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
+    const int64_t stride = static_cast<int64_t>(N) * 3;  // between ranks in all_stats
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= kMinParallel)
+    for (int n = 0; n < N; ++n) {
+      BF16* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
+      const int32_t y = targets[n];
+      if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
+        const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
+        losses[n] = fill;
+        for (int j = 0; j < Vl; ++j) z[j] = round_bf16(j < Vv ? fill : 0.f);
+        continue;
+      }
+      const float* row = all_stats + static_cast<int64_t>(n) * 3;  // rank r at row + r * stride
+      float m = -std::numeric_limits<float>::infinity();
+      for (int r = 0; r < tp; ++r) m = std::max(m, row[r * stride]);
+      float s = 0.f;
+      float zy = 0.f;
+      for (int r = 0; r < tp; ++r) {
+        const float* st = row + r * stride;
+        // An all-padding rank (m_r = -inf, s_r = 0) adds nothing (as combine_max_sum in ops.cu):
+        // 0 * exp(-inf - M) is 0, but the guard keeps a NaN out if every m_r were -inf.
+        if (st[0] != -std::numeric_limits<float>::infinity()) s += st[1] * std::exp(st[0] - m);
+        zy += st[2];
+      }
+      losses[n] = (m - zy) + std::log(s);
+      const float inv_s = 1.f / s;
+      const int64_t local_y = static_cast<int64_t>(y) - v0;
+      for (int j = 0; j < Vv; ++j) {
+        const float p = std::exp(to_float(z[j]) - m) * inv_s;
+        z[j] = round_bf16(dloss * (p - (j == local_y ? 1.f : 0.f)));
+      }
+      for (int j = Vv; j < Vl; ++j) z[j] = round_bf16(0.f);
+    }
+  }
+
   double sum_squares(const float* x, int64_t n) override {
     WEFT_CHECK(n >= 0, "negative element count ", n);
     return cpu::sum_squares(x, n);  // double, fixed chunks: the same bits on every run
@@ -592,6 +670,63 @@ class HostMixedBackend final : public MixedBackend {
   struct AlignedDelete {
     void operator()(void* p) const { ::operator delete (p, std::align_val_t{kAlignment}); }
   };
+
+  static void check_embedding_shard(int B, int T, int C, int v0, int Vl) {
+    WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
+               " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
+  }
+  static void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
+    WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
+               "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
+  }
+
+  // dwte[token - v0, :] += the dout[N, C] rows of the positions whose token is in [v0, v0 + Vl),
+  // each token's rows summed in position order in fp32 and added once (as the CUDA plan,
+  // host_plans.h: group_tokens).
+  static void add_token_rows(float* dwte, const BF16* dout, const int32_t* tokens, int64_t N, int C,
+                             int64_t v0, int64_t Vl) {
+    // positions: those in range, ordered by (token, position); runs of equal tokens start at
+    // run_starts.
+    std::vector<int32_t> positions;
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t row = static_cast<int64_t>(tokens[i]) - v0;
+      if (row >= 0 && row < Vl) positions.push_back(static_cast<int32_t>(i));
+    }
+    std::stable_sort(positions.begin(), positions.end(),
+                     [&](int32_t a, int32_t b) { return tokens[a] < tokens[b]; });
+    const int64_t M = static_cast<int64_t>(positions.size());
+    std::vector<int64_t> run_starts;
+    for (int64_t k = 0; k < M; ++k) {
+      if (k == 0 || tokens[positions[k]] != tokens[positions[k - 1]]) run_starts.push_back(k);
+    }
+    run_starts.push_back(M);
+    const int64_t runs = static_cast<int64_t>(run_starts.size()) - 1;
+    // Each run owns its dwte row: no two iterations touch the same row.
+#pragma omp parallel for schedule(static) if (M * C >= kMinParallel)
+    for (int64_t r = 0; r < runs; ++r) {
+      const int64_t begin = run_starts[r];
+      const int64_t end = run_starts[r + 1];
+      float* row = dwte + (static_cast<int64_t>(tokens[positions[begin]]) - v0) * C;  // [C]
+      for (int c = 0; c < C; ++c) {
+        float acc = 0.f;
+        for (int64_t k = begin; k < end; ++k) {
+          acc += to_float(dout[static_cast<int64_t>(positions[k]) * C + c]);
+        }
+        row[c] += acc;
+      }
+    }
+  }
+
+  // dwpe[T, C] += the sum over b of dout[B, T, C], b in order.
+  static void add_position_sums(float* dwpe, const BF16* dout, int B, int T, int C) {
+    const int64_t TC = static_cast<int64_t>(T) * C;
+#pragma omp parallel for schedule(static) if (B * TC >= kMinParallel)
+    for (int64_t i = 0; i < TC; ++i) {
+      float acc = 0.f;
+      for (int b = 0; b < B; ++b) acc += to_float(dout[b * TC + i]);
+      dwpe[i] += acc;
+    }
+  }
 
   // q, k, v [T, HS] (fp32) of head h of batch b from qkv[B, T, 3C].
   static void load_head(float* q, float* k, float* v, const BF16* qkv, int b, int h, int T, int C,

@@ -57,6 +57,19 @@ template <typename T16>
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
                         const int32_t* tokens_host, int B, int T, int C);
 
+// Vocabulary-parallel (Megatron-LM; mixed.h): a tensor-parallel rank holds rows [v0, v0 + Vl) of
+// wte. out[B,T,C] = (v0 <= token < v0 + Vl ? wte[token - v0, :] : 0) + (wpe ? wpe[t, :] : 0),
+// rounded once: this rank's partial sum of embedding_forward's output (wpe may be null).
+template <typename T16>
+void embedding_forward_shard(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
+                             int T, int C, int v0, int Vl, Stream stream = nullptr);
+// dwte[Vl,C] += the dout rows whose token is in [v0, v0 + Vl), at row token - v0, each row's sum
+// the one embedding_backward forms (host_plans.h: group_tokens_in_range); dwpe[T,C] += sum over b
+// of every position (dwpe may be null).
+template <typename T16>
+void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+                              const int32_t* tokens_host, int B, int T, int C, int v0, int Vl);
+
 // ---- LayerNorm over the last dim (statistics in fp32) ----------------------------------------
 // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
 template <typename T16>
@@ -124,6 +137,22 @@ bool flash_attention_supports(int C, int NH);
 template <typename T16>
 void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp, Stream stream = nullptr);
+
+// Vocabulary-parallel cross-entropy (Megatron-LM; mixed.h): logits[N,Vl] are columns
+// [v0, v0 + Vl) of the padded vocabulary, the first Vv real. stats[N,3] (fp32) = per row the max
+// m, the sum of exp(x - m) over the real columns (m = -inf, s = 0 when Vv = 0), and the target's
+// logit when this rank holds it (else 0).
+template <typename T16>
+void cross_entropy_shard_stats(float* stats, const T16* logits, const int32_t* targets, int N,
+                               int Vl, int Vv, int v0, Stream stream = nullptr);
+// From all_stats[tp,N,3] (every rank's stats, rank order): losses[N] and logits overwritten with
+// dloss * (softmax - onehot(target)) in the real columns, 0 in the padding and ignored rows
+// (target < 0); a target >= V gives NaN. With tp = 1 and v0 = 0, softmax_cross_entropy_fused's
+// expressions.
+template <typename T16>
+void cross_entropy_shard_finish(float* losses, T16* logits, const float* all_stats, int tp,
+                                const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                int v0, Stream stream = nullptr);
 
 // ---- dynamic loss scaling (fp16) ------------------------------------------------------------
 // Micikevicius et al. 2018, §3.2 with a dynamic scale: the loss is multiplied by scale() before

@@ -143,6 +143,7 @@ class CudaMixedBackend final : public MixedBackend {
   void convert(BF16* out, const float* in, int64_t n) override {
     cuda::convert(out, in, n, stream_);
   }
+  void widen(float* out, const BF16* in, int64_t n) override { cuda::convert(out, in, n, stream_); }
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) override {
     cuda::embedding_forward<BF16>(out, tokens, wte, wpe, B, T, C, stream_);
@@ -150,6 +151,15 @@ class CudaMixedBackend final : public MixedBackend {
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
                           int B, int T, int C) override {
     cuda::embedding_backward<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C);
+  }
+  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+                               int B, int T, int C, int v0, int Vl) override {
+    cuda::embedding_forward_shard<BF16>(out, tokens, wte, wpe, B, T, C, v0, Vl, stream_);
+  }
+  void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+                                const int32_t* tokens_host, int B, int T, int C, int v0,
+                                int Vl) override {
+    cuda::embedding_backward_shard<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
   }
   void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override {
     cuda::residual_forward<BF16>(out, a, b, n, stream_);
@@ -193,6 +203,16 @@ class CudaMixedBackend final : public MixedBackend {
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) override {
     cuda::softmax_cross_entropy_fused<BF16>(losses, logits, targets, dloss, N, V, Vp, stream_);
+  }
+  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) override {
+    cuda::cross_entropy_shard_stats<BF16>(stats, logits, targets, N, Vl, Vv, v0, stream_);
+  }
+  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) override {
+    cuda::cross_entropy_shard_finish<BF16>(losses, logits, all_stats, tp, targets, dloss, N, V, Vl,
+                                           Vv, v0, stream_);
   }
   double sum_squares(const float* x, int64_t n) override {
     cuda::sum_squares(*ctx_, sum_, x, n);

@@ -60,6 +60,24 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
   }
 }
 
+// A tensor-parallel rank's partial embedding (vocabulary shard [v0, v0 + Vl) of wte):
+// out[b,t,c] = (v0 <= token < v0 + Vl ? wte[token - v0, c] : 0) + (wpe ? wpe[t, c] : 0), the
+// expression of embedding_forward_kernel with the missing terms read as 0.
+template <typename T>
+__global__ void embedding_forward_shard_kernel(T* out, const int32_t* tokens, const T* wte,
+                                               const T* wpe, int T_, int C, int v0, int Vl,
+                                               int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    const int64_t bt = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(bt % T_);
+    const int64_t row = static_cast<int64_t>(tokens[bt]) - v0;
+    const float e = row >= 0 && row < Vl ? to_float(wte[row * C + c]) : 0.f;
+    const float p = wpe != nullptr ? to_float(wpe[static_cast<int64_t>(t) * C + c]) : 0.f;
+    out[i] = from_float<T>(e + p);
+  }
+}
+
 // dwpe[t,c] += sum over b of dout[b,t,c], b in order.
 template <typename T>
 __global__ void embedding_backward_wpe_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
@@ -101,29 +119,70 @@ void launch_embedding_forward(T* out, const int32_t* tokens, const T* wte, const
 }
 
 template <typename T>
+void launch_embedding_forward_shard(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                    int B, int T_, int C, int v0, int Vl, Stream stream) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
+             " T=", T_, " C=", C, " v0=", v0, " Vl=", Vl);
+  const int64_t n = static_cast<int64_t>(B) * T_ * C;
+  if (n == 0) return;
+  embedding_forward_shard_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      dev(out), tokens, dev(wte), dev(wpe), T_, C, v0, Vl, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// dwte rows from a plan of runs (host_plans.h; the full vocabulary's or a shard's, whose
+// run_tokens are local rows), then dwpe[T,C] += the sum over b of EVERY position (it does not
+// depend on the plan; skipped when dwpe is null).
+template <typename T>
+void launch_embedding_backward_runs(Context& ctx, float* dwte, float* dwpe, const T* dout,
+                                    const TokenRuns& runs, int B, int T_, int C) {
+  if (runs.num_runs() > 0) {  // a shard may hold none of the batch's tokens (an empty grid fails)
+    // One upload of the plan: positions[P] | run_starts[R+1] | run_tokens[R].
+    const int64_t P = static_cast<int64_t>(runs.positions.size());
+    std::vector<int32_t> plan(runs.positions);
+    plan.insert(plan.end(), runs.run_starts.begin(), runs.run_starts.end());
+    plan.insert(plan.end(), runs.run_tokens.begin(), runs.run_tokens.end());
+    auto* device_plan = static_cast<int32_t*>(ctx.scratch(plan.size() * sizeof(int32_t)));
+    // From pageable memory: returns once `plan` is staged, so it may go out of scope.
+    copy_host_to_device_async(device_plan, plan.data(), plan.size() * sizeof(int32_t),
+                              ctx.stream());
+    const int32_t* positions = device_plan;
+    const int32_t* run_starts = positions + P;
+    const int32_t* run_tokens = run_starts + runs.num_runs() + 1;
+    embedding_backward_wte_kernel<<<runs.num_runs(), 256, 0, ctx.stream()>>>(
+        dwte, dev(dout), positions, run_starts, run_tokens, C);
+    WEFT_CUDA_CHECK_LAUNCH();
+  }
+  if (dwpe == nullptr) return;
+  const int64_t n = static_cast<int64_t>(T_) * C;
+  embedding_backward_wpe_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream()>>>(
+      dwpe, dev(dout), B, T_, C);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
 void launch_embedding_backward(Context& ctx, float* dwte, float* dwpe, const T* dout,
                                const int32_t* tokens_host, int B, int T_, int C) {
   WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0, "embedding with B=", B, " T=", T_, " C=", C);
   const int64_t N = static_cast<int64_t>(B) * T_;
   if (N == 0) return;
   const TokenRuns runs = group_tokens({tokens_host, static_cast<size_t>(N)});
-  // One upload of the plan: positions[N] | run_starts[R+1] | run_tokens[R].
-  std::vector<int32_t> plan(runs.positions);
-  plan.insert(plan.end(), runs.run_starts.begin(), runs.run_starts.end());
-  plan.insert(plan.end(), runs.run_tokens.begin(), runs.run_tokens.end());
-  auto* device_plan = static_cast<int32_t*>(ctx.scratch(plan.size() * sizeof(int32_t)));
-  // From pageable memory: returns once `plan` is staged, so it may go out of scope.
-  copy_host_to_device_async(device_plan, plan.data(), plan.size() * sizeof(int32_t), ctx.stream());
-  const int32_t* positions = device_plan;
-  const int32_t* run_starts = positions + N;
-  const int32_t* run_tokens = run_starts + runs.num_runs() + 1;
-  embedding_backward_wte_kernel<<<runs.num_runs(), 256, 0, ctx.stream()>>>(
-      dwte, dev(dout), positions, run_starts, run_tokens, C);
-  WEFT_CUDA_CHECK_LAUNCH();
-  const int64_t n = static_cast<int64_t>(T_) * C;
-  embedding_backward_wpe_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, ctx.stream()>>>(
-      dwpe, dev(dout), B, T_, C);
-  WEFT_CUDA_CHECK_LAUNCH();
+  launch_embedding_backward_runs(ctx, dwte, dwpe, dout, runs, B, T_, C);
+}
+
+// The shard's plan holds only its tokens, at local rows; each row's sum is the one the unsharded
+// plan gives (same positions, same order), so the result is as deterministic and the ranks'
+// dwte concatenated are embedding_backward's.
+template <typename T>
+void launch_embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const T* dout,
+                                     const int32_t* tokens_host, int B, int T_, int C, int v0,
+                                     int Vl) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
+             " T=", T_, " C=", C, " v0=", v0, " Vl=", Vl);
+  const int64_t N = static_cast<int64_t>(B) * T_;
+  if (N == 0) return;
+  const TokenRuns runs = group_tokens_in_range({tokens_host, static_cast<size_t>(N)}, v0, Vl);
+  launch_embedding_backward_runs(ctx, dwte, dwpe, dout, runs, B, T_, C);
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------
@@ -378,27 +437,16 @@ __device__ __forceinline__ void combine_max_sum(float& m, float& s, float m2, fl
   s = s_scaled + s2_scaled;
 }
 
-template <typename T, bool kGrad>
-__global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
-                                             float dloss, int V, int Vp) {
+// Pass 1 over z[0, n): (m, s) = the max and the sum of exp(z - m), each thread's running pair
+// combined over its warp, then the warps' pairs in warp order; every thread gets the result. Call
+// from every thread of a kSoftmaxThreads block.
+template <typename T>
+__device__ void block_max_sum(const T* z, int n, float& m, float& s) {
   __shared__ float shared_m[kSoftmaxThreads / kWarpSize];
   __shared__ float shared_s[kSoftmaxThreads / kWarpSize];
-  __shared__ float shared_zy;
-  const int64_t row = blockIdx.x;
-  T* z = logits + row * Vp;
-  const int32_t y = targets[row];
-  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
-    const float fill = y < 0 ? 0.f : NAN;
-    if (threadIdx.x == 0) losses[row] = fill;
-    if constexpr (kGrad) {
-      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
-    }
-    return;
-  }
-  if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
-  float m = -INFINITY;
-  float s = 0.f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+  m = -INFINITY;
+  s = 0.f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
     const float x = to_float(z[j]);
     if (x > m) {
       s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
@@ -424,6 +472,26 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int
   for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
     combine_max_sum(m, s, shared_m[w], shared_s[w]);
   }
+}
+
+template <typename T, bool kGrad>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
+                                             float dloss, int V, int Vp) {
+  __shared__ float shared_zy;
+  const int64_t row = blockIdx.x;
+  T* z = logits + row * Vp;
+  const int32_t y = targets[row];
+  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
+    const float fill = y < 0 ? 0.f : NAN;
+    if (threadIdx.x == 0) losses[row] = fill;
+    if constexpr (kGrad) {
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
+    }
+    return;
+  }
+  if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
+  float m, s;
+  block_max_sum(z, V, m, s);  // its barrier also publishes shared_zy
   if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
   if constexpr (kGrad) {
     const float inv_s = 1.f / s;
@@ -442,6 +510,93 @@ void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targe
   if (N == 0) return;
   softmax_cross_entropy_kernel<device_t<T>, kGrad>
       <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+// ---- vocabulary-parallel cross-entropy (Megatron-LM) -----------------------------------------
+// A rank holds columns [v0, v0 + Vl) of the padded vocabulary, the first Vv of them real. One
+// block per row, as softmax_cross_entropy_kernel; row offsets in int64 (N * Vl may pass 2^31).
+
+// stats[row] = {m, s, z_y}: the online max and sum of exp(x - m) over the Vv real columns
+// (m = -inf, s = 0 when Vv = 0), and the target's logit when this rank holds it (else 0).
+template <typename T>
+__global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits,
+                                                 const int32_t* targets, int Vl, int Vv, int v0) {
+  const int64_t row = blockIdx.x;
+  const T* z = logits + row * Vl;
+  float m, s;
+  block_max_sum(z, Vv, m, s);
+  if (threadIdx.x != 0) return;
+  const int64_t y = static_cast<int64_t>(targets[row]) - v0;
+  float* out = stats + row * 3;
+  out[0] = m;
+  out[1] = s;
+  out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
+}
+
+// From all_stats[tp,N,3]: M = max_r m_r, S = sum_r s_r exp(m_r - M) (rank order, as
+// combine_max_sum), z_y = sum_r z_y,r; loss = (M - z_y) + log(S) and gradient
+// dloss * (exp(z - M) / S - onehot) in the real columns: softmax_cross_entropy_kernel's
+// expressions with (M, S) for its (m, s). Every thread combines the tp triples itself (tp is
+// small), so no shared memory or barrier is needed.
+template <typename T>
+__global__ void cross_entropy_shard_finish_kernel(float* losses, T* logits, const float* all_stats,
+                                                  int tp, const int32_t* targets, float dloss,
+                                                  int N, int V, int Vl, int Vv, int v0) {
+  const int64_t row = blockIdx.x;
+  T* z = logits + row * Vl;
+  const int32_t y = targets[row];
+  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
+    const float fill = y < 0 ? 0.f : NAN;
+    if (threadIdx.x == 0) losses[row] = fill;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) z[j] = from_float<T>(j < Vv ? fill : 0.f);
+    return;
+  }
+  const int64_t stride = static_cast<int64_t>(N) * 3;
+  const float* st = all_stats + row * 3;
+  float m = -INFINITY;
+  float s = 0.f;
+  float zy = 0.f;
+  for (int r = 0; r < tp; ++r) {
+    combine_max_sum(m, s, st[r * stride], st[r * stride + 1]);
+    zy += st[r * stride + 2];
+  }
+  if (threadIdx.x == 0) losses[row] = (m - zy) + logf(s);
+  const float inv_s = 1.f / s;
+  const int64_t local_y = static_cast<int64_t>(y) - v0;
+  for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+    float g = 0.f;
+    if (j < Vv) g = dloss * (expf(to_float(z[j]) - m) * inv_s - (j == local_y ? 1.f : 0.f));
+    z[j] = from_float<T>(g);
+  }
+}
+
+void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
+  WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
+             "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
+}
+
+template <typename T>
+void launch_cross_entropy_shard_stats(float* stats, const T* logits, const int32_t* targets, int N,
+                                      int Vl, int Vv, int v0, Stream stream) {
+  check_cross_entropy_shard(N, Vl, Vv, v0);
+  if (N == 0) return;
+  cross_entropy_shard_stats_kernel<device_t<T>>
+      <<<N, kSoftmaxThreads, 0, stream>>>(stats, dev(logits), targets, Vl, Vv, v0);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_cross_entropy_shard_finish(float* losses, T* logits, const float* all_stats, int tp,
+                                       const int32_t* targets, float dloss, int N, int V, int Vl,
+                                       int Vv, int v0, Stream stream) {
+  check_cross_entropy_shard(N, Vl, Vv, v0);
+  WEFT_CHECK(tp >= 1 && V > 0 && Vv == std::clamp(V - v0, 0, Vl),
+             "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
+             " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
+  if (N == 0) return;
+  cross_entropy_shard_finish_kernel<device_t<T>><<<N, kSoftmaxThreads, 0, stream>>>(
+      losses, dev(logits), all_stats, tp, targets, dloss, N, V, Vl, Vv, v0);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -916,6 +1071,18 @@ void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
 }
 
 template <typename T16>
+void embedding_forward_shard(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
+                             int T, int C, int v0, int Vl, Stream stream) {
+  detail::launch_embedding_forward_shard(out, tokens, wte, wpe, B, T, C, v0, Vl, stream);
+}
+
+template <typename T16>
+void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+                              const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
+  detail::launch_embedding_backward_shard(ctx, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
+}
+
+template <typename T16>
 void layernorm_forward(T16* out, float* mean, float* rstd, const T16* inp, const T16* weight,
                        const T16* bias, int N, int C, Stream stream) {
   detail::launch_layernorm_forward<T16>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C,
@@ -970,6 +1137,20 @@ template <typename T16>
 void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp, Stream stream) {
   detail::launch_softmax_cross_entropy<T16, true>(losses, logits, targets, dloss, N, V, Vp, stream);
+}
+
+template <typename T16>
+void cross_entropy_shard_stats(float* stats, const T16* logits, const int32_t* targets, int N,
+                               int Vl, int Vv, int v0, Stream stream) {
+  detail::launch_cross_entropy_shard_stats(stats, logits, targets, N, Vl, Vv, v0, stream);
+}
+
+template <typename T16>
+void cross_entropy_shard_finish(float* losses, T16* logits, const float* all_stats, int tp,
+                                const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                int v0, Stream stream) {
+  detail::launch_cross_entropy_shard_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl,
+                                            Vv, v0, stream);
 }
 
 LossScaler::LossScaler(Arena& arena, float initial_scale, int growth_interval, float growth,
@@ -1055,6 +1236,14 @@ void sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
                                        int, Stream);                                               \
   template void embedding_backward<T16>(Context&, float*, float*, const T16*, const int32_t*, int, \
                                         int, int);                                                 \
+  template void embedding_forward_shard<T16>(T16*, const int32_t*, const T16*, const T16*, int,    \
+                                             int, int, int, int, Stream);                          \
+  template void embedding_backward_shard<T16>(Context&, float*, float*, const T16*,                \
+                                              const int32_t*, int, int, int, int, int);            \
+  template void cross_entropy_shard_stats<T16>(float*, const T16*, const int32_t*, int, int, int,  \
+                                               int, Stream);                                       \
+  template void cross_entropy_shard_finish<T16>(float*, T16*, const float*, int, const int32_t*,   \
+                                                float, int, int, int, int, int, Stream);           \
   template void layernorm_forward<T16>(T16*, float*, float*, const T16*, const T16*, const T16*,   \
                                        int, int, Stream);                                          \
   template void fused_residual_layernorm_forward<T16>(T16*, T16*, float*, float*, const T16*,      \
