@@ -16,7 +16,8 @@
 #        the bundle for this case; the mixed-backend test, the trainer test and the CLI need
 #        weft's CPU dependencies, so that way runs kernels_cuda_test and the benchmark alone)
 #     2. ctest -L cuda --output-on-failure: kernels_cuda_test, kernels_mixed_cuda_test,
-#        comm_cuda_test and gpu_trainer_test (each where it exists)
+#        comm_cuda_test, gpu_trainer_test and gpu_equivalence_test (tp, pp, dp with the ranks as
+#        threads sharing the GPU; each where it exists)
 #     3. end to end, per model: `weft bench step --device cuda ... --json`, then the same step in
 #        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
 #        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
@@ -57,7 +58,9 @@ if [[ "${1:-}" == "--pack" ]]; then
   # The GPU trainer's test, where the tree has it. (The list is read whole first: grep -q closing
   # the pipe early would make cmake fail on SIGPIPE.)
   target_list=$(cmake --build "$BUILD" --target help)
-  grep -q '^gpu_trainer_test:' <<<"$target_list" && targets+=(gpu_trainer_test)
+  for t in gpu_trainer_test gpu_equivalence_test; do
+    grep -q "^$t:" <<<"$target_list" && targets+=("$t")
+  done
   log "building ${targets[*]}"
   cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}"
   rm -rf "$BUNDLE"
@@ -65,9 +68,11 @@ if [[ "${1:-}" == "--pack" ]]; then
   cp "$BUILD/tests/kernels/kernels_cuda_test" "$BUILD/tests/kernels/kernels_mixed_cuda_test" \
     "$BUILD/tests/comm/comm_cuda_test" "$BUILD/bin/weft_kernels_bench" "$BUILD/bin/weft" \
     "$BUNDLE/bin/"
-  if [[ " ${targets[*]} " == *" gpu_trainer_test "* ]]; then
-    cp "$(find "$BUILD/tests" -name gpu_trainer_test -type f -perm -u+x | head -1)" "$BUNDLE/bin/"
-  fi
+  for t in gpu_trainer_test gpu_equivalence_test; do
+    if [[ " ${targets[*]} " == *" $t "* ]]; then
+      cp "$(find "$BUILD/tests" -name "$t" -type f -perm -u+x | head -1)" "$BUNDLE/bin/"
+    fi
+  done
   # Every shared library the programs load that is not in a base system: oneDNN, fmt, toml++, Open
   # MPI and its dependencies (hwloc, libevent, pmix...), libgomp... The C/C++ runtime stays out
   # (the device's is newer, and two copies in one process break), and so do the CUDA libraries,
@@ -195,7 +200,7 @@ works() { wrun "$1" --gtest_list_tests >/dev/null 2>&1; }
 # direct-nvcc way).
 declare -A TESTS=()
 # The kernels first, then the communicators at size 1, then the trainer that uses both.
-TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test gpu_trainer_test"
+TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test gpu_trainer_test gpu_equivalence_test"
 BENCH_BIN=""
 WEFT_BIN=""
 WAY=${WEFT_GPU_BUILD:-auto}
@@ -219,7 +224,9 @@ else
     log "building the release tree's CUDA targets and the CLI with CMake (build/gpu)"
     targets=(kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test weft_kernels_bench weft)
     target_list=$(cmake --build build/gpu --target help)
-    grep -q '^gpu_trainer_test:' <<<"$target_list" && targets+=(gpu_trainer_test)
+    for t in gpu_trainer_test gpu_equivalence_test; do
+      grep -q "^$t:" <<<"$target_list" && targets+=("$t")
+    done
     cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" || return 1
     TEST_DIR=$ROOT/build/gpu  # its own CTestTestfile (every cuda test of the tree)
     BENCH_BIN=$ROOT/build/gpu/bin/weft_kernels_bench

@@ -2,7 +2,8 @@
 // The Communicator (DESIGN.md §4): a small, c10d-shaped set of collectives and point-to-point
 // messages over one group of ranks. Layers are given the communicator they use (never a global
 // group). Backends: LocalCommunicator (size 1), MpiCommunicator (host buffers over Open MPI;
-// comm/mpi_communicator.h, a separate library so only the runtime links MPI), and
+// comm/mpi_communicator.h, a separate library so only the runtime links MPI), the thread backend
+// (ranks are threads of one process, for machines without MPI; comm/thread_communicator.h), and
 // RecordingCommunicator (wraps another one and records op, bytes and group, so tests can assert
 // the communication volume the PTD-P analysis predicts).
 //
