@@ -1,8 +1,9 @@
 #pragma once
 // --device of `weft train` and `weft bench step`:
 //   cpu        (default) fp32 on the CPU kernels, any tp x pp x dp layout;
-//   cuda[:N]   the GPU (device N, default 0) in bf16 mixed precision: kernels/cuda through
-//              kernels::MixedBackend; one process holds the whole model (docs/cuda.md);
+//   cuda[:N]   the GPU (device N; plain cuda: by local rank) in bf16 mixed precision:
+//              kernels/cuda through kernels::MixedBackend; tp x pp x dp on GPU ranks, no
+//              sequence parallelism or ZeRO (docs/cuda.md);
 //   host-bf16  the GPU trainer's code path on the CPU, with the GPU's bf16 rounding points
 //              (kernels::make_host_mixed_backend): slow, for checking that path without a GPU.
 

@@ -4,12 +4,14 @@
 // gradients and (runtime/device_trainer.h) AdamW state; bf16 activations and a bf16 copy of the
 // weights that the forward reads. The same architecture, parameter layout (param_layout.h) and
 // initialization as model::Gpt, so a MixedGpt starts from exactly the serial fp32 model's values
-// and the two train to the same losses within bf16 tolerance (tests/model/mixed_gpt_test.cc).
+// and the two train to the same losses within bf16 tolerance
+// (tests/runtime/device_trainer_test.cc).
 //
 // A MixedGpt is one pipeline stage (the whole model by default) holding the activations of
-// `slots` microbatches, like model::Gpt; runtime/device_trainer.h moves the stage boundaries
-// between ranks. No tensor parallelism yet (docs/cuda.md). Everything is allocated once, at
-// construction, from the backend (bytes() says how much beforehand); a step allocates nothing.
+// `slots` microbatches, and this rank's tensor-parallel shards, like model::Gpt;
+// runtime/device_trainer.h moves the stage boundaries between ranks. Everything is allocated
+// once, at construction, from the backend (bytes() says how much beforehand); a step allocates
+// nothing.
 //
 // A block, with x the bf16 residual stream (llm.c's layout: each residual add fused into the
 // LayerNorm that follows it):

@@ -1,11 +1,12 @@
 #pragma once
-// Training on a kernels::MixedBackend (the GPU, or its host emulation): this rank's pipeline stage
-// as a model::MixedGpt, its AdamW moments in fp32 on the backend, and the step. The step runs the
-// rank's program of a pipeline schedule (schedule/, through the executor, as PipelineRunner does
-// on the CPU: with pp = 1 that is gradient accumulation over the microbatches), then averages the
-// gradients over the data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes
-// the global gradient norm, and runs one AdamW launch over every tensor that also writes the bf16
-// weight copy the next forward reads. Same initialization, loss, clipping, AdamW and skip rule as
+// Training on a kernels::MixedBackend (the GPU, or its host emulation): this rank's model chunks
+// (pipeline stages, each its tensor-parallel shards) as model::MixedGpt, their AdamW moments in
+// fp32 on the backend, and the step. The step runs the rank's program of a pipeline schedule
+// (schedule/, through the executor, as PipelineRunner does on the CPU: with pp = 1 that is
+// gradient accumulation over the microbatches), then averages the gradients over the
+// data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes the global gradient
+// norm, and runs one AdamW launch over every tensor that also writes the bf16 weight copy the next
+// forward reads. Same initialization, loss, clipping, AdamW and skip rule as
 // the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`,
 // checkpointing through a host copy of the state, so its checkpoints load anywhere.
 //
