@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
 
 namespace weft::kernels {
 namespace {
+
+using test::rel_error;
 
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
@@ -44,18 +47,6 @@ std::vector<int32_t> random_tokens(int64_t n, int V, uint32_t seed) {
 }
 
 Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
-
-// ||a - b|| / ||b|| (b the double-precision reference); 0 when both are 0.
-double rel_error(const Floats& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
 
 double max_abs_error(const Floats& a, const Doubles& b) {
   double m = 0.0;

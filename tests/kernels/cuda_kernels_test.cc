@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/cpu/reference.h"
@@ -32,6 +33,9 @@
 namespace weft::kernels::cuda {
 namespace {
 
+using test::rel_error;
+using test::to_double;
+
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
 
@@ -40,15 +44,6 @@ constexpr double kTol16 = 1e-2;
 constexpr const char* kNoDevice = "weft-cuda-skip: no CUDA device visible";
 
 // ---- host-side values ---------------------------------------------------------------------
-
-template <typename T>
-double to_double(T x) {
-  if constexpr (std::is_arithmetic_v<T>) {
-    return static_cast<double>(x);
-  } else {
-    return static_cast<double>(x.to_float());
-  }
-}
 
 template <typename T>
 Doubles widen(const std::vector<T>& x) {
@@ -62,20 +57,6 @@ std::vector<T16> round16(const Floats& x) {
   std::vector<T16> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = T16::from_float(x[i]);
   return out;
-}
-
-// ||a - b|| / ||b|| (b the reference); +inf when a holds a NaN or an infinity, which is what an
-// element left poisoned looks like.
-double rel_error(const Doubles& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i])) return std::numeric_limits<double>::infinity();
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
 #define EXPECT_CLOSE(actual, reference, tol) \

@@ -12,12 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
 
 namespace weft::kernels {
 namespace {
+
+using test::rel_error;
 
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
@@ -39,21 +42,6 @@ Floats bf16_rounded(const Floats& x) {
   Floats y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = BF16::from_float(x[i]).to_float();
   return y;
-}
-
-// ||a - b|| / ||b||; 0 when both are 0.
-double rel_error(const Floats& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
-
-double rel_error(const Floats& a, const Floats& b) {
-  return rel_error(a, Doubles(b.begin(), b.end()));
 }
 
 // C[M,N] = alpha op(A) op(B) + beta C with row-major leading dimensions, in double.

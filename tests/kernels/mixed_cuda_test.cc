@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "weft/core/dtype.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/cuda/arena.h"
@@ -42,6 +43,9 @@
 
 namespace weft::kernels {
 namespace {
+
+using test::rel_error;
+using test::to_double;
 
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
@@ -53,35 +57,10 @@ constexpr double kTolGemmGrad = 1e-3;
 constexpr const char* kNoDevice = "weft-cuda-skip: no CUDA device visible";
 
 template <typename T>
-double to_double(T x) {
-  if constexpr (std::is_arithmetic_v<T>) {
-    return static_cast<double>(x);
-  } else {
-    return static_cast<double>(x.to_float());
-  }
-}
-
-template <typename T>
 Doubles widen(const std::vector<T>& x) {
   Doubles out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = to_double(x[i]);
   return out;
-}
-
-// ||a - b|| / ||b|| (b the reference); +inf when a or b holds a NaN or an infinity, which is what
-// an element left poisoned looks like.
-double rel_error(const Doubles& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
-      return std::numeric_limits<double>::infinity();
-    }
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
 // One buffer on each backend, holding the same values.

@@ -7,6 +7,7 @@
 // rounded sum and normalizes that, the cross-entropy gradient is exactly 0 in the padding and in
 // ignored rows, and the bf16 weight copy is the rounded master weight.
 
+#include "support/rel_error.h"
 #include "weft/kernels/mixed.h"
 
 #include <gtest/gtest.h>
@@ -28,6 +29,8 @@
 
 namespace weft::kernels {
 namespace {
+
+using test::rel_error;
 
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
@@ -72,20 +75,6 @@ Doubles to_double(const Bf16s& x) {
 }
 
 Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
-
-// ||a - b|| / ||b|| (b the double-precision reference); NaN in a makes it NaN (and fail).
-double rel_error(const Doubles& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0;
-  double norm = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i] - b[i]) * (a[i] - b[i]);
-    norm += b[i] * b[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
-double rel_error(const Bf16s& a, const Doubles& b) { return rel_error(to_double(a), b); }
-double rel_error(const Floats& a, const Doubles& b) { return rel_error(to_double(a), b); }
 
 bool same_bits(const Bf16s& a, const Bf16s& b) {
   if (a.size() != b.size()) return false;

@@ -47,7 +47,7 @@ std::vector<float> gather_params(const model::Gpt& m) {
   return {all.data(), all.data() + all.size()};
 }
 
-using test::rel_l2;
+using test::rel_error;
 
 Run train(parallel::TensorParallel tp, model::Recompute recompute) {
   const model::GptConfig cfg = tiny();
@@ -109,7 +109,7 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
       std::vector<float> a(g.data() + s.offset, g.data() + s.offset + s.numel);
       std::vector<float> b(serial.grads().data() + s.offset,
                            serial.grads().data() + s.offset + s.numel);
-      EXPECT_LE(rel_l2(a, b), 1e-5) << s.name << " sp=" << sp;
+      EXPECT_LE(rel_error(a, b), 1e-5) << s.name << " sp=" << sp;
     }
   }
 }

@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/mixed.h"
@@ -65,15 +67,6 @@ std::vector<int32_t> batch(int step, int n, int V) {
   return t;
 }
 
-double rel_error(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 TEST_F(DeviceTrainerTest, StartsFromExactlyTheFp32ModelsParameters) {
   model::Gpt ref(cfg_, kB, kT);
   ref.init(7);
@@ -106,10 +99,15 @@ TEST_F(DeviceTrainerTest, TheLossAndEveryTensorsGradientMatchTheFp32Model) {
   std::vector<float> g(mixed.param_layout().buffer.total());
   mixed.get_grads(g);
   const float* gr = ref.grads().data();
-  EXPECT_LT(rel_error(g.data(), gr, static_cast<int64_t>(g.size())), 1.5e-2) << "whole gradient";
+  EXPECT_LT(test::rel_error(std::span<const float>(g), std::span<const float>(gr, g.size())),
+            1.5e-2)
+      << "whole gradient";
   for (const SliceSpec& s : mixed.param_layout().buffer.slices()) {
     // bf16 activations (8 significant bits) through two layers: about 0.6% per tensor here.
-    EXPECT_LT(rel_error(g.data() + s.offset, gr + s.offset, s.numel), 2.5e-2) << s.name;
+    EXPECT_LT(test::rel_error(std::span<const float>(g.data() + s.offset, s.numel),
+                              std::span<const float>(gr + s.offset, s.numel)),
+              2.5e-2)
+        << s.name;
   }
   EXPECT_NEAR(std::sqrt(mixed.grad_sum_squares()), std::sqrt(ref.grad_sum_squares()),
               2e-2 * std::sqrt(ref.grad_sum_squares()));

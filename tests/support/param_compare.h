@@ -10,19 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "support/rel_error.h"
 #include "weft/model/param_layout.h"
 
 namespace weft::test {
-
-// ||a - b|| / ||b|| (0 when both are zero).
-inline double rel_l2(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
 
 // `actual` within `tol` of `expected` (both in `global`'s layout) in relative L2 over all
 // parameters, and every tensor within 10 * tol in relative L2 or, failing that, elementwise
@@ -44,13 +35,13 @@ inline void expect_params_close(const model::ParamLayout& global, const float* a
     }
     double worst = 0;
     for (size_t i = 0; i < p.size(); ++i) worst = std::max(worst, std::abs(double(p[i]) - q[i]));
-    EXPECT_TRUE(rel_l2(p, q) <= 10 * tol || worst <= 10 * tol)
-        << s.name << " " << context << ": relative L2 " << rel_l2(p, q) << ", largest difference "
-        << worst << ", tolerance " << 10 * tol;
+    EXPECT_TRUE(rel_error(p, q) <= 10 * tol || worst <= 10 * tol)
+        << s.name << " " << context << ": relative L2 " << rel_error(p, q)
+        << ", largest difference " << worst << ", tolerance " << 10 * tol;
     all_p.insert(all_p.end(), p.begin(), p.end());
     all_q.insert(all_q.end(), q.begin(), q.end());
   }
-  EXPECT_LE(rel_l2(all_p, all_q), tol) << "all parameters, " << context;
+  EXPECT_LE(rel_error(all_p, all_q), tol) << "all parameters, " << context;
 }
 
 }  // namespace weft::test
