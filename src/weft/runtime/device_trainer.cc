@@ -118,8 +118,7 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
         c.grad_out.push_back(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd));
       }
     }
-    c.slot_of.assign(m_, -1);
-    for (int k = c.model->slots() - 1; k >= 0; --k) c.free_slots.push_back(k);
+    c.slots = MicrobatchSlots(m_, c.model->slots(), c.stage);
     // One segment per tensor: AdamW decays matrices and embeddings only (ParamInit::weight_decay).
     const auto& slices = layout.buffer.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
@@ -154,23 +153,8 @@ DeviceTrainer::Chunk& DeviceTrainer::chunk(int stage) {
   return chunks_[stage / par_.pp];
 }
 
-int DeviceTrainer::acquire(Chunk& c, int mb) {
-  if (c.slot_of[mb] >= 0) return c.slot_of[mb];
-  WEFT_CHECK(!c.free_slots.empty(), "stage ", c.stage, " has more microbatches in flight than ",
-             c.model->slots(), " (its program's peak)");
-  c.slot_of[mb] = c.free_slots.back();
-  c.free_slots.pop_back();
-  return c.slot_of[mb];
-}
-
-void DeviceTrainer::release(Chunk& c, int mb) {
-  WEFT_CHECK(c.slot_of[mb] >= 0, "stage ", c.stage, " microbatch ", mb, " holds no slot");
-  c.free_slots.push_back(c.slot_of[mb]);
-  c.slot_of[mb] = -1;
-}
-
 int DeviceTrainer::tag(int stage, int mb, bool grad) const {
-  return (stage * m_ + mb) * 2 + (grad ? 1 : 0);
+  return stage_message_tag(stage, mb, m_, grad);
 }
 
 int64_t DeviceTrainer::boundary_bytes() const { return int64_t{B_} * T_ * cfg_.n_embd * 2; }
@@ -185,7 +169,7 @@ double DeviceTrainer::replica_sum(double x) const {
 
 void DeviceTrainer::forward(int stage, int mb) {
   Chunk& c = chunk(stage);
-  const int slot = acquire(c, mb);
+  const int slot = c.slots.acquire(mb);
   const int64_t block = int64_t{B_} * T_;
   // Gradients of the replicas' mean loss: summed over the dp group at the end of the step.
   const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_,
@@ -195,7 +179,7 @@ void DeviceTrainer::forward(int stage, int mb) {
 
 void DeviceTrainer::backward(int stage, int mb) {
   Chunk& c = chunk(stage);
-  const int slot = c.slot_of[mb];
+  const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
   c.model->backward(slot);
   ++c.backward_passes;
@@ -203,7 +187,7 @@ void DeviceTrainer::backward(int stage, int mb) {
   if (!c.grad_out.empty()) {
     backend_.copy(c.grad_out[mb], c.model->input_grad(), boundary_bytes());
   }
-  release(c, mb);
+  c.slots.release(mb);
 }
 
 void DeviceTrainer::backward_input(int stage, int mb) {
@@ -215,13 +199,13 @@ void DeviceTrainer::backward_weight(int stage, int mb) { backward_input(stage, m
 void DeviceTrainer::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
   backend_.synchronize();  // the communicator may run on another stream, or on the host
-  sends_.push_back(par_.pp_data->send_async(c.model->stage_output(c.slot_of[mb]), boundary_bytes(),
+  sends_.push_back(par_.pp_data->send_async(c.model->stage_output(c.slots.of(mb)), boundary_bytes(),
                                             comm::DataType::U8, peer, tag(stage + 1, mb, false)));
 }
 
 void DeviceTrainer::recv_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
-  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(acquire(c, mb))),
+  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(c.slots.acquire(mb))),
                      boundary_bytes(), peer, tag(stage, mb, false));
 }
 
@@ -234,7 +218,7 @@ void DeviceTrainer::send_grad(int stage, int mb, int peer) {
 
 void DeviceTrainer::recv_grad(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
-  const int slot = c.slot_of[mb];
+  const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
   par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->output_grad(slot)), boundary_bytes(), peer,
                      tag(stage, mb, true));

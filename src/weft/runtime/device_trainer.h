@@ -25,6 +25,7 @@
 #include "weft/model/mixed_gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/runtime/executor.h"
+#include "weft/runtime/microbatch_slots.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
 
@@ -111,13 +112,11 @@ class DeviceTrainer : public StageRunner {
     std::unique_ptr<model::MixedGpt> model;
     float* m = nullptr;  // AdamW moments, fp32, laid out like the parameters
     float* v = nullptr;
-    std::vector<int> slot_of, free_slots;  // per microbatch (-1: none); LIFO
-    std::vector<BF16*> grad_out;           // per microbatch: d(stage input) until it is sent
+    MicrobatchSlots slots;
+    std::vector<BF16*> grad_out;  // per microbatch: d(stage input) until it is sent
     int backward_passes = 0;
   };
   Chunk& chunk(int stage);
-  int acquire(Chunk& c, int microbatch);
-  void release(Chunk& c, int microbatch);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_bytes() const;
   int dp_size() const;

@@ -31,9 +31,8 @@ struct PipelineRunner::Chunk {
   int stage = 0;
   std::unique_ptr<model::Gpt> model;
   std::unique_ptr<DistributedOptimizer> opt;
-  int weight_passes = 0;          // backward (or W) passes of this step so far
-  std::vector<int> slot_of;       // per microbatch; -1: none
-  std::vector<int> free_slots;    // LIFO
+  int weight_passes = 0;  // backward (or W) passes of this step so far
+  MicrobatchSlots slots;
   std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
   // Per microbatch: d(stage input), kept until its send completes at the end of the step. Not per
   // slot: a slot is reused as soon as its backward ends, maybe before the previous rank posts the
@@ -61,8 +60,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
         cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
         std::max(1, slots[j]), DistributedOptimizer::storage(o_.zero, dp_size()));
     c->opt = std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw);
-    c->slot_of.assign(m_, -1);
-    for (int k = c->model->slots() - 1; k >= 0; --k) c->free_slots.push_back(k);
+    c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
     c->sends.resize(c->model->slots());
     // d(input) goes to another rank only from a stage whose predecessor is remote.
     if (c->stage > 0 && sh.rank_of(c->stage - 1) != o_.pp_rank) {
@@ -114,22 +112,12 @@ PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
 }
 
 int PipelineRunner::acquire(Chunk& c, int mb) {
-  if (c.slot_of[mb] >= 0) return c.slot_of[mb];
-  WEFT_CHECK(!c.free_slots.empty(), "stage ", c.stage, " has more microbatches in flight than ",
-             c.model->slots(), " (its program's peak)");
-  const int slot = c.free_slots.back();
-  c.free_slots.pop_back();
-  // The slot's output may still be on its way to the next stage, whose receive is posted: that
-  // stage ran its forward before this slot's backward could end.
-  c.sends[slot].wait();
-  c.slot_of[mb] = slot;
+  const bool taken = c.slots.of(mb) < 0;
+  const int slot = c.slots.acquire(mb);
+  // A slot just taken may still have its output on the way to the next stage, whose receive is
+  // posted: that stage ran its forward before this slot's backward could end.
+  if (taken) c.sends[slot].wait();
   return slot;
-}
-
-void PipelineRunner::release(Chunk& c, int mb) {
-  WEFT_CHECK(c.slot_of[mb] >= 0, "stage ", c.stage, " microbatch ", mb, " holds no slot");
-  c.free_slots.push_back(c.slot_of[mb]);
-  c.slot_of[mb] = -1;
 }
 
 int PipelineRunner::dp_size() const { return o_.dp != nullptr ? o_.dp->size() : 1; }
@@ -147,7 +135,7 @@ int64_t PipelineRunner::boundary_elements() const {
 }
 
 int PipelineRunner::tag(int stage, int mb, bool grad) const {
-  return (stage * m_ + mb) * 2 + (grad ? 1 : 0);
+  return stage_message_tag(stage, mb, m_, grad);
 }
 
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows.
@@ -177,7 +165,7 @@ void PipelineRunner::forward(int stage, int mb) {
   if (stage > 0 && schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
     // The previous stage is on this rank (pp = 1): hand its output over in memory.
     Chunk& prev = chunk(stage - 1);
-    const float* out = prev.model->stage_output(prev.slot_of[mb]);
+    const float* out = prev.model->stage_output(prev.slots.of(mb));
     std::copy(out, out + boundary_elements(), c.model->stage_input(slot));
   }
   const float loss =
@@ -189,7 +177,7 @@ void PipelineRunner::forward(int stage, int mb) {
 // gradients only; the slot stays until W has computed the weight gradients from it.
 void PipelineRunner::run_backward(int stage, int mb, bool split) {
   Chunk& c = chunk(stage);
-  const int slot = c.slot_of[mb];
+  const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
   if (!split) c.opt->set_final_pass(++c.weight_passes == m_);
   c.model->backward(1.0f / static_cast<float>(m_), slot, /*defer_weight_grads=*/split);
@@ -198,12 +186,12 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
     const int64_t n = boundary_elements();
     if (schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
       Chunk& prev = chunk(stage - 1);
-      std::copy_n(c.model->input_grad(), n, prev.model->output_grad(prev.slot_of[mb]));
+      std::copy_n(c.model->input_grad(), n, prev.model->output_grad(prev.slots.of(mb)));
     } else {
       std::copy_n(c.model->input_grad(), n, c.grad_out[mb].data());
     }
   }
-  if (!split) release(c, mb);
+  if (!split) c.slots.release(mb);
 }
 
 void PipelineRunner::backward(int stage, int mb) { run_backward(stage, mb, false); }
@@ -211,15 +199,15 @@ void PipelineRunner::backward_input(int stage, int mb) { run_backward(stage, mb,
 
 void PipelineRunner::backward_weight(int stage, int mb) {
   Chunk& c = chunk(stage);
-  WEFT_CHECK(c.slot_of[mb] >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
+  WEFT_CHECK(c.slots.of(mb) >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
   c.opt->set_final_pass(++c.weight_passes == m_);
-  c.model->backward_weights(c.slot_of[mb]);
-  release(c, mb);
+  c.model->backward_weights(c.slots.of(mb));
+  c.slots.release(mb);
 }
 
 void PipelineRunner::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
-  const int slot = c.slot_of[mb];
+  const int slot = c.slots.of(mb);
   c.sends[slot].wait();
   c.sends[slot] = send_rows(c.model->stage_output(slot), peer, tag(stage + 1, mb, false));
 }
@@ -236,7 +224,7 @@ void PipelineRunner::send_grad(int stage, int mb, int peer) {
 
 void PipelineRunner::recv_grad(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
-  const int slot = c.slot_of[mb];
+  const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
   recv_rows(c.model->output_grad(slot), peer, tag(stage, mb, true));
 }

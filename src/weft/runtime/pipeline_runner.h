@@ -27,6 +27,7 @@
 #include "weft/model/gpt.h"
 #include "weft/model/memory.h"
 #include "weft/runtime/executor.h"
+#include "weft/runtime/microbatch_slots.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
 
@@ -93,7 +94,6 @@ class PipelineRunner : public StageRunner {
   struct Chunk;
   Chunk& chunk(int stage);
   int acquire(Chunk& c, int microbatch);
-  void release(Chunk& c, int microbatch);
   void run_backward(int stage, int microbatch, bool split);
   comm::Work send_rows(const float* full, int peer, int tag);
   void recv_rows(float* full, int peer, int tag);
