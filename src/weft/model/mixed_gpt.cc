@@ -156,18 +156,17 @@ MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, 
   backend_.zero(b_.params, n * 4);
   backend_.zero(b_.params16, n * 2);
   backend_.zero(b_.grads, n * 4);
-}
-
-MixedGpt::Weights MixedGpt::layer_weights(int l) const {
-  auto w = [&](const char* n) { return w16(layer_param(l, n)); };
-  auto g = [&](const char* n) { return g32(layer_param(l, n)); };
-  return Weights{
-      w("ln_1.weight"),      w("ln_1.bias"),      w("attn.qkv.weight"), w("attn.qkv.bias"),
-      w("attn.proj.weight"), w("attn.proj.bias"), w("ln_2.weight"),     w("ln_2.bias"),
-      w("mlp.fc.weight"),    w("mlp.fc.bias"),    w("mlp.proj.weight"), w("mlp.proj.bias"),
-      g("ln_1.weight"),      g("ln_1.bias"),      g("attn.qkv.weight"), g("attn.qkv.bias"),
-      g("attn.proj.weight"), g("attn.proj.bias"), g("ln_2.weight"),     g("ln_2.bias"),
-      g("mlp.fc.weight"),    g("mlp.fc.bias"),    g("mlp.proj.weight"), g("mlp.proj.bias")};
+  for (int l = stage_.first_layer; l < stage_.end_layer(cfg_); ++l) {
+    auto w = [&](const char* name) { return w16(layer_param(l, name)); };
+    auto g = [&](const char* name) { return g32(layer_param(l, name)); };
+    weights_.push_back(Weights{
+        w("ln_1.weight"),      w("ln_1.bias"),      w("attn.qkv.weight"), w("attn.qkv.bias"),
+        w("attn.proj.weight"), w("attn.proj.bias"), w("ln_2.weight"),     w("ln_2.bias"),
+        w("mlp.fc.weight"),    w("mlp.fc.bias"),    w("mlp.proj.weight"), w("mlp.proj.bias"),
+        g("ln_1.weight"),      g("ln_1.bias"),      g("attn.qkv.weight"), g("attn.qkv.bias"),
+        g("attn.proj.weight"), g("attn.proj.bias"), g("ln_2.weight"),     g("ln_2.bias"),
+        g("mlp.fc.weight"),    g("mlp.fc.bias"),    g("mlp.proj.weight"), g("mlp.proj.bias")});
+  }
 }
 
 void MixedGpt::init(uint64_t seed) {
@@ -236,7 +235,7 @@ void MixedGpt::sum_over_tp(BF16* x, int64_t n) {
 // added by tp rank 0 alone, so the sum adds each once.
 void MixedGpt::layer_forward(int i, const Layer& a, int B, int T) {
   const int C = cfg_.n_embd, Cl = C / t_, NHl = cfg_.n_head / t_, N = B * T;
-  const Weights w = layer_weights(stage_.first_layer + i);
+  const Weights& w = layer_weights(stage_.first_layer + i);
   kernels::MixedBackend& k = backend_;
   k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
@@ -274,19 +273,19 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
     }
   }
   {
-    const Weights w = layer_weights(first);
+    const Weights& w = layer_weights(first);
     const Layer& a = sl.layers[0];
     k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, w.ln1_w, w.ln1_b, N, C);
   }
   for (int i = 0; i < L; ++i) {
-    const Weights w = layer_weights(first + i);
+    const Weights& w = layer_weights(first + i);
     const Layer& a = sl.layers[i];
     layer_forward(i, a, B, T);
     k.linear_forward(b_.scratch, nullptr, a.fc_gelu, w.mlp_w, r_ == 0 ? w.mlp_b : nullptr, N,
                      4 * Cl, C);
     sum_over_tp(b_.scratch, int64_t{N} * C);
     if (i + 1 < L) {  // x_{l+1} = res_attn + mlp, normalized by the next block's ln_1
-      const Weights next = layer_weights(first + i + 1);
+      const Weights& next = layer_weights(first + i + 1);
       const Layer& b = sl.layers[i + 1];
       k.fused_residual_layernorm_forward(b.x, b.ln1, b.ln1_mean, b.ln1_rstd, a.res_attn, b_.scratch,
                                          next.ln1_w, next.ln1_b, N, C);
@@ -354,7 +353,7 @@ void MixedGpt::backward(int slot) {
     d_res = sl.d_out;  // received from the next stage
   }
   for (int i = static_cast<int>(sl.layers.size()) - 1; i >= 0; --i) {
-    const Weights w = layer_weights(first + i);
+    const Weights& w = layer_weights(first + i);
     const Layer& a = sl.layers[i];
     if (recompute_ == Recompute::Full) {
       // The layer's tensors again, from its stored input. layernorm_forward of x gives the bits the

@@ -146,7 +146,9 @@ class MixedGpt {
     float *d_ln1_w, *d_ln1_b, *d_qkv_w, *d_qkv_b, *d_proj_w, *d_proj_b, *d_ln2_w, *d_ln2_b, *d_fc_w,
         *d_fc_b, *d_mlp_w, *d_mlp_b;
   };
-  Weights layer_weights(int l) const;
+  // Layer l's pointers (a global layer index of this stage), found by name once, at construction:
+  // a step looks no name up.
+  const Weights& layer_weights(int l) const { return weights_.at(l - stage_.first_layer); }
   // The forward of the stage's layer i from a.x up to fc_gelu (all its backward reads); the MLP
   // projection and the next residual add are left to the caller.
   void layer_forward(int i, const Layer& a, int B, int T);
@@ -182,6 +184,7 @@ class MixedGpt {
   int t_ = 1, r_ = 0;  // tp size and rank
   ParamLayout layout_;
   Buffers b_;
+  std::vector<Weights> weights_;  // the stage's layers, in order
   std::vector<Slot> slots_;
   std::vector<float> losses_host_;
   const BF16* input_grad_ = nullptr;
