@@ -117,10 +117,14 @@ TEST(RunConfig, ModelConfigFileIsReadAndInlineKeysOverrideIt) {
   const std::string text = "[model]\nconfig = \"" + path +
                            "\"\nn_layer = 3\n[data]\ntrain = \"x\"\n[train]\nsteps = 1\n";
   const RunConfig c = parse_ok(text);
-  EXPECT_EQ(c.model.name, "tiny");
+  // The model is no longer the file's "tiny": its name says what changed, in the logs too.
+  EXPECT_EQ(c.model.name, "tiny+n_layer=3");
   EXPECT_EQ(c.model.n_embd, 32);
   EXPECT_EQ(c.model.n_layer, 3);
   EXPECT_EQ(c.model_config, path);
+  EXPECT_EQ(parse_ok(text, {"model.n_embd=64"}).model.name, "tiny+n_embd=64+n_layer=3");
+  EXPECT_EQ(parse_ok(text, {"model.n_layer=2"}).model.name, "tiny");  // the file's own value
+  EXPECT_EQ(parse_ok(text, {"model.name=mine"}).model.name, "mine");
   EXPECT_HAS(
       problems("[model]\nconfig = \"/no/such.toml\"\n[data]\ntrain = \"x\"\n[train]\nsteps = 1\n"),
       "cannot open model config /no/such.toml");

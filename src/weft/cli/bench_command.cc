@@ -24,6 +24,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
+#include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/memory_usage.h"
@@ -344,10 +345,10 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--model", o->model_path, "model config (TOML)")
       ->required()
       ->check(CLI::ExistingFile);
-  step->add_option("--batch", o->batch, "sequences per step (B)")->check(CLI::PositiveNumber);
-  step->add_option("--seq", o->seq, "sequence length (T)")->check(CLI::PositiveNumber);
-  step->add_option("--steps", o->steps, "timed steps")->check(CLI::PositiveNumber);
-  step->add_option("--warmup", o->warmup, "untimed steps first")->check(CLI::NonNegativeNumber);
+  step->add_option("--batch", o->batch, "sequences per step (B)")->check(kPositive);
+  step->add_option("--seq", o->seq, "sequence length (T)")->check(kPositive);
+  step->add_option("--steps", o->steps, "timed steps")->check(kPositive);
+  step->add_option("--warmup", o->warmup, "untimed steps first")->check(kNonNegative);
   step->add_option("--threads", o->threads, "kernel threads (default: all cores)");
   step->add_option("--recompute", o->recompute, "activation recomputation: none|selective|full");
   step->add_option("--precision", o->precision,
@@ -358,16 +359,16 @@ void add_bench_command(CLI::App& app) {
   step->add_option("--tp", o->tp,
                    "tensor-parallel size; run under mpirun -n TP*PP*DP (each rank gets "
                    "cores/ranks threads unless --threads says otherwise)")
-      ->check(CLI::PositiveNumber);
-  step->add_option("--pp", o->pp, "pipeline-parallel size")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  step->add_option("--pp", o->pp, "pipeline-parallel size")->check(kPositive);
   step->add_option("--zero", o->zero, "ZeRO stage over the dp replicas: 0, 1, 2 or 3")
       ->check(CLI::Range(0, 3));
   step->add_option("--dp", o->dp, "data-parallel replicas (each runs the microbatches)")
-      ->check(CLI::PositiveNumber);
-  step->add_option("--vp", o->vp, "model chunks per pipeline rank")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  step->add_option("--vp", o->vp, "model chunks per pipeline rank")->check(kPositive);
   step->add_option("--schedule", o->schedule, "gpipe|1f1b|interleaved|zb-h1");
   step->add_option("--microbatches", o->microbatches, "microbatches of B sequences per step")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   step->add_flag("--sequence-parallel", o->sequence_parallel,
                  "with --tp > 1, split the LayerNorm and residual regions along the sequence");
   step->add_option("--device", o->device, kDeviceHelp);

@@ -16,6 +16,7 @@
 #include "weft/checkpoint/hf_gpt2.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/cli/commands.h"
+#include "weft/cli/validators.h"
 
 namespace weft::cli {
 namespace {
@@ -174,7 +175,7 @@ void add_ckpt_command(CLI::App& app) {
   imp->add_option("--name", options->name, "the model's name (default: from the export, or IN)");
   imp->add_option("--pad-vocab-to", options->pad_vocab_to,
                   "pad the vocabulary to a multiple of this (default: from the export, or 128)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   imp->add_option("--tokenizer", *tokenizer,
                   "tokenizer to record: gpt2, a tokenizer directory or none (default: gpt2 for a "
                   "50257-token vocabulary, else none)");

@@ -14,6 +14,7 @@
 
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/cli/commands.h"
+#include "weft/cli/validators.h"
 #include "weft/core/rng.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/kernels/kernels.h"
@@ -119,11 +120,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", o->prompt,
                   "text to continue (token ids when trained without a "
                   "tokenizer); empty: start a new document");
-  cmd->add_option("--tokens", o->tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tokens", o->tokens, "tokens to generate")->check(kNonNegative);
   cmd->add_option("--temperature", o->temperature, "softmax temperature; 0: greedy")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--top-k", o->top_k, "sample among the k most likely tokens; 0: all")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--seed", o->seed, "seed of the sampling");
   cmd->add_option("--tokenizer", o->tokenizer,
                   "override the checkpoint's tokenizer (gpt2 or a dir)");

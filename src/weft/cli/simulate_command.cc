@@ -63,6 +63,11 @@ void run_simulate(const SimulateOptions& o) {
     write_output(o.svg, timeline_svg(sim.timeline, title), "SVG");
     fmt::print("svg             {}\n", o.svg);
   }
+  // The breakdown above says why; the exit code lets a script tell a layout that cannot run.
+  if (!sim.prediction.feasible) {
+    fmt::print(stderr, "weft simulate: the configuration is infeasible (see the verdict above)\n");
+    throw ExitQuietly{1};
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
+#include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
@@ -129,10 +131,11 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
              last.step, cfg.train.steps, last.loss, val, result.checkpoint, cfg.metrics_path());
   for (auto it = result.records.rbegin(); it != result.records.rend(); ++it) {
     if (it->val_loss) {
+      const double below = 1.0 - *it->val_loss / unigram;  // > 0: the model beats the unigram
       fmt::print(stderr,
                  "weft train: validation loss {:.4f} nats/token vs unigram entropy {:.4f} "
-                 "nats/token ({:.1f}% lower)\n",
-                 *it->val_loss, unigram, 100.0 * (1.0 - *it->val_loss / unigram));
+                 "nats/token ({:.1f}% {})\n",
+                 *it->val_loss, unigram, 100.0 * std::abs(below), below >= 0 ? "lower" : "higher");
       break;
     }
   }
@@ -180,7 +183,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--stop-after", o->stop_after,
                   "stop with a checkpoint once this many steps are done (the schedule still "
                   "spans train.steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--device", o->device, kDeviceHelp);
   cmd->callback([o] { run_train(*o); });
 }

@@ -248,6 +248,9 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
   }
   std::vector<std::string> known;
   for (const auto& k : model_keys()) known.push_back(k.key);
+  // Keys that change the model file's value ("n_layer=100000"): the model is then no longer the
+  // one its file names, and the logs must not say it is.
+  std::vector<std::string> changed;
   for (const auto& [key, node] : *inline_tbl) {
     const std::string k(key.str());
     if (k == "config") continue;
@@ -255,7 +258,18 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
       s.add(fmt::format("{}: unknown key model.{}{}", origin, k, did_you_mean(k, known)));
       continue;
     }
+    if (!c.model_config.empty() && k != "name" && merged.contains(k)) {
+      std::stringstream was, is;
+      was << merged[k];
+      is << toml::node_view<const toml::node>(&node);
+      if (was.str() != is.str()) changed.push_back(k + "=" + is.str());
+    }
     merged.insert_or_assign(k, node);
+  }
+  if (!changed.empty() && !(*inline_tbl)["name"]) {
+    std::string name = merged["name"].value_or(std::string("model"));
+    for (const std::string& kv : changed) name += "+" + kv;
+    merged.insert_or_assign("name", name);
   }
   std::stringstream text;
   text << toml::table{{"model", merged}};
