@@ -15,7 +15,7 @@
 # with save_every=1, both saves reported (the first also faults in the page cache's pages). Load =
 # the "resuming at step N from DIR (MB in s, GB/s)" of a `--resume --stop-after` run. Every run's
 # launch to its start line is also kept (startup: data, model init, load, GEMM ceiling). Writes
-# bench/results/checkpoint-<date>.{json,md}. Needs ~6 GB free under $TMPDIR (/tmp).
+# bench/results/checkpoint-<stamp>.{json,md}. Needs ~6 GB free under $TMPDIR (/tmp).
 #
 # Usage: bench/checkpoint/run.sh [CRASH_STEP [SAVE_EVERY]]   (default 7 4)
 set -euo pipefail

@@ -21,11 +21,11 @@
 #     3. end to end, per model: `weft bench step --device cuda ... --json`, then the same step in
 #        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
 #        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
-#        bench/results/gpu-e2e-<date>.md
+#        bench/results/gpu-e2e-<stamp>.md
 #     3b. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
 #        against the same 60 steps on the CPU (losses within 2e-2)
 #     4. kernels_bench with the time that is left; the table goes to $OUT and
-#        bench/results/gpu-kernels-<date>.md
+#        bench/results/gpu-kernels-<stamp>.md
 #
 # $OUT gets at most 8 files (what the device tool brings back): run.log, env.txt, ctest.log,
 # e2e.jsonl, e2e.md, kernels_bench.json, kernels_bench.md and logs.tgz (every command's own log).
@@ -305,7 +305,9 @@ fi
 
 # 3. End to end: one training step of GPT-2 at T=1024, weft against PyTorch on the same GPU, in
 # the same run (the ratio is the figure; absolute rates depend on the card's state).
-STAMP=$(date -u +%Y-%m-%d)
+# Date, time and commit (bench/common.sh), so no run overwrites another's results.
+source bench/common.sh
+STAMP=$(bench_stamp gpu-e2e gpu-kernels)
 TORCH_GPT=""
 for f in "$ROOT/../shared/bench/torch_gpt.py" "$ROOT/shared/bench/torch_gpt.py" "$BUNDLE/torch_gpt.py"; do
   [[ -f "$f" ]] && { TORCH_GPT=$f; break; }

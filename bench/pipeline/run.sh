@@ -6,7 +6,7 @@
 #         measured bubble mixes schedule idle time with time-sharing; reported for completeness)
 # Measured bubble = sum over ranks of time blocked in receives / sum of the rest (Narayanan et
 # al.'s idle/busy); simulated = schedule::simulate with stages priced by their FLOPs per token,
-# backward = 2 x forward, free messages. Writes bench/results/pipeline-<date>.{json,md}.
+# backward = 2 x forward, free messages. Writes bench/results/pipeline-<stamp>.{json,md}.
 #
 # Usage: bench/pipeline/run.sh [STEPS]   (default 3)
 set -euo pipefail

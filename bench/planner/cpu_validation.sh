@@ -5,7 +5,7 @@
 # configs/clusters/this-machine.toml (measured by `weft calibrate`) predicts the step time.
 # GPT-2 124M, B=2 per microbatch, T=256, 4 microbatches (per replica). Layouts with 4 ranks oversubscribe the
 # 2 cores: their memory is compared, their time is not (the preset models one core per rank).
-# Writes bench/results/planner-cpu-<date>.{json,md}.
+# Writes bench/results/planner-cpu-<stamp>.{json,md}.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh

@@ -4,18 +4,17 @@
 # with Debian's python3-torch) at the same config and thread count. weft runs in fp32 (with and
 # without recomputation) and once with --precision bf16 (bf16 GEMM inputs, fp32 accumulation; the
 # fp32 ceiling stays the reference column, the bf16 ceiling is in the JSON). Writes
-# bench/results/step-<date>.{json,md}.
+# bench/results/step-<stamp>.{json,md} (bench/common.sh: date, time and commit; no run overwrites
+# another).
 #
 # Usage: bench/step/run.sh [THREADS]   (default 2)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 threads=${1:-2}
-weft=build/release/bin/weft
+source bench/common.sh
+bench_setup step
 model=configs/models/gpt2-124m.toml
 torch_script=${TORCH_GPT:-../shared/bench/torch_gpt.py}
-date=$(date -u +%Y-%m-%d)
-out_json=bench/results/step-$date.json
-out_md=bench/results/step-$date.md
 # The baseline may run with the BLAS core type this CPU really has (issue #2 allows it here only).
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 

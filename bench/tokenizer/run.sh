@@ -4,17 +4,18 @@
 # GPT-2 encode on one thread (`weft tokenizer encode`, a fresh process: cold piece cache, file
 # already read) and the reference Node encoder (npm gpt-3-encoder 1.1.4 via
 # tests/data/node_encode.js, 64 KiB chunks at line ends, its encode time only). Checks the ids
-# are identical, and writes bench/results/tokenizer-<date>.md with the machine, date and ratio.
+# are identical, and writes bench/results/tokenizer-<stamp>.md (bench/common.sh: date, time and
+# commit) with the machine, date and ratio.
 #
 # Usage: bench/tokenizer/run.sh [REPEATS]   (default 3; the best of REPEATS for each side)
 # WEFT_BIN overrides the binary (default build/release/bin/weft).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repeats=${1:-3}
-weft=${WEFT_BIN:-build/release/bin/weft}
+source bench/common.sh
+bench_setup tokenizer
+weft=${WEFT_BIN:-$weft}
 module=assets/npm/node_modules/gpt-3-encoder
-date=$(date -u +%Y-%m-%d)
-out_md=bench/results/tokenizer-$date.md
 [ -x "$weft" ] || { echo "no $weft: build first (make build)" >&2; exit 1; }
 [ -f "$module/Encoder.js" ] || bash scripts/fetch_assets.sh
 tmp=$(mktemp -d)

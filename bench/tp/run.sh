@@ -3,7 +3,7 @@
 #   serial: 1 rank x 2 threads (the baseline)
 #   tp=2:   2 ranks x 1 thread under mpirun, without and with sequence parallelism
 # The figure is the step-time ratio tp=2 / serial and the share of the tp step spent in the tp
-# group's collectives. Writes bench/results/tp-<date>.{json,md}.
+# group's collectives. Writes bench/results/tp-<stamp>.{json,md}.
 #
 # Usage: bench/tp/run.sh [STEPS]   (default 5)
 set -euo pipefail

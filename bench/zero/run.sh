@@ -6,7 +6,7 @@
 # Figures per run: peak memory per rank measured (resident above the start) against
 # model::estimate_rank_memory, and the gradient reductions' time left exposed per step (rank 0
 # blocked waiting for them) against the same reductions run alone: the share hidden under
-# backward. Writes bench/results/zero-<date>.{json,md}.
+# backward. Writes bench/results/zero-<stamp>.{json,md}.
 #
 # Usage: bench/zero/run.sh [STEPS]   (default 4)
 set -euo pipefail
