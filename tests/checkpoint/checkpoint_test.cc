@@ -420,6 +420,53 @@ TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {
   EXPECT_EQ(after.at("optim-tp0-dp0-pp0.bin"), before.at("optim-tp0-dp0-pp0.bin"));
 }
 
+// A conversion into a run's own root would repoint its `latest` to the converted (older) step or
+// replace the run's checkpoint of that step: refused, and the root is left as it was.
+TEST_F(CheckpointTest, ConvertingIntoARootThatHoldsCheckpointsIsRefused) {
+  const std::string older = save_step(4);
+  const std::string newer = save_step(8);
+  const auto r = convert(older, root_, parse_layout("tp=2").value());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(root_ + ": already holds checkpoints; convert into a new"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(find_latest(root_).value().value_or(""), newer);
+  EXPECT_EQ(read_metadata(older).value().parallel, ParallelLayout{});  // not replaced
+}
+
+// The start of a run: the root is made, a file in its place is named, and the temporaries of
+// killed saves (their process gone) are removed by the process asked to clean, not by the others.
+TEST_F(CheckpointTest, PreparingARootMakesItAndRemovesWhatKilledSavesLeft) {
+  const std::string root = root_ + "/run/checkpoints";
+  ASSERT_TRUE(prepare_root(root, true).ok());
+  EXPECT_TRUE(fs::is_directory(root));
+  // A pid no process has: the largest pid Linux hands out is below 2^22.
+  const std::string stale = root + "/step_00000004.tmp-99999999";
+  fs::create_directories(stale + "/inner");
+  auto kept = prepare_root(root, false);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept.value().empty());
+  EXPECT_TRUE(fs::exists(stale));
+  auto cleaned = prepare_root(root, true);
+  ASSERT_TRUE(cleaned.ok()) << cleaned.status().message();
+  EXPECT_EQ(cleaned.value(), std::vector<std::string>{stale});
+  EXPECT_FALSE(fs::exists(stale));
+  // A save still running (this test's own parent is alive) is not removed: another run's.
+  const std::string live = root + "/step_00000006.tmp-" + std::to_string(::getppid());
+  fs::create_directories(live);
+  auto busy = prepare_root(root, true);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_NE(busy.status().message().find("which still runs"), std::string::npos);
+  EXPECT_TRUE(fs::exists(live));
+  // A file where the directory should be.
+  std::ofstream(root_ + "/file") << "x";
+  auto blocked = prepare_root(root_ + "/file", true);
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_NE(blocked.status().message().find("cannot create the checkpoint directory"),
+            std::string::npos)
+      << blocked.status().message();
+}
+
 TEST_F(CheckpointTest, AConvertedCheckpointMissingARanksFileNamesIt) {
   const std::string dir =
       convert(save_step(7), root_ + "/tp2", parse_layout("tp=2,dp=2,zero=1").value())

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -155,6 +156,51 @@ Status check_shard_size(const std::string& dir, const ShardInfo& shard) {
 }
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+Result<std::vector<std::string>> prepare_root(const std::string& root, bool clean) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root)) {
+    return Status::error(fmt::format("{}: cannot create the checkpoint directory: {}", root,
+                                     ec ? ec.message() : "a file of that name is in the way"));
+  }
+  if (::access(root.c_str(), W_OK | X_OK) != 0) {
+    return Status::error(
+        fmt::format("{}: the checkpoint directory is not writable: {}", root, strerror(errno)));
+  }
+  std::vector<std::string> removed;
+  if (!clean) return removed;
+  Status busy;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.find(".tmp-");
+    if (!e.is_directory() || name.rfind("step_", 0) != 0 || at == std::string::npos) continue;
+    long pid = 0;
+    try {
+      pid = std::stol(name.substr(at + 5));
+    } catch (const std::exception&) {
+      continue;  // not one of ours
+    }
+    // kill(pid, 0) fails with ESRCH when no such process exists; any other answer means it may.
+    if (pid > 0 && pid != ::getpid() &&
+        (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) {
+      busy.add(
+          fmt::format("{}: a save in progress by process {}, which still runs: is another "
+                      "run writing into {}?",
+                      e.path().string(), pid, root));
+      continue;
+    }
+    fs::remove_all(e.path(), ec);
+    if (ec) {
+      busy.add(fmt::format("{}: cannot remove this leftover of a killed save: {}",
+                           e.path().string(), ec.message()));
+      continue;
+    }
+    removed.push_back(e.path().string());
+  }
+  if (!busy.ok()) return busy;
+  return removed;
+}
 
 Result<std::string> begin_save(const std::string& root, int64_t step, int64_t token) {
   std::error_code ec;
@@ -327,6 +373,15 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+Status check_new_root(const std::string& root, const std::string& what) {
+  auto latest = find_latest(root);
+  if (list_checkpoints(root).empty() && latest.ok() && !latest.value().has_value()) return {};
+  return Status::error(fmt::format(
+      "{}: already holds checkpoints; {} into a new directory (writing here would repoint its "
+      "`latest` or replace its checkpoint of the same step)",
+      root, what));
 }
 
 Result<std::optional<std::string>> find_latest(const std::string& root) {

@@ -117,6 +117,14 @@ struct Metadata {
 
 std::string step_dir_name(int64_t step);  // "step_00000010"
 
+// Before a run's first step: ROOT exists (created) and is a writable directory, so a bad
+// run.out_dir fails at start-up, not at the first save after save_every steps of work. With
+// `clean` (one process of the job), the temporaries of saves whose process is gone
+// (step_XXXXXXXX.tmp-<pid>: a save killed by a second Ctrl-C, a crash) are removed; their paths
+// are returned, for the log. A temporary whose process still runs on this machine (another job
+// saving into the same ROOT) is left alone and is an error.
+Result<std::vector<std::string>> prepare_root(const std::string& root, bool clean);
+
 // Writing, in three steps, so that the ranks of a job each write their own files
 // (runtime/checkpointing.h runs them over a job; save() below runs them in one process):
 //   1. begin_save: one process creates the temporary ROOT/step_XXXXXXXX.tmp-<token> (and ROOT).
@@ -160,6 +168,10 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 // The directory ROOT/latest names; nullopt when ROOT has no `latest`; an error when it names
 // something that is not there.
 Result<std::optional<std::string>> find_latest(const std::string& root);
+// Ok when ROOT holds no checkpoint (nor a `latest`): a conversion or an import writes a new root,
+// since saving into a run's own root would repoint its `latest` to another step, or replace the
+// run's checkpoint of the same step. `what` names the command in the error.
+Status check_new_root(const std::string& root, const std::string& what);
 // PATH is a checkpoint directory (holds metadata.json) or a ROOT holding `latest`.
 Result<std::string> resolve(const std::string& path);
 

@@ -73,6 +73,7 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
   s.merge(model::validate_pipeline(cfg, to.pp, to.vp));
   if (!s.ok()) return s;
   const int stages = to.pp * to.vp;
+  if (Status fresh = check_new_root(out_root, "convert"); !fresh.ok()) return fresh;
 
   auto tmp = begin_save(out_root, src.train.step, ::getpid());
   if (!tmp.ok()) return tmp.status();

@@ -363,12 +363,7 @@ Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir)
 
 Result<std::string> import_hf_gpt2(const std::string& in_dir, const std::string& out_root,
                                    const HfImportOptions& options, const std::string& tokenizer) {
-  // An import starts a new root: saving step 0 into a run's checkpoints would repoint `latest`.
-  auto latest = find_latest(out_root);
-  if (!list_checkpoints(out_root).empty() || !latest.ok() || latest.value().has_value()) {
-    return Status::error(
-        fmt::format("{}: already holds checkpoints; import into a new directory", out_root));
-  }
+  if (Status s = check_new_root(out_root, "import"); !s.ok()) return s;
   auto model = read_hf_gpt2(in_dir, options);
   if (!model.ok()) return model.status();
   const HfModel& m = model.value();

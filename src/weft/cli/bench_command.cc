@@ -24,6 +24,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
+#include "weft/cli/launch_check.h"
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
@@ -137,6 +138,8 @@ void run_bench_step(const BenchOptions& o) {
   pc.recompute = *recompute;
   pc.sequence_parallel = sp;
   pc.zero = o.zero;
+  check_host_memory({job, pc}, local_processes(world_size), "this benchmark", world)
+      .throw_if_error("cannot run");
   const model::MemoryEstimate predicted =
       planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
   runtime::PipelineOptions po;

@@ -10,6 +10,7 @@
 
 #include "weft/cli/commands.h"
 #include "weft/cli/job_options.h"
+#include "weft/cli/launch_check.h"
 #include "weft/core/status.h"
 #include "weft/model/gpt_config.h"
 #include "weft/planner/report.h"
@@ -66,29 +67,9 @@ void run_check(const PlanOptions& o) {
   const std::string cluster_path =
       o.job.cluster.empty() ? "configs/clusters/this-machine.toml" : o.job.cluster;
   const Cluster cluster = load_cluster(cluster_path).value_or_throw("invalid cluster preset");
-  Job job;
-  job.model = cfg.model;
-  job.seq_len = cfg.train.seq_len;
-  job.global_batch = cfg.train.global_batch;
-  job.world = o.world;
-  job.precision = Precision::FP32;  // weft's CPU trainer
-  ParallelConfig c;
-  c.tp = cfg.parallel.tp;
-  c.pp = cfg.parallel.pp;
-  c.dp = cfg.parallel.dp;
-  c.vp = cfg.parallel.vp;
-  c.micro_batch = cfg.train.micro_batch;
-  c.sequence_parallel = cfg.parallel.sequence_parallel;
-  c.zero = cfg.parallel.zero;
-  c.recompute = cfg.recompute();
-  Status s = validate(job);
-  if (auto k = schedule::parse_kind(cfg.parallel.schedule); k.ok()) {
-    c.schedule = k.value();
-  } else {
-    s.merge(k.status());
-  }
-  if (s.ok()) s.merge(validate(c, job));
-  s.throw_if_error(fmt::format("check failed: {} cannot run on {} processes", o.check, o.world));
+  const auto [job, c] = planned_run(cfg, o.world)
+                            .value_or_throw(fmt::format(
+                                "check failed: {} cannot run on {} processes", o.check, o.world));
 
   const Simulation sim = simulate_config(cluster, job, c);
   const Prediction& p = sim.prediction;

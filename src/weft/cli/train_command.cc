@@ -19,6 +19,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
+#include "weft/cli/launch_check.h"
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/data/bpe_tokenizer.h"
@@ -48,11 +49,20 @@ struct Checked {
   std::string identity, tokenizer_spec;
 };
 
-Checked check_inputs(const TrainOptions& o, int world_size) {
+Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
+  const int world_size = world != nullptr ? world->size() : 1;
   auto cfg = runtime::load_run_config(o.run_path, o.sets)
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
   runtime::validate_world(cfg, world_size)
       .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
+  // The GPU trainer keeps its state in the device's arena, sized and checked as it is made.
+  if (o.device == "cpu") {
+    const PlannedRun run =
+        planned_run(cfg, world_size).value_or_throw(fmt::format("invalid run ({})", o.run_path));
+    check_host_memory(run, local_processes(world_size), fmt::format("the run {}", o.run_path),
+                      world)
+        .throw_if_error("cannot launch");
+  }
   auto dataset = data::open_token_dataset(cfg.data.train)
                      .value_or_throw(fmt::format("cannot read data.train ({})", o.run_path));
   std::string identity, tokenizer_spec = cfg.data.tokenizer;
@@ -147,7 +157,7 @@ void run_train(const TrainOptions& o) {
   const bool leader = world == nullptr || world->rank() == 0;
   std::optional<Checked> in;
   try {
-    in.emplace(check_inputs(o, world != nullptr ? world->size() : 1));
+    in.emplace(check_inputs(o, world));
   } catch (const Error& e) {
     if (world == nullptr) throw;
     // One message for the job, printed before MPI_Finalize (which waits for every rank), so no

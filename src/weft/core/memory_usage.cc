@@ -1,22 +1,52 @@
 #include "weft/core/memory_usage.h"
 
+#include <algorithm>
 #include <fstream>
 #include <string>
 
 namespace weft {
 namespace {
-int64_t status_kib(const std::string& key) {
-  std::ifstream f("/proc/self/status");
+// `key`'s value in a /proc file of "Key:   123 kB" lines, in bytes; -1 when absent.
+int64_t proc_kib(const char* path, const std::string& key) {
+  std::ifstream f(path);
   std::string line;
   while (std::getline(f, line)) {
     if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size())) * 1024;
   }
   return -1;
 }
+
+// A file of this process's cgroup (v2: the "0::/path" line of /proc/self/cgroup) holding one
+// number of bytes; -1 when absent or "max" (no limit).
+int64_t cgroup_bytes(const std::string& file) {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(self, line)) {
+    if (line.rfind("0::", 0) == 0) path = line.substr(3);
+  }
+  std::ifstream f("/sys/fs/cgroup" + path + "/" + file);
+  std::string v;
+  if (!(f >> v) || v == "max") return -1;
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
 }  // namespace
 
-int64_t peak_resident_bytes() { return status_kib("VmHWM:"); }
-int64_t current_resident_bytes() { return status_kib("VmRSS:"); }
+int64_t peak_resident_bytes() { return proc_kib("/proc/self/status", "VmHWM:"); }
+int64_t current_resident_bytes() { return proc_kib("/proc/self/status", "VmRSS:"); }
+
+int64_t available_memory_bytes() {
+  int64_t avail = proc_kib("/proc/meminfo", "MemAvailable:");
+  const int64_t limit = cgroup_bytes("memory.max"), used = cgroup_bytes("memory.current");
+  if (limit > 0 && used >= 0) {
+    const int64_t left = std::max<int64_t>(0, limit - used);
+    avail = avail < 0 ? left : std::min(avail, left);
+  }
+  return avail;
+}
 
 bool reset_peak_resident() {
   std::ofstream f("/proc/self/clear_refs");

@@ -11,5 +11,8 @@ int64_t current_resident_bytes();  // VmRSS
 // /proc/self/clear_refs), so a burst (a checkpoint's gathering) does not mask the steady state.
 // False where the kernel does not allow it.
 bool reset_peak_resident();
+// Bytes this process could still allocate without swapping: the kernel's MemAvailable, or less
+// when a cgroup (a Slurm job, a container) limits memory below it. -1 where neither is readable.
+int64_t available_memory_bytes();
 
 }  // namespace weft

@@ -149,6 +149,13 @@ Result<TrainResult> Trainer::run() {
   comm::Communicator* world = options_.world;
   const int world_size = world != nullptr ? world->size() : 1;
   const int world_rank = world != nullptr ? world->rank() : 0;
+  // The checkpoint directory is made and checked writable now, not at the first save after
+  // save_every steps of work; rank 0 removes what killed saves left behind.
+  auto prepared = checkpoint::prepare_root(root, world_rank == 0);
+  if (!prepared.ok()) return prepared.status();
+  for (const std::string& dir : prepared.value()) {
+    fmt::print(stderr, "weft train: removed {}, the leftover of a save that was killed\n", dir);
+  }
   const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
   kernels::MixedBackend* const device = options_.device;

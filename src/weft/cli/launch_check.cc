@@ -1,0 +1,77 @@
+#include "weft/cli/launch_check.h"
+
+#include <fmt/core.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "weft/core/memory_usage.h"
+#include "weft/planner/memory_model.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::cli {
+
+Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world) {
+  using namespace planner;
+  PlannedRun r;
+  r.job.model = cfg.model;
+  r.job.seq_len = cfg.train.seq_len;
+  r.job.global_batch = cfg.train.global_batch;
+  r.job.world = world;
+  r.job.precision = Precision::FP32;  // weft's CPU trainer
+  ParallelConfig& c = r.config;
+  c.tp = cfg.parallel.tp;
+  c.pp = cfg.parallel.pp;
+  c.dp = cfg.parallel.dp;
+  c.vp = cfg.parallel.vp;
+  c.micro_batch = cfg.train.micro_batch;
+  c.sequence_parallel = cfg.parallel.sequence_parallel;
+  c.zero = cfg.parallel.zero;
+  c.recompute = cfg.recompute();
+  Status s = validate(r.job);
+  if (auto k = schedule::parse_kind(cfg.parallel.schedule); k.ok()) {
+    c.schedule = k.value();
+  } else {
+    s.merge(k.status());
+  }
+  if (s.ok()) s.merge(validate(c, r.job));
+  if (!s.ok()) return s;
+  return r;
+}
+
+int local_processes(int world) {
+  // Open MPI's mpirun, then Slurm's srun (one number when every node has the same count).
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    if (const char* v = std::getenv(var)) {
+      const int n = std::atoi(v);
+      if (n > 0) return n;
+    }
+  }
+  return world;
+}
+
+Status check_host_memory(const PlannedRun& run, int local, const std::string& what,
+                         comm::Communicator* world) {
+  using namespace planner;
+  double available = static_cast<double>(available_memory_bytes());
+  if (world != nullptr && world->size() > 1) {
+    double least = -available;  // the least of them, as the largest negation
+    world->all_reduce(&least, 1, comm::ReduceOp::Max);
+    available = -least;
+  }
+  if (available <= 0) return {};  // nothing to compare with: the launch goes ahead
+  const MemoryBreakdown m = peak_memory(run.job, run.config, in_flight(run.config, run.job));
+  const double each = available / local;
+  if (m.total() <= each) return {};
+  return Status::error(fmt::format(
+      "{} does not fit in this machine's memory: the busiest process needs {} = weights {} + "
+      "grads {} + optimizer {} + activations {} + buffers {} (the planner's breakdown, as "
+      "`weft plan --check` prints it); the machine has {} available, {} for each of its {} "
+      "processes. Choose a smaller model or micro_batch, more pipeline or tensor parallelism, "
+      "ZeRO, or recomputation.",
+      what, format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.grads),
+      format_bytes(m.optimizer), format_bytes(m.activations), format_bytes(m.buffers),
+      format_bytes(available), format_bytes(each), local));
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,36 @@
+#pragma once
+// What `weft train` and `weft bench step` check before they allocate: the planner's view of the
+// run (the job and layout `weft plan --check` prices) and whether its busiest process fits in the
+// memory this machine has for each of its processes. A run that cannot fit is one error with the
+// planner's breakdown, never a std::bad_alloc or the kernel's OOM killer mid-run.
+
+#include <string>
+
+#include "weft/comm/communicator.h"
+#include "weft/core/status.h"
+#include "weft/planner/config.h"
+#include "weft/runtime/run_config.h"
+
+namespace weft::cli {
+
+struct PlannedRun {
+  planner::Job job;
+  planner::ParallelConfig config;
+};
+
+// RUN.toml's model, sequence length, global batch and [parallel] keys as the planner sees them, on
+// `world` processes of weft's fp32 CPU trainer; every problem of the layout at once.
+Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world);
+
+// Processes of this job on this node: the launcher's count (Open MPI, Slurm), else `world`.
+int local_processes(int world);
+
+// An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
+// weft's trainer, exactly what model::estimate_rank_memory says the runner allocates) needs more
+// than this node's available memory (core/memory_usage.h) divided among its `local` processes.
+// With `world`, the ranks first agree on the least memory any of them sees (a collective), so
+// every rank reaches the same verdict. `what` names the run in the message.
+Status check_host_memory(const PlannedRun& run, int local, const std::string& what,
+                         comm::Communicator* world);
+
+}  // namespace weft::cli
