@@ -1,12 +1,16 @@
 // The host MixedBackend (kernels/cpu/mixed_host.cc) against the reference templates
 // (weft::kernels::ref, run in double on the same bf16-rounded inputs) and the fp32 CPU AdamW, at
-// odd sizes above a warp: bf16 outputs within ||out - ref|| / ||ref|| <= 1e-2, fp32 results
-// (parameter gradients, LayerNorm statistics, lse, losses) within 1e-5. Outputs are poisoned
-// with NaN before each call, so an element an op forgets fails; "+=" gradients start from
+// odd sizes above a warp. Each bf16 output twice: within ||out - ref|| / ||ref|| <= 4e-3 of the
+// double result, and in ulps (support/bf16_ulp.h) against that result rounded to the nearest
+// bf16 where the emulation rounds (a second emulation, in double): equal on all but a few
+// elements, none of those more than 1 ulp off, no bias, so a wrong rounding mode fails. fp32
+// results (parameter gradients, LayerNorm statistics, lse, losses) within 1e-5. Outputs are
+// poisoned with NaN before each call, so an element an op forgets fails; "+=" gradients start from
 // random values. Also the exact properties the GPU kernels promise: the fused residual is the
 // rounded sum and normalizes that, the cross-entropy gradient is exactly 0 in the padding and in
 // ignored rows, and the bf16 weight copy is the rounded master weight.
 
+#include "support/bf16_ulp.h"
 #include "support/rel_error.h"
 #include "weft/kernels/mixed.h"
 
@@ -30,13 +34,28 @@
 namespace weft::kernels {
 namespace {
 
+using test::bf16_ulps_within;
 using test::rel_error;
+using test::UlpBounds;
 
 using Floats = std::vector<float>;
 using Doubles = std::vector<double>;
 using Bf16s = std::vector<BF16>;
 
-constexpr double kBf16Tol = 1e-2;
+// bf16 outputs against the double reference, not rounded: ||out - ref|| / ||ref||, measured
+// 1.56e-3 to 1.97e-3 over the ops below (the bf16 rounding itself, ~2^-9 relative); 2x the
+// largest. Too loose to see a wrong rounding mode (round-toward-zero measured 3.1e-3 to 3.4e-3):
+// that is the ulp checks' job.
+constexpr double kBf16Tol = 4e-3;
+// The host emulation against a second one: the same op in double from the same bf16 inputs,
+// rounded once to the nearest bf16 (ties to even) where the emulation rounds. The two differ only
+// where the fp32 and double values straddle a rounding boundary. Measured over the 15 outputs
+// below: at most 10 of 30150 elements (3.9e-4 at most of any output) 1 ulp apart, none further;
+// |mean signed error| <= 3.9e-4 ulp. Bounds: 10x those, with "a few" elements (1e-3) allowed up
+// to 4 ulps for another machine's sgemm order. Round-toward-zero at one op's output: about half
+// its elements 1 ulp apart, mean -0.5 ulp away from zero.
+constexpr UlpBounds kSameRounding = {
+    .max_ulps = 1, .max_beyond = 1e-3, .max_worst = 4, .max_differing = 4e-3, .max_abs_mean = 4e-3};
 constexpr double kF32Tol = 1e-5;
 constexpr uint64_t kSeed = 20240611;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -86,6 +105,9 @@ bool same_bits(const Bf16s& a, const Bf16s& b) {
 
 #define EXPECT_BF16_CLOSE(actual, reference) \
   EXPECT_LT(rel_error((actual), (reference)), kBf16Tol) << #actual " vs reference"
+// actual (bf16) against `reference` (double) rounded to bf16 where the emulation rounds.
+#define EXPECT_BF16_ULPS(actual, reference) \
+  EXPECT_TRUE(bf16_ulps_within((actual), (reference), kSameRounding)) << #actual " vs reference"
 #define EXPECT_F32_CLOSE(actual, reference) \
   EXPECT_LT(rel_error((actual), (reference)), kF32Tol) << #actual " vs reference"
 
@@ -148,6 +170,33 @@ TEST_F(HostMixedBackendTest, ConvertRoundsEachValueToTheNearestEvenBf16) {
   EXPECT_TRUE(std::isnan(got[n - 1].to_float()));
 }
 
+// The ulp checks' own rounding of a double (support/bf16_ulp.h): BF16::from_float's on every
+// float, and one rounding where a double rounded through float would land on a bf16 midpoint.
+TEST(Bf16Ulps, RoundToBf16RoundsADoubleOnceToTheNearestEven) {
+  Floats x = uniform(1001, "round_to_bf16", -100.f, 100.f);
+  for (const float f : {0.f, -0.f, 1.f + 0x1p-8f, 1.f + 3 * 0x1p-8f, -(1.f + 0x1p-8f), 0x1p-130f,
+                        std::numeric_limits<float>::max(), kNaN}) {
+    x.push_back(f);
+  }
+  for (const float f : x) {
+    ASSERT_EQ(test::round_to_bf16(f).bits, BF16::from_float(f).bits) << f;
+  }
+  // 1 + 2^-8 + 2^-30 is nearer 1 + 2^-7 (up), but through float it is the tie 1 + 2^-8 (to 1).
+  EXPECT_EQ(test::round_to_bf16(1.0 + 0x1p-8 + 0x1p-30).to_float(), 1.f + 0x1p-7f);
+  EXPECT_EQ(test::round_to_bf16(-(1.0 + 0x1p-8 + 0x1p-30)).to_float(), -(1.f + 0x1p-7f));
+  EXPECT_EQ(test::round_to_bf16(1.0 + 0x1p-8 - 0x1p-30).to_float(), 1.f);
+  // Ordinals count ulps across zero; a constant shift toward zero shows in the means.
+  EXPECT_EQ(test::bf16_ordinal(BF16{0x0001}) - test::bf16_ordinal(BF16{0x8001}), 2);
+  const Bf16s ref = round_all(uniform(1000, "ulp_stats", -3.f, 3.f));
+  Bf16s toward_zero = ref;
+  for (size_t i = 0; i < ref.size(); i += 2) --toward_zero[i].bits;  // every other one, 1 ulp
+  const test::UlpStats s = test::bf16_ulp_stats(toward_zero, ref);
+  EXPECT_EQ(s.one_ulp, 500);
+  EXPECT_EQ(s.max_ulps, 1);
+  EXPECT_DOUBLE_EQ(s.mean_away(), -0.5);
+  EXPECT_FALSE(bf16_ulps_within(toward_zero, ref, kSameRounding));
+}
+
 TEST_F(HostMixedBackendTest, EmbeddingForwardRoundsTheSumOfTokenAndPositionRowsOnce) {
   const int B = 3, T = 37, C = 77, V = 101;
   const Bf16s wte = uniform_bf16(static_cast<int64_t>(V) * C, "wte");
@@ -203,7 +252,9 @@ TEST_F(HostMixedBackendTest, LayernormForwardMatchesTheReference) {
   Doubles ref_out(static_cast<size_t>(N) * C), ref_mean(N), ref_rstd(N);
   ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), to_double(in.inp).data(),
                          to_double(in.weight).data(), to_double(in.bias).data(), N, C);
-  EXPECT_BF16_CLOSE(get(out, static_cast<int64_t>(N) * C), ref_out);
+  const Bf16s got = get(out, static_cast<int64_t>(N) * C);
+  EXPECT_BF16_CLOSE(got, ref_out);
+  EXPECT_BF16_ULPS(got, ref_out);
   EXPECT_F32_CLOSE(get(mean, N), ref_mean);
   EXPECT_F32_CLOSE(get(rstd, N), ref_rstd);
 }
@@ -248,9 +299,17 @@ TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   float* plain_rstd = poisoned_floats(N);
   backend_->layernorm_forward(plain_out, plain_mean, plain_rstd, put(got_residual), weight, bias, N,
                               C);
-  EXPECT_TRUE(same_bits(get(out, NC), get(plain_out, NC)));
+  const Bf16s got_out = get(out, NC);
+  EXPECT_TRUE(same_bits(got_out, get(plain_out, NC)));
   EXPECT_EQ(get(mean, N), get(plain_mean, N));
   EXPECT_EQ(get(rstd, N), get(plain_rstd, N));
+  // And on its own: LayerNorm of the rounded sum in double.
+  Doubles ref_out(static_cast<size_t>(NC)), ref_mean(N), ref_rstd(N);
+  ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(),
+                         to_double(expected_residual).data(), to_double(in.weight).data(),
+                         to_double(in.bias).data(), N, C);
+  EXPECT_BF16_CLOSE(got_out, ref_out);
+  EXPECT_BF16_ULPS(got_out, ref_out);
 }
 
 TEST_F(HostMixedBackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGradients) {
@@ -283,7 +342,9 @@ TEST_F(HostMixedBackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGra
   ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(),
                           to_double(dout).data(), inp_d.data(), weight_d.data(), ref_mean.data(),
                           ref_rstd.data(), N, C);
-  EXPECT_BF16_CLOSE(get(dinp, NC), ref_dinp);
+  const Bf16s got_dinp = get(dinp, NC);
+  EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+  EXPECT_BF16_ULPS(got_dinp, ref_dinp);  // dinp0 + the gradient, rounded once
   EXPECT_F32_CLOSE(get(dweight, C), ref_dweight);
   EXPECT_F32_CLOSE(get(dbias, C), ref_dbias);
 }
@@ -308,7 +369,9 @@ TEST_F(HostMixedBackendTest, LinearForwardMatchesTheReferenceWithAndWithoutBias)
     Doubles ref_out(static_cast<size_t>(size));
     ref::matmul_forward(ref_out.data(), to_double(in.inp).data(), to_double(in.weight).data(),
                         with_bias ? to_double(in.bias).data() : nullptr, N, IC, OC);
-    EXPECT_BF16_CLOSE(get(out, size), ref_out);
+    const Bf16s got = get(out, size);
+    EXPECT_BF16_CLOSE(got, ref_out);
+    EXPECT_BF16_ULPS(got, ref_out);
   }
 }
 
@@ -322,9 +385,12 @@ TEST_F(HostMixedBackendTest, LinearForwardWithGeluSavesThePreActivationAndItsGel
   Doubles ref_pre(static_cast<size_t>(size)), ref_out(static_cast<size_t>(size));
   ref::matmul_forward(ref_pre.data(), to_double(in.inp).data(), to_double(in.weight).data(),
                       to_double(in.bias).data(), N, IC, OC);
-  ref::gelu_forward(ref_out.data(), ref_pre.data(), size);
-  EXPECT_BF16_CLOSE(get(pre, size), ref_pre);
-  EXPECT_BF16_CLOSE(get(out, size), ref_out);
+  ref::gelu_forward(ref_out.data(), ref_pre.data(), size);  // of the unrounded pre-activation
+  const Bf16s got_pre = get(pre, size), got_out = get(out, size);
+  EXPECT_BF16_CLOSE(got_pre, ref_pre);
+  EXPECT_BF16_CLOSE(got_out, ref_out);
+  EXPECT_BF16_ULPS(got_pre, ref_pre);
+  EXPECT_BF16_ULPS(got_out, ref_out);
 }
 
 TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGradients) {
@@ -345,7 +411,9 @@ TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGrad
   ref::matmul_backward(ref_dinp.data(), ref_dweight.data(), ref_dbias.data(),
                        to_double(in.dout).data(), to_double(in.inp).data(),
                        to_double(in.weight).data(), N, IC, OC);
-  EXPECT_BF16_CLOSE(get(dinp, in_size), ref_dinp);
+  const Bf16s got_dinp = get(dinp, in_size);
+  EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+  EXPECT_BF16_ULPS(got_dinp, ref_dinp);
   EXPECT_F32_CLOSE(get(dweight, static_cast<int64_t>(OC) * IC), ref_dweight);
   EXPECT_F32_CLOSE(get(dbias, OC), ref_dbias);
 }
@@ -371,7 +439,9 @@ TEST_F(HostMixedBackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
   ref::matmul_backward(ref_dinp.data(), static_cast<double*>(nullptr), nullptr,
                        to_double(in.dout).data(), to_double(in.inp).data(),
                        to_double(in.weight).data(), N, IC, OC);
-  EXPECT_BF16_CLOSE(get(dinp, static_cast<int64_t>(N) * IC), ref_dinp);
+  const Bf16s got_dinp = get(dinp, static_cast<int64_t>(N) * IC);
+  EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+  EXPECT_BF16_ULPS(got_dinp, ref_dinp);
 }
 
 TEST_F(HostMixedBackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivative) {
@@ -388,7 +458,9 @@ TEST_F(HostMixedBackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivat
                        to_double(in.weight).data(), N, IC, OC);
   Doubles ref_dinp(static_cast<size_t>(in_size), 0.0);
   ref::gelu_backward(ref_dinp.data(), to_double(gelu_pre).data(), product.data(), in_size);
-  EXPECT_BF16_CLOSE(get(dinp, in_size), ref_dinp);
+  const Bf16s got_dinp = get(dinp, in_size);
+  EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+  EXPECT_BF16_ULPS(got_dinp, ref_dinp);
 }
 
 struct AttentionShape {
@@ -413,7 +485,9 @@ TEST_F(HostMixedBackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsu
     Doubles ref_out(static_cast<size_t>(B) * T * C);
     Doubles att(static_cast<size_t>(B) * NH * T * T);
     ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH);
-    EXPECT_BF16_CLOSE(get(out, static_cast<int64_t>(B) * T * C), ref_out);
+    const Bf16s got_out = get(out, static_cast<int64_t>(B) * T * C);
+    EXPECT_BF16_CLOSE(got_out, ref_out);
+    EXPECT_BF16_ULPS(got_out, ref_out);
 
     // lse[b,h,t] = log sum_{j<=t} exp(q_t . k_j / sqrt(HS)), in double.
     Doubles ref_lse(static_cast<size_t>(B) * NH * T);
@@ -435,6 +509,53 @@ TEST_F(HostMixedBackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsu
     }
     EXPECT_F32_CLOSE(get(lse, static_cast<int64_t>(B) * NH * T), ref_lse);
   }
+}
+
+// dqkv[B,T,3C] of the emulation's formulation, FlashAttention-2's backward (Dao 2023,
+// Algorithm 2), in double and not rounded: P = exp(S - lse), D_t = dout_t . out_t with `out` the
+// forward's stored bf16 output (not the exact one ref::attention_backward's softmax Jacobian
+// implies), dS = P (dP - D) with dP = dout V^T; dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS),
+// dV = P^T dout. So it rounds where the emulation rounds, and differs from it by fp32 noise only.
+Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const Doubles& out, int B,
+                                 int T, int C, int NH) {
+  const int HS = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  auto at = [&](int b, int t, int part, int h) {  // of q (part 0), k (1) or v (2) in qkv
+    return (static_cast<int64_t>(b) * T + t) * 3 * C + part * C + h * HS;
+  };
+  Doubles dqkv(qkv.size(), 0.0);
+  Doubles s(static_cast<size_t>(T));  // [T] one row of scores
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const int64_t row = (static_cast<int64_t>(b) * T + t) * C + h * HS;  // of out, dout
+        double maxval = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j <= t; ++j) {
+          double dot = 0.0;
+          for (int d = 0; d < HS; ++d) dot += qkv[at(b, t, 0, h) + d] * qkv[at(b, j, 1, h) + d];
+          s[j] = dot * scale;
+          maxval = std::max(maxval, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - maxval);
+        const double lse = maxval + std::log(sum);
+        double D = 0.0;
+        for (int d = 0; d < HS; ++d) D += dout[row + d] * out[row + d];
+        for (int j = 0; j <= t; ++j) {
+          const double p = std::exp(s[j] - lse);
+          double dp = 0.0;
+          for (int d = 0; d < HS; ++d) dp += dout[row + d] * qkv[at(b, j, 2, h) + d];
+          const double ds = p * (dp - D) * scale;
+          for (int d = 0; d < HS; ++d) {
+            dqkv[at(b, t, 0, h) + d] += ds * qkv[at(b, j, 1, h) + d];
+            dqkv[at(b, j, 1, h) + d] += ds * qkv[at(b, t, 0, h) + d];
+            dqkv[at(b, j, 2, h) + d] += p * dout[row + d];
+          }
+        }
+      }
+    }
+  }
+  return dqkv;
 }
 
 TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
@@ -460,7 +581,11 @@ TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
     Doubles ref_dqkv(static_cast<size_t>(qkv_size), 0.0);
     ref::attention_backward(ref_dqkv.data(), to_double(dout).data(), qkv_d.data(), att.data(), B, T,
                             C, NH);
-    EXPECT_BF16_CLOSE(get(dqkv, qkv_size), ref_dqkv);
+    const Bf16s got_dqkv = get(dqkv, qkv_size);
+    EXPECT_BF16_CLOSE(got_dqkv, ref_dqkv);
+    EXPECT_BF16_ULPS(
+        got_dqkv, flash_attention_backward(to_double(dout), qkv_d, to_double(get(out, out_size)), B,
+                                           T, C, NH));
   }
 }
 
@@ -487,6 +612,7 @@ TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddi
   const Bf16s got_grad = get(grad, size);
   EXPECT_F32_CLOSE(got_losses, ref_losses);
   EXPECT_BF16_CLOSE(got_grad, ref_grad);
+  EXPECT_BF16_ULPS(got_grad, ref_grad);
   for (int n = 0; n < N; ++n) {
     const bool ignored = targets[n] < 0;
     if (ignored) {
@@ -533,12 +659,6 @@ std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
   std::vector<VocabShard> out;
   for (int r = 0; r < t; ++r) out.push_back({r * Vl, Vl, std::clamp(V - r * Vl, 0, Vl)});
   return out;
-}
-
-// Bits as a monotonic integer (-0 and +0 both 0), so adjacent bf16 values differ by 1.
-int ordered(BF16 x) {
-  const int magnitude = x.bits & 0x7FFF;
-  return (x.bits & 0x8000) != 0 ? -magnitude : magnitude;
 }
 
 TEST_F(HostMixedBackendTest, WidenIsExact) {
@@ -699,7 +819,7 @@ class VocabParallelCrossEntropy : public HostMixedBackendTest {
         } else if (t == 1) {
           ASSERT_EQ(g.bits, e.bits) << "row " << n << " column " << j;
         } else {
-          ASSERT_LE(std::abs(ordered(g) - ordered(e)), 1)
+          ASSERT_LE(std::abs(test::bf16_ordinal(g) - test::bf16_ordinal(e)), 1)
               << "row " << n << " column " << j << ": " << g.to_float() << " vs " << e.to_float();
         }
       }
