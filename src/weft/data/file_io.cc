@@ -153,7 +153,40 @@ int64_t widen(const std::byte* src, int64_t n, int32_t* out, int64_t limit) {
   }
   return bad;
 }
+template <typename T>
+std::pair<int64_t, int64_t> min_max(const std::byte* src, int64_t n) {
+  T lo, hi;
+  std::memcpy(&lo, src, sizeof(T));
+  hi = lo;
+  for (int64_t i = 1; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+    lo = v < lo ? v : lo;
+    hi = v > hi ? v : hi;
+  }
+  return {static_cast<int64_t>(lo), static_cast<int64_t>(hi)};
+}
 }  // namespace
+
+std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, int64_t n) {
+  switch (type) {
+    case TokenType::U8:
+      return min_max<uint8_t>(src, n);
+    case TokenType::I8:
+      return min_max<int8_t>(src, n);
+    case TokenType::I16:
+      return min_max<int16_t>(src, n);
+    case TokenType::U16:
+      return min_max<uint16_t>(src, n);
+    case TokenType::I32:
+      return min_max<int32_t>(src, n);
+    case TokenType::U32:
+      return min_max<uint32_t>(src, n);
+    case TokenType::I64:
+      return min_max<int64_t>(src, n);
+  }
+  return {0, -1};
+}
 
 int64_t load_token(const std::byte* p, TokenType type) {
   int32_t ignored = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "weft/core/pending_file.h"
 #include "weft/core/status.h"
@@ -44,6 +45,10 @@ int64_t token_type_max(TokenType t);  // the largest id the type holds
 // Widens n tokens stored as `type` at src (unaligned, little-endian) into out. Returns the index of
 // the first token outside [0, limit) (a corrupt or mismatched file), or -1 when all are inside.
 int64_t widen_tokens(const std::byte* src, TokenType type, int64_t n, int32_t* out, int64_t limit);
+
+// The least and the largest of n tokens stored as `type` at src (n > 0): the loop the id scan of
+// data/token_scan.h runs, one type at a time so that it vectorizes.
+std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, int64_t n);
 
 // The token stored as `type` at p.
 int64_t load_token(const std::byte* p, TokenType type);

@@ -438,6 +438,10 @@ void IndexedDataset::read(int64_t offset, int64_t n, int32_t* out) const {
   }
 }
 
+std::pair<int64_t, int64_t> IndexedDataset::id_min_max(int64_t offset, int64_t n) const {
+  return token_min_max(bin_.data() + offset * token_type_size(type_), type_, n);
+}
+
 std::optional<int> IndexedDataset::vocab_size() const {
   if (!sidecar_) return std::nullopt;
   return sidecar_->vocab_size;

@@ -97,6 +97,8 @@ class IndexedDataset final : public TokenDataset {
   std::optional<int> vocab_size() const override;
   std::string tokenizer() const override;
   std::string describe() const override;
+  std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const override;
+  std::vector<std::string> files() const override { return {bin_.path(), idx_.path()}; }
 
   int64_t num_sequences() const { return num_sequences_; }
   TokenType token_type() const { return type_; }

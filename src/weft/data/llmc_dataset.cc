@@ -86,6 +86,10 @@ void LlmcDataset::read(int64_t offset, int64_t n, int32_t* out) const {
   }
 }
 
+std::pair<int64_t, int64_t> LlmcDataset::id_min_max(int64_t offset, int64_t n) const {
+  return token_min_max(file_.data() + kLlmcHeaderBytes + 2 * offset, TokenType::U16, n);
+}
+
 std::optional<int> LlmcDataset::vocab_size() const {
   return sidecar_ ? sidecar_->vocab_size : kGpt2VocabSize;
 }

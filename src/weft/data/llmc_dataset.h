@@ -44,6 +44,10 @@ class LlmcDataset final : public TokenDataset {
   std::optional<int> vocab_size() const override;
   std::string tokenizer() const override;
   std::string describe() const override;
+  std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const override;
+  std::vector<std::string> files() const override { return {file_.path()}; }
+  // GPT-2's vocabulary is only assumed (llm.c's files do not say), so the ids are scanned.
+  bool ids_recorded() const override { return sidecar_.has_value(); }
 
  private:
   explicit LlmcDataset(MappedFile file) : file_(std::move(file)) {}

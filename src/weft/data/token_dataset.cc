@@ -2,8 +2,10 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "weft/data/indexed_dataset.h"
 #include "weft/data/llmc_dataset.h"
@@ -75,6 +77,13 @@ Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path
   auto ds = IndexedDataset::open(prefix, std::move(sidecar).value());
   if (!ds.ok()) return ds.status();
   return std::unique_ptr<TokenDataset>(std::move(ds).value());
+}
+
+std::pair<int64_t, int64_t> TokenDataset::id_min_max(int64_t offset, int64_t n) const {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  read(offset, n, ids.data());
+  const auto [lo, hi] = std::minmax_element(ids.begin(), ids.end());
+  return {*lo, *hi};
 }
 
 Status check_vocabulary(const TokenDataset& data, const std::string& data_path,

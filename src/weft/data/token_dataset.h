@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "weft/core/status.h"
 
@@ -27,6 +29,14 @@ class TokenDataset {
   // or "" when unknown.
   virtual std::string tokenizer() const = 0;
   virtual std::string describe() const = 0;  // "megatron mmididx v1, uint16, 1.2M tokens, 6 docs"
+  // Whether the ids' vocabulary is recorded beside the data (weft's sidecar), so that the ids need
+  // no scan (data/token_scan.h); in-memory datasets say so by returning a vocab_size().
+  virtual bool ids_recorded() const { return vocab_size().has_value(); }
+  // The least and largest stored id of tokens [offset, offset + n), n > 0, with no vocabulary
+  // check (read() throws on an id outside the recorded vocabulary; a scan must see it).
+  virtual std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const;
+  // The files the tokens are read from (for token_scan.h's cache key); none for in-memory data.
+  virtual std::vector<std::string> files() const { return {}; }
 };
 
 // Opens PATH by its format: PREFIX (with PREFIX.bin + PREFIX.idx), PREFIX.bin/.idx, or an llm.c
