@@ -119,6 +119,9 @@ void run_bench_step(const BenchOptions& o) {
           .value_or_throw("--schedule")));
   model::validate_pipeline(cfg, o.pp, o.vp).throw_if_error("invalid pipeline");
 
+  // The GEMM ceiling's buffers come before the memory baseline: the model's memory is what follows.
+  const auto shapes = model::training_gemm_shapes(cfg, B, T);
+  runtime::GemmCeilingMeter meter(shapes);
   const int64_t rss_before = current_resident_bytes();
   const bool sp = o.sequence_parallel && o.tp > 1;
   // What this rank allocates, predicted by the planner's model of weft's trainer.
@@ -156,6 +159,21 @@ void run_bench_step(const BenchOptions& o) {
   runner.init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
+  // The ceiling is measured between the timed steps (ceiling, step, ceiling, ..., step, ceiling),
+  // and each step is compared with the mean of the two ceilings around it: on a shared machine the
+  // load drifts, and a ceiling measured once, at another moment, compared two different machines
+  // (a loaded step read 38% of an idle ceiling; an idle step 160% of a loaded one). The ranks'
+  // rates add up: sum their FLOPs, keep the slowest rank's time.
+  std::vector<runtime::GemmCeiling> ceilings;
+  auto measure_ceiling = [&] {
+    if (world) world->barrier();
+    runtime::GemmCeiling c = meter.measure(2);
+    if (world) {
+      world->all_reduce(&c.flops, 1);
+      world->all_reduce(&c.seconds, 1, comm::ReduceOp::Max);
+    }
+    ceilings.push_back(c);
+  };
   std::vector<double> times;
   runtime::StepStats last;
   double comm_seconds = 0, waiting = 0, busy = 0;
@@ -164,6 +182,10 @@ void run_bench_step(const BenchOptions& o) {
     recorder->clear();
     if (s == o.warmup) {
       for (runtime::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
+    }
+    if (s >= o.warmup) {
+      measure_ceiling();
+      if (world) world->barrier();
     }
     auto t0 = std::chrono::steady_clock::now();
     last = runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
@@ -175,6 +197,7 @@ void run_bench_step(const BenchOptions& o) {
       busy += runner.last_timing().seconds - runner.last_timing().waiting;
     }
   }
+  measure_ceiling();
   // The slowest rank's time is the step's; the bubble is Narayanan et al.'s: total waiting over
   // total busy time, summed over the ranks.
   std::vector<double> waits(world_size, waiting), busies(world_size, busy);
@@ -225,18 +248,24 @@ void run_bench_step(const BenchOptions& o) {
     world->all_reduce(&predicted_total, 1, comm::ReduceOp::Max);
     world->all_reduce(&mem_ratio, 1, comm::ReduceOp::Max);
   }
+  const double flops = model::model_flops_per_step(cfg, double(B) * m * o.dp, T);
+  // Step i against ceilings i and i + 1 (the slowest rank's step time: `times` is reduced above).
+  std::vector<double> pair_ratios, ceiling_rates;
+  for (size_t i = 0; i < times.size(); ++i) {
+    const double around = 0.5 * (ceilings[i].rate() + ceilings[i + 1].rate());
+    pair_ratios.push_back(flops / times[i] / around);
+  }
+  for (const auto& c : ceilings) ceiling_rates.push_back(c.rate());
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double ratio_to_ceiling = median(pair_ratios), ceiling_rate = median(ceiling_rates);
+  const double ceiling_spread = *std::max_element(ceiling_rates.begin(), ceiling_rates.end()) /
+                                *std::min_element(ceiling_rates.begin(), ceiling_rates.end());
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
-  const double flops = model::model_flops_per_step(cfg, double(B) * m * o.dp, T);
-  const auto shapes = model::training_gemm_shapes(cfg, B, T);
-  if (world) world->barrier();
-  auto ceiling = runtime::measure_gemm_ceiling(shapes);
-  if (world) {  // the ranks' rates add up: sum the FLOPs, keep the slowest rank's time
-    world->all_reduce(&ceiling.flops, 1);
-    world->all_reduce(&ceiling.seconds, 1, comm::ReduceOp::Max);
-  }
-  const double ceiling_bf16 =
-      bf16 ? runtime::measure_gemm_ceiling(shapes, 5, kernels::MatmulPrecision::BF16).rate() : 0.0;
+  const double ceiling_bf16 = bf16 ? meter.measure(5, kernels::MatmulPrecision::BF16).rate() : 0.0;
   kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
   const double achieved = flops / step_s;
   const int64_t tokens_per_step = int64_t{m} * B * T * o.dp;
@@ -275,8 +304,9 @@ void run_bench_step(const BenchOptions& o) {
       {"ms_min", times.front() * 1e3},
       {"tokens_per_s", tokens_per_step / step_s},
       {"model_gflops", achieved / 1e9},
-      {"gemm_ceiling_gflops", ceiling.rate() / 1e9},
-      {"ratio_to_gemm_ceiling", achieved / ceiling.rate()},
+      {"gemm_ceiling_gflops", ceiling_rate / 1e9},
+      {"ratio_to_gemm_ceiling", ratio_to_ceiling},
+      {"gemm_ceiling_spread", ceiling_spread},
       {"gemm_ceiling_bf16_gflops", bf16 ? nlohmann::json(ceiling_bf16 / 1e9) : nlohmann::json()},
       {"loss", last.loss},
       {"mem_predicted_mib", mib(predicted_total)},
@@ -319,8 +349,9 @@ void run_bench_step(const BenchOptions& o) {
   fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
              achieved / 1e9, flops);
   fmt::print(
-      "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured now)  -> {:.1f}%\n",
-      ceiling.rate() / 1e9, 100.0 * achieved / ceiling.rate());
+      "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured between the steps; "
+      "max/min {:.2f})  -> {:.1f}% (median of each step over the ceilings around it)\n",
+      ceiling_rate / 1e9, ceiling_spread, 100.0 * ratio_to_ceiling);
   if (bf16) {
     fmt::print(
         "  bf16 ceiling  {:9.1f} GFLOP/s  (the same shapes through sgemm_bf16)     -> {:.1f}%\n",

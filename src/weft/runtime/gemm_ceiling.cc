@@ -9,19 +9,39 @@
 
 namespace weft::runtime {
 
+namespace {
+int64_t largest(const std::vector<model::GemmShape>& shapes, int64_t model::GemmShape::*m,
+                int64_t model::GemmShape::*n) {
+  int64_t most = 1;
+  for (const auto& s : shapes) most = std::max(most, s.*m * s.*n);
+  return most;
+}
+}  // namespace
+
+GemmCeilingMeter::GemmCeilingMeter(std::vector<model::GemmShape> shapes)
+    : shapes_(std::move(shapes)),
+      a_(largest(shapes_, &model::GemmShape::M, &model::GemmShape::K)),
+      b_(largest(shapes_, &model::GemmShape::K, &model::GemmShape::N)),
+      out_(largest(shapes_, &model::GemmShape::M, &model::GemmShape::N)) {
+  fill_normal(a_.data(), a_.size(), stream_key(1, "gemm.a"), 0, 0.0f, 1.0f);
+  fill_normal(b_.data(), b_.size(), stream_key(1, "gemm.b"), 0, 0.0f, 1.0f);
+  std::fill_n(out_.data(), out_.size(), 0.0f);
+}
+
 GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps,
                                  kernels::MatmulPrecision precision) {
+  return GemmCeilingMeter(shapes).measure(reps, precision);
+}
+
+GemmCeiling GemmCeilingMeter::measure(int reps, kernels::MatmulPrecision precision) {
   const auto gemm =
       precision == kernels::MatmulPrecision::BF16 ? kernels::sgemm_bf16 : kernels::sgemm;
+  float *a = a_.data(), *b = b_.data(), *out = out_.data();
   GemmCeiling c;
-  for (const auto& s : shapes) {
-    AlignedBuffer<float> a(s.M * s.K), b(s.K * s.N), out(s.M * s.N);
-    fill_normal(a.data(), a.size(), stream_key(1, "gemm.a"), 0, 0.0f, 1.0f);
-    fill_normal(b.data(), b.size(), stream_key(1, "gemm.b"), 0, 0.0f, 1.0f);
+  for (const auto& s : shapes_) {
     const int64_t lda = s.trans_a ? s.M : s.K, ldb = s.trans_b ? s.K : s.N;
     auto call = [&] {
-      gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a.data(), lda, b.data(), ldb, 1.0f,
-           out.data(), s.N);
+      gemm(s.trans_a, s.trans_b, s.M, s.N, s.K, 1.0f, a, lda, b, ldb, 1.0f, out, s.N);
     };
     // Calls run back to back in batches of at least kMinBatchSeconds, as they do inside a step:
     // timing single small calls would also time the OpenMP pool waking up from a passive wait,

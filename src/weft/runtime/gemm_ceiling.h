@@ -8,6 +8,7 @@
 
 #include "weft/kernels/kernels.h"
 #include "weft/model/gemm_shapes.h"
+#include "weft/tensor/aligned_buffer.h"
 
 namespace weft::runtime {
 
@@ -24,8 +25,24 @@ struct GemmCeiling {
   double rate() const { return flops / seconds; }
 };
 
-// Times each shape in `reps` batches of back-to-back calls (each batch >= 5 ms, after two
-// warm-up calls) and takes the median per-call time.
+// Measures the ceiling of a set of shapes again and again from buffers allocated (and touched)
+// once, at construction: `weft bench step` interleaves its measurements with the timed steps, and
+// builds the meter before it reads the memory baseline, so the steps' measured memory holds none
+// of the meter's.
+class GemmCeilingMeter {
+ public:
+  explicit GemmCeilingMeter(std::vector<model::GemmShape> shapes);
+  // Times each shape in `reps` batches of back-to-back calls (each batch >= 5 ms, after two
+  // warm-up calls) and takes the median per-call time.
+  GemmCeiling measure(int reps = 5,
+                      kernels::MatmulPrecision precision = kernels::MatmulPrecision::F32);
+
+ private:
+  std::vector<model::GemmShape> shapes_;
+  AlignedBuffer<float> a_, b_, out_;  // the largest shape's operands
+};
+
+// GemmCeilingMeter(shapes).measure(reps, precision): one measurement.
 GemmCeiling measure_gemm_ceiling(
     const std::vector<model::GemmShape>& shapes, int reps = 5,
     kernels::MatmulPrecision precision = kernels::MatmulPrecision::F32);

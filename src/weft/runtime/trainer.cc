@@ -328,12 +328,19 @@ Result<TrainResult> Trainer::run() {
 
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
+  // Measured at the start and again at every validation, when the run pauses anyway (on rank 0,
+  // which writes the metrics): the MFU against the ceiling compares the step with the machine as
+  // it is at that moment, however the load on a shared host drifts (docs/training.md).
+  auto measure_ceiling = [&](bool fresh) {
+    if (device_) return device_gemm_ceiling(*device, cfg_.model, b, T);
+    const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T),
+                                                     3, kernels::matmul_precision())
+                                    .rate()
+                              : cached_gemm_ceiling(cfg_.model, b, T);
+    return mine * concurrent_ranks(world_size, kernels::num_threads());
+  };
   double ceiling = 0;
-  if (options_.measure_gemm_ceiling && leader) {
-    ceiling = device_ ? device_gemm_ceiling(*device, cfg_.model, b, T)
-                      : cached_gemm_ceiling(cfg_.model, b, T) *
-                            concurrent_ranks(world_size, kernels::num_threads());
-  }
+  if (options_.measure_gemm_ceiling && leader) ceiling = measure_ceiling(false);
   progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
@@ -429,7 +436,10 @@ Result<TrainResult> Trainer::run() {
     r.skipped = stats.skipped;
     r.epoch = epoch;
     r.tokens = step * t.global_batch * T;
-    if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) r.val_loss = evaluate();
+    if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
+      r.val_loss = evaluate();
+      if (ceiling > 0 && step < last) ceiling = measure_ceiling(true);
+    }
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
     if (stats.skipped) {
