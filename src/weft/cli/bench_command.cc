@@ -119,10 +119,6 @@ void run_bench_step(const BenchOptions& o) {
           .value_or_throw("--schedule")));
   model::validate_pipeline(cfg, o.pp, o.vp).throw_if_error("invalid pipeline");
 
-  // The GEMM ceiling's buffers come before the memory baseline: the model's memory is what follows.
-  const auto shapes = model::training_gemm_shapes(cfg, B, T);
-  runtime::GemmCeilingMeter meter(shapes);
-  const int64_t rss_before = current_resident_bytes();
   const bool sp = o.sequence_parallel && o.tp > 1;
   // What this rank allocates, predicted by the planner's model of weft's trainer.
   planner::Job job;
@@ -143,6 +139,10 @@ void run_bench_step(const BenchOptions& o) {
   pc.zero = o.zero;
   check_host_memory({job, pc}, local_processes(world_size), "this benchmark", world)
       .throw_if_error("cannot run");
+  // The GEMM ceiling's buffers come before the memory baseline: the model's memory is what follows.
+  const auto shapes = model::training_gemm_shapes(cfg, B, T);
+  runtime::GemmCeilingMeter meter(shapes);
+  const int64_t rss_before = current_resident_bytes();
   const model::MemoryEstimate predicted =
       planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
   runtime::PipelineOptions po;
