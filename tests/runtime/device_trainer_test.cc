@@ -7,11 +7,10 @@
 
 #include <cmath>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
-#include "support/rel_error.h"
+#include "support/param_compare.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/mixed.h"
@@ -94,23 +93,18 @@ TEST_F(DeviceTrainerTest, TheLossAndEveryTensorsGradientMatchTheFp32Model) {
   mixed.zero_grad();
   const float loss = mixed.forward(t.data(), targets.data(), kB, kT, 0.5f);
   mixed.backward();
-  EXPECT_NEAR(loss, ref_loss, 1e-2 * ref_loss);
-
+  // bf16 activations (8 significant bits) against fp32, measured on the host: the loss 4.7e-6
+  // apart (the rounding errors of the logits average out over the tokens), the gradients 5.8e-3
+  // (each tensor 2.9e-3 to 8.9e-3, worst h.0.ln_1.weight), their norm 6.3e-5. Held to about 3x
+  // for the gradients, whose error is the bf16 rounding itself, not an order of sums (a GPU's
+  // other accumulation order moves it little), and to 16-20x for the loss and the norm.
+  EXPECT_NEAR(loss, ref_loss, 1e-4 * ref_loss);
   std::vector<float> g(mixed.param_layout().buffer.total());
   mixed.get_grads(g);
-  const float* gr = ref.grads().data();
-  EXPECT_LT(test::rel_error(std::span<const float>(g), std::span<const float>(gr, g.size())),
-            1.5e-2)
-      << "whole gradient";
-  for (const SliceSpec& s : mixed.param_layout().buffer.slices()) {
-    // bf16 activations (8 significant bits) through two layers: about 0.6% per tensor here.
-    EXPECT_LT(test::rel_error(std::span<const float>(g.data() + s.offset, s.numel),
-                              std::span<const float>(gr + s.offset, s.numel)),
-              2.5e-2)
-        << s.name;
-  }
+  test::expect_params_close(mixed.param_layout(), g.data(), ref.grads().data(), cfg_.n_embd,
+                            {1.5e-2, 2.5e-2}, "gradients");
   EXPECT_NEAR(std::sqrt(mixed.grad_sum_squares()), std::sqrt(ref.grad_sum_squares()),
-              2e-2 * std::sqrt(ref.grad_sum_squares()));
+              1e-3 * std::sqrt(ref.grad_sum_squares()));
 }
 
 TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
@@ -125,13 +119,24 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
   for (int s = 0; s < kSteps; ++s) {
     const auto t = batch(s % 3, n + 1, cfg_.vocab_size);
     const float lr = 3e-3f;
-    ref_losses.push_back(
-        runtime::train_step(ref, opt, t.data(), t.data() + 1, kB, kT, kM, lr, 1.0).loss);
+    const runtime::StepStats rs =
+        runtime::train_step(ref, opt, t.data(), t.data() + 1, kB, kT, kM, lr, 1.0);
+    ref_losses.push_back(rs.loss);
     const runtime::StepStats st = dev.step(t.data(), t.data() + 1, lr, 1.0);
     EXPECT_FALSE(st.skipped);
     losses.push_back(st.loss);
     EXPECT_NEAR(losses.back(), ref_losses.back(), 2e-2 * ref_losses.back()) << "step " << s + 1;
+    // The gradient norm, which Adam's normalized update hardly sees (a bug that scales the
+    // gradients leaves the losses alone). Measured: 4.4e-4 at the first step, from the same
+    // parameters; up to 5.6% later, when the two runs' parameters have drifted apart (step 7).
+    EXPECT_NEAR(st.grad_norm, rs.grad_norm, (s == 0 ? 5e-3 : 0.15) * rs.grad_norm)
+        << "step " << s + 1;
   }
+  // Measured: 1.6% over all parameters, the worst tensor (h.1.ln_1.bias) 8.1%; held to 3x.
+  std::vector<float> p(dev.model().param_layout().buffer.total());
+  dev.model().get_params(p);
+  test::expect_params_close(dev.model().param_layout(), p.data(), ref.params().data(), cfg_.n_embd,
+                            {5e-2, 0.25}, "parameters after 20 steps");
   EXPECT_EQ(dev.step_count(), kSteps);
   // Both learned (the test could not pass with a model that stands still).
   EXPECT_LT(ref_losses.back(), 0.8 * ref_losses.front());
