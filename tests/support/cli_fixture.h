@@ -1,13 +1,15 @@
 #pragma once
 // End-to-end tests of the `weft` binary (tests/runtime/cli_*_test.cc): a temporary directory per
 // test with a synthetic llm.c token dataset in it, the binary run as a user runs it, and the
-// fields of the metrics.jsonl it writes. The including target defines WEFT_BIN (the binary) and
-// WEFT_SOURCE_DIR (the repository, where the commands run).
+// fields of the metrics.jsonl it writes, and the parameters of the checkpoints it saves. The
+// including target defines WEFT_BIN (the binary) and WEFT_SOURCE_DIR (the repository, where the
+// commands run), and links weft_checkpoint.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -15,9 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "support/param_compare.h"
 #include "support/run_command.h"
+#include "weft/checkpoint/checkpoint.h"
 #include "weft/data/llmc_dataset.h"
 #include "weft/data/sidecar.h"
+#include "weft/model/param_layout.h"
 
 #ifndef WEFT_BIN
 #error "cli_fixture.h needs WEFT_BIN, the path of the weft binary"
@@ -64,6 +69,57 @@ inline std::vector<double> metric(const std::string& metrics, const std::string&
 
 // The losses of metrics.jsonl, in order.
 inline std::vector<double> losses(const std::string& metrics) { return metric(metrics, "loss"); }
+
+// Each step's value of a metric of metrics.jsonl (`actual`) within rel_tol of the reference run's
+// (`expected`), relative to the reference; the values are those of steps first_step, first_step +
+// 1, ... One failure at most, naming the worst step; returns the largest relative difference.
+inline double expect_steps_close(const std::vector<double>& actual,
+                                 const std::vector<double>& expected, double rel_tol,
+                                 const std::string& what, size_t first_step = 1) {
+  EXPECT_EQ(actual.size(), expected.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < actual.size() && i < expected.size(); ++i) {
+    const double d = std::abs(actual[i] - expected[i]) / std::abs(expected[i]);
+    if (!(d <= worst)) {  // NaN-safe: a NaN is always the worst
+      worst = d;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, rel_tol) << what << ": largest relative difference at step " << first_step + at
+                            << ": " << (at < actual.size() ? actual[at] : NAN) << " vs "
+                            << (at < expected.size() ? expected[at] : NAN);
+  return worst;
+}
+
+// The parameters of a checkpoint (a step directory, or a root holding `latest`) in the serial
+// layout (model::gpt_param_layout of its config), whatever layout wrote it: checkpoint::load
+// reshards, as a resumed serial run reads them.
+struct CheckpointParams {
+  model::GptConfig cfg;
+  model::ParamLayout layout;
+  FlatBuffer params;
+};
+inline CheckpointParams checkpoint_params(const std::string& path) {
+  const std::string dir = checkpoint::resolve(path).value_or_throw("test checkpoint");
+  CheckpointParams c;
+  c.cfg = checkpoint::read_metadata(dir).value_or_throw("test checkpoint").model;
+  c.layout = model::gpt_param_layout(c.cfg);
+  c.params = FlatBuffer(c.layout.buffer);
+  checkpoint::load(dir, c.cfg, c.params, nullptr, nullptr).throw_if_error("test checkpoint");
+  return c;
+}
+
+// The parameters of checkpoint `actual` against those of `expected` (checkpoint_params), every
+// tensor and the whole, in relative L2 (test::expect_params_close); returns the errors.
+inline ParamErrors expect_checkpoint_params_close(const CheckpointParams& actual,
+                                                  const CheckpointParams& expected,
+                                                  ParamTolerance tol, const std::string& context) {
+  EXPECT_EQ(actual.params.size(), expected.params.size()) << context;
+  if (actual.params.size() != expected.params.size()) return {};
+  return expect_params_close(expected.layout, actual.params.data(), expected.params.data(),
+                             expected.cfg.n_embd, tol, context);
+}
 
 // A fresh temporary directory per test, holding the llm.c token file syn.bin (with its sidecar)
 // of the tiny models' 61-token vocabulary; removed after the test.
