@@ -3,7 +3,8 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test test-debug run bench-step bench format format-check clean
+.PHONY: all deps configure build test test-debug mutation run bench-step bench format format-check \
+	clean
 
 all: build
 
@@ -23,7 +24,15 @@ test: build
 # The unit tests under AddressSanitizer + UBSan (the slow ones are release-only).
 test-debug:
 	$(MAKE) build PRESET=debug
-	ctest --preset debug -j $(JOBS) -LE slow
+	ctest --preset debug -j $(JOBS) -LE 'slow|mutation'
+
+# The mutation check (docs/parallelism.md): each bug of tests/mutation/mutants.txt planted in a
+# scratch copy of the tree (build/mutation, kept: the next run recompiles only what changed), where
+# the tests named for it must catch it. Writes bench/results/mutation-<date>-<HHMM>-<commit>.md
+# and .json. Not part of `make test`.
+mutation: configure
+	bash tests/mutation/run.sh --from-build $(BUILD) --jobs $(JOBS) --scratch build/mutation \
+	  --out bench/results
 
 # The demo: train a small GPT on Jane Austen's novels for a few minutes, then sample from it.
 run: build
