@@ -1,24 +1,21 @@
 // Data parallelism with ZeRO stages 0-3, alone and composed with tensor and pipeline parallelism,
 // against the serial model: replicas each take 1/dp of every global batch (kM microbatches each:
-// gradient accumulation), 10 AdamW steps of a tiny GPT give the serial losses within 1e-5
-// relative, and the final parameters, gathered into the serial layout, are within 1e-5 (relative
-// L2; each tensor within 1e-4). Every layout of tp, pp, dp in {1, 2} and dp=4, tp=2 x dp=4,
-// pp=2 x dp=4, each with zero 0, 1, 2, 3 (tp=2 with sequence parallelism for zero 1 and 3);
-// pipelines also with the interleaved and ZB-H1 schedules.
-// mpirun -n 1, 2, 4 and 8 run the layouts of that world size.
+// gradient accumulation), 10 AdamW steps of a tiny GPT: every loss and gradient norm, the first
+// step's gradients and the final parameters (both gathered into the serial layout, each tensor on
+// its own too) within tolerances measured for each class of layout. Every layout of tp, pp, dp in
+// {1, 2} and dp=4, tp=2 x dp=4, pp=2 x dp=4, each with zero 0, 1, 2, 3 (tp=2 with sequence
+// parallelism for zero 1 and 3); pipelines also with the interleaved and ZB-H1 schedules. mpirun -n
+// 1, 2, 4 and 8 run the layouts of that world size.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "support/equivalence.h"
 #include "support/mpi_test.h"
-#include "support/param_compare.h"
-#include "support/shards.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
-#include "weft/model/zero_parts.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
@@ -30,6 +27,12 @@ namespace {
 model::GptConfig tiny() { return test::tiny_gpt(4, 32); }
 
 constexpr int kB = 2, kT = 8, kSteps = 10, kM = 4;  // kM microbatches per replica
+// The step whose gradients are compared: the first, where the parallel run and the serial one
+// start from the same parameters, so that their gradients differ by summation order alone. Later,
+// Adam's normalization amplifies the rounding of elements whose gradient is near zero (pp=2 x tp=2
+// measured 4.7e-4 in a qkv bias at step 1, against 6.5e-7 at step 0); a stale or wrong update
+// shows in the later losses, gradient norms and the final parameters.
+constexpr int kGradStep = 0;
 
 std::vector<int32_t> global_batch(int step, int n) {
   std::vector<int32_t> t(n);
@@ -40,27 +43,18 @@ std::vector<int32_t> global_batch(int step, int n) {
   return t;
 }
 
-struct Run {
-  std::vector<float> losses, params;  // params in the serial layout
-};
-
 // The serial run over all kM * dp microbatches of each global batch (cached per dp).
-const Run& serial_run(int dp) {
-  static std::map<int, Run> cache;
+const test::SerialRun& serial_run(int dp) {
+  static std::map<int, test::SerialRun> cache;
   auto it = cache.find(dp);
-  if (it != cache.end()) return it->second;
-  const int n = dp * kM * kB * kT;
-  model::Gpt serial(tiny(), kB, kT);
-  serial.init(4);
-  runtime::DistributedOptimizer opt(serial, nullptr, 0);
-  Run r;
-  for (int s = 0; s < kSteps; ++s) {
-    const auto t = global_batch(s, n + 1);
-    r.losses.push_back(
-        runtime::train_step(serial, opt, t.data(), t.data() + 1, kB, kT, kM * dp, 1e-3f, 1.0).loss);
+  if (it == cache.end()) {
+    const int n = dp * kM * kB * kT;
+    it = cache
+             .emplace(dp, test::train_serial(tiny(), 4, kB, kT, kM * dp, kSteps, kGradStep,
+                                             [n](int s) { return global_batch(s, n + 1); }))
+             .first;
   }
-  r.params.assign(serial.params().data(), serial.params().data() + serial.params().size());
-  return cache.emplace(dp, std::move(r)).first->second;
+  return it->second;
 }
 
 struct Layout {
@@ -77,10 +71,34 @@ struct Layout {
   }
 };
 
+// ~10x what each class of layouts measured with every tolerance 0 (mpirun -n 1, 2, 4, 8, one
+// thread per rank as under ctest; the largest over the class's layouts: every pp, ZeRO stage and
+// schedule). All: losses 1.2e-7 (one float ulp of the loss), step 0's gradients 4.1e-7 over all
+// and 5.2e-7 in the worst tensor (summation order alone). The gradient norms and final parameters
+// (over all / worst tensor) differ by class: where a few elements' gradients come near zero at
+// some step, Adam's normalization amplifies the rounding of the reductions, more with tp.
+test::EquivalenceTolerance tolerance(const Layout& l) {
+  test::EquivalenceTolerance t = {
+      .loss = 1.2e-6, .grad_norm = 0, .grads = {4e-6, 6e-6}, .params = {}};
+  if (l.tp == 1 && l.dp <= 2) {
+    t.grad_norm = 7e-7;       // measured 7.1e-8
+    t.params = {3e-7, 6e-6};  // measured 2.8e-8, 5.6e-7
+  } else if (l.tp == 1) {
+    t.grad_norm = 1.1e-5;     // measured 1.1e-6
+    t.params = {8e-6, 3e-4};  // measured 7.7e-7, 3.2e-5 (h.0.ln_2.bias)
+  } else if (l.dp == 2) {
+    t.grad_norm = 1.5e-6;     // measured 1.5e-7
+    t.params = {3e-6, 4e-5};  // measured 3.1e-7, 3.9e-6
+  } else {                    // tp=2 with dp 1 or 4
+    t.grad_norm = 7e-5;       // measured 6.1e-6 (dp=1), 6.7e-6 (dp=4)
+    t.params = {4e-5, 4e-3};  // measured 1.1e-6 and 1.1e-4 (dp=1), 4.0e-6 and 3.7e-4 (dp=4)
+  }
+  return t;
+}
+
 void expect_equals_serial(const Layout& l) {
   comm::Communicator& world = test::test_world();
   const int per_replica = kM * kB * kT, n = l.dp * per_replica;
-  const Run& expected = serial_run(l.dp);
   const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
@@ -98,34 +116,14 @@ void expect_equals_serial(const Layout& l) {
   o.groups = {groups.model.get(), groups.embedding.get()};
   runtime::PipelineRunner runner(tiny(), s, o);
   runner.init(4);
-  for (int step = 0; step < kSteps; ++step) {
+  // This replica's kM microbatches of each global batch.
+  const auto mine = [&](int step) {
     const auto t = global_batch(step, n + 1);
-    const int32_t* mine = t.data() + me.dp * per_replica;  // this replica's kM microbatches
-    const float loss = runner.step(mine, mine + 1, 1e-3f, 1.0).loss;
-    EXPECT_NEAR(loss, expected.losses[step], 1e-5 * expected.losses[step])
-        << l.str() << " step " << step;
-  }
-  // The final parameters: each chunk's (ZeRO: this rank's parts of the master copy, summed over
-  // dp), placed in the serial layout and summed over the replica's ranks.
-  const model::ParamLayout global = model::gpt_param_layout(tiny());
-  FlatBuffer all(global.buffer);
-  const int dp_rank = groups.dp ? groups.dp->rank() : 0;
-  for (size_t j = 0; j < runner.chunks().size(); ++j) {
-    const model::Gpt& c = *runner.chunks()[j];
-    const model::ParamLayout& layout = c.param_layout();
-    runtime::DistributedOptimizer& opt = *runner.optimizers()[j];
-    FlatBuffer p(layout.buffer);
-    p.zero();
-    for (const auto& part : model::zero_owned_parts(layout, opt.zero(), l.dp, dp_rank)) {
-      std::copy_n(opt.state().params + part.at, part.n,
-                  p.data() + layout.buffer.slices()[part.slice].offset + part.begin);
-    }
-    if (opt.zero() > 0 && groups.dp) groups.dp->all_reduce(p.data(), p.size());
-    test::place_shards(layout, c.stage(), p.data(), global, all.data());
-  }
-  if (groups.model != nullptr) groups.model->all_reduce(all.data(), all.size());
-  test::expect_params_close(global, all.data(), expected.params.data(), tiny().n_embd, {1e-5, 1e-4},
-                            l.str());
+    return std::vector<int32_t>(t.begin() + me.dp * per_replica,
+                                t.begin() + (me.dp + 1) * per_replica + 1);
+  };
+  test::expect_runner_equals_serial(runner, groups.dp.get(), groups.model.get(), serial_run(l.dp),
+                                    kGradStep, mine, tolerance(l), l.str(), world.rank() == 0);
 }
 
 TEST(DataParallel, EveryLayoutAndZeroStageTrainsLikeTheSerialModel) {

@@ -1,11 +1,16 @@
 // Tensor (and sequence) parallelism against the serial model, the core proof of DESIGN.md §6:
-// the world is one tp group (mpirun -n 1, 2, 4); each rank also trains the serial model, and
-// every loss and every gathered parameter must agree within 1e-5 relative.
+// the world is one tp group (mpirun -n 1, 2, 4); each rank also trains the serial model, and every
+// loss and gradient norm, one step's gradients and the final parameters must agree within
+// tolerances measured for them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
+#include "support/equivalence.h"
 #include "support/mpi_test.h"
 #include "support/param_compare.h"
 #include "support/shards.h"
@@ -23,6 +28,14 @@ model::GptConfig tiny() { return test::tiny_gpt(2, 32); }
 
 constexpr int kB = 2, kT = 8, kMicrobatches = 2, kSteps = 10;
 
+// ~10x the largest difference measured with every tolerance 0 (mpirun -n 1, 2, 4, one thread per
+// rank as under ctest; tp=1 measures 0 everywhere): losses 1.2e-7 (tp=4: one float ulp of the
+// loss), gradient norms 7.5e-8 (tp=2 sp), one step's gradients 3.4e-7 in the worst tensor (tp=4
+// sp), final parameters 9.0e-8 over all and 1.3e-6 in the worst tensor (tp=2,
+// h.0.mlp.proj.weight).
+constexpr double kLossTolerance = 1.2e-6, kGradNormTolerance = 7.5e-7, kGradTolerance = 3.5e-6;
+constexpr test::ParamTolerance kParamTolerance = {1e-6, 1.3e-5};
+
 // Step s's tokens: [microbatches, B, T] ids from a counter-based stream (same on every rank).
 std::vector<int32_t> batch(int step, int V, int n) {
   std::vector<int32_t> t(n);
@@ -35,7 +48,8 @@ std::vector<int32_t> batch(int step, int V, int n) {
 
 struct Run {
   std::vector<float> losses;
-  std::vector<float> params;  // gathered into the serial layout
+  std::vector<double> grad_norms;  // before clipping
+  std::vector<float> params;       // gathered into the serial layout
 };
 
 // Every parameter, gathered into the serial layout.
@@ -64,6 +78,7 @@ Run train(parallel::TensorParallel tp, model::Recompute recompute) {
     auto st = runtime::train_step(m, opt, inputs.data(), targets.data(), kB, kT, kMicrobatches,
                                   1e-3f, 1.0);
     r.losses.push_back(st.loss);
+    r.grad_norms.push_back(st.grad_norm);
   }
   r.params = gather_params(m);
   return r;
@@ -74,15 +89,20 @@ void expect_equivalent(bool sequence_parallel, model::Recompute recompute) {
   auto tp = world.split(0, world.rank(), "tp");
   const Run serial = train({}, recompute);
   const Run parallel = train({tp.get(), sequence_parallel}, recompute);
-  ASSERT_EQ(serial.losses.size(), parallel.losses.size());
-  for (size_t s = 0; s < serial.losses.size(); ++s) {
-    EXPECT_NEAR(parallel.losses[s], serial.losses[s], 1e-5 * std::abs(serial.losses[s]))
-        << "step " << s << " tp=" << tp->size() << " sp=" << sequence_parallel;
-  }
+  const std::string context =
+      "tp=" + std::to_string(tp->size()) + " sp=" + std::to_string(sequence_parallel);
+  const double loss =
+      test::expect_steps_close(parallel.losses, serial.losses, kLossTolerance, "loss, " + context);
+  const double norm = test::expect_steps_close(parallel.grad_norms, serial.grad_norms,
+                                               kGradNormTolerance, "grad_norm, " + context);
   const model::ParamLayout global = model::gpt_param_layout(tiny());
-  test::expect_params_close(
-      global, parallel.params.data(), serial.params.data(), tiny().n_embd, {1e-5, 1e-4},
-      "tp=" + std::to_string(tp->size()) + " sp=" + std::to_string(sequence_parallel));
+  const test::ParamErrors p =
+      test::expect_params_close(global, parallel.params.data(), serial.params.data(), tiny().n_embd,
+                                kParamTolerance, context);
+  if (world.rank() == 0) {
+    std::printf("measured %s: loss %.2g, grad_norm %.2g, params %.2g (worst %s %.2g)\n",
+                context.c_str(), loss, norm, p.all, p.worst_name.c_str(), p.worst_tensor);
+  }
 }
 
 // One forward and backward: the loss and every gathered gradient equal the serial model's.
@@ -97,7 +117,7 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
     const std::vector<int32_t> tokens = batch(0, cfg.vocab_size, kB * kT + 1);
     const float ls = serial.forward(tokens.data(), tokens.data() + 1, kB, kT);
     const float lp = parallel.forward(tokens.data(), tokens.data() + 1, kB, kT);
-    EXPECT_NEAR(lp, ls, 1e-5 * ls);
+    EXPECT_NEAR(lp, ls, kLossTolerance * ls);
     serial.backward();
     parallel.backward();
     parallel.finish_grad_sync();
@@ -105,11 +125,17 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
     FlatBuffer g(global.buffer);
     test::gather_shards(parallel.param_layout(), parallel.grads().data(), global, g.data(),
                         tp.get());
+    double worst = 0;
     for (const SliceSpec& s : global.buffer.slices()) {
       std::vector<float> a(g.data() + s.offset, g.data() + s.offset + s.numel);
       std::vector<float> b(serial.grads().data() + s.offset,
                            serial.grads().data() + s.offset + s.numel);
-      EXPECT_LE(rel_error(a, b), 1e-5) << s.name << " sp=" << sp;
+      const double r = rel_error(a, b);
+      worst = std::max(worst, r);
+      EXPECT_LE(r, kGradTolerance) << s.name << " sp=" << sp;
+    }
+    if (world.rank() == 0) {
+      std::printf("measured gradients tp=%d sp=%d: worst tensor %.2g\n", tp->size(), sp, worst);
     }
   }
 }

@@ -244,16 +244,17 @@ void PipelineRunner::optimizer_step() {
   }
   // The loss lives on the last stage's rank: every rank gets the mean (over the replicas too).
   const double loss = replica_sum(loss_sum_) / dp_size();  // each replica's mean over m_
-  stats_ =
-      finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_, clip_);
+  stats_ = finish_step(chunk_models_, chunk_opts_, o_.groups, static_cast<float>(loss / m_), lr_,
+                       clip_, *before_update_);
 }
 
 StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, float lr,
-                               double clip_norm) {
+                               double clip_norm, const BeforeUpdate& before_update) {
   tokens_ = tokens;
   targets_ = targets;
   lr_ = lr;
   clip_ = clip_norm;
+  before_update_ = &before_update;
   loss_sum_ = 0;
   timing_ = {};
   const auto t0 = std::chrono::steady_clock::now();

@@ -54,8 +54,9 @@ class PipelineRunner : public StageRunner {
 
   void init(uint64_t seed);
   // One optimizer step over m microbatches: tokens/targets are [m, B, T] (every rank passes the
-  // same). Returns the mean loss on every rank.
-  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
+  // same). Returns the mean loss on every rank. `before_update`: see finish_step (tests).
+  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm,
+                 const BeforeUpdate& before_update = {});
   // The mean loss of forward passes (no gradients) over `total` [B,T] blocks that the replicas
   // share: this replica runs `batches` of them (tokens/targets are [batches, B, T], batches may be
   // 0). On every rank.
@@ -114,6 +115,7 @@ class PipelineRunner : public StageRunner {
   const int32_t* targets_ = nullptr;
   float lr_ = 0;
   double clip_ = 0, loss_sum_ = 0;
+  const BeforeUpdate* before_update_ = nullptr;
   StepStats stats_;
   Timing timing_;
   std::vector<float> scatter_buf_;

@@ -46,7 +46,7 @@ void sync_tied_embedding(std::span<model::Gpt* const> chunks,
 
 StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
-                      float loss, float lr, double clip_norm) {
+                      float loss, float lr, double clip_norm, const BeforeUpdate& before_update) {
   StepStats s;
   s.loss = loss;
   for (DistributedOptimizer* o : opts) o->finish_reduction();
@@ -60,6 +60,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   // ZeRO: each replica holds a different shard of the gradients.
   if (comm::Communicator* shards = opts[0]->shard_group()) shards->all_reduce(&sum_squares, 1);
   s.grad_norm = std::sqrt(sum_squares);
+  if (before_update) before_update();
   s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
   if (s.skipped) return s;
   const float clip = optim::clip_factor(s.grad_norm, clip_norm);
@@ -74,7 +75,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
 
 StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm) {
+                     double clip_norm, const BeforeUpdate& before_update) {
   model.zero_grad();
   double loss_sum = 0;
   const int64_t block = int64_t{B} * T;
@@ -86,7 +87,7 @@ StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t
   model::Gpt* chunks[] = {&model};
   DistributedOptimizer* opts[] = {&opt};
   return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr},
-                     static_cast<float>(loss_sum / microbatches), lr, clip_norm);
+                     static_cast<float>(loss_sum / microbatches), lr, clip_norm, before_update);
 }
 
 }  // namespace weft::runtime

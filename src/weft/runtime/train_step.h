@@ -5,6 +5,7 @@
 // finish_step.
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "weft/comm/communicator.h"
@@ -28,6 +29,12 @@ struct ModelGroups {
   comm::Communicator* embedding = nullptr;
 };
 
+// Called by finish_step once the gradients are complete and their norm taken, before clipping and
+// the update. For the equivalence tests: they read each optimizer's grad_parts() there to compare
+// one step's gradients with the serial model's (nowhere later: clipping scales them, and ZeRO 2/3
+// zero their gradient shards in the update).
+using BeforeUpdate = std::function<void()>;
+
 // The end of a step, for any layout and ZeRO stage: completes the gradients (the data-parallel
 // reductions, the sequence-parallel LayerNorms, the tied embedding's two copies) on the parts each
 // optimizer works on (whole, or its ZeRO shard), takes the global norm over every parameter
@@ -36,12 +43,13 @@ struct ModelGroups {
 // step's mean loss, already known on every rank.
 StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
-                      float loss, float lr, double clip_norm);
+                      float loss, float lr, double clip_norm,
+                      const BeforeUpdate& before_update = {});
 
 // tokens/targets: `microbatches` consecutive [B,T] blocks; `opt` is the model's optimizer (dp
 // group or not).
 StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm);
+                     double clip_norm, const BeforeUpdate& before_update = {});
 
 }  // namespace weft::runtime
