@@ -9,6 +9,7 @@ packages=(
   libfmt-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-torch python3-numpy   # independent oracle for the model test and the baseline benchmark
+  python3-regex          # the standalone GPT-2 reader of the HF export test (GPT-2's \p{L} regex)
   libxxhash-dev          # checkpoint shard checksums (XXH3)
   openmpi-bin libopenmpi-dev   # the MPI backend (weft_comm_mpi) and the mpi tests (mpirun)
   libpcre2-dev bible-kjv   # GPT-2's pre-tokenization regex; the tokenizer test corpus (KJV)

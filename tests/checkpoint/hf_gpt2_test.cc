@@ -80,7 +80,7 @@ TEST(HfGpt2, NamesAreTransformersGpt2LMHeadModelsWithConv1DWeightsTransposed) {
 }
 
 TEST(HfGpt2, ConfigJsonIsAGpt2ConfigThatReadsBackAsTheModel) {
-  const auto j = hf_gpt2_config(tiny(), /*gpt2_tokenizer=*/false);
+  const auto j = hf_gpt2_config(tiny(), std::nullopt);
   EXPECT_EQ(j["model_type"], "gpt2");
   EXPECT_EQ(j["architectures"], nlohmann::json::array({"GPT2LMHeadModel"}));
   EXPECT_EQ(j["vocab_size"], 61);
@@ -93,7 +93,7 @@ TEST(HfGpt2, ConfigJsonIsAGpt2ConfigThatReadsBackAsTheModel) {
   EXPECT_EQ(j["layer_norm_epsilon"], 1e-5);
   EXPECT_EQ(j["tie_word_embeddings"], true);
   EXPECT_FALSE(j.contains("eos_token_id"));
-  EXPECT_EQ(hf_gpt2_config(tiny(), true)["eos_token_id"], 50256);
+  EXPECT_EQ(hf_gpt2_config(tiny(), 50256)["eos_token_id"], 50256);
   auto back = gpt_config_from_hf(nlohmann::json::parse(j.dump()), "config.json", "tiny", 16);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back.value().n_layer, 2);
@@ -102,7 +102,7 @@ TEST(HfGpt2, ConfigJsonIsAGpt2ConfigThatReadsBackAsTheModel) {
 }
 
 TEST(HfGpt2, AConfigOfAModelWeftDoesNotComputeListsEveryProblem) {
-  auto j = nlohmann::json::parse(hf_gpt2_config(tiny(), false).dump());
+  auto j = nlohmann::json::parse(hf_gpt2_config(tiny(), std::nullopt).dump());
   j["activation_function"] = "relu";
   j["n_inner"] = 100;
   j["layer_norm_epsilon"] = 1e-6;
@@ -117,7 +117,7 @@ TEST(HfGpt2, AConfigOfAModelWeftDoesNotComputeListsEveryProblem) {
                            "tie_word_embeddings=false", "n_layer is missing"}) {
     EXPECT_NE(m.find(want), std::string::npos) << want << "\n" << m;
   }
-  j = nlohmann::json::parse(hf_gpt2_config(tiny(), false).dump());
+  j = nlohmann::json::parse(hf_gpt2_config(tiny(), std::nullopt).dump());
   j["n_head"] = 5;  // 32 is not divisible by 5
   r = gpt_config_from_hf(j, "in/config.json", "x", 128);
   ASSERT_FALSE(r.ok());
@@ -174,7 +174,8 @@ FlatBuffer write_hf_dir(const std::string& in, const model::GptConfig& cfg,
                         std::vector<std::string> drop = {},
                         std::map<std::string, Shape> reshape = {}) {
   std::filesystem::create_directories(in);
-  EXPECT_TRUE(write_file_atomic(in + "/config.json", hf_gpt2_config(cfg, false).dump()).ok());
+  EXPECT_TRUE(
+      write_file_atomic(in + "/config.json", hf_gpt2_config(cfg, std::nullopt).dump()).ok());
   FlatBuffer params = random_params(cfg, 9);
   // The file: a header written here (F16), the buffer after it.
   nlohmann::ordered_json header;
@@ -270,7 +271,7 @@ TEST(HfGpt2, ATensorThatIsNotGpt2OrAnUntiedHeadIsAnError) {
   TempDir dir;
   const model::GptConfig cfg = tiny();
   FlatBuffer params = random_params(cfg, 1);
-  ASSERT_TRUE(write_hf_gpt2(dir.path("hf"), cfg, params, false).ok());
+  ASSERT_TRUE(write_hf_gpt2(dir.path("hf"), cfg, params, std::nullopt).ok());
   // Append tensors by rewriting the file with extra entries.
   auto st = SafetensorsReader::open(dir.path("hf/model.safetensors")).value_or_throw("open");
   std::vector<std::vector<float>> data;

@@ -25,7 +25,7 @@ namespace {
 
 constexpr std::string_view kPrefix = "transformer.";
 constexpr int kGpt2Vocab = 50257;  // GPT-2's tokenizer; <|endoftext|> is its last id
-constexpr int kGpt2Eot = 50256;
+constexpr const char* kEndOfText = "<|endoftext|>";  // the one special token of byte-level BPE
 
 // Per-layer names: weft suffix, Hugging Face suffix, whether HF stores the matrix transposed
 // (Conv1D keeps weights [in, out]).
@@ -91,7 +91,7 @@ HfName hf_gpt2_name(std::string_view weft_name) {
   WEFT_CHECK(false, "'", weft_name, "' is not a GPT-2 parameter");
 }
 
-nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, bool gpt2_tokenizer) {
+nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, std::optional<int> eot_id) {
   // transformers' GPT2Config keys (configuration_gpt2.py), in the order save_pretrained writes
   // them. weft trains without dropout, so the dropout rates are 0.
   nlohmann::ordered_json j = {
@@ -99,9 +99,9 @@ nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, bool gpt2_tok
       {"architectures", {"GPT2LMHeadModel"}},
       {"attn_pdrop", 0.0},
   };
-  if (gpt2_tokenizer) j["bos_token_id"] = kGpt2Eot;
+  if (eot_id) j["bos_token_id"] = *eot_id;
   j["embd_pdrop"] = 0.0;
-  if (gpt2_tokenizer) j["eos_token_id"] = kGpt2Eot;
+  if (eot_id) j["eos_token_id"] = *eot_id;
   j["initializer_range"] = 0.02;
   j["layer_norm_epsilon"] = 1e-5;
   j["model_type"] = "gpt2";
@@ -198,7 +198,7 @@ Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::strin
 }
 
 Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
-                     const FlatBuffer& params, bool gpt2_tokenizer,
+                     const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata) {
   const model::ParamLayout layout = model::gpt_param_layout(cfg);
   WEFT_CHECK(params.layout().slices().size() == layout.buffer.slices().size() &&
@@ -226,7 +226,7 @@ Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
   Status s = write_safetensors((fs::path(out_dir) / kHfWeightsFile).string(), tensors, meta);
   if (!s.ok()) return s;
   return write_file_atomic((fs::path(out_dir) / kHfConfigFile).string(),
-                           hf_gpt2_config(cfg, gpt2_tokenizer).dump(2) + "\n");
+                           hf_gpt2_config(cfg, eot_id).dump(2) + "\n");
 }
 
 Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& options) {
@@ -345,7 +345,50 @@ Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& o
   return out;
 }
 
-Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir) {
+Result<int> hf_tokenizer_eot(const std::string& tokenizer_dir) {
+  const std::string path = (fs::path(tokenizer_dir) / "encoder.json").string();
+  const auto text = read_text_file(path);
+  if (!text) return Status::error(fmt::format("{}: cannot read the tokenizer", path));
+  try {
+    const auto j = nlohmann::json::parse(*text);
+    if (!j.contains(kEndOfText) || !j.at(kEndOfText).is_number_integer()) {
+      return Status::error(fmt::format("{}: no {} token", path, kEndOfText));
+    }
+    return j.at(kEndOfText).get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+}
+
+Status write_hf_tokenizer(const std::string& out_dir, const std::string& tokenizer_dir, int n_ctx) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return Status::error(fmt::format("{}: cannot create: {}", out_dir, ec.message()));
+  // GPT2Tokenizer's two files are weft's (and OpenAI's) under other names, byte for byte.
+  for (const auto& [from, to] :
+       {std::pair{"encoder.json", "vocab.json"}, std::pair{"vocab.bpe", "merges.txt"}}) {
+    const std::string src = (fs::path(tokenizer_dir) / from).string();
+    const auto text = read_text_file(src);
+    if (!text) return Status::error(fmt::format("{}: cannot read the tokenizer", src));
+    Status s = write_file_atomic((fs::path(out_dir) / to).string(), *text);
+    if (!s.ok()) return s;
+  }
+  // transformers' tokenization_gpt2.py: <|endoftext|> is bos, eos and unk; no prefix space.
+  const nlohmann::ordered_json special = {
+      {"bos_token", kEndOfText}, {"eos_token", kEndOfText}, {"unk_token", kEndOfText}};
+  nlohmann::ordered_json config = {{"add_prefix_space", false},
+                                   {"model_max_length", n_ctx},
+                                   {"tokenizer_class", "GPT2Tokenizer"}};
+  config.update(special);
+  Status s = write_file_atomic((fs::path(out_dir) / "tokenizer_config.json").string(),
+                               config.dump(2) + "\n");
+  if (!s.ok()) return s;
+  return write_file_atomic((fs::path(out_dir) / "special_tokens_map.json").string(),
+                           special.dump(2) + "\n");
+}
+
+Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
+                      const std::string& tokenizer_dir) {
   auto dir = resolve(checkpoint);
   if (!dir.ok()) return dir.status();
   auto md = read_metadata(dir.value());
@@ -353,9 +396,20 @@ Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir)
   const Metadata& m = md.value();
   FlatBuffer params(model::gpt_param_layout(m.model).buffer);
   if (Status s = load(dir.value(), m.model, params, nullptr, nullptr); !s.ok()) return s;
-  const bool gpt2 = m.train.tokenizer_identity == "gpt2" ||
-                    (m.train.tokenizer_identity.empty() && m.train.tokenizer == "gpt2");
-  return write_hf_gpt2(out_dir, m.model, params, gpt2,
+  std::optional<int> eot;
+  if (!tokenizer_dir.empty()) {
+    auto id = hf_tokenizer_eot(tokenizer_dir);
+    if (!id.ok()) return id.status();
+    if (id.value() >= m.model.vocab_size) {
+      return Status::error(fmt::format("{}: its {} id {} is outside the model's vocabulary of {}",
+                                       tokenizer_dir, kEndOfText, id.value(), m.model.vocab_size));
+    }
+    eot = id.value();
+    if (Status s = write_hf_tokenizer(out_dir, tokenizer_dir, m.model.max_seq_len); !s.ok()) {
+      return s;
+    }
+  }
+  return write_hf_gpt2(out_dir, m.model, params, eot,
                        {{"weft.name", m.model.name},
                         {"weft.pad_vocab_to", std::to_string(m.model.pad_vocab_to)},
                         {"weft.step", std::to_string(m.train.step)}});

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -50,9 +51,20 @@ struct HfName {
 };
 HfName hf_gpt2_name(std::string_view weft_name);
 
-// transformers' GPT2Config for cfg (config.json). bos/eos are GPT-2's <|endoftext|> when
-// `gpt2_tokenizer` (the model was trained with GPT-2's tokenizer).
-nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, bool gpt2_tokenizer);
+// transformers' GPT2Config for cfg (config.json). bos/eos are `eot_id`, the tokenizer's
+// <|endoftext|> (hf_tokenizer_eot), when the model has a tokenizer; absent without one, so that
+// config.json never names an id outside the vocabulary.
+nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, std::optional<int> eot_id);
+
+// The id of <|endoftext|> in a byte-level BPE tokenizer directory (encoder.json + vocab.bpe:
+// GPT-2's, or one `weft tokenizer train` wrote).
+Result<int> hf_tokenizer_eot(const std::string& tokenizer_dir);
+
+// The tokenizer as transformers' GPT2Tokenizer reads it: OUT/vocab.json (encoder.json: the same
+// map), OUT/merges.txt (vocab.bpe: the same "#version: 0.2" header and merges) and
+// OUT/tokenizer_config.json + special_tokens_map.json (<|endoftext|> as bos, eos and unk;
+// model_max_length n_ctx).
+Status write_hf_tokenizer(const std::string& out_dir, const std::string& tokenizer_dir, int n_ctx);
 
 // The model config of an HF GPT2Config (config.json), checked to be a model weft computes exactly
 // (tanh GELU, LayerNorm eps 1e-5, tied embeddings, the inner size 4C, ...); every problem at once,
@@ -64,7 +76,7 @@ Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::strin
 // (layout model::gpt_param_layout(cfg)), creating OUT. `metadata` goes into the safetensors
 // header next to {"format": "pt"}.
 Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
-                     const FlatBuffer& params, bool gpt2_tokenizer,
+                     const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata = {});
 
 struct HfImportOptions {
@@ -81,8 +93,10 @@ struct HfModel {
 Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& options = {});
 
 // `weft ckpt export-hf`: the parameters of the weft checkpoint at `checkpoint` (a step directory
-// or a root holding `latest`), checksums verified, written as write_hf_gpt2() does.
-Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir);
+// or a root holding `latest`), checksums verified, written as write_hf_gpt2() does, with the
+// tokenizer of `tokenizer_dir` (write_hf_tokenizer; "" for a model trained on ids alone).
+Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
+                      const std::string& tokenizer_dir = "");
 // `weft ckpt import-hf`: read_hf_gpt2(in_dir) saved as a weights-only weft checkpoint (step 0)
 // under `out_root`. The tokenizer recorded is `tokenizer` when not empty, else "gpt2" for GPT-2's
 // 50257-token vocabulary and "none" otherwise. Returns the checkpoint directory.

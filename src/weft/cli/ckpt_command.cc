@@ -15,6 +15,7 @@
 #include "weft/checkpoint/convert.h"
 #include "weft/checkpoint/hf_gpt2.h"
 #include "weft/checkpoint/safetensors.h"
+#include "weft/cli/checkpoint_tokenizer.h"
 #include "weft/cli/commands.h"
 #include "weft/cli/validators.h"
 
@@ -99,12 +100,19 @@ void run_inspect(const std::string& path) {
   }
 }
 
-void run_export(const std::string& dir, const std::string& out) {
-  checkpoint::export_hf_gpt2(dir, out).throw_if_error("cannot export");
+void run_export(const std::string& in, const std::string& out, const std::string& tokenizer) {
+  const std::string dir = checkpoint::resolve(in).value_or_throw("cannot export");
+  const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot export");
+  const CheckpointTokenizer tok = load_checkpoint_tokenizer(dir, md, tokenizer);
+  checkpoint::export_hf_gpt2(dir, out, tok.dir).throw_if_error("cannot export");
   const std::string weights = out + "/" + checkpoint::kHfWeightsFile;
   const auto st = checkpoint::SafetensorsReader::open(weights).value_or_throw("cannot read back");
-  fmt::print("wrote {} ({} tensors, {} bytes of F32) and {}/{}\n", weights,
-             st.header().tensors.size(), st.header().buffer_bytes, out, checkpoint::kHfConfigFile);
+  fmt::print("wrote {} ({} tensors, {} bytes of F32) and {}/{}{}\n", weights,
+             st.header().tensors.size(), st.header().buffer_bytes, out, checkpoint::kHfConfigFile,
+             tok.dir.empty() ? " (no tokenizer: the model was trained on token ids)"
+                             : fmt::format(", with the tokenizer of {} (vocab.json, merges.txt, "
+                                           "tokenizer_config.json)",
+                                           tok.dir));
 }
 
 void run_convert(const std::string& in, const std::string& out, const std::string& layout) {
@@ -162,7 +170,11 @@ void add_ckpt_command(CLI::App& app) {
       ->required();
   exp->add_option("OUT", *exp_out, "output directory: model.safetensors and config.json")
       ->required();
-  exp->callback([exp_in, exp_out] { run_export(*exp_in, *exp_out); });
+  auto exp_tok = std::make_shared<std::string>();
+  exp->add_option("--tokenizer", *exp_tok,
+                  "the tokenizer to write beside the weights (gpt2 or a dir; default: the "
+                  "checkpoint's)");
+  exp->callback([exp_in, exp_out, exp_tok] { run_export(*exp_in, *exp_out, *exp_tok); });
 
   auto* imp = cmd->add_subcommand(
       "import-hf", "Make a weights-only checkpoint of a Hugging Face GPT-2 directory");

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/cli/checkpoint_tokenizer.h"
 #include "weft/cli/commands.h"
 #include "weft/cli/validators.h"
 #include "weft/core/rng.h"
@@ -26,6 +27,7 @@ namespace {
 
 struct GenerateOptions {
   std::string checkpoint, prompt, tokenizer;
+  bool score = false;
   int tokens = 64, top_k = 0, threads = 0;
   double temperature = 1.0;
   uint64_t seed = 0;
@@ -59,15 +61,10 @@ void run_generate(const GenerateOptions& o) {
   kernels::set_num_threads(o.threads > 0 ? o.threads
                                          : static_cast<int>(std::thread::hardware_concurrency()));
 
-  const std::string spec = o.tokenizer.empty() ? md.train.tokenizer : o.tokenizer;
-  std::optional<data::BpeTokenizer> tok;
-  if (!spec.empty() && spec != "none") {
-    tok = data::BpeTokenizer::load(data::resolve_tokenizer_dir(spec))
-              .value_or_throw(fmt::format("cannot load the tokenizer '{}' of {}", spec, dir));
-    if (!md.train.tokenizer_identity.empty() && tok->identity() != md.train.tokenizer_identity) {
-      throw Error(fmt::format("tokenizer mismatch: {} was trained with tokenizer {}, but {} is {}",
-                              dir, md.train.tokenizer_identity, spec, tok->identity()));
-    }
+  CheckpointTokenizer loaded = load_checkpoint_tokenizer(dir, md, o.tokenizer);
+  std::optional<data::BpeTokenizer>& tok = loaded.tokenizer;
+  const std::string& spec = loaded.dir;
+  if (tok) {
     if (tok->vocab_size() > cfg.vocab_size) {
       throw Error(fmt::format(
           "vocabulary mismatch: tokenizer {} has {} tokens, more than the model's vocab_size={} "
@@ -83,6 +80,16 @@ void run_generate(const GenerateOptions& o) {
 
   model::Gpt gpt(cfg, 1, cfg.max_seq_len);
   checkpoint::load(dir, cfg, gpt.params(), nullptr, nullptr).throw_if_error("cannot generate");
+
+  if (o.score) {
+    // The mean next-token loss of the prompt: token i + 1 predicted from tokens 0..i, over at most
+    // max_seq_len + 1 tokens (one window). What an independent reader of an export reproduces.
+    if (ids.size() < 2) throw Error("--score: the prompt must have at least 2 tokens");
+    const int T = std::min<int>(static_cast<int>(ids.size()) - 1, cfg.max_seq_len);
+    const float loss = gpt.forward(ids.data(), ids.data() + 1, 1, T);
+    fmt::print("{} tokens, mean loss {:.9g} nats/token\n", T + 1, loss);
+    return;
+  }
 
   std::fputs(o.prompt.c_str(), stdout);
   if (!tok && !o.prompt.empty()) std::fputs(" |", stdout);
@@ -130,6 +137,9 @@ void add_generate_command(CLI::App& app) {
                   "override the checkpoint's tokenizer (gpt2 or a dir)");
   cmd->add_option("--threads", o->threads, "kernel threads (default: all cores)");
   cmd->add_flag("!--no-stop", o->stop_at_eot, "keep going past <|endoftext|>");
+  cmd->add_flag("--score", o->score,
+                "print the model's mean next-token loss on the prompt (one window) instead of "
+                "generating");
   cmd->callback([o] { run_generate(*o); });
 }
 

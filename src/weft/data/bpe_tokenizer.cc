@@ -14,10 +14,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <queue>
 #include <set>
 #include <unordered_map>
+
+#include "weft/core/pending_file.h"
+#include "weft/core/text_file.h"
 
 namespace weft::data {
 namespace {
@@ -692,6 +696,22 @@ std::string resolve_tokenizer_dir(const std::string& name_or_dir) {
     return std::string(assets) + "/gpt2";
   }
   return std::string(WEFT_DEFAULT_ASSETS_DIR) + "/gpt2";
+}
+
+Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(to_dir, ec);
+  if (ec) return Status::error(fmt::format("{}: cannot create: {}", to_dir, ec.message()));
+  for (const char* name : {"encoder.json", "vocab.bpe"}) {
+    const std::string src = (fs::path(from_dir) / name).string();
+    const std::string dst = (fs::path(to_dir) / name).string();
+    const auto text = read_text_file(src);
+    if (!text) return Status::error(fmt::format("{}: cannot read", src));
+    if (read_text_file(dst) == text) continue;
+    if (Status s = write_file_atomic(dst, *text); !s.ok()) return s;
+  }
+  return {};
 }
 
 }  // namespace weft::data

@@ -96,4 +96,9 @@ class BpeTokenizer {
 // <source tree>/assets/gpt2 (scripts/fetch_assets.sh fills it). Anything else is a folder, as is.
 std::string resolve_tokenizer_dir(const std::string& name_or_dir);
 
+// Copies a tokenizer's two files (encoder.json, vocab.bpe) from `from_dir` into `to_dir` (made if
+// needed), each written atomically and only when its content differs: the copy a run keeps beside
+// its checkpoints.
+Status copy_tokenizer_files(const std::string& from_dir, const std::string& to_dir);
+
 }  // namespace weft::data

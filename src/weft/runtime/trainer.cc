@@ -17,6 +17,7 @@
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/stop_signals.h"
+#include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
@@ -155,6 +156,15 @@ Result<TrainResult> Trainer::run() {
   if (!prepared.ok()) return prepared.status();
   for (const std::string& dir : prepared.value()) {
     fmt::print(stderr, "weft train: removed {}, the leftover of a save that was killed\n", dir);
+  }
+  // The tokenizer travels with the checkpoints (ROOT/tokenizer): a run directory moved to another
+  // machine still generates and exports (cli/checkpoint_tokenizer.h).
+  if (world_rank == 0 && !tokenizer.empty() && tokenizer != "none") {
+    if (Status s =
+            data::copy_tokenizer_files(data::resolve_tokenizer_dir(tokenizer), root + "/tokenizer");
+        !s.ok()) {
+      return s.prefixed("cannot keep a copy of the tokenizer beside the checkpoints");
+    }
   }
   const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
