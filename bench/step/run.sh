@@ -17,6 +17,7 @@ model=configs/models/gpt2-124m.toml
 torch_script=${TORCH_GPT:-../shared/bench/torch_gpt.py}
 # The baseline may run with the BLAS core type this CPU really has (issue #2 allows it here only).
 unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+torch_baseline_setup "$threads"  # OpenBLAS for PyTorch's linear layers, or no ratio at all
 
 configs=("4 64" "8 256")
 : >"$out_json"
@@ -32,13 +33,14 @@ for c in "${configs[@]}"; do
   OMP_NUM_THREADS=$threads "$weft" bench step --model "$model" --batch "$B" --seq "$T" \
     --threads "$threads" --steps 5 --warmup 1 --precision bf16 --json | tee -a "$out_json"
   echo "== B=$B T=$T: pytorch" >&2
-  OMP_NUM_THREADS=$threads /usr/bin/python3 "$torch_script" --device cpu --layers 12 --hidden 768 \
+  "${torch_env[@]}" /usr/bin/python3 "$torch_script" --device cpu --layers 12 --hidden 768 \
     --heads 12 --vocab 50304 --batch "$B" --seq "$T" --threads "$threads" --steps 3 --warmup 1 \
     | tee -a "$out_json"
 done
 
-/usr/bin/python3 - "$out_json" "$out_md" "$threads" <<'PY'
+/usr/bin/python3 - "$out_json" "$out_md" "$threads" "$torch_blas" <<'PY'
 import json, platform, subprocess, sys, datetime
+blas = json.loads(sys.argv[4])
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 flags = open("/proc/cpuinfo").read()
@@ -49,6 +51,9 @@ md = [f"# Training-step benchmark, GPT-2 124M (L=12, C=768, NH=12, Vp=50304)", "
       f"- machine: {cpu} ({isa}), {sys.argv[3]} threads; {platform.platform()}",
       "- weft: `weft bench step --json`, median of 5 steps (recompute runs: 3); PyTorch: "
       "`torch_gpt.py --device cpu` (Debian python3-torch, fp32), median of 3 steps",
+      f"- PyTorch {blas['torch']} ran its linear layers on {blas['blas_kind']} "
+      f"({blas['blas']}), {blas['torch_threads']} threads (bench/torch_blas.py, read from the "
+      "process's own memory map)",
       "- precision bf16: the linear layers' GEMM inputs rounded to bf16, fp32 accumulation, fp32 "
       "weights and optimizer state (`--precision bf16`); GEMM ceiling = the fp32 one, bf16 ceiling "
       "in the JSON (`gemm_ceiling_bf16_gflops`)",
