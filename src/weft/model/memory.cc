@@ -1,6 +1,8 @@
 #include "weft/model/memory.h"
 
 #include <algorithm>
+#include <map>
+#include <vector>
 
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
@@ -10,71 +12,148 @@ namespace weft::model {
 
 namespace {
 
-// The gradient reductions in flight (kZeroBucketsInFlight units at most, the largest counted):
-// Open MPI's nonblocking collectives (libnbc) copy through temporaries, about `copies` times their
-// input: once for an all-reduce, three times for a reduce-scatter (libnbc's reduce_scatter_block
-// allocates two; the third is fitted: Open MPI 4.1 on this machine, bench/results/zero-*.md).
-void comm_temporaries(MemoryEstimate& m, const ParamLayout& layout, int copies) {
-  std::vector<int64_t> units;
-  for (const ParamUnit& u : layout.units) units.push_back(u.numel() * int64_t{sizeof(float)});
-  std::sort(units.rbegin(), units.rend());
-  for (size_t i = 0; i < units.size() && i < size_t{kZeroBucketsInFlight}; ++i) {
-    m.workspace += copies * units[i];
-  }
+constexpr int64_t kFloat = sizeof(float);
+constexpr int64_t kPage = 4096;
+
+// The MPI temporaries of one unit's gradient reduction on the busiest rank, in bytes (Open
+// MPI 4.1's nonblocking collectives, libnbc; measured with MPI_Ireduce_scatter_block and
+// MPI_Iallreduce on 2, 4 and 8 ranks of this machine, docs/planner.md §5):
+//   all-reduce (ZeRO 0): the ring weft selects (comm/mpi_communicator.cc) receives one segment,
+//     1/dp of the buffer, into a temporary on every rank;
+//   reduce-scatter (ZeRO 1-3): ireduce_scatter_block reduces over a binomial tree to rank 0 and
+//     scatters from there; each receive fills one of two full-size buffers, so rank 0 touches both
+//     once it receives twice (dp > 2), one at dp = 2.
+int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
+  if (zero.dp <= 1) return 0;  // one replica: no MPI collective runs
+  if (zero.stage == 0) return (unit_bytes + zero.dp - 1) / zero.dp;
+  return (zero.dp > 2 ? 2 : 1) * unit_bytes;
 }
 
-// A chunk's parameters, gradients and optimizer state under ZeRO (see memory.h).
-void add_model_state(MemoryEstimate& m, const ParamLayout& layout, const StageSpec& stage,
-                     ZeroSharding zero) {
-  const int64_t f = sizeof(float), P = layout.buffer.total() * f;
+// glibc's malloc serves a request below its largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX,
+// 32 MiB on 64-bit; the dynamic threshold rises to it as mapped blocks are freed) from the heap,
+// where the pages stay resident after free: such temporaries count for the whole step. Larger ones
+// are mapped and unmapped per call, so they count only while their reduction is in flight.
+constexpr int64_t kHeapCeiling = int64_t{32} << 20;
+
+// What a rank holds at one moment beyond its steady buffers (ZeRO's transient state).
+struct Moment {
+  int64_t grads = 0, params = 0, temporaries = 0;
+  int64_t total() const { return grads + params + temporaries; }
+};
+
+// The busiest moment of one chunk's backward pass (and forward, for ZeRO 3's gathered units): the
+// passes run as model::Gpt's backward does (the head's ln_f and tied wte, the layers last to
+// first, the embedding's wpe and wte), each unit's reduction starts when its gradient is complete
+// and at most kZeroBucketsInFlight are in flight; from ZeRO 2 on a unit's full gradient pages live
+// from its first write until its reduction completes, and ZeRO 3 gathers a pass's units for it.
+// `heap` collects the chunk's heap temporaries: per size, the most in flight at once (a freed block
+// serves the next temporary of its size but, measured, not one of another size: pipe-8l's
+// reduce-scatters hold two layers' and the wte's, 20 MiB on rank 0).
+Moment busiest_moment(const ParamLayout& layout, const StageSpec& stage, ZeroSharding zero,
+                      std::map<int64_t, int>& heap) {
+  const int n = static_cast<int>(layout.units.size());
+  std::vector<int64_t> pages(n), temporaries(n);
+  int wte = -1, wpe = -1, ln_f = -1;
+  std::vector<int> layers;
+  for (int u = 0; u < n; ++u) {
+    const ParamUnit& unit = layout.units[u];
+    const int64_t bytes =
+        (zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp)) * kFloat;
+    pages[u] = (unit.numel() * kFloat + kPage - 1) / kPage * kPage;
+    temporaries[u] = reduction_temporaries(bytes, zero);
+    if (unit.name == "wte") {
+      wte = u;
+    } else if (unit.name == "wpe") {
+      wpe = u;
+    } else if (unit.name == "ln_f") {
+      ln_f = u;
+    } else {
+      layers.push_back(u);
+    }
+  }
+  struct Pass {
+    std::vector<int> gathered, written, ready;
+  };
+  std::vector<Pass> passes;
+  if (stage.head) {
+    Pass head{{ln_f, wte}, {ln_f, wte}, {ln_f}};
+    if (!stage.embedding) head.ready.push_back(wte);  // else the embedding adds its part first
+    passes.push_back(head);
+  }
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) passes.push_back({{*l}, {*l}, {*l}});
+  if (stage.embedding) passes.push_back({{}, {wpe, wte}, {wpe, wte}});
+
+  // Heap temporaries: the most of one size in flight at once.
+  std::map<int64_t, int> count;
+  for (int u = 0; u < n; ++u) {
+    if (temporaries[u] > 0 && temporaries[u] < kHeapCeiling) ++count[temporaries[u]];
+  }
+  for (const auto& [bytes, k] : count) {
+    heap[bytes] = std::max(heap[bytes], std::min(k, kZeroBucketsInFlight));
+  }
+
+  const bool lazy_grads = zero.stage >= 2, lazy_params = zero.stage >= 3;
+  Moment best;
+  if (lazy_params) {  // forward: the embedding gathers wte and wpe, the head wte and ln_f
+    Moment forward;
+    if (stage.embedding) forward.params = std::max(forward.params, pages[wte] + pages[wpe]);
+    if (stage.head) forward.params = std::max(forward.params, pages[wte] + pages[ln_f]);
+    for (int l : layers) forward.params = std::max(forward.params, pages[l]);
+    best = forward;
+  }
+  std::vector<bool> written(n, false);
+  std::vector<int> in_flight;  // oldest first
+  auto now = [&](int64_t gathered) {
+    Moment m;
+    m.params = gathered;
+    for (int u = 0; u < n; ++u) m.grads += lazy_grads && written[u] ? pages[u] : 0;
+    for (int u : in_flight) m.temporaries += temporaries[u] >= kHeapCeiling ? temporaries[u] : 0;
+    if (m.total() > best.total()) best = m;
+  };
+  for (const Pass& p : passes) {
+    int64_t gathered = 0;
+    for (int u : p.gathered) gathered += lazy_params ? pages[u] : 0;
+    for (int u : p.written) written[u] = true;
+    now(gathered);
+    for (int u : p.ready) {
+      if (in_flight.size() >= size_t{kZeroBucketsInFlight}) {
+        written[in_flight.front()] = false;  // complete_oldest: its pages are returned
+        in_flight.erase(in_flight.begin());
+      }
+      in_flight.push_back(u);
+      now(0);
+    }
+  }
+  return best;
+}
+
+// A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h).
+void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding zero) {
+  const int64_t P = layout.buffer.total() * kFloat;
   if (zero.stage == 0) {
     m.params += P;
     m.grads += P;
     m.optimizer += 2 * P;
-    if (zero.dp > 1) comm_temporaries(m, layout, 1);
     return;
   }
-  constexpr int64_t kPage = 4096;
   int64_t S = 0, largest_shard = 0;
-  std::vector<int64_t> resident;  // a unit's pages, when its gradient or parameters are whole
-  int64_t wte = 0, wpe = 0, ln_f = 0, layer = 0;
-  if (zero.dp > 1) comm_temporaries(m, layout, 3);
   for (const ParamUnit& u : layout.units) {
-    const int64_t shard = zero_shard(u.numel(), zero.dp, 0).size() * f;
+    const int64_t shard = zero_shard(u.numel(), zero.dp, 0).size() * kFloat;
     S += shard;
     largest_shard = std::max(largest_shard, shard);
-    const int64_t pages = (u.numel() * f + kPage - 1) / kPage * kPage;
-    if (u.name == "wte") {
-      wte = pages;
-    } else if (u.name == "wpe") {
-      wpe = pages;
-    } else if (u.name == "ln_f") {
-      ln_f = pages;
-    } else {
-      layer = std::max(layer, pages);
-    }
-    if (u.name != "wte" || !(stage.embedding && stage.head)) resident.push_back(pages);
   }
   m.optimizer += 2 * S;  // m, v
-  if (zero.stage == 1) {
-    m.params += P;
-    m.grads += P + S;
+  if (zero.stage <= 2) {
+    m.params += P;     // the model's copy, whole
     m.optimizer += S;  // master weights
-    return;
+  } else {
+    m.params += S;  // master weights; the model's copy holds only gathered units (transient)
   }
-  std::sort(resident.rbegin(), resident.rend());
-  int64_t grads = S + kZeroBucketsInFlight * largest_shard;
-  for (size_t i = 0; i < resident.size() && i <= size_t{kZeroBucketsInFlight}; ++i) {
-    grads += resident[i];
+  if (zero.stage == 1) {
+    m.grads += P + S;  // the model's gradients and the reduced shard
+  } else {
+    m.grads += S + kZeroBucketsInFlight * largest_shard;  // the shard and the receive buffers
   }
-  if (stage.embedding && stage.head) grads += wte;
-  m.grads += grads;
-  if (zero.stage == 2) {
-    m.params += P;
-    m.optimizer += S;
-    return;
-  }
-  m.params += S + std::max({stage.embedding ? wte + wpe : 0, stage.head ? wte + ln_f : 0, layer});
 }
 
 }  // namespace
@@ -87,10 +166,21 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   const bool sp = tp.sequence_parallel && t > 1;
   const int64_t boundary = (sp ? N / t : N) * C;  // a stage's input or output, [Ns, C]
   MemoryEstimate m;
+  // ZeRO's transient state: ZeRO 2/3 finish every reduction at the end of each backward pass, so
+  // one chunk's busiest moment is the rank's; ZeRO 0/1 reduce after the last pass only, and a
+  // chunk's reductions may run on into the next chunk's.
+  Moment transient;
+  std::map<int64_t, int> heap;  // heap temporaries: bytes -> at most in flight
   for (const ChunkMemory& c : chunks) {
-    add_model_state(m,
-                    gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp)),
-                    c.stage, zero);
+    const ParamLayout layout =
+        gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
+    add_model_state(m, layout, zero);
+    const Moment busiest = busiest_moment(layout, c.stage, zero, heap);
+    if (zero.stage <= 1) {
+      transient.temporaries += busiest.temporaries;
+    } else if (busiest.total() > transient.total()) {
+      transient = busiest;
+    }
     m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).total() * f;
     m.workspace += gpt_grad_workspace_layout(cfg, B, T, tp).total() * f;
     if (c.sends_grads) m.workspace += int64_t{microbatches} * boundary * f;
@@ -102,6 +192,10 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
       m.workspace += c.slots * per_slot * f;
     }
   }
+  m.params += transient.params;
+  m.grads += transient.grads;
+  m.workspace += transient.temporaries;
+  for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   if (pipelined && t > 1 && !sp) m.workspace += N / t * C * f;  // scatter/gather receive buffer
   m.workspace += int64_t{threads} * T * T * f;  // attention backward: a T x T block per thread
   return m;

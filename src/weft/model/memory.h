@@ -41,13 +41,15 @@ struct ChunkMemory {
 // scatter/gather receive buffer (tp > 1 without sequence parallelism, pp > 1); with deferred
 // weight gradients (ZB-H1) the kept output gradients of every slot; and the attention backward's
 // T x T row block per thread. With ZeRO (runtime/distributed_optimizer.h), per chunk and with S
-// its shard (1/dp of every unit, padded):
+// its shard (1/dp of every unit, padded), the steady state:
 //   stage 1: + S reduced gradients; m, v and master weights 3S instead of m, v
-//   stage 2: gradients S + kZeroBucketsInFlight receive buffers + the units resident at once
-//            during backward (kZeroBucketsInFlight + 1 of them, plus wte while a stage holding
-//            both ends waits for the embedding's part)
-//   stage 3: as 2, and parameters S (the master shard) + the units gathered at once (a layer, or
-//            wte with wpe or with ln_f)
+//   stage 2: gradients S + kZeroBucketsInFlight receive buffers; parameters whole; 3S
+//   stage 3: as 2, and parameters S (the master shard)
+// plus the busiest moment of a pass, found by walking the backward (docs/planner.md §5): from
+// stage 2 on the full gradients of the units written and not yet reduced (the tied wte's from the
+// head until the embedding's reduction), stage 3's gathered units, and the reductions in flight's
+// MPI temporaries on the busiest rank (all-reduce: 1/dp of the unit; reduce-scatter: two copies,
+// one at dp = 2), those below glibc's mmap ceiling (32 MiB) kept on the heap for the whole step.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
