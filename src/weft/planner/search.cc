@@ -42,11 +42,16 @@ std::string reason_kind(const std::string& reason) {
 }  // namespace
 
 std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space) {
+  auto allowed = [](const std::vector<int>& only, int v) {
+    return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
+  };
   std::vector<ParallelConfig> out;
   for (int tp : divisors(job.world)) {
     if (tp > space.max_tp) break;
+    if (!allowed(space.tps, tp)) continue;
     for (int pp : divisors(job.world / tp)) {
       if (pp > job.model.n_layer) break;
+      if (!allowed(space.pps, pp)) continue;
       const int dp = job.world / (tp * pp);
       for (int b : space.micro_batches) {
         for (schedule::Kind kind : space.schedules) {
@@ -55,7 +60,8 @@ std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space) 
           if (kind == schedule::Kind::Interleaved) vps = space.vps;
           for (int vp : vps) {
             for (model::Recompute r : space.recomputes) {
-              for (int sp = 0; sp <= (tp > 1 ? 1 : 0); ++sp) {
+              for (bool sp : space.sequence_parallel) {
+                if (sp && tp == 1) continue;
                 for (int zero : space.zero_stages) {
                   if (dp == 1 && zero > 0) continue;
                   out.push_back({.tp = tp,
@@ -65,7 +71,7 @@ std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space) 
                                  .micro_batch = b,
                                  .schedule = kind,
                                  .recompute = r,
-                                 .sequence_parallel = sp == 1,
+                                 .sequence_parallel = sp,
                                  .zero = zero});
                 }
               }

@@ -21,12 +21,17 @@ struct SearchSpace {
   std::vector<model::Recompute> recomputes = {model::Recompute::None, model::Recompute::Selective,
                                               model::Recompute::Full};
   std::vector<int> zero_stages = {0, 1, 2, 3};
+  std::vector<bool> sequence_parallel = {false, true};  // tried where tp > 1
   int max_tp = 64;
+  // Empty: every divisor of the world (tp up to max_tp, pp up to n_layer); else only these
+  // (divisors of the world among them), e.g. to let the search pick the rest for a given layout.
+  std::vector<int> tps, pps;
 };
 
-// Every candidate: tp and pp over the divisors of the world (pp at most n_layer), dp the rest,
-// and the cross product of the space's other axes (sequence parallelism only with tp > 1, ZeRO
-// only with dp > 1, vp > 1 only for the interleaved schedule, one schedule when pp = 1).
+// Every candidate: tp and pp over the divisors of the world (pp at most n_layer; or the space's
+// tps and pps), dp the rest, and the cross product of the space's other axes (sequence
+// parallelism only with tp > 1, ZeRO only with dp > 1, vp > 1 only for the interleaved schedule,
+// one schedule when pp = 1).
 std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space);
 
 struct SearchResult {
