@@ -43,12 +43,13 @@ class StopSignalsTest : public ::testing::Test {
 // Routes the signals, then exits 0 if no thread but the waiting one can take them.
 [[noreturn]] void route_and_check_every_thread() {
   route_stop_signals();
-  bool ok = blocked_here(SIGINT) && blocked_here(SIGTERM) && stop_signals_routed();
+  bool ok = blocked_here(SIGINT) && blocked_here(SIGTERM) && blocked_here(SIGUSR1) &&
+            stop_signals_routed();
   // OpenMP workers (where oneDNN's kernels run) and any other thread started later.
   std::vector<int> worker_ok(4, 0);
 #pragma omp parallel num_threads(4)
   worker_ok[static_cast<size_t>(omp_get_thread_num())] =
-      blocked_here(SIGINT) && blocked_here(SIGTERM);
+      blocked_here(SIGINT) && blocked_here(SIGTERM) && blocked_here(SIGUSR1);
   for (int w : worker_ok) ok = ok && w == 1;
   std::thread([&] { ok = ok && blocked_here(SIGINT) && blocked_here(SIGTERM); }).join();
   std::_Exit(ok ? 0 : 1);
@@ -71,6 +72,19 @@ TEST_F(StopSignalsTest, AListenerHearsTheFirstSignalAndTheSecondEndsTheProcess) 
         std::_Exit(2);
       },
       ::testing::KilledBySignal(SIGINT), "");
+}
+
+// mpirun forwards SIGUSR1 to its ranks (SIGTERM it turns into a kill): a stop request too.
+TEST_F(StopSignalsTest, SigUsr1IsAStopRequestLikeSigTerm) {
+  EXPECT_EXIT(
+      {
+        route_stop_signals();
+        std::atomic<bool> stop{false};
+        StopSignalListener listener(stop);
+        kill(getpid(), SIGUSR1);
+        std::_Exit(wait_for(stop) && listener.signal() == SIGUSR1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(StopSignalsTest, WithoutAListenerASignalHasItsDefaultAction) {

@@ -6,14 +6,15 @@
 #      every step bit for bit (the same layout and seed: weft is deterministic);
 #   2. `srun -n 2 --mpi=pmix` (Slurm starts the ranks, Open MPI meets them through PMIx) of a
 #      tp=2 run: the same as `mpirun -n 2`;
-#   3. preemption: `scancel --signal=TERM` of a running job (srun-launched, as the time limit's
-#      --signal=TERM@N would) makes every rank stop after the same step, write a checkpoint and
-#      exit 0, so the job COMPLETES with exit code 0:0; the same job submitted again with
-#      --resume auto finishes the run, and its metrics.jsonl is the uninterrupted run's, bit for
-#      bit.
+#   3. preemption, under both launchers: `scancel --batch --signal=USR1` of an mpirun job (the
+#      batch script passes SIGUSR1 to mpirun, which forwards it to the ranks, as the time limit's
+#      --signal=B:USR1@N would) and `scancel --signal=TERM` of an srun job (the ranks are the
+#      job's step) make every rank stop after the same step, write a checkpoint and exit 0, so
+#      the job COMPLETES with exit code 0:0; the same job submitted again with --resume auto
+#      finishes the run, and its metrics.jsonl is the uninterrupted run's, bit for bit.
 # The cluster is torn down on exit, always. Exit 77 (ctest: skipped) with a "slurm-skip:" line
 # where Slurm cannot run here: not root, the packages cannot be installed, the daemons do not
-# start. docs/slurm.md explains the choices (why srun for preemption, not mpirun).
+# start. docs/slurm.md explains the choices (why SIGUSR1 for mpirun).
 #
 #   bash tests/slurm/run_test.sh path/to/weft        # WEFT_SLURM_KEEP=1 keeps the scratch dir
 set -uo pipefail
@@ -195,45 +196,55 @@ elif mpirun_train 2 ref2 --set parallel.dp=1; then
   say "2. srun --mpi=pmix: $(($(date +%s) - t0)) s"
 fi
 
-# 3. Preemption: SIGTERM to the ranks of a running job, then the job submitted again with
-# --resume auto. 1000 steps take about 2 s here, unloaded: the signal lands well before the end.
-t0=$(date +%s)
+# 3. Preemption, for each launcher: the ranks get the stop signal, write the checkpoint and the job
+# completes with exit 0; the job submitted again with --resume auto ends with the uninterrupted
+# run's curves. srun: scancel --signal=TERM (the job's steps, the ranks srun started: what the time
+# limit's --signal=TERM@N does). mpirun: scancel --batch --signal=USR1 (the batch script, which
+# passes it to mpirun, which forwards it to the ranks: what train.sbatch's --signal=B:USR1@N does).
+# 1000 steps take about 2 s here, unloaded: the signal lands well before the end.
 steps=1000
-if [ $pmix = no ]; then
-  say "3. preemption: SKIPPED: needs srun --mpi=pmix (docs/slurm.md: mpirun exits 1 on SIGTERM)"
-elif mpirun_train 4 ref-long --set train.steps=$steps; then
-  id=$(submit srun preempt --set train.steps=$steps --resume auto)
+preempt() {  # LAUNCHER SIGNAL [scancel flags...]
+  local launcher=$1 sig=$2 dir=preempt-$1 id id2 result stopped
+  shift 2
+  id=$(submit "$launcher" "$dir" --set train.steps=$steps --resume auto)
   for _ in $(seq 600); do  # until a few steps are done (at most 60 s)
-    [ "$(wc -l <preempt/metrics.jsonl 2>/dev/null)" -ge 5 ] 2>/dev/null && break
+    [ "$(wc -l 2>/dev/null <"$dir/metrics.jsonl")" -ge 5 ] 2>/dev/null && break
     sleep 0.1
   done
-  # Without --batch/--full, scancel signals the job's steps (the ranks srun started) and not the
-  # batch shell, as the time limit's --signal=TERM@N does.
-  scancel --signal=TERM "$id"
+  scancel "$@" --signal="$sig" "$id"
   result=$(wait_job "$id" 180)
-  stopped=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\)\/.*/\1/p' preempt.out | head -1)
+  stopped=$(sed -n "s/.*stopped by SIG$sig after step \([0-9]*\)\/.*/\1/p" "$dir.out" | head -1)
   if [ "$result" != "COMPLETED 0:0" ]; then
-    fail "job $id after scancel --signal=TERM: $result, not COMPLETED 0:0:
-$(grep -v '^step' preempt.out | tail -15)"
+    fail "$launcher job $id after scancel $* --signal=$sig: $result, not COMPLETED 0:0:
+$(grep -v '^step' "$dir.out" | tail -15)"
   elif [ -z "$stopped" ]; then
-    fail "job $id did not stop on SIGTERM (it finished all $steps steps before the signal, or" \
-      "ignored it): $(grep -v '^step' preempt.out | tail -5)"
-  elif [ ! -d "$(printf 'preempt/checkpoints/step_%08d' "$stopped")" ]; then
-    fail "job $id stopped after step $stopped but wrote no checkpoint of it:" \
-      "$(ls preempt/checkpoints 2>&1)"
+    fail "$launcher job $id did not stop on SIG$sig (it finished all $steps steps before the" \
+      "signal, or ignored it): $(grep -v '^step' "$dir.out" | tail -5)"
+  elif [ ! -d "$(printf '%s/checkpoints/step_%08d' "$dir" "$stopped")" ]; then
+    fail "$launcher job $id stopped after step $stopped but wrote no checkpoint of it:" \
+      "$(ls "$dir/checkpoints" 2>&1)"
   else
-    say "3. job $id: scancel --signal=TERM -> stopped after step $stopped/$steps," \
+    say "3. $launcher job $id: scancel $* --signal=$sig -> stopped after step $stopped/$steps," \
       "checkpoint written, COMPLETED 0:0"
-    id2=$(submit srun preempt --set train.steps=$steps --resume auto)
+    id2=$(submit "$launcher" "$dir" --set train.steps=$steps --resume auto)
     result=$(wait_job "$id2" 240)
     if [ "$result" != "COMPLETED 0:0" ]; then
-      fail "resubmitted job $id2: $result, not COMPLETED 0:0: $(tail -15 preempt.out)"
+      fail "resubmitted $launcher job $id2: $result, not COMPLETED 0:0: $(tail -15 "$dir.out")"
     else
-      grep -q "resuming at step $stopped " preempt.out ||
-        fail "job $id2 did not resume at step $stopped: $(grep -v '^step' preempt.out | head -5)"
-      same_curves "preempted at step $stopped and resumed (jobs $id, $id2)" \
-        ref-long/metrics.jsonl preempt/metrics.jsonl $steps
+      grep -q "resuming at step $stopped " "$dir.out" ||
+        fail "job $id2 did not resume at step $stopped: $(grep -v '^step' "$dir.out" | head -5)"
+      same_curves "$launcher: preempted at step $stopped and resumed (jobs $id, $id2)" \
+        ref-long/metrics.jsonl "$dir/metrics.jsonl" $steps
     fi
+  fi
+}
+t0=$(date +%s)
+if mpirun_train 4 ref-long --set train.steps=$steps; then
+  preempt mpirun USR1 --batch
+  if [ $pmix = no ]; then
+    say "3. preemption under srun: SKIPPED: needs srun --mpi=pmix"
+  else
+    preempt srun TERM
   fi
 fi
 say "3. preemption: $(($(date +%s) - t0)) s"

@@ -19,10 +19,13 @@ sigset_t stop_set() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  // Open MPI's mpirun forwards SIGUSR1 to every rank (and turns SIGTERM into a kill after 1 s):
+  // the signal that preempts an mpirun job cleanly (docs/slurm.md).
+  sigaddset(&set, SIGUSR1);
   return set;
 }
 
-// What the signal would have done without us: SIG_DFL ends the process for both signals (with
+// What the signal would have done without us: SIG_DFL ends the process for each of them (with
 // the usual "killed by signal" status a shell and mpirun report).
 [[noreturn]] void default_action(int sig) {
   struct sigaction sa {};
@@ -34,7 +37,7 @@ sigset_t stop_set() {
   sigaddset(&one, sig);
   pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
   raise(sig);
-  _exit(128 + sig);  // not reached: the default action of SIGINT and SIGTERM is to terminate
+  _exit(128 + sig);  // not reached: the default action of these signals is to terminate
 }
 
 }  // namespace

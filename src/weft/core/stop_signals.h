@@ -1,5 +1,6 @@
 #pragma once
-// SIGINT and SIGTERM, delivered to one thread that waits for them, never to a compute thread.
+// SIGINT, SIGTERM and SIGUSR1 (what mpirun forwards to its ranks: docs/slurm.md), delivered to
+// one thread that waits for them, never to a compute thread.
 //
 // Why no handler: oneDNN's JIT SGEMM kernels (2.6, Debian 12) use rsp as a general register,
 // pointing into a heap buffer. A signal handler that runs on a thread inside such a kernel has
@@ -7,7 +8,7 @@
 // core dump of a `weft train` stopped by ^C showed exactly that (the frame's "EXPF" magic and the
 // interrupted rip inside the JIT code) and a corrupt malloc chunk, in about 1 run in 30.
 //
-// So the process blocks both signals before it starts any thread, every thread inherits the
+// So the process blocks these signals before it starts any thread, every thread inherits the
 // mask, and one thread takes them with sigwait(). A training loop listens while it runs; a signal
 // with no listener, or a second one, gets the default action (the process ends), as ^C expects.
 
@@ -22,8 +23,8 @@ void route_stop_signals();
 // Whether route_stop_signals() ran: only then can a StopSignalListener hear anything.
 bool stop_signals_routed();
 
-// While alive, the first SIGINT/SIGTERM sets `flag` (and signal() tells which); a second gets the
-// default action. One listener at a time.
+// While alive, the first SIGINT/SIGTERM/SIGUSR1 sets `flag` (and signal() tells which); a second
+// gets the default action. One listener at a time.
 class StopSignalListener {
  public:
   explicit StopSignalListener(std::atomic<bool>& flag);
@@ -31,7 +32,7 @@ class StopSignalListener {
   StopSignalListener(const StopSignalListener&) = delete;
   StopSignalListener& operator=(const StopSignalListener&) = delete;
 
-  int signal() const;  // SIGINT or SIGTERM once heard, else 0
+  int signal() const;  // SIGINT, SIGTERM or SIGUSR1 once heard, else 0
 
  private:
   std::atomic<int> signal_{0};

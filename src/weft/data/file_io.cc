@@ -142,89 +142,64 @@ namespace {
 // The files are little-endian, as is every machine weft runs on (x86-64, aarch64); memcpy makes the
 // unaligned loads legal (Megatron's .idx puts int32 arrays at byte 34).
 template <typename T>
-int64_t widen(const std::byte* src, int64_t n, int32_t* out, int64_t limit) {
-  int64_t bad = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
-    const auto w = static_cast<int64_t>(v);
-    if ((w < 0 || w >= limit) && bad < 0) bad = i;
-    out[i] = static_cast<int32_t>(w);
-  }
-  return bad;
+T load(const std::byte* src, int64_t i) {
+  T v;
+  std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
 }
-template <typename T>
-std::pair<int64_t, int64_t> min_max(const std::byte* src, int64_t n) {
-  T lo, hi;
-  std::memcpy(&lo, src, sizeof(T));
-  hi = lo;
-  for (int64_t i = 1; i < n; ++i) {
-    T v;
-    std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
+
+// f(T{}) with T the C++ type of `type`: each loop below is compiled once per type, so it
+// vectorizes, and the switch over the types is written once.
+template <typename F>
+auto with_token_type(TokenType type, F&& f) {
+  switch (type) {
+    case TokenType::U8:
+      return f(uint8_t{});
+    case TokenType::I8:
+      return f(int8_t{});
+    case TokenType::I16:
+      return f(int16_t{});
+    case TokenType::U16:
+      return f(uint16_t{});
+    case TokenType::I32:
+      return f(int32_t{});
+    case TokenType::U32:
+      return f(uint32_t{});
+    case TokenType::I64:
+      break;
   }
-  return {static_cast<int64_t>(lo), static_cast<int64_t>(hi)};
+  return f(int64_t{});
 }
 }  // namespace
 
 std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, int64_t n) {
-  switch (type) {
-    case TokenType::U8:
-      return min_max<uint8_t>(src, n);
-    case TokenType::I8:
-      return min_max<int8_t>(src, n);
-    case TokenType::I16:
-      return min_max<int16_t>(src, n);
-    case TokenType::U16:
-      return min_max<uint16_t>(src, n);
-    case TokenType::I32:
-      return min_max<int32_t>(src, n);
-    case TokenType::U32:
-      return min_max<uint32_t>(src, n);
-    case TokenType::I64:
-      return min_max<int64_t>(src, n);
-  }
-  return {0, -1};
+  return with_token_type(type, [&](auto zero) {
+    using T = decltype(zero);
+    T lo = load<T>(src, 0), hi = lo;
+    for (int64_t i = 1; i < n; ++i) {
+      const T v = load<T>(src, i);
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+    return std::pair<int64_t, int64_t>{static_cast<int64_t>(lo), static_cast<int64_t>(hi)};
+  });
 }
 
 int64_t load_token(const std::byte* p, TokenType type) {
-  int32_t ignored = 0;
-  switch (type) {
-    case TokenType::U32: {
-      uint32_t v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-    case TokenType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    }
-    default:
-      widen_tokens(p, type, 1, &ignored, 0);
-      return ignored;
-  }
+  return with_token_type(
+      type, [&](auto zero) { return static_cast<int64_t>(load<decltype(zero)>(p, 0)); });
 }
 
 int64_t widen_tokens(const std::byte* src, TokenType type, int64_t n, int32_t* out, int64_t limit) {
-  switch (type) {
-    case TokenType::U8:
-      return widen<uint8_t>(src, n, out, limit);
-    case TokenType::I8:
-      return widen<int8_t>(src, n, out, limit);
-    case TokenType::I16:
-      return widen<int16_t>(src, n, out, limit);
-    case TokenType::U16:
-      return widen<uint16_t>(src, n, out, limit);
-    case TokenType::I32:
-      return widen<int32_t>(src, n, out, limit);
-    case TokenType::U32:
-      return widen<uint32_t>(src, n, out, limit);
-    case TokenType::I64:
-      return widen<int64_t>(src, n, out, limit);
-  }
-  return -1;
+  return with_token_type(type, [&](auto zero) {
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto w = static_cast<int64_t>(load<decltype(zero)>(src, i));
+      if ((w < 0 || w >= limit) && bad < 0) bad = i;
+      out[i] = static_cast<int32_t>(w);
+    }
+    return bad;
+  });
 }
 
 }  // namespace weft::data

@@ -60,7 +60,10 @@ std::string layout_summary(const parallel::GridShape& g, bool sequence_parallel,
 }
 
 const char* signal_name(int sig) {
-  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a stop request";
+  return sig == SIGINT    ? "SIGINT"
+         : sig == SIGTERM ? "SIGTERM"
+         : sig == SIGUSR1 ? "SIGUSR1"
+                          : "a stop request";
 }
 
 }  // namespace
