@@ -1,4 +1,4 @@
-# cmake -DCMD="prog;arg;..." -DEXPECT="regex1;regex2" [-DEXIT=0|nonzero]
+# cmake -DCMD="prog;arg;..." -DEXPECT="regex1;regex2" [-DEXIT=0|nonzero] [-DMAX_SECONDS=N]
 #       [-DTHEN="prog;arg;..." -DTHEN_EXPECT="regex1;..." [-DCARRY="regex(group)"]]
 #       -P expect_output.cmake
 # Passes when CMD's exit status is the one wanted AND its combined output matches every regex.
@@ -8,9 +8,18 @@
 # THEN, if given, runs after CMD, must exit 0 and match THEN_EXPECT: a second command that reads
 # what CMD wrote. CARRY's one group, a number in CMD's output, must reappear (to 1 in its last
 # digit) where <carried> stands in a THEN_EXPECT regex that has no other group: THEN must show the
-# value CMD reported, not some default.
+# value CMD reported, not some default. MAX_SECONDS: CMD must also end within that many seconds
+# (a failing rank must end its whole job promptly, tests/comm).
 function(expect_output cmd expect want)
-  execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(limit "")
+  if(MAX_SECONDS)
+    math(EXPR hard_limit "${MAX_SECONDS} + 30")
+    set(limit TIMEOUT ${hard_limit})
+  endif()
+  string(TIMESTAMP start "%s" UTC)
+  execute_process(COMMAND ${cmd} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err ${limit})
+  string(TIMESTAMP end "%s" UTC)
+  math(EXPR seconds "${end} - ${start}")
   set(all "${out}${err}")
   set(all "${all}" PARENT_SCOPE)
   string(REPLACE ";" " " shown "${cmd}")
@@ -20,6 +29,10 @@ function(expect_output cmd expect want)
                         "Output:\n${all}")
   elseif(NOT want STREQUAL "nonzero" AND NOT rc STREQUAL "0")
     message(FATAL_ERROR "expected exit 0, got '${rc}' from: ${shown}\nOutput:\n${all}")
+  endif()
+  if(MAX_SECONDS AND seconds GREATER_EQUAL MAX_SECONDS)
+    message(FATAL_ERROR "${shown} took ${seconds} s (limit ${MAX_SECONDS} s; exit: ${rc}). "
+                        "Output:\n${all}")
   endif()
   foreach(re ${expect})
     if(NOT all MATCHES "${re}")
