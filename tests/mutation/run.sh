@@ -225,8 +225,8 @@ echo
 "${TOOL[@]}" report "$LOGS/results.tsv" "$OUT/$NAME.md" "$OUT/$NAME.json" \
   "date=$DATE" "commit=$COMMIT" "jobs=$JOBS" \
   "machine=$(nproc) cores, $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | xargs)" \
-  "seconds=$((SECONDS - T_START))" "list=tests/mutation/mutants.txt" \
-  "command=bash tests/mutation/run.sh${ONLY:+ --only $ONLY} --jobs $JOBS"
+  "seconds=$((SECONDS - T_START))" "list=$(realpath --relative-to="$ROOT" "$LIST")" \
+  "command=bash tests/mutation/run.sh${REV:+ --rev $REV}${ONLY:+ --only $ONLY} --jobs $JOBS"
 echo "mutation: $OUT/$NAME.md, $OUT/$NAME.json ($((SECONDS - T_START)) s in all)"
 if grep -qvP '\tcaught\t' "$LOGS/results.tsv"; then
   echo "mutation: FAILED: not every mutant was caught" >&2
