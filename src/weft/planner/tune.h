@@ -1,17 +1,130 @@
 #pragma once
-// `weft tune` (issue 16): short real trials of the planner's best layouts, and what they measured.
+// `weft tune` (docs/planner.md, "weft tune"): the planner's ranking prunes the layouts of a job to
+// a handful, short real trials of that handful pick the winner. The search is successive halving
+// (Jamieson & Talwalkar 2016; Li et al. 2018, Hyperband's inner loop) with the simulator's
+// prediction as the prior: the R best-predicted layouts run a short trial each, the faster half by
+// measured step time run again with twice the timed steps, and so on until one is left or the
+// budget (trials or seconds) is spent.
+//
+// Everything here is pure: the trial itself is a callback (cli/tune_command.cc runs it on every
+// rank of the job), so the halving, the budget and the choice of the winner are unit-tested with
+// fake measurements (tests/planner/tune_test.cc).
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "weft/planner/config.h"
 
 namespace weft::planner {
 
-// One trial of one layout on the real machine: the job and layout it ran, the mean time of its
-// timed steps and the largest peak memory of its ranks.
+// One trial of one layout on the real machine, what a calibration refit learns from
+// (planner/calibration_fit.h): the job and layout it ran, its step time and the largest peak
+// memory of its ranks.
 struct TrialMeasurement {
   Job job;
   ParallelConfig config;
-  double step_seconds = 0;  // s per training step, timed steps only (warm-up excluded)
-  double peak_bytes = 0;    // bytes, the largest of the ranks' peaks
+  double step_seconds = 0;  // s per training step: the median timed step of the slowest rank
+  double peak_bytes = 0;    // bytes above the baseline, the largest of the ranks' peaks
 };
+
+// A layout the planner ranked feasible, with what it predicts.
+struct TuneCandidate {
+  ParallelConfig config;
+  double predicted_seconds = 0;      // step time
+  double predicted_bytes = 0;        // the busiest rank's memory
+  double predicted_rank0_bytes = 0;  // rank 0's
+  int predicted_rank = 0;            // 1-based place in the planner's ranking
+};
+
+// What one trial of one layout measured (on every rank, reduced: rank 0 holds the job's view).
+struct TrialResult {
+  bool ok = true;
+  std::string error;        // why it failed ("rank 1: std::bad_alloc"), when !ok
+  bool stopped = false;     // a stop signal ended it: neither a measurement nor a failure
+  double step_seconds = 0;  // median over the timed steps of the slowest rank's step
+  double peak_bytes = 0;    // the largest rank's peak resident memory above its baseline
+  double rank0_bytes = 0;   // rank 0's
+  double wall_seconds = 0;  // the whole trial: build, warm-up, timed steps, teardown
+  int steps = 0;            // timed steps
+};
+
+struct HalvingOptions {
+  int initial = 16;        // R: the best-predicted candidates the first round runs (at most)
+  int warmup = 2;          // untimed steps before each trial's timed ones
+  int first_steps = 3;     // timed steps of the first round; doubled every round
+  int max_trials = 0;      // the budget in trials; 0: none
+  double max_seconds = 0;  // the budget in wall seconds; 0: none
+  // Grid: every one of the R candidates once, at the trial length the last round of the halving
+  // of R would have (final_round_steps), as the baseline the halving is compared with.
+  bool grid = false;
+};
+
+// Everything about one candidate after the search.
+struct CandidateRecord {
+  TuneCandidate candidate;
+  std::vector<TrialResult> trials;  // in order; failed and stopped ones included
+  int last_round = -1;              // the last round it ran in (-1: never ran)
+  bool failed = false;              // a trial failed: out of the search from then on
+  // Its latest successful measurement (the longest trial), if any.
+  const TrialResult* latest() const;
+};
+
+struct TuneOutcome {
+  std::vector<CandidateRecord> records;  // the candidates given, in the planner's order
+  int rounds = 0;                        // rounds started
+  int trials = 0;                        // trials run (failed ones included, stopped ones not)
+  int steps = 0;                         // timed + warm-up steps run, over all trials
+  bool budget_spent = false;             // the budget ended the search before one was left
+  bool stopped = false;                  // a stop signal ended it
+  std::vector<int> finalists;  // indices into records: the entrants of the last round started
+  std::optional<int> winner;   // the fastest latest measurement among the finalists
+};
+
+// Runs one trial of `c` with `warmup` untimed and `steps` timed steps.
+using TrialRunner = std::function<TrialResult(const TuneCandidate& c, int warmup, int steps)>;
+// Wall seconds since the search started (for the minutes budget).
+using ElapsedClock = std::function<double()>;
+
+// How many trials successive halving from n candidates runs when none fails: n + ceil(n/2) +
+// ceil(n/4) + ... over the rounds that start with more than one candidate (one round for n = 1).
+int halving_trials(int n);
+// The number of rounds of halving from n candidates, and the timed steps of the last one.
+int halving_rounds(int n);
+int final_round_steps(int n, int first_steps);
+
+// R for a budget: min(initial, candidates), reduced until halving_trials(R) fits max_trials.
+int initial_candidates(int candidates, const HalvingOptions& o);
+
+// Successive halving over `ranked` (best-predicted first): round k runs each entrant with
+// first_steps * 2^k timed steps and keeps the faster half (ceil) of those that succeeded, by
+// measured step time; a failed trial puts its layout out of the search, never ends it. Before each
+// trial the budget is checked: no trial starts past max_trials, nor when the time spent plus the
+// trial's estimate (its steps times its latest measured step time, else its prediction scaled by
+// the measured/predicted ratio seen so far, plus the mean overhead of a trial) exceeds max_seconds.
+// The winner is the fastest latest measurement among the entrants of the last round (when the
+// budget cuts a round short, its entrants not yet re-run compete with their previous round's
+// measurement). `stop` (optional) is asked before each trial.
+TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const HalvingOptions& o,
+                               const TrialRunner& run, const ElapsedClock& elapsed,
+                               const std::function<bool()>& stop = {});
+
+// The run-config keys of a layout, as they are pasted: {"parallel", {{"tp", "1"}, ...}},
+// {"train", {{"micro_batch", "2"}, {"recompute", "\"none\""}}}.
+std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_config_keys_of(
+    const ParallelConfig& c);
+// The TOML text `text` with `keys` set: an existing `key = ...` line of the section is replaced
+// (its comment kept after it), a missing key is added under the section's header, a missing
+// section appended.
+std::string set_toml_keys(
+    const std::string& text,
+    const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& keys);
+
+// Predicted against measured step time of every successful trial, log-log with the y = x line; a
+// self-contained SVG document.
+std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title);
 
 }  // namespace weft::planner

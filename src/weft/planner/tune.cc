@@ -1,0 +1,335 @@
+#include "weft/planner/tune.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <regex>
+#include <sstream>
+
+#include "weft/core/xml.h"
+#include "weft/schedule/instr.h"
+
+namespace weft::planner {
+
+const TrialResult* CandidateRecord::latest() const {
+  for (auto it = trials.rbegin(); it != trials.rend(); ++it) {
+    if (it->ok && !it->stopped) return &*it;
+  }
+  return nullptr;
+}
+
+int halving_trials(int n) {
+  if (n <= 1) return n;
+  int total = 0;
+  for (int size = n; size > 1; size = (size + 1) / 2) total += size;
+  return total;
+}
+
+int halving_rounds(int n) {
+  if (n <= 1) return 1;
+  int rounds = 0;
+  for (int size = n; size > 1; size = (size + 1) / 2) ++rounds;
+  return rounds;
+}
+
+int final_round_steps(int n, int first_steps) { return first_steps << (halving_rounds(n) - 1); }
+
+int initial_candidates(int candidates, const HalvingOptions& o) {
+  int r = std::min(o.initial, candidates);
+  if (o.grid) return r;
+  while (o.max_trials > 0 && r > 1 && halving_trials(r) > o.max_trials) --r;
+  return r;
+}
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The expected wall time of the next trial of `c`, from what the search has measured so far.
+double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
+                              int steps) {
+  std::vector<double> ratios;
+  double overhead = 0;
+  int measured = 0;
+  for (const CandidateRecord& r : out.records) {
+    for (const TrialResult& t : r.trials) {
+      if (!t.ok || t.stopped) continue;
+      if (r.candidate.predicted_seconds > 0) {
+        ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
+      }
+      // Building and tearing down the engine, and the warm-up's first-touch cost.
+      overhead += std::max(0.0, t.wall_seconds - (warmup + t.steps) * t.step_seconds);
+      ++measured;
+    }
+  }
+  const TrialResult* last = c.latest();
+  const double ratio = ratios.empty() ? 1.0 : median(ratios);
+  const double step = last ? last->step_seconds : c.candidate.predicted_seconds * ratio;
+  return (warmup + steps) * step + (measured > 0 ? overhead / measured : 0.0);
+}
+
+}  // namespace
+
+TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const HalvingOptions& o,
+                               const TrialRunner& run, const ElapsedClock& elapsed,
+                               const std::function<bool()>& stop) {
+  TuneOutcome out;
+  for (const TuneCandidate& c : ranked) {
+    out.records.emplace_back();
+    out.records.back().candidate = c;
+  }
+  const int n = initial_candidates(static_cast<int>(ranked.size()), o);
+  std::vector<int> entrants;
+  for (int i = 0; i < n; ++i) entrants.push_back(i);
+  int steps = o.grid ? final_round_steps(n, o.first_steps) : o.first_steps;
+  for (int round = 0; !entrants.empty(); ++round) {
+    out.finalists = entrants;
+    out.rounds = round + 1;
+    std::vector<std::pair<double, int>> measured;  // (step seconds, record), this round's
+    bool cut = false;
+    for (int i : entrants) {
+      CandidateRecord& rec = out.records[i];
+      if (stop && stop()) {
+        out.stopped = cut = true;
+        break;
+      }
+      if (o.max_trials > 0 && out.trials >= o.max_trials) {
+        out.budget_spent = cut = true;
+        break;
+      }
+      if (o.max_seconds > 0 &&
+          elapsed() + estimate_trial_seconds(out, rec, o.warmup, steps) > o.max_seconds) {
+        out.budget_spent = cut = true;
+        break;
+      }
+      TrialResult r = run(rec.candidate, o.warmup, steps);
+      if (r.stopped) {
+        rec.trials.push_back(r);
+        out.stopped = cut = true;
+        break;
+      }
+      ++out.trials;
+      out.steps += o.warmup + steps;
+      rec.trials.push_back(r);
+      rec.last_round = round;
+      if (!r.ok) {
+        rec.failed = true;  // out of the search; the search goes on
+        continue;
+      }
+      measured.emplace_back(r.step_seconds, i);
+    }
+    if (cut || o.grid) break;
+    // The faster half (rounded up) of the layouts that ran, by measured step time.
+    std::stable_sort(measured.begin(), measured.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    entrants.clear();
+    for (size_t k = 0; k < (measured.size() + 1) / 2; ++k) entrants.push_back(measured[k].second);
+    if (entrants.size() == 1) {
+      out.finalists = entrants;
+      break;
+    }
+    if (entrants.empty()) break;  // every layout of the round failed: finalists keep the round's
+    steps *= 2;
+  }
+  double best = std::numeric_limits<double>::infinity();
+  for (int i : out.finalists) {
+    const CandidateRecord& rec = out.records[i];
+    const TrialResult* t = rec.latest();
+    if (rec.failed || t == nullptr) continue;
+    if (t->step_seconds < best) {
+      best = t->step_seconds;
+      out.winner = i;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_config_keys_of(
+    const ParallelConfig& c) {
+  const auto quoted = [](std::string_view s) { return fmt::format("\"{}\"", s); };
+  return {
+      {"parallel",
+       {{"tp", std::to_string(c.tp)},
+        {"pp", std::to_string(c.pp)},
+        {"dp", std::to_string(c.dp)},
+        {"vp", std::to_string(c.vp)},
+        {"schedule", quoted(schedule::kind_name(c.schedule))},
+        {"sequence_parallel", c.sequence_parallel ? "true" : "false"},
+        {"zero", std::to_string(c.zero)}}},
+      {"train",
+       {{"micro_batch", std::to_string(c.micro_batch)},
+        {"recompute", quoted(model::recompute_name(c.recompute))}}},
+  };
+}
+
+namespace {
+
+// The comment that ends a TOML line ("  # ..."), outside double-quoted strings; "" if none.
+std::string trailing_comment(const std::string& line) {
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && quoted) {
+      ++i;
+    } else if (line[i] == '"') {
+      quoted = !quoted;
+    } else if (line[i] == '#' && !quoted) {
+      size_t start = i;
+      while (start > 0 && (line[start - 1] == ' ' || line[start - 1] == '\t')) --start;
+      return line.substr(start);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string set_toml_keys(
+    const std::string& text,
+    const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& keys) {
+  static const std::regex header(R"(^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$)");
+  static const std::regex key_line(R"(^\s*([A-Za-z0-9_-]+)\s*=)");
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::map<std::string, std::map<std::string, bool>> done;  // section -> key -> written
+  std::map<std::string, size_t> header_at;
+  std::string section;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::smatch m;
+    if (std::regex_search(lines[i], m, header)) {
+      section = m[1];
+      header_at[section] = i;
+      continue;
+    }
+    if (!std::regex_search(lines[i], m, key_line)) continue;
+    auto s = keys.find(section);
+    if (s == keys.end()) continue;
+    for (const auto& [k, v] : s->second) {
+      if (k == m[1]) {
+        lines[i] = fmt::format("{} = {}{}", k, v, trailing_comment(lines[i]));
+        done[section][k] = true;
+      }
+    }
+  }
+  // Missing keys go right under their section's header, missing sections at the end.
+  std::map<size_t, std::vector<std::string>> insert_after;
+  std::string appended;
+  for (const auto& [sec, kv] : keys) {
+    std::vector<std::string> missing;
+    for (const auto& [k, v] : kv) {
+      if (!done[sec][k]) missing.push_back(fmt::format("{} = {}", k, v));
+    }
+    if (missing.empty()) continue;
+    if (auto h = header_at.find(sec); h != header_at.end()) {
+      insert_after[h->second] = missing;
+    } else {
+      appended += fmt::format("\n[{}]\n", sec);
+      for (const std::string& l : missing) appended += l + "\n";
+    }
+  }
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out += lines[i] + "\n";
+    if (auto a = insert_after.find(i); a != insert_after.end()) {
+      for (const std::string& l : a->second) out += l + "\n";
+    }
+  }
+  return out + appended;
+}
+
+std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title) {
+  constexpr double W = 640, H = 560, left = 80, right = 30, top = 45, bottom = 60;
+  const double pw = W - left - right, ph = H - top - bottom;
+  struct Point {
+    double predicted, measured;
+    int round;
+    bool winner;
+  };
+  std::vector<Point> points;
+  int max_round = 0;
+  for (size_t i = 0; i < outcome.records.size(); ++i) {
+    const CandidateRecord& r = outcome.records[i];
+    int round = 0;
+    for (const TrialResult& t : r.trials) {
+      if (t.ok && !t.stopped && r.candidate.predicted_seconds > 0 && t.step_seconds > 0) {
+        const bool last = &t == r.latest();
+        points.push_back({r.candidate.predicted_seconds, t.step_seconds, round,
+                          last && outcome.winner == static_cast<int>(i)});
+        max_round = std::max(max_round, round);
+      }
+      ++round;
+    }
+  }
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
+      "<text x=\"{2}\" y=\"25\" text-anchor=\"middle\" font-size=\"15\">{3}</text>\n",
+      W, H, W / 2, xml_escape(title));
+  if (points.empty()) {
+    return svg + fmt::format(
+                     "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no measured trial</text>\n"
+                     "</svg>\n",
+                     W / 2, H / 2);
+  }
+  // One square log-log frame over both axes, whole decades, so y = x is the diagonal.
+  double lo = std::numeric_limits<double>::infinity(), hi = 0;
+  for (const Point& p : points) {
+    lo = std::min({lo, p.predicted, p.measured});
+    hi = std::max({hi, p.predicted, p.measured});
+  }
+  const double d0 = std::floor(std::log10(lo)), d1 = std::max(d0 + 1, std::ceil(std::log10(hi)));
+  const auto x_of = [&](double v) { return left + (std::log10(v) - d0) / (d1 - d0) * pw; };
+  const auto y_of = [&](double v) { return top + ph - (std::log10(v) - d0) / (d1 - d0) * ph; };
+  const auto label = [](double s) {
+    return s >= 1 ? fmt::format("{:g} s", s) : fmt::format("{:g} ms", s * 1e3);
+  };
+  for (double d = d0; d <= d1 + 1e-9; d += 1) {
+    const double v = std::pow(10.0, d);
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n"
+        "<line x1=\"{5}\" y1=\"{6:.1f}\" x2=\"{7}\" y2=\"{6:.1f}\" stroke=\"#ddd\"/>\n"
+        "<text x=\"{8}\" y=\"{9:.1f}\" text-anchor=\"end\">{4}</text>\n",
+        x_of(v), top, top + ph, top + ph + 18, label(v), left, y_of(v), left + pw, left - 6,
+        y_of(v) + 4);
+  }
+  svg += fmt::format(
+      "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"none\" stroke=\"#333\"/>\n"
+      "<line x1=\"{0}\" y1=\"{4}\" x2=\"{5}\" y2=\"{1}\" stroke=\"#888\" stroke-dasharray=\"6 "
+      "4\"/>\n"
+      "<text x=\"{6}\" y=\"{7}\" fill=\"#888\" text-anchor=\"end\">y = x (prediction "
+      "exact)</text>\n"
+      "<text x=\"{8}\" y=\"{9}\" text-anchor=\"middle\">predicted step time</text>\n"
+      "<text x=\"18\" y=\"{10}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {10})\">measured "
+      "step time (median, slowest rank)</text>\n",
+      left, top, pw, ph, top + ph, left + pw, left + pw - 8, top + 16, left + pw / 2, H - 15,
+      top + ph / 2);
+  static const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",
+                                  "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
+  for (const Point& p : points) {
+    svg += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\" fill-opacity=\"0.8\"{}/>\n",
+        x_of(p.predicted), y_of(p.measured), p.winner ? 7 : 4, kColors[p.round % 8],
+        p.winner ? " stroke=\"black\" stroke-width=\"2\"" : "");
+  }
+  for (int r = 0; r <= max_round; ++r) {
+    svg += fmt::format(
+        "<circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"{2}\"/><text x=\"{3}\" y=\"{4}\">trial {5} "
+        "of a layout</text>\n",
+        left + 12, top + 14 + 16 * r, kColors[r % 8], left + 22, top + 18 + 16 * r, r + 1);
+  }
+  svg += fmt::format(
+      "<circle cx=\"{0}\" cy=\"{1}\" r=\"7\" fill=\"none\" stroke=\"black\" stroke-width=\"2\"/>"
+      "<text x=\"{2}\" y=\"{3}\">the winner</text>\n</svg>\n",
+      left + 12, top + 14 + 16 * (max_round + 1), left + 22, top + 18 + 16 * (max_round + 1));
+  return svg;
+}
+
+}  // namespace weft::planner
