@@ -25,5 +25,6 @@ void add_plan_command(CLI::App& app);        // weft plan --model --cluster --gp
 void add_simulate_command(CLI::App& app);    // weft simulate --model --cluster --gpus --config
 void add_calibrate_command(CLI::App& app);   // weft calibrate [-o this-machine.toml]
 void add_ckpt_command(CLI::App& app);        // weft ckpt inspect|export-hf|import-hf ...
+void add_tune_command(CLI::App& app);        // weft tune RUN.toml [--budget-minutes M] ...
 
 }  // namespace weft::cli

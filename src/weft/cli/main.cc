@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   weft::cli::add_simulate_command(app);
   weft::cli::add_calibrate_command(app);
   weft::cli::add_ckpt_command(app);
+  weft::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

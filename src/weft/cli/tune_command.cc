@@ -1,0 +1,556 @@
+// weft tune RUN.toml: the planner's ranking of every layout of the run's model on this job's
+// processes prunes them to a handful; short real trials of that handful, by successive halving
+// (planner/tune.h), pick the winner; the measurements refit the planner's calibration
+// (planner/calibration_fit.h). docs/planner.md, "weft tune".
+//
+//   mpirun -n 4 weft tune configs/runs/demo.toml --budget-minutes 4 --write tuned.toml
+//
+// Every rank runs every trial: the layout's process groups over the world, a PipelineRunner with
+// the run's model on them, the run's data through data::Sampler as `weft train` reads it, warm-up
+// and timed steps, then everything torn down. The search's decisions are the same on every rank
+// because everything they read is reduced (step times, memory, failures) or broadcast (the clock).
+
+#include <fmt/core.h>
+#include <malloc.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/cli/commands.h"
+#include "weft/cli/job_world.h"
+#include "weft/cli/launch_check.h"
+#include "weft/cli/validators.h"
+#include "weft/core/memory_usage.h"
+#include "weft/core/pending_file.h"
+#include "weft/core/stop_signals.h"
+#include "weft/data/sampler.h"
+#include "weft/data/token_dataset.h"
+#include "weft/kernels/kernels.h"
+#include "weft/parallel/groups.h"
+#include "weft/planner/calibration_fit.h"
+#include "weft/planner/memory_model.h"
+#include "weft/planner/search.h"
+#include "weft/planner/tune.h"
+#include "weft/runtime/pipeline_runner.h"
+#include "weft/runtime/run_config.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::cli {
+namespace {
+
+struct TuneOptions {
+  std::string run;
+  std::vector<std::string> overrides;
+  std::string cluster = "configs/clusters/this-machine.toml";
+  double budget_minutes = 0;  // 0 (and no --budget-trials): kDefaultBudgetMinutes
+  int budget_trials = 0;
+  int top = 16;  // R, the first round's candidates
+  int warmup = 2, steps = 3;
+  std::string out;    // "": <run.out_dir>/tune
+  std::string write;  // a whole run config with the winner's keys
+  bool grid = false;
+  std::string calibrate_out;
+  bool update_calibration = false;
+};
+
+// Four minutes of trials: with the search and the refit a default `weft tune` of a small model
+// ends within five (issue 16).
+constexpr double kDefaultBudgetMinutes = 4;
+
+double mib(double bytes) { return bytes / (1 << 20); }
+double error_pct(double predicted, double measured) {
+  return measured > 0 ? 100.0 * (predicted / measured - 1) : 0.0;
+}
+
+// The first non-empty message of the ranks, "rank r: ...", on every rank.
+std::string agree_message(comm::Communicator* world, const std::string& mine) {
+  if (world == nullptr || world->size() == 1) return mine.empty() ? "" : "rank 0: " + mine;
+  int64_t len = static_cast<int64_t>(mine.size());
+  world->all_reduce(&len, 1, comm::ReduceOp::Max);
+  if (len == 0) return "";
+  std::vector<uint8_t> buf(len, 0), all(len * world->size(), 0);
+  std::copy(mine.begin(), mine.end(), buf.begin());
+  world->all_gather(all.data(), buf.data(), len);
+  for (int r = 0; r < world->size(); ++r) {
+    std::string m(all.begin() + r * len, all.begin() + (r + 1) * len);
+    m = m.c_str();  // the padding
+    if (!m.empty()) return fmt::format("rank {}: {}", r, m);
+  }
+  return "";
+}
+
+bool any_rank(comm::Communicator* world, bool mine) {
+  int32_t v = mine ? 1 : 0;
+  if (world != nullptr && world->size() > 1) world->all_reduce(&v, 1, comm::ReduceOp::Max);
+  return v != 0;
+}
+
+// One trial of `c` on every rank of `world`.
+planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
+                               comm::Communicator* world, const planner::Job& job,
+                               const planner::ParallelConfig& c, int warmup, int steps,
+                               const std::atomic<bool>& stop_flag) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rank = world ? world->rank() : 0;
+  planner::TrialResult r;
+  r.steps = steps;
+  std::vector<double> times;
+  int64_t base = 0, peak = 0;
+  std::string error;
+  bool stopped = false;
+  {
+    // Built and destroyed inside this scope: nothing of one trial outlives it.
+    parallel::ProcessGroups groups;
+    std::unique_ptr<runtime::PipelineRunner> runner;
+    std::vector<int32_t> tokens, targets;
+    std::unique_ptr<data::Sampler> sampler;
+    if (world) world->barrier();
+    malloc_trim(0);  // the last trial's freed memory back to the system: a clean baseline
+    reset_peak_resident();
+    base = current_resident_bytes();
+    try {
+      const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
+      if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
+      const int m = c.microbatches(job);
+      auto made = schedule::make_schedule(c.schedule, {.pp = c.pp, .vp = c.vp, .microbatches = m});
+      runtime::PipelineOptions po;
+      po.B = c.micro_batch;
+      po.T = job.seq_len;
+      po.recompute = c.recompute;
+      po.tp = {groups.tp.get(), c.sequence_parallel && c.tp > 1};
+      po.pp = groups.pp.get();
+      po.dp = groups.dp.get();
+      po.pp_rank = topo.coord(rank).pp;
+      po.zero = c.zero;
+      po.groups = {groups.model.get(), groups.embedding.get()};
+      const auto& t = cfg.train;
+      po.adamw.beta1 = static_cast<float>(t.beta1);
+      po.adamw.beta2 = static_cast<float>(t.beta2);
+      po.adamw.eps = static_cast<float>(t.eps);
+      po.adamw.weight_decay = static_cast<float>(t.weight_decay);
+      runner = std::make_unique<runtime::PipelineRunner>(
+          cfg.model,
+          schedule::add_optimizer_step(
+              schedule::add_communication(std::move(made).value_or_throw("schedule"))),
+          po);
+      runner->init(static_cast<uint64_t>(t.seed));
+      data::SamplerConfig s;
+      s.seq_len = job.seq_len;
+      s.micro_batch = c.micro_batch;
+      s.microbatches = m;
+      s.val_fraction = cfg.data.val_fraction;
+      s.seed = static_cast<uint64_t>(t.seed);
+      s.dp_rank = topo.coord(rank).dp;
+      s.dp_size = c.dp;
+      sampler = std::make_unique<data::Sampler>(
+          data::Sampler::create(dataset, s).value_or_throw("the run's data"));
+      tokens.resize(size_t(m) * c.micro_batch * job.seq_len);
+      targets.resize(tokens.size());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    error = agree_message(world, error);
+    for (int k = 0; error.empty() && k < warmup + steps; ++k) {
+      if (any_rank(world, stop_flag.load())) {
+        stopped = true;
+        break;
+      }
+      std::string mine;
+      double dt = 0;
+      try {
+        sampler->next_batch(tokens.data(), targets.data());
+        if (world) world->barrier();  // every rank starts the step together
+        const auto s0 = std::chrono::steady_clock::now();
+        runner->step(tokens.data(), targets.data(), static_cast<float>(cfg.train.lr),
+                     cfg.train.clip);
+        dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      } catch (const std::exception& e) {
+        mine = e.what();
+      }
+      error = agree_message(world, mine);
+      if (k >= warmup) times.push_back(dt);
+    }
+    peak = peak_resident_bytes() - base;
+  }  // torn down
+  malloc_trim(0);
+  r.stopped = stopped;
+  if (!error.empty()) {
+    r.ok = false;
+    r.error = error;
+  } else if (!stopped) {
+    // The slowest rank's time is the step's; the median step is the trial's.
+    if (world)
+      world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
+    std::sort(times.begin(), times.end());
+    r.step_seconds = times[times.size() / 2];
+    double most = static_cast<double>(peak), first = most;
+    if (world) {
+      world->all_reduce(&most, 1, comm::ReduceOp::Max);
+      world->broadcast(&first, 1, 0);
+    }
+    r.peak_bytes = most;
+    r.rank0_bytes = first;
+  }
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (world) world->broadcast(&wall, 1, 0);
+  r.wall_seconds = wall;
+  return r;
+}
+
+std::string markdown_table(const planner::TuneOutcome& o) {
+  std::string s =
+      "| planner rank | layout | trials | timed steps | predicted ms | measured ms | error | "
+      "memory predicted MiB | measured MiB | error | rank 0 predicted MiB | measured MiB | "
+      "error | |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(o.records.size()); ++i) {
+    if (!o.records[i].trials.empty()) order.push_back(i);
+  }
+  // Measured ones by measured step time, then the failed and stopped ones.
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    const auto *ta = o.records[a].latest(), *tb = o.records[b].latest();
+    if (!ta || !tb) return ta != nullptr;
+    return ta->step_seconds < tb->step_seconds;
+  });
+  for (int i : order) {
+    const planner::CandidateRecord& r = o.records[i];
+    const planner::TuneCandidate& c = r.candidate;
+    const planner::TrialResult* t = r.latest();
+    const std::string name = planner::short_name(c.config);
+    if (t == nullptr) {
+      const std::string why = r.failed ? "failed: " + r.trials.back().error : "stopped";
+      s += fmt::format("| {} | {} | {} | | {:.3f} | | | {:.1f} | | | {:.1f} | | | {} |\n",
+                       c.predicted_rank, name, r.trials.size(), c.predicted_seconds * 1e3,
+                       mib(c.predicted_bytes), mib(c.predicted_rank0_bytes), why);
+      continue;
+    }
+    s += fmt::format(
+        "| {} | {} | {} | {} | {:.3f} | {:.3f} | {:+.0f}% | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | "
+        "{:.1f} | {:+.0f}% | {} |\n",
+        c.predicted_rank, name, r.trials.size(), t->steps, c.predicted_seconds * 1e3,
+        t->step_seconds * 1e3, error_pct(c.predicted_seconds, t->step_seconds),
+        mib(c.predicted_bytes), mib(t->peak_bytes), error_pct(c.predicted_bytes, t->peak_bytes),
+        mib(c.predicted_rank0_bytes), mib(t->rank0_bytes),
+        error_pct(c.predicted_rank0_bytes, t->rank0_bytes),
+        o.winner == i ? "**winner**" : (r.failed ? "failed" : ""));
+  }
+  return s;
+}
+
+std::string keys_text(const planner::ParallelConfig& c) {
+  std::string s;
+  for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
+    s += fmt::format("[{}]\n", section);
+    for (const auto& [k, v] : kv) s += fmt::format("{} = {}\n", k, v);
+  }
+  return s;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void run_tune(const TuneOptions& o) {
+  using namespace planner;
+  const JobWorld processes;
+  comm::Communicator* world = processes.world();
+  const int world_size = world ? world->size() : 1;
+  const bool leader = !world || world->rank() == 0;
+  const auto say = [&](const std::string& s) {
+    if (leader) fmt::print("{}", s);
+  };
+  const runtime::RunConfig cfg =
+      runtime::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  const Cluster cluster = load_cluster(o.cluster).value_or_throw("invalid cluster preset");
+  if (cluster.peak(NumberFormat::FP32) <= 0) {
+    throw Error(fmt::format(
+        "{} has no peak rate for fp32, the precision of weft's CPU trainer: add fp32 = ... to its "
+        "[peak_tflops], or measure this machine with `weft calibrate -o {}`",
+        o.cluster, o.cluster));
+  }
+  Job job;
+  job.model = cfg.model;
+  job.seq_len = cfg.train.seq_len;
+  job.global_batch = cfg.train.global_batch;
+  job.world = world_size;
+  job.precision = Precision::FP32;
+  validate(job).throw_if_error("invalid job");
+
+  // 1. Every layout, priced; all of the feasible ones ranked (keep = every candidate).
+  const SearchResult sr = search(cluster, job, SearchSpace{}, 1 << 20);
+  say(
+      fmt::format("weft tune: {} on {} process(es), global batch {} x {} tokens, {} ({})\n"
+                  "{} layouts: {} infeasible, {} feasible\n",
+                  cfg.model.name, world_size, job.global_batch, job.seq_len, cluster.name,
+                  o.cluster, sr.candidates, sr.infeasible.size(), sr.feasible));
+  std::string reasons;
+  for (const auto& [why, n] : sr.reason_counts) reasons += fmt::format("  {:5} x {}\n", n, why);
+  say(reasons);
+  if (sr.ranked.empty()) {
+    throw Error(fmt::format(
+        "no layout of {} can run on {} process(es) with global batch {}:\n{}change the number of "
+        "processes (mpirun -n), train.global_batch or train.seq_len",
+        cfg.model.name, world_size, job.global_batch, reasons));
+  }
+  const int threads = cfg.train.threads > 0
+                          ? cfg.train.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                            local_processes(world_size));
+  kernels::set_num_threads(threads);
+  std::vector<TuneCandidate> ranked;
+  for (const Prediction& p : sr.ranked) {
+    TuneCandidate c;
+    c.config = p.config;
+    c.predicted_seconds = p.time.total;
+    c.predicted_bytes = p.memory.total();
+    c.predicted_rank0_bytes = weft_rank_memory(job, p.config, 0, threads).total();
+    c.predicted_rank = static_cast<int>(ranked.size()) + 1;
+    ranked.push_back(c);
+  }
+
+  // 2. The budget, checked before any trial.
+  HalvingOptions h;
+  h.initial = o.top;
+  h.warmup = o.warmup;
+  h.first_steps = o.steps;
+  h.grid = o.grid;
+  h.max_trials = o.budget_trials;
+  h.max_seconds = o.budget_minutes * 60;
+  if (o.budget_trials == 0 && o.budget_minutes == 0) h.max_seconds = kDefaultBudgetMinutes * 60;
+  const double first_trial = (h.warmup + h.first_steps) * ranked.front().predicted_seconds;
+  if (h.max_seconds > 0 && h.max_seconds < first_trial) {
+    throw Error(fmt::format(
+        "a budget of {:.3g} minutes is too small for one trial: the best-predicted layout's "
+        "{} + {} steps take {:.3g} s predicted; give --budget-minutes {:.2g} or more, or "
+        "--budget-trials K",
+        h.max_seconds / 60, h.warmup, h.first_steps, first_trial, first_trial / 60 * 1.5));
+  }
+  const int r0 = initial_candidates(static_cast<int>(ranked.size()), h);
+  say(fmt::format("{}: the {} best-predicted layouts, {} warm-up + {} timed steps{}; budget {}\n\n",
+                  o.grid ? "grid" : "successive halving", r0, h.warmup,
+                  o.grid ? final_round_steps(r0, h.first_steps) : h.first_steps,
+                  o.grid ? " each" : " first, doubled each round",
+                  h.max_trials > 0 ? fmt::format("{} trials", h.max_trials)
+                                   : fmt::format("{:.3g} minutes", h.max_seconds / 60)));
+
+  auto dataset = data::open_token_dataset(cfg.data.train).value_or_throw("the run's data");
+  std::atomic<bool> stop_flag{false};
+  StopSignalListener listener(stop_flag);
+  const auto start = std::chrono::steady_clock::now();
+  const ElapsedClock elapsed = [&] {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (world) world->broadcast(&s, 1, 0);  // rank 0's clock decides for everyone
+    return s;
+  };
+  // One untimed step of the best-predicted layout first, discarded: the process's one-time
+  // allocations (the kernels' thread pool, MPI's buffers, the dataset's first pages) would
+  // otherwise land on the first trial's memory alone (8.2 MiB on tiny's first trial against
+  // 0.8 MiB on the second, unprimed) and make it incomparable with the others.
+  run_trial(cfg, *dataset, world, job, ranked.front().config, 0, 1, stop_flag);
+  int trial_no = 0;
+  const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
+    TrialResult r = run_trial(cfg, *dataset, world, job, c.config, warmup, steps, stop_flag);
+    ++trial_no;
+    if (r.stopped) {
+      say(fmt::format("  trial {:3}  {:<40} stopped\n", trial_no, short_name(c.config)));
+    } else if (!r.ok) {
+      say(fmt::format("  trial {:3}  {:<40} FAILED: {}\n", trial_no, short_name(c.config),
+                      r.error));
+    } else {
+      say(fmt::format(
+          "  trial {:3}  {:<40} {:3} steps  {:9.3f} ms (predicted {:.3f})  {:.1f} MiB\n", trial_no,
+          short_name(c.config), steps, r.step_seconds * 1e3, c.predicted_seconds * 1e3,
+          mib(r.peak_bytes)));
+    }
+    return r;
+  };
+  const TuneOutcome out =
+      successive_halving(ranked, h, trial, elapsed, [&] { return any_rank(world, stop_flag); });
+  const double seconds = elapsed();
+
+  // 3. The table, the winner, the files.
+  const std::string table = markdown_table(out);
+  say(fmt::format("\n{}\n{} trials ({} steps) in {} round(s), {:.1f} s{}{}\n", table, out.trials,
+                  out.steps, out.rounds, seconds, out.budget_spent ? "; the budget ended it" : "",
+                  out.stopped ? "; stopped by a signal: the table so far" : ""));
+  // 4. The refit, from each layout's latest measurement.
+  std::vector<TrialMeasurement> measured;
+  for (const CandidateRecord& r : out.records) {
+    if (const TrialResult* t = r.latest()) {
+      measured.push_back({job, r.candidate.config, t->step_seconds, t->peak_bytes});
+    }
+  }
+  nlohmann::json refit = nullptr;
+  if (!measured.empty()) {
+    try {
+      const Cluster fitted = refit_cluster(cluster, measured);
+      const std::vector<double> before = step_time_errors(cluster, measured);
+      const std::vector<double> after = step_time_errors(fitted, measured);
+      const auto mean_abs = [](const std::vector<double>& v) {
+        double s = 0;
+        for (double x : v) s += std::abs(x);
+        return v.empty() ? 0.0 : s / v.size();
+      };
+      refit = {{"errors_before", before},
+               {"errors_after", after},
+               {"mean_abs_error_before", mean_abs(before)},
+               {"mean_abs_error_after", mean_abs(after)}};
+      say(fmt::format(
+          "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
+          "1|: {:.1f}% before, {:.1f}% after\n",
+          measured.size(), 100 * mean_abs(before), 100 * mean_abs(after)));
+      std::string target = o.calibrate_out;
+      if (target.empty() && o.update_calibration) target = o.cluster;
+      if (!target.empty() && leader) {
+        write_file_atomic(target, to_toml(fitted, fmt::format("refitted by weft tune {} on {} "
+                                                              "measured layouts",
+                                                              o.run, measured.size())))
+            .throw_if_error("cannot write the refitted preset");
+        fmt::print("wrote the refitted preset {}\n", target);
+      } else if (target.empty()) {
+        say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
+            o.cluster + ")\n");
+      }
+    } catch (const Error& e) {
+      say(fmt::format("refit skipped: {}\n", e.what()));
+    }
+  }
+  const std::string dir =
+      o.out.empty() ? (std::filesystem::path(cfg.run.out_dir) / "tune").string() : o.out;
+  if (leader) {
+    nlohmann::json layouts = nlohmann::json::array();
+    for (const CandidateRecord& r : out.records) {
+      if (r.trials.empty()) continue;
+      nlohmann::json trials = nlohmann::json::array();
+      for (const TrialResult& t : r.trials) {
+        trials.push_back({{"ok", t.ok},
+                          {"stopped", t.stopped},
+                          {"error", t.error},
+                          {"steps", t.steps},
+                          {"step_ms", t.step_seconds * 1e3},
+                          {"peak_mib", mib(t.peak_bytes)},
+                          {"rank0_mib", mib(t.rank0_bytes)},
+                          {"wall_s", t.wall_seconds}});
+      }
+      const TrialResult* t = r.latest();
+      const TuneCandidate& c = r.candidate;
+      layouts.push_back(
+          {{"layout", to_string(c.config)},
+           {"short", short_name(c.config)},
+           {"planner_rank", c.predicted_rank},
+           {"predicted_ms", c.predicted_seconds * 1e3},
+           {"predicted_mib", mib(c.predicted_bytes)},
+           {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
+           {"measured_ms", t ? nlohmann::json(t->step_seconds * 1e3) : nlohmann::json()},
+           {"measured_mib", t ? nlohmann::json(mib(t->peak_bytes)) : nlohmann::json()},
+           {"measured_rank0_mib", t ? nlohmann::json(mib(t->rank0_bytes)) : nlohmann::json()},
+           {"failed", r.failed},
+           {"last_round", r.last_round},
+           {"trials", trials}});
+    }
+    nlohmann::json j = {
+        {"run", o.run},
+        {"model", cfg.model.name},
+        {"world", world_size},
+        {"threads", threads},
+        {"cluster", o.cluster},
+        {"candidates", sr.candidates},
+        {"infeasible", sr.infeasible.size()},
+        {"infeasible_reasons", sr.reason_counts},
+        {"feasible", sr.feasible},
+        {"mode", o.grid ? "grid" : "halving"},
+        {"initial", r0},
+        {"warmup", h.warmup},
+        {"first_steps", h.first_steps},
+        {"budget_trials", h.max_trials},
+        {"budget_minutes", h.max_seconds / 60},
+        {"trials", out.trials},
+        {"steps", out.steps},
+        {"rounds", out.rounds},
+        {"budget_spent", out.budget_spent},
+        {"stopped", out.stopped},
+        {"seconds", seconds},
+        {"winner", out.winner ? nlohmann::json(to_string(out.records[*out.winner].candidate.config))
+                              : nlohmann::json()},
+        {"winner_planner_rank", out.winner ? out.records[*out.winner].candidate.predicted_rank : 0},
+        {"layouts", layouts},
+        {"refit", refit},
+    };
+    std::filesystem::create_directories(dir);
+    write_file_atomic(dir + "/tune.json", j.dump(2) + "\n").throw_if_error("weft tune");
+    const std::string title =
+        fmt::format("weft tune: {} on {} process(es), predicted vs measured step time",
+                    cfg.model.name, world_size);
+    write_file_atomic(dir + "/tune.svg", render_tune_svg(out, title)).throw_if_error("weft tune");
+    std::string md = fmt::format("# {}\n\n{}\n", title, table);
+    if (out.winner) {
+      md += fmt::format("Winner: `{}`\n\n```toml\n{}```\n",
+                        to_string(out.records[*out.winner].candidate.config),
+                        keys_text(out.records[*out.winner].candidate.config));
+    }
+    write_file_atomic(dir + "/tune.md", md).throw_if_error("weft tune");
+    fmt::print("wrote {}/tune.json, tune.md, tune.svg\n", dir);
+  }
+  if (!out.winner) {
+    throw Error(
+        "no layout completed a trial: see each one's error above (a larger --budget-minutes or "
+        "--budget-trials runs more of them)");
+  }
+  const ParallelConfig& best = out.records[*out.winner].candidate.config;
+  say(fmt::format(
+      "\nwinner: {} (the planner's #{}), measured fastest of the last round; paste "
+      "into {}:\n\n{}",
+      short_name(best), out.records[*out.winner].candidate.predicted_rank, o.run, keys_text(best)));
+  if (!o.write.empty() && leader) {
+    write_file_atomic(o.write, set_toml_keys(read_text(o.run), run_config_keys_of(best)))
+        .throw_if_error("cannot write " + o.write);
+    fmt::print("\nwrote {} ({} with the winner's keys)\n", o.write, o.run);
+  }
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "tune", "Find the fastest layout of a run by short real trials of the planner's best picks");
+  auto o = std::make_shared<TuneOptions>();
+  cmd->add_option("run", o->run, "run config (TOML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--set", o->overrides, "override a key: section.key=value");
+  cmd->add_option("--cluster", o->cluster, "cluster preset the planner prices with")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--budget-minutes", o->budget_minutes,
+                  "wall minutes of trials (default 4 when no --budget-trials)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--budget-trials", o->budget_trials, "trials at most")->check(kPositive);
+  cmd->add_option("--top", o->top, "the best-predicted layouts the first round runs")
+      ->check(kPositive);
+  cmd->add_option("--warmup", o->warmup, "untimed steps of each trial")->check(kNonNegative);
+  cmd->add_option("--steps", o->steps, "timed steps of the first round's trials")->check(kPositive);
+  cmd->add_option("--out", o->out,
+                  "directory of tune.json, tune.md, tune.svg (default: "
+                  "<run.out_dir>/tune)");
+  cmd->add_option("--write", o->write, "write RUN.toml with the winner's keys to this file");
+  cmd->add_flag("--grid", o->grid,
+                "run every one of the --top layouts once, at the halving's final trial length "
+                "(the baseline the halving saves trials against)");
+  cmd->add_option("--calibrate-out", o->calibrate_out,
+                  "write the preset refitted from the trials to this file");
+  cmd->add_flag("--update-calibration", o->update_calibration,
+                "rewrite --cluster's preset with the refit");
+  cmd->callback([o] { run_tune(*o); });
+}
+
+}  // namespace weft::cli
