@@ -2,6 +2,7 @@
 // nodes; on Frontier tp stays inside a node; a full search over >= 10,000 candidates is fast.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,6 +95,29 @@ TEST(Search, InfeasibleCandidatesAreCountedByReason) {
   }
   EXPECT_TRUE(memory);
   EXPECT_NE(format_infeasible(r, 3).find("e.g. "), std::string::npos);
+}
+
+TEST(Search, ReasonsKeepTheDigitsOfNamesAndMaskOnlyNumbers) {
+  // this-machine has only an fp32 rate: every candidate of a bf16-mixed job is infeasible for
+  // one reason, whose "bf16" must not become "bf1#" (issue 16).
+  const Cluster c = load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  Job job = gpt175b(2, 4);
+  job.model.n_layer = 2;
+  job.model.n_head = 3;  // tp=2 also fails divisibility: "n_head=# is not divisible by tp=#"
+  const SearchResult r = search(c, job);
+  ASSERT_TRUE(r.ranked.empty());
+  std::vector<std::string> reasons;
+  for (const auto& [reason, count] : r.reason_counts) reasons.push_back(reason);
+  EXPECT_NE(std::find(reasons.begin(), reasons.end(),
+                      "cluster this-machine gives no peak rate for bf16-mixed (its [peak_tflops] "
+                      "lacks bf16 and fp16)"),
+            reasons.end())
+      << fmt::format("{}", fmt::join(reasons, "\n"));
+  bool numbers_masked = false;
+  for (const std::string& reason : reasons) {
+    numbers_masked = numbers_masked || reason.find("is not divisible by tp=#") != std::string::npos;
+  }
+  EXPECT_TRUE(numbers_masked) << fmt::format("{}", fmt::join(reasons, "\n"));
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // weft plan: rank the feasible parallel configurations of a training job on a cluster by
 // predicted throughput (docs/planner.md), or, with --check, the gate a launcher runs before
-// mpirun: does RUN.toml's layout fit in memory, is its schedule deadlock-free, how long is a step.
+// mpirun: does RUN.toml's layout fit in memory, is its schedule deadlock-free, how long is a step;
+// with --scaling weak|strong --gpus 128,256,..., a scaling study (planner/scaling.h): per-device
+// throughput and scaling efficiency at each size, as a table and an SVG chart.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -11,10 +13,14 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/job_options.h"
 #include "weft/cli/launch_check.h"
+#include "weft/core/pending_file.h"
 #include "weft/core/status.h"
 #include "weft/model/gpt_config.h"
 #include "weft/planner/report.h"
+#include "weft/planner/scaling.h"
 #include "weft/planner/search.h"
+#include "weft/planner/stage_costs.h"
+#include "weft/runtime/plot.h"
 #include "weft/runtime/run_config.h"
 #include "weft/schedule/schedule.h"
 
@@ -27,16 +33,87 @@ struct PlanOptions {
   std::string check;  // RUN.toml
   int world = 0;
   std::vector<std::string> overrides;
+  std::vector<int> gpus;  // --gpus: one size, or the sizes of a --scaling study
+  std::string scaling;    // weak | strong
+  std::string config;     // --config for --scaling: the layout held fixed
+  std::string svg = "scaling.svg";
 };
+
+// One error before any search, instead of every candidate infeasible for the same reason: a
+// preset without a peak rate for the job's number format says what to change.
+void check_peak(const planner::Cluster& cluster, const planner::Job& job,
+                const std::string& cluster_path) {
+  using namespace planner;
+  if (compute_peak(cluster, job.precision) > 0) return;
+  std::string has;
+  for (NumberFormat f :
+       {NumberFormat::BF16, NumberFormat::FP16, NumberFormat::TF32, NumberFormat::FP32}) {
+    if (cluster.peak(f) > 0)
+      has += fmt::format("{}{}", has.empty() ? "" : ", ", number_format_name(f));
+  }
+  const bool fp32 = job.precision == Precision::FP32;
+  throw Error(fmt::format(
+      "cluster {} ({}) has no peak rate for --precision {}: its [peak_tflops] gives only {}.\n"
+      "  Either plan in a precision it has ({}), or add {} = <TFLOP/s per device> to "
+      "[peak_tflops] in {}",
+      cluster.name, cluster_path, precision_name(job.precision), has,
+      cluster.peak(NumberFormat::FP32) > 0 ? "--precision fp32: weft's CPU trainer computes in fp32"
+                                           : "--precision bf16-mixed",
+      fp32 ? "fp32" : "bf16 (or fp16)", cluster_path));
+}
+
+void check_size(const planner::Cluster& cluster, int gpus) {
+  if (cluster.max_nodes > 0 && gpus > cluster.max_nodes * cluster.devices_per_node) {
+    throw Error(fmt::format("{} has at most {} devices ({} nodes of {}), asked for {}",
+                            cluster.name, cluster.max_nodes * cluster.devices_per_node,
+                            cluster.max_nodes, cluster.devices_per_node, gpus));
+  }
+}
+
+void run_scaling(const PlanOptions& o) {
+  using namespace planner;
+  const ScalingMode mode = parse_scaling_mode(o.scaling).value_or_throw("--scaling");
+  const auto [cluster, job] = load_job(o.job, "weft plan --scaling weak|strong --gpus N1,N2,...");
+  check_peak(cluster, job, o.job.cluster);
+  for (int n : o.gpus) check_size(cluster, n);
+  std::optional<ParallelConfig> fixed;
+  if (!o.config.empty()) {
+    fixed = parse_parallel_config(o.config, o.gpus.front())
+                .value_or_throw(fmt::format("--config {}", o.config));
+  }
+  Options model;
+  model.pp_scatter_gather = o.job.scatter_gather;
+  const ScalingStudy study = scaling_study(cluster, job, mode, o.gpus, fixed, SearchSpace{}, model);
+  fmt::print("{}", format_scaling(study, cluster, job));
+  if (o.svg.empty()) return;
+  runtime::Series efficiency{.label = "scaling efficiency (tokens/s per device)",
+                             .color = "#1f77b4",
+                             .points = {},
+                             .markers = true};
+  runtime::Series mfu{.label = "MFU", .color = "#d62728", .points = {}, .markers = true};
+  runtime::Series ideal{.label = "ideal", .color = "#999999", .points = {}};
+  for (const ScalingPoint& p : study.points) {
+    if (!p.feasible) continue;
+    efficiency.points.emplace_back(p.devices, 100 * p.efficiency);
+    mfu.points.emplace_back(p.devices, 100 * p.best.mfu);
+  }
+  if (!efficiency.points.empty()) {
+    ideal.points = {{efficiency.points.front().first, 100}, {efficiency.points.back().first, 100}};
+  }
+  const std::string title = fmt::format("{} scaling: {} on {} ({}), global batch {} at {} devices",
+                                        scaling_mode_name(mode), job.model.name, cluster.device,
+                                        cluster.name, job.global_batch, o.gpus.front());
+  write_file_atomic(o.svg, runtime::render_line_chart({efficiency, mfu, ideal}, title, "devices",
+                                                      "% (efficiency: of the first size)"))
+      .throw_if_error(fmt::format("cannot write the SVG to '{}'", o.svg));
+  fmt::print("svg {}\n", o.svg);
+}
 
 void run_search(const PlanOptions& o) {
   using namespace planner;
   const auto [cluster, job] = load_job(o.job, "weft plan (or --check RUN.toml --world N)");
-  if (cluster.max_nodes > 0 && o.job.gpus > cluster.max_nodes * cluster.devices_per_node) {
-    throw Error(fmt::format("{} has at most {} devices ({} nodes of {}), asked for {}",
-                            cluster.name, cluster.max_nodes * cluster.devices_per_node,
-                            cluster.max_nodes, cluster.devices_per_node, o.job.gpus));
-  }
+  check_peak(cluster, job, o.job.cluster);
+  check_size(cluster, o.job.gpus);
   Options model;
   model.pp_scatter_gather = o.job.scatter_gather;
   const SearchResult r = search(cluster, job, SearchSpace{}, o.top, model);
@@ -95,6 +172,17 @@ void add_plan_command(CLI::App& app) {
       "plan", "Rank parallel configurations by predicted throughput; --check a run before launch");
   auto o = std::make_shared<PlanOptions>();
   add_job_options(cmd, o->job);
+  // --gpus takes a list here: the sizes of a --scaling study (one size otherwise).
+  cmd->remove_option(cmd->get_option("--gpus"));
+  cmd->add_option("--gpus", o->gpus, "devices to use; with --scaling the sizes: 128,256,512")
+      ->delimiter(',');
+  cmd->add_option("--scaling", o->scaling,
+                  "weak (global batch grows with --gpus) | strong (it stays): a scaling study");
+  cmd->add_option(
+      "--config", o->config,
+      "with --scaling: hold this layout (tp=8,pp=4,...; dp grows) instead of searching");
+  cmd->add_option("--svg", o->svg, "with --scaling: the chart to write (empty: none)")
+      ->capture_default_str();
   cmd->add_option("--top", o->top, "rows to print")->capture_default_str();
   cmd->add_option("--infeasible", o->infeasible, "infeasible examples to print")
       ->capture_default_str();
@@ -103,6 +191,15 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--world", o->world, "processes the run will have (with --check)");
   cmd->add_option("--set", o->overrides, "override a RUN.toml key (with --check)");
   cmd->callback([o, cmd] {
+    if (!o->gpus.empty()) o->job.gpus = o->gpus.front();
+    if (!o->scaling.empty()) {
+      run_scaling(*o);
+      return;
+    }
+    if (o->gpus.size() > 1) {
+      throw Error("--gpus takes one size without --scaling (a list is for --scaling weak|strong)");
+    }
+    if (!o->config.empty()) throw Error("--config goes with --scaling (weft simulate prices one)");
     if (!o->check.empty()) {
       if (o->world <= 0) throw Error("--check needs --world N (the processes mpirun will start)");
       PlanOptions c = *o;

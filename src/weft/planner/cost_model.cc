@@ -21,11 +21,11 @@ double gemm_time(const Cluster& c, double peak, int64_t M, int64_t N, int64_t K,
   if (M <= 0 || N <= 0 || K <= 0 || batch <= 0) return 0;
   const double flops = 2.0 * M * N * K * batch;
   const double rate = peak * c.gemm.efficiency * gemm_shape_efficiency(c.gemm, M, N, K, batch);
-  return std::max(c.gemm.min_time, flops / rate);
+  return c.compute_scale * std::max(c.gemm.min_time, flops / rate);
 }
 
 double memory_time(const Cluster& c, double bytes) {
-  return bytes / (c.memory_bandwidth * c.memory_efficiency);
+  return c.compute_scale * bytes / (c.memory_bandwidth * c.memory_efficiency);
 }
 
 std::string_view span_name(Span s) {

@@ -20,6 +20,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kGB = 1e9;  // link and memory bandwidths are quoted in decimal GB/s
 constexpr double kTera = 1e12;
 constexpr double kMicro = 1e-6;
+constexpr double kMilli = 1e-3;
 
 constexpr std::array<std::pair<NumberFormat, std::string_view>, 4> kFormats = {{
     {NumberFormat::BF16, "bf16"},
@@ -175,6 +176,10 @@ Status validate(const Cluster& c) {
   if (c.gemm.k_half < 0) s.add(fmt::format("gemm.k_half={} must be >= 0", c.gemm.k_half));
   if (c.gemm.min_time < 0) s.add("gemm.min_time_us must be >= 0");
   if (c.devices_per_node > 1) positive("link.node.bandwidth_gbps", c.node.bandwidth);
+  positive("calibration.compute_scale", c.compute_scale);
+  if (!(c.step_overhead >= 0)) {
+    s.add(fmt::format("calibration.step_overhead_ms={} must be >= 0", c.step_overhead / kMilli));
+  }
   positive("link.network.bandwidth_gbps", c.network.bandwidth);
   return s;
 }
@@ -190,7 +195,8 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
   Status s;
   Cluster c;
   {
-    const std::vector<std::string> tables = {"cluster", "memory", "peak_tflops", "gemm", "link"};
+    const std::vector<std::string> tables = {"cluster", "memory", "peak_tflops",
+                                             "gemm",    "link",   "calibration"};
     for (const auto& [key, node] : root) {
       const std::string k(key.str());
       if (std::find(tables.begin(), tables.end(), k) == tables.end()) {
@@ -249,6 +255,14 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     c.node = read_link(links, "node", false, s);
     c.network = read_link(links, "network", true, s);
   }
+  {
+    // Optional: only a preset refitted from measured steps has it.
+    TableReader r(root["calibration"].as_table(), "calibration", s);
+    c.compute_scale = r.number("compute_scale", 1, false);
+    c.step_overhead = r.number("step_overhead_ms", 0, false) * kMilli;
+    c.calibration_note = r.text("note", "", false);
+    r.report_unknown();
+  }
   if (s.ok()) s.merge(validate(c));
   if (!s.ok()) return s.prefixed(origin);
   return c;
@@ -288,6 +302,11 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
   link("package", c.package);
   link("node", c.node);
   link("network", c.network);
+  if (c.compute_scale != 1 || c.step_overhead != 0 || !c.calibration_note.empty()) {
+    out += fmt::format(
+        "\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\nnote = \"{}\"\n",
+        c.compute_scale, c.step_overhead / kMilli, c.calibration_note);
+  }
   return out;
 }
 

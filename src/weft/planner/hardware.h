@@ -56,6 +56,16 @@ struct Cluster {
   Link package;  // between the devices of one package (absent: use `node`)
   Link node;     // between devices of one node (NVLink/NVSwitch, Infinity Fabric, shared memory)
   Link network;  // across nodes, per device (its share of the node's NICs)
+  // [calibration]: step-level factors refitted from real training steps (weft tune,
+  // planner/calibration_fit.h) on top of the kernel and link constants above, which stay what
+  // the spec sheet or `weft calibrate` says. compute_scale multiplies every kernel's time (GEMMs
+  // and memory-bound kernels, the optimizer step included); step_overhead is added to each step
+  // (the optimizer step of every pipeline rank): what a real step spends outside the kernels the
+  // planner prices (the framework's own work, synchronization, allocator). `note` says what was
+  // refitted, from which trials.
+  double compute_scale = 1;  // > 0
+  double step_overhead = 0;  // s per step, >= 0
+  std::string calibration_note;
 
   double peak(NumberFormat f) const;  // 0 when the device has no such rate
   double usable_memory() const { return memory_bytes - reserved_bytes; }

@@ -15,22 +15,25 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-// "needs 93.2 GiB per device, has 80 (76.0 usable)" -> "needs # GiB per device, has # (# usable)";
-// digits inside a word ("1f1b", "zb-h1") stay.
+// "needs 93.2 GiB per device, has 80 (76.0 usable)" -> "needs # GiB per device, has # (# usable)":
+// only standalone numbers go; digits that are part of a name ("bf16", "fp16", "1f1b", "zb-h1",
+// "tf32") stay, whether the name starts or ends with them.
 std::string reason_kind(const std::string& reason) {
   auto is_digit = [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; };
-  auto is_word = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) || ch == '-'; };
+  auto is_alpha = [](char ch) { return std::isalpha(static_cast<unsigned char>(ch)) != 0; };
   std::string out;
   size_t i = 0;
   while (i < reason.size()) {
-    if (!is_digit(reason[i]) || (i > 0 && is_word(reason[i - 1]))) {
+    if (!is_digit(reason[i])) {
       out += reason[i++];
       continue;
     }
     size_t end = i;
     while (end < reason.size() && (is_digit(reason[end]) || reason[end] == '.')) ++end;
-    if (end < reason.size() && std::isalpha(static_cast<unsigned char>(reason[end]))) {
-      out.append(reason, i, end - i);  // part of a word
+    const bool in_name = (i > 0 && (is_alpha(reason[i - 1]) || reason[i - 1] == '-')) ||
+                         (end < reason.size() && is_alpha(reason[end]));
+    if (in_name) {
+      out.append(reason, i, end - i);
     } else {
       out += '#';
     }

@@ -122,7 +122,9 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
     costs.reduce_grads = std::max(dp_chunk - backward * (1 - 1 / layers), dp_chunk / layers);
   }
   const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
-  costs.optimizer_step = memory_time(cl, shard * optimizer_bytes_per_param(job.precision));
+  // The calibration's per-step overhead (hardware.h) runs where every rank's step ends.
+  costs.optimizer_step =
+      memory_time(cl, shard * optimizer_bytes_per_param(job.precision)) + cl.step_overhead;
 
   if (options.bound_only) {
     // Each rank runs m forwards and backwards of each of its vp stages, their reductions and the
