@@ -6,6 +6,8 @@
 # GPT-2 124M, B=2 per microbatch, T=256, 4 microbatches (per replica). Layouts with 4 ranks oversubscribe the
 # 2 cores: their memory is compared, their time is not (the preset models one core per rank).
 # Writes bench/results/planner-cpu-<stamp>.{json,md}.
+# ONLY=REGEX runs only the layouts whose name matches (bash regex), e.g. the data-parallel ZeRO
+# rows alone after a memory-model change: ONLY='^dp2-zero[123]$' bench/planner/cpu_validation.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
@@ -34,6 +36,7 @@ layouts=(
 : >"$out_json"
 for l in "${layouts[@]}"; do
   IFS='|' read -r name ranks dp flags config <<<"$l"
+  if [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]]; then continue; fi
   echo "== $name" >&2
   # shellcheck disable=SC2086
   run=$(OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" bench step --model "$model" \
