@@ -275,6 +275,15 @@ Result<Cluster> load_cluster(const std::string& path) {
 }
 
 std::string to_toml(const Cluster& c, const std::string& header_comment) {
+  // A TOML basic string's escapes: a note or description with a quote reads back unchanged.
+  auto quoted = [](const std::string& text) {
+    std::string q = "\"";
+    for (char ch : text) {
+      if (ch == '"' || ch == '\\') q += '\\';
+      q += ch;
+    }
+    return q + '"';
+  };
   std::string out = header_comment;
   auto link = [&](const char* name, const Link& l) {
     if (!l.present()) return;
@@ -282,9 +291,10 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
                        l.bandwidth / kGB, l.latency / kMicro);
   };
   out += fmt::format(
-      "[cluster]\nname = \"{}\"\ndescription = \"{}\"\ndevice = \"{}\"\ndevices_per_node = {}\n"
+      "[cluster]\nname = {}\ndescription = {}\ndevice = {}\ndevices_per_node = {}\n"
       "devices_per_package = {}\nmax_nodes = {}\n",
-      c.name, c.description, c.device, c.devices_per_node, c.devices_per_package, c.max_nodes);
+      quoted(c.name), quoted(c.description), quoted(c.device), c.devices_per_node,
+      c.devices_per_package, c.max_nodes);
   out += fmt::format(
       "\n[memory]\ncapacity_gib = {:.6g}\nreserved_gib = {:.6g}\nbandwidth_gbps = {:.6g}\n"
       "efficiency = {:.4g}\n",
@@ -304,8 +314,8 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
   link("network", c.network);
   if (c.compute_scale != 1 || c.step_overhead != 0 || !c.calibration_note.empty()) {
     out += fmt::format(
-        "\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\nnote = \"{}\"\n",
-        c.compute_scale, c.step_overhead / kMilli, c.calibration_note);
+        "\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\nnote = {}\n",
+        c.compute_scale, c.step_overhead / kMilli, quoted(c.calibration_note));
   }
   return out;
 }
