@@ -263,10 +263,8 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
-void run_tune(const TuneOptions& o) {
+void run_tune(const TuneOptions& o, comm::Communicator* world) {
   using namespace planner;
-  const JobWorld processes;
-  comm::Communicator* world = processes.world();
   const int world_size = world ? world->size() : 1;
   const bool leader = !world || world->rank() == 0;
   const auto say = [&](const std::string& s) {
@@ -550,7 +548,17 @@ void add_tune_command(CLI::App& app) {
                   "write the preset refitted from the trials to this file");
   cmd->add_flag("--update-calibration", o->update_calibration,
                 "rewrite --cluster's preset with the refit");
-  cmd->callback([o] { run_tune(*o); });
+  cmd->callback([o] {
+    const JobWorld processes;
+    try {
+      run_tune(*o, processes.world());
+    } catch (const Error&) {
+      // Every rank reaches the same verdict (the checks before the trials read the same files;
+      // the search's decisions are reduced): rank 0 says it once.
+      if (processes.world() != nullptr && processes.world()->rank() != 0) throw ExitQuietly{1};
+      throw;
+    }
+  });
 }
 
 }  // namespace weft::cli

@@ -1,0 +1,107 @@
+// `mpirun -n 2 weft tune` end to end on the tiny model and a synthetic dataset: the trials run,
+// the table, tune.json and the winner's keys agree, the winner is the measured fastest of the
+// last round, and --write gives a run config `weft plan --check` accepts. Bad input fails before
+// any trial with one message that says what to change.
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <limits>
+#include <string>
+
+#include "support/cli_fixture.h"
+
+namespace weft {
+namespace {
+
+using test::read_text;
+using test::weft;
+using test::weft_command;
+
+class CliTuneTest : public test::CliFixture {
+ protected:
+  std::string write_run() {
+    const std::string path = dir_ + "/run.toml";
+    std::ofstream(path) << "[model]\nconfig = \"" WEFT_SOURCE_DIR "/configs/models/tiny.toml\"\n"
+                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
+                        << "tokenizer = \"none\"\n"
+                        << "[train]\nmicro_batch = 4  # kept comment\nglobal_batch = 4\n"
+                        << "steps = 8\nthreads = 1\n[run]\nout_dir = \"" << dir_ << "/out\"\n";
+    return path;
+  }
+};
+
+TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
+  const std::string run = write_run();
+  const auto r = weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
+                              " --budget-trials 4 --write " + dir_ + "/tuned.toml");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "infeasible");
+  EXPECT_HAS(r.text, "| planner rank | layout |");
+  EXPECT_HAS(r.text, "**winner**");
+  EXPECT_HAS(r.text, "refit: the planner's step time error");
+  EXPECT_HAS(r.text, "[parallel]\ntp = ");
+  EXPECT_HAS(r.text, "[train]\nmicro_batch = ");
+
+  const auto j = nlohmann::json::parse(read_text(dir_ + "/out/tune/tune.json"));
+  EXPECT_LE(j["trials"].get<int>(), 4);
+  EXPECT_GE(j["trials"].get<int>(), 1);
+  EXPECT_EQ(j["world"], 2);
+  EXPECT_GT(j["infeasible"].get<int>(), 0);
+  ASSERT_TRUE(j["winner"].is_string()) << j.dump(2);
+  // The winner is the fastest latest measurement among the layouts of the last round, and it was
+  // measured (never one the planner ranked infeasible: only feasible ones are tried).
+  double fastest = std::numeric_limits<double>::infinity();
+  std::string fastest_layout, winner_short;
+  int last_round = 0;
+  for (const auto& l : j["layouts"]) last_round = std::max(last_round, l["last_round"].get<int>());
+  for (const auto& l : j["layouts"]) {
+    if (l["last_round"].get<int>() != last_round || l["measured_ms"].is_null()) continue;
+    if (l["measured_ms"].get<double>() < fastest) {
+      fastest = l["measured_ms"];
+      fastest_layout = l["layout"];
+      winner_short = l["short"];
+    }
+  }
+  EXPECT_EQ(j["winner"], fastest_layout);
+  EXPECT_HAS(r.text, "winner: " + winner_short);
+  EXPECT_HAS(read_text(dir_ + "/out/tune/tune.svg"), "<circle");
+  EXPECT_HAS(read_text(dir_ + "/out/tune/tune.md"), "```toml\n[parallel]");
+
+  // The written config: the run's own keys replaced, its comments kept, and the planner's gate
+  // passes it on 2 processes.
+  const std::string tuned = read_text(dir_ + "/tuned.toml");
+  EXPECT_HAS(tuned, "  # kept comment");
+  EXPECT_HAS(tuned, "[parallel]\ntp = ");
+  const auto check = weft("plan --check " + dir_ + "/tuned.toml --world 2");
+  EXPECT_EQ(check.rc, 0) << check.text;
+  EXPECT_HAS(check.text, "fits in memory   yes");
+}
+
+TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {
+  const std::string run = write_run();
+  auto r = weft("tune " + run + " --budget-minutes 1e-9");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "is too small for one trial");
+  EXPECT_HAS(r.text, "give --budget-minutes");
+  EXPECT_EQ(r.text.find("trial   1"), std::string::npos) << r.text;
+
+  // 3 processes: global batch 4 and tiny's 4 heads and 2 layers leave no layout.
+  r = weft_command(WEFT_MPIRUN " -n 3 " WEFT_BIN " tune " + run);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "no layout of tiny can run on 3 process(es)");
+  EXPECT_HAS(r.text, "change the number of processes");
+
+  std::ofstream(dir_ + "/bf16-only.toml") << [&] {
+    std::string t = read_text(WEFT_SOURCE_DIR "/configs/clusters/this-machine.toml");
+    const auto at = t.find("\nfp32 = ");
+    return t.replace(at, 1, "\nbf16 = 1\n#");
+  }();
+  r = weft("tune " + run + " --cluster " + dir_ + "/bf16-only.toml");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "has no peak rate for fp32");
+  EXPECT_HAS(r.text, "weft calibrate");
+}
+
+}  // namespace
+}  // namespace weft
