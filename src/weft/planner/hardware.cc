@@ -284,7 +284,17 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
     }
     return q + '"';
   };
-  std::string out = header_comment;
+  // The header is comment lines whatever the caller passed: a line without '#' gets "# ", and a
+  // blank line separates it from the tables.
+  std::string out;
+  if (!header_comment.empty()) {
+    std::istringstream in(header_comment);
+    std::string line;
+    while (std::getline(in, line)) {
+      out += (line.empty() || line.starts_with('#') ? line : "# " + line) + "\n";
+    }
+    if (!out.ends_with("\n\n")) out += "\n";
+  }
   auto link = [&](const char* name, const Link& l) {
     if (!l.present()) return;
     out += fmt::format("\n[link.{}]\nbandwidth_gbps = {:.6g}\nlatency_us = {:.6g}\n", name,

@@ -75,7 +75,9 @@ struct Cluster {
 Status validate(const Cluster& c);
 Result<Cluster> parse_cluster(const std::string& toml_text, const std::string& origin);
 Result<Cluster> load_cluster(const std::string& path);
-// The TOML text of a preset (what `weft calibrate` writes); parse_cluster(to_toml(c)) == c.
+// The TOML text of a preset (what `weft calibrate` and `weft tune` write);
+// parse_cluster(to_toml(c)) == c. `header_comment`: text above the tables, each line made a
+// comment ("# " added where it lacks '#').
 std::string to_toml(const Cluster& c, const std::string& header_comment = "");
 
 }  // namespace weft::planner
