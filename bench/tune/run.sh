@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# weft tune benchmark (issue 16): `mpirun -n 4 weft tune` on a small GPT (L=4, C=256, 4 heads,
+# V=4096, T=64, global batch 8) with its default budget, then the grid over the same candidates
+# (`weft tune --grid`: every one of the first round's layouts once, at the halving's final trial
+# length). Figures: the search's wall time (within 5 minutes), its trials and steps against the
+# grid's, whether both found the same winner, whether the search's winner is the fastest the grid
+# measured, and the planner's step-time error before and after the refit.
+#
+# Data: the Austen demo's dataset (data/austen, from scripts/demo.sh) when it is there, else a
+# synthetic llm.c token file of the same vocabulary (the step time does not depend on the tokens).
+# Writes bench/results/tune-<stamp>.{json,md}.
+#
+# Usage: bench/tune/run.sh [RANKS]   (default 4)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source bench/common.sh
+bench_setup tune
+ranks=${1:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+if [ -s data/austen.idx ]; then
+  data=data/austen
+  data_note="the Austen demo's dataset (data/austen, scripts/demo.sh)"
+else
+  data=$work/synthetic.bin
+  data_note="a synthetic llm.c token file (no data/austen: run scripts/demo.sh for the real one)"
+  /usr/bin/python3 - "$data" <<'PY'
+import random, struct, sys
+n = 200_000
+random.seed(1)
+toks = [random.randrange(4096) for _ in range(n)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *toks))
+PY
+fi
+cat >"$work/run.toml" <<EOF
+[model]
+name = "tune-4l"
+n_layer = 4
+n_embd = 256
+n_head = 4
+vocab_size = 4096
+pad_vocab_to = 128
+max_seq_len = 64
+
+[data]
+train = "$data"
+tokenizer = "none"
+
+[train]
+seq_len = 64
+micro_batch = 2
+global_batch = 8
+steps = 100
+threads = 1
+
+[run]
+out_dir = "$work/run"
+EOF
+
+echo "== weft tune (successive halving, default budget) on $ranks ranks" >&2
+start=$(date +%s.%N)
+OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --out "$work/halving" \
+  | tee "$work/halving.log"
+end=$(date +%s.%N)
+echo "== weft tune --grid on $ranks ranks" >&2
+OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --grid \
+  --budget-minutes 30 --out "$work/grid" | tee "$work/grid.log"
+
+/usr/bin/python3 - "$work" "$out_json" "$out_md" "$start" "$end" "$data_note" \
+  "$ranks" <<'PY'
+import json, platform, subprocess, sys, datetime
+work, out_json, out_md, t0, t1, data_note, ranks = sys.argv[1:8]
+wall = float(t1) - float(t0)
+h = json.load(open(f"{work}/halving/tune.json"))
+g = json.load(open(f"{work}/grid/tune.json"))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+grid_fastest = min((l for l in g["layouts"] if l["measured_ms"] is not None),
+                   key=lambda l: l["measured_ms"])
+hw = next(l for l in h["layouts"] if l["layout"] == h["winner"])
+gw_of_h = next((l for l in g["layouts"] if l["layout"] == h["winner"]), None)
+result = {
+    "date": f"{datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC", "commit": commit, "cpu": cpu,
+    "ranks": int(ranks), "data": data_note, "model": h["model"],
+    "halving": {k: h[k] for k in ("candidates", "infeasible", "feasible", "initial", "trials",
+                                  "steps", "rounds", "seconds", "budget_minutes", "budget_spent",
+                                  "winner", "winner_planner_rank", "refit")},
+    "halving_wall_s": float(wall),
+    "grid": {k: g[k] for k in ("initial", "trials", "steps", "seconds", "winner",
+                               "winner_planner_rank")},
+    "same_winner": h["winner"] == g["winner"],
+    "halving_winner_grid_ms": gw_of_h["measured_ms"] if gw_of_h else None,
+    "grid_fastest_ms": grid_fastest["measured_ms"],
+    "halving_layouts": h["layouts"], "grid_layouts": g["layouts"],
+}
+json.dump(result, open(out_json, "w"), indent=2)
+ratio = (result["halving_winner_grid_ms"] / result["grid_fastest_ms"]
+         if result["halving_winner_grid_ms"] else float("nan"))
+refit = h.get("refit") or {}
+md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {ranks} ranks", "",
+      f"- date: {result['date']}; commit {commit}",
+      f"- machine: {cpu}, {platform.platform()}; {ranks} ranks x 1 thread (oversubscribed where "
+      "the machine has fewer cores), shared with other jobs",
+      f"- data: {data_note}",
+      "- `bench/tune/run.sh`: `mpirun -n 4 weft tune RUN.toml` (default budget), then "
+      "`weft tune --grid` over the same first-round layouts at the halving's final trial length",
+      "",
+      "| | layouts tried | trials | steps (warm-up + timed) | wall s | winner | planner rank |",
+      "|---|---:|---:|---:|---:|---|---:|",
+      f"| successive halving | {h['initial']} | {h['trials']} | {h['steps']} | {float(wall):.0f} | "
+      f"`{h['winner']}` | {h['winner_planner_rank']} |",
+      f"| grid | {g['initial']} | {g['trials']} | {g['steps']} | {g['seconds']:.0f} | "
+      f"`{g['winner']}` | {g['winner_planner_rank']} |",
+      "",
+      f"- layouts: {h['candidates']} enumerated, {h['infeasible']} infeasible, {h['feasible']} "
+      "feasible; only feasible ones are tried",
+      f"- halving ended: {'the budget' if h['budget_spent'] else 'one layout left'} "
+      f"({h['budget_minutes']:.3g} minutes budget); the whole command took {float(wall):.0f} s",
+      f"- steps saved by the halving: {g['steps'] - h['steps']} of the grid's {g['steps']} "
+      f"({100 * (1 - h['steps'] / g['steps']):.0f}%)",
+      f"- same winner: {'yes' if result['same_winner'] else 'no'}; the halving's winner measured "
+      f"{ratio:.3f}x the grid's fastest in the grid's own trial",
+      f"- planner step-time error (mean |predicted/measured - 1|) on the halving's layouts: "
+      f"{100 * refit.get('mean_abs_error_before', float('nan')):.1f}% before the refit, "
+      f"{100 * refit.get('mean_abs_error_after', float('nan')):.1f}% after",
+      "", "## The halving's table", "",
+      open(f"{work}/halving/tune.md").read().split("\n", 2)[2],
+      "## The grid's table", "",
+      open(f"{work}/grid/tune.md").read().split("\n", 2)[2]]
+open(out_md, "w").write("\n".join(md) + "\n")
+print("\n".join(md[:20]))
+PY
+echo "wrote $out_json $out_md" >&2
