@@ -99,13 +99,13 @@ bool any_rank(comm::Communicator* world, bool mine) {
 planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
                                comm::Communicator* world, const planner::Job& job,
                                const planner::ParallelConfig& c, int warmup, int steps,
-                               const std::atomic<bool>& stop_flag) {
+                               int64_t baseline, const std::atomic<bool>& stop_flag) {
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = world ? world->rank() : 0;
   planner::TrialResult r;
   r.steps = steps;
   std::vector<double> times;
-  int64_t base = 0, peak = 0;
+  int64_t peak = 0;
   std::string error;
   bool stopped = false;
   {
@@ -115,9 +115,10 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
     std::vector<int32_t> tokens, targets;
     std::unique_ptr<data::Sampler> sampler;
     if (world) world->barrier();
-    malloc_trim(0);  // the last trial's freed memory back to the system: a clean baseline
+    // The last trial's freed memory back to the system, so that it does not count in this one's
+    // peak; the peak then restarts from what is resident now.
+    malloc_trim(0);
     reset_peak_resident();
-    base = current_resident_bytes();
     try {
       const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
@@ -180,7 +181,7 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
       error = agree_message(world, mine);
       if (k >= warmup) times.push_back(dt);
     }
-    peak = peak_resident_bytes() - base;
+    peak = peak_resident_bytes() - baseline;
   }  // torn down
   malloc_trim(0);
   r.stopped = stopped;
@@ -272,6 +273,12 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   };
   const runtime::RunConfig cfg =
       runtime::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  // Memory is measured as `weft bench step` and `weft train` see it in a fresh process: the peak
+  // above what the process held before anything of the run (MPI is up, no dataset, no model).
+  // A baseline taken before each trial instead would leave out what the first trial leaves
+  // resident for the rest (the kernels' threads and their packing buffers, MPI's lazily made
+  // buffers, the dataset's pages): tiny's first trial measured 8.2 MiB, the next ones 0.8.
+  const int64_t baseline = current_resident_bytes();
   const Cluster cluster = load_cluster(o.cluster).value_or_throw("invalid cluster preset");
   if (cluster.peak(NumberFormat::FP32) <= 0) {
     throw Error(fmt::format(
@@ -353,14 +360,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     if (world) world->broadcast(&s, 1, 0);  // rank 0's clock decides for everyone
     return s;
   };
-  // One untimed step of the best-predicted layout first, discarded: the process's one-time
-  // allocations (the kernels' thread pool, MPI's buffers, the dataset's first pages) would
-  // otherwise land on the first trial's memory alone (8.2 MiB on tiny's first trial against
-  // 0.8 MiB on the second, unprimed) and make it incomparable with the others.
-  run_trial(cfg, *dataset, world, job, ranked.front().config, 0, 1, stop_flag);
   int trial_no = 0;
   const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
-    TrialResult r = run_trial(cfg, *dataset, world, job, c.config, warmup, steps, stop_flag);
+    TrialResult r =
+        run_trial(cfg, *dataset, world, job, c.config, warmup, steps, baseline, stop_flag);
     ++trial_no;
     if (r.stopped) {
       say(fmt::format("  trial {:3}  {:<40} stopped\n", trial_no, short_name(c.config)));
