@@ -217,10 +217,16 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   for (int i = 0; i < static_cast<int>(o.records.size()); ++i) {
     if (!o.records[i].trials.empty()) order.push_back(i);
   }
-  // Measured ones by measured step time, then the failed and stopped ones.
+  // The bracket: the layouts that reached the latest round first, each round's by their measured
+  // step time (their latest, longest trial), then the failed and stopped ones. A layout out in
+  // round 1 can show a faster 3-step figure than the winner's 24-step one: the rounds compare
+  // trials of one length.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     const auto *ta = o.records[a].latest(), *tb = o.records[b].latest();
     if (!ta || !tb) return ta != nullptr;
+    if (o.records[a].last_round != o.records[b].last_round) {
+      return o.records[a].last_round > o.records[b].last_round;
+    }
     return ta->step_seconds < tb->step_seconds;
   });
   for (int i : order) {
