@@ -69,7 +69,7 @@ TEST(MemoryEstimate, CountsParamsGradsAndTwoMoments) {
   EXPECT_EQ(m.grads, m.params);
   EXPECT_EQ(m.optimizer, 2 * m.params);
   EXPECT_GT(m.activations, 0);
-  EXPECT_EQ(m.total(), m.params * 4 + m.activations + m.workspace);
+  EXPECT_EQ(m.total(), m.params * 4 + m.activations + m.workspace + m.runtime);
 }
 
 TEST(TensorParallelLayout, ShardsTileEveryTensorExactlyOnce) {

@@ -31,12 +31,12 @@ foreach(zero 0 1 2 3)
   string(JSON measured${zero} GET "${out}" mem_measured_mib)
   string(JSON ratio GET "${out}" mem_measured_over_predicted)
   string(APPEND table "${zero}     ${predicted${zero}}  ${measured${zero}}  ${ratio}\n")
-  # Measured 1.012-1.064 over five runs (2026-12-01). The process holds about 8 MiB the model does
-  # not count at every stage (107% at dp=1, where no ZeRO term enters), hence the asymmetry.
+  # Measured 0.956-0.998 (2026-12-01), since the model counts the process's runtime (oneDNN's
+  # JIT kernels and code pages, 7.5 MiB, model::kDefaultRuntimeBytes; 1.012-1.064 without it).
   # The model this replaced (a reduce-scatter's temporaries fitted as 3 copies of the two largest
   # units, every transient term added as if at once) gave 0.75-0.94 here.
-  if(ratio LESS 0.97 OR ratio GREATER 1.10)
-    message(FATAL_ERROR "${table}zero=${zero}: measured/predicted ${ratio} is outside [0.97, 1.10]")
+  if(ratio LESS 0.90 OR ratio GREATER 1.10)
+    message(FATAL_ERROR "${table}zero=${zero}: measured/predicted ${ratio} is outside [0.90, 1.10]")
   endif()
 endforeach()
 # The stages in the order the model puts them: every pair it predicts at least 10 MiB apart must

@@ -165,9 +165,12 @@ void run_bench_step(const BenchOptions& o) {
   // (a loaded step read 38% of an idle ceiling; an idle step 160% of a loaded one). The ranks'
   // rates add up: sum their FLOPs, keep the slowest rank's time.
   std::vector<runtime::GemmCeiling> ceilings;
+  int64_t peak = 0;  // the steps' peak resident memory, the ceilings' bursts set aside
   auto measure_ceiling = [&] {
     if (world) world->barrier();
+    peak = std::max(peak, peak_resident_bytes());
     runtime::GemmCeiling c = meter.measure(2);
+    forget_burst();
     if (world) {
       world->all_reduce(&c.flops, 1);
       world->all_reduce(&c.seconds, 1, comm::ReduceOp::Max);
@@ -222,7 +225,8 @@ void run_bench_step(const BenchOptions& o) {
   }
   const double bubble_simulated = schedule::simulate(sched, costs).bubble_fraction;
   // Per rank: measured peak RSS above the start, over its prediction; the job's worst rank.
-  int64_t measured = peak_resident_bytes() - rss_before, predicted_total = predicted.total();
+  int64_t measured = std::max(peak, peak_resident_bytes()) - rss_before,
+          predicted_total = predicted.total();
   // Data parallelism: the gradient reductions' time left exposed (waited for) per step, against
   // the same reductions run alone: the rest was hidden under backward. Rank 0's view.
   double exposed = 0, alone = 0;
@@ -359,9 +363,9 @@ void run_bench_step(const BenchOptions& o) {
   }
   fmt::print(
       "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
-      "activations {:.1f} + workspace {:.1f}\n",
+      "activations {:.1f} + workspace {:.1f} + runtime {:.1f}\n",
       mib(predicted.total()), mib(predicted.params), mib(predicted.grads), mib(predicted.optimizer),
-      mib(predicted.activations), mib(predicted.workspace));
+      mib(predicted.activations), mib(predicted.workspace), mib(predicted.runtime));
   fmt::print(
       "                measured  {:.1f} MiB (peak RSS above the {:.1f} MiB before the model)"
       " -> {:.1f}% of predicted{}\n",

@@ -1,5 +1,9 @@
 #include "weft/core/memory_usage.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <fstream>
 #include <string>
@@ -53,6 +57,13 @@ bool reset_peak_resident() {
   f << "5";
   f.flush();
   return static_cast<bool>(f);
+}
+
+bool forget_burst() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return reset_peak_resident();
 }
 
 }  // namespace weft

@@ -158,10 +158,52 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 
 }  // namespace
 
+int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b) {
+  if (!trans_b || K <= 128 || M <= 384) return 0;
+  return kFloat * (std::min<int64_t>(M, 512) + std::min<int64_t>(N, 9984)) *
+         std::min<int64_t>(K, 384);
+}
+
+int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, int threads,
+                              const StageSpec& stage) {
+  // kernels/cpu/gemm.cc's split: one dnnl_sgemm per thread along C's longer side, in slabs of a
+  // multiple of 16, when the GEMM has at least 2^24 flops and 128 rows or columns per thread.
+  constexpr double kMinSplitFlops = double{1 << 24};
+  constexpr int64_t kMinSlab = 128;
+  const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
+  std::vector<int64_t> most(std::max(1, threads), 0);  // per thread: its largest buffer
+  auto forward = [&](int64_t out, int64_t in) {        // x[N, in] W^T -> [N, out]
+    const int64_t extent = std::max(N, out);
+    if (threads == 1 || 2.0 * N * out * in < kMinSplitFlops || extent < kMinSlab * threads) {
+      most[0] = std::max(most[0], gemm_packing_bytes(N, out, in, true));
+      return;
+    }
+    const int64_t units = (extent + 15) / 16;
+    for (int i = 0; i < threads; ++i) {
+      const int64_t slab = std::min(extent, units * (i + 1) / threads * 16) -
+                           std::min(extent, units * i / threads * 16);
+      if (slab <= 0) continue;
+      const int64_t bytes = N >= out ? gemm_packing_bytes(slab, out, in, true)
+                                     : gemm_packing_bytes(N, slab, in, true);
+      most[i] = std::max(most[i], bytes);
+    }
+  };
+  if (stage.end_layer(cfg) > stage.first_layer) {
+    forward(3 * C / t, C);  // attn.qkv
+    forward(C, C / t);      // attn.proj
+    forward(4 * C / t, C);  // mlp.fc
+    forward(C, 4 * C / t);  // mlp.proj
+  }
+  if (stage.head) forward(cfg.padded_vocab() / t, C);  // lm_head
+  int64_t total = 0;
+  for (const int64_t bytes : most) total += bytes;
+  return total;
+}
+
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
-                                    ZeroSharding zero) {
+                                    ZeroSharding zero, int64_t runtime_bytes) {
   const int64_t f = sizeof(float), N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   const bool sp = tp.sequence_parallel && t > 1;
   const int64_t boundary = (sp ? N / t : N) * C;  // a stage's input or output, [Ns, C]
@@ -171,6 +213,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   // chunk's reductions may run on into the next chunk's.
   Moment transient;
   std::map<int64_t, int> heap;  // heap temporaries: bytes -> at most in flight
+  int64_t packing = 0;          // the GEMM packing buffers: the chunks run on the same threads
   for (const ChunkMemory& c : chunks) {
     const ParamLayout layout =
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
@@ -183,6 +226,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     }
     m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).total() * f;
     m.workspace += gpt_grad_workspace_layout(cfg, B, T, tp).total() * f;
+    packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
     if (c.sends_grads) m.workspace += int64_t{microbatches} * boundary * f;
     if (deferred_weight_grads) {
       // dout of qkv [N,3C/t], attn.proj [N,C], mlp.fc [N,4C/t], mlp.proj [N,C] per layer, and
@@ -198,6 +242,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   if (pipelined && t > 1 && !sp) m.workspace += N / t * C * f;  // scatter/gather receive buffer
   m.workspace += int64_t{threads} * T * T * f;  // attention backward: a T x T block per thread
+  m.runtime = runtime_bytes + packing;
   return m;
 }
 

@@ -20,10 +20,36 @@ struct ZeroSharding {
   int dp = 1;
 };
 
+// `runtime`: what the process holds for running any model at all, not for this one's tensors: the
+// GEMM library's generated and loaded code and its operand-packing buffers (see below).
 struct MemoryEstimate {
-  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;  // bytes
-  int64_t total() const { return params + grads + optimizer + activations + workspace; }
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  // B
+  int64_t total() const { return params + grads + optimizer + activations + workspace + runtime; }
 };
+
+// What a training process holds once it runs its first step beyond its model's buffers, measured on
+// this machine (oneDNN 2.6, AVX-512, x86-64; /proc/self/smaps at the memory baseline and after the
+// run, `weft bench step` and 1- and 4-rank `weft train`, models from C=32 to C=384): oneDNN's
+// JIT-generated GEMM kernels (3,456 KiB of anonymous executable pages), the pages of code the run
+// touches first (libdnnl 2,560-2,856 KiB, weft 330-530, libm 80-176) and the trainer's own small
+// heap blocks (metrics, sampler, messages: 450-700 KiB). The same for every model and thread count;
+// another CPU or oneDNN build JITs other kernels, so a cluster preset may give its own.
+constexpr int64_t kDefaultRuntimeBytes = int64_t{7680} << 10;  // 7.5 MiB
+
+// The pages of operand-packing buffer oneDNN's sgemm (2.6, AVX-512) touches in one single-threaded
+// call C[M,N] = op(A)[M,K] op(B)[K,N], measured as VmHWM's rise over a first dnnl_sgemm call: with
+// B transposed (a linear layer's forward, x W^T), K > 128 and M > 384 it packs blocks of A (at most
+// 512 rows) and B (at most 9,984 columns), each at most 384 deep: 4 (min(M, 512) + min(N, 9984))
+// min(K, 384) bytes, 2-7% above the measured rise for M 416-2048, N 256-8192, K 256-768 (the
+// buffer's last pages stay untouched); every other call touches at most 270 KiB, counted as 0.
+int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b);
+
+// The packing buffers of the forward GEMMs of `stage` on `threads` threads, as they stay resident:
+// kernels::sgemm splits a large GEMM into one slab per thread (kernels/cpu/gemm.cc), each thread
+// mallocs in its own glibc arena, and a freed buffer's pages stay in that arena, so the process
+// holds, per thread, the largest buffer that thread ever packed.
+int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, int threads,
+                              const StageSpec& stage);
 
 MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
                                         int threads, TpShape tp = {});
@@ -50,9 +76,11 @@ struct ChunkMemory {
 // head until the embedding's reduction), stage 3's gathered units, and the reductions in flight's
 // MPI temporaries on the busiest rank (all-reduce: 1/dp of the unit; reduce-scatter: two copies,
 // one at dp = 2), those below glibc's mmap ceiling (32 MiB) kept on the heap for the whole step.
+// Under `runtime`: `runtime_bytes` and the largest chunk's resident GEMM packing buffers.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
-                                    ZeroSharding zero = {});
+                                    ZeroSharding zero = {},
+                                    int64_t runtime_bytes = kDefaultRuntimeBytes);
 
 }  // namespace weft::model

@@ -66,7 +66,7 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
       mem.grads = static_cast<double>(w.grads);
       mem.optimizer = static_cast<double>(w.optimizer);
       mem.activations = static_cast<double>(w.activations);
-      mem.buffers = static_cast<double>(w.workspace);
+      mem.buffers = static_cast<double>(w.workspace + w.runtime);
       if (mem.total() > best.total()) best = mem;
     }
     return best;

@@ -93,10 +93,12 @@ Trainer::~Trainer() = default;
 // Every rank's peak resident memory above its start against what model::estimate_rank_memory
 // predicts for its chunks, on rank 0's progress output.
 void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
-                            comm::Communicator* world, int64_t rss_before) const {
+                            comm::Communicator* world, int64_t rss_before,
+                            int64_t peak_before_bursts) const {
   // With a device: its memory (the host holds only the state's copy for checkpoints).
+  const int64_t peak = std::max(peak_resident_bytes(), peak_before_bursts);
   const double mine[2] = {device_ ? static_cast<double>(options_.device->allocated_bytes())
-                                  : static_cast<double>(peak_resident_bytes() - rss_before),
+                                  : static_cast<double>(peak - rss_before),
                           device_ ? static_cast<double>(device_predicted_bytes_)
                                   : static_cast<double>(runner_->predicted_memory().total())};
   const int n = world != nullptr ? world->size() : 1;
@@ -344,12 +346,17 @@ Result<TrainResult> Trainer::run() {
   // Measured at the start and again at every validation, when the run pauses anyway (on rank 0,
   // which writes the metrics): the MFU against the ceiling compares the step with the machine as
   // it is at that moment, however the load on a shared host drifts (docs/training.md).
+  // The ceiling's operands and oneDNN's packing buffers for them (rank 0 only) are not training's
+  // memory: the peak before each measurement is kept, and the measurement's burst forgotten.
+  int64_t peak_before_ceilings = 0;
   auto measure_ceiling = [&](bool fresh) {
     if (device_) return device_gemm_ceiling(*device, cfg_.model, b, T);
+    peak_before_ceilings = std::max(peak_before_ceilings, peak_resident_bytes());
     const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T),
                                                      3, kernels::matmul_precision())
                                     .rate()
                               : cached_gemm_ceiling(cfg_.model, b, T);
+    forget_burst();
     return mine * concurrent_ranks(world_size, kernels::num_threads());
   };
   double ceiling = 0;
@@ -498,7 +505,7 @@ Result<TrainResult> Trainer::run() {
     }
   }
   progress.finish();
-  report_memory(progress, topo, world, rss_before);
+  report_memory(progress, topo, world, rss_before, peak_before_ceilings);
   to_host();          // model() and optimizer() show the state the run ended with
   if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;

@@ -100,7 +100,7 @@ class Trainer {
 
  private:
   void report_memory(Progress& progress, const parallel::Topology& topo, comm::Communicator* world,
-                     int64_t rss_before) const;
+                     int64_t rss_before, int64_t peak_before_bursts) const;
 
   RunConfig cfg_;
   const data::TokenDataset* dataset_;

@@ -1,0 +1,53 @@
+// The runtime part of model::estimate_rank_memory (issue #16): oneDNN's operand-packing buffers
+// against the pages measured on this machine, and the split of a GEMM over threads.
+
+#include <gtest/gtest.h>
+
+#include "weft/model/memory.h"
+
+namespace weft::model {
+namespace {
+
+// VmHWM's rise over a first single-threaded dnnl_sgemm(N, T, M, N, K) in a fresh process
+// (oneDNN 2.6, AVX-512, 2026-12-01), KiB: the model is 2-7% above (the buffer's last pages stay
+// untouched), and 0 where oneDNN does not pack B (measured at most 270 KiB there).
+TEST(GemmPacking, MatchesThePagesOneDnnTouches) {
+  struct Case {
+    int64_t M, N, K, kib;
+  } cases[] = {{512, 4096, 256, 4368}, {1024, 4096, 384, 6672}, {1024, 1536, 384, 2832},
+               {512, 768, 768, 1684},  {480, 1024, 768, 2032},  {416, 4096, 256, 4464},
+               {512, 256, 4096, 912},  {384, 4096, 256, 184},   {32, 8192, 256, 84},
+               {512, 1024, 128, 32}};
+  for (const Case& c : cases) {
+    const double model = gemm_packing_bytes(c.M, c.N, c.K, true) / 1024.0;
+    if (c.kib < 300) {
+      EXPECT_EQ(model, 0) << c.M << "x" << c.N << "x" << c.K;
+    } else {
+      // Measured model/HWM: 1.01-1.26 (the largest at N = 256, where the untouched tail counts).
+      EXPECT_NEAR(model / c.kib, 1.08, 0.2) << c.M << "x" << c.N << "x" << c.K << ": " << model;
+    }
+  }
+  EXPECT_EQ(gemm_packing_bytes(512, 4096, 256, false), 0);  // B not transposed: nothing packed
+}
+
+// pipe-8l at B=4, T=128: the LM head's forward [512, 256] x [256, 4096] is the largest; on two
+// threads kernels::sgemm splits it into two column slabs, each packing its half of the weight and
+// all of A; the other forwards (N = 768, 1024, 256) pack less.
+TEST(GemmPacking, ResidentPerThreadAfterTheSplit) {
+  GptConfig cfg;
+  cfg.n_layer = 8;
+  cfg.n_embd = 256;
+  cfg.n_head = 4;
+  cfg.vocab_size = 4096;
+  cfg.max_seq_len = 256;
+  EXPECT_EQ(gemm_packing_resident(cfg, 4, 128, {}, 1, {}), 4 * (512 + 4096) * 256);
+  EXPECT_EQ(gemm_packing_resident(cfg, 4, 128, {}, 2, {}), 2 * 4 * (512 + 2048) * 256);
+  // 32 tokens: too few rows for oneDNN to pack.
+  EXPECT_EQ(gemm_packing_resident(cfg, 2, 16, {}, 1, {}), 0);
+  // Part of every rank's estimate, with the process's runtime code.
+  const MemoryEstimate m = estimate_training_memory(cfg, 4, 128, Recompute::None, 1);
+  EXPECT_EQ(m.runtime, kDefaultRuntimeBytes + 4 * (512 + 4096) * 256);
+}
+
+}  // namespace
+}  // namespace weft::model
