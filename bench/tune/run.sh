@@ -29,10 +29,13 @@ else
 import random, struct, sys
 n = 200_000
 random.seed(1)
-toks = [random.randrange(4096) for _ in range(n)]
+toks = [random.randrange(1, 4096) for _ in range(n)]  # 0 is the end of document: none here
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
     f.write(struct.pack(f"<{n}H", *toks))
+# The sidecar says which vocabulary made the ids (without one an llm.c file is taken for GPT-2's).
+with open(sys.argv[1][:-len(".bin")] + ".json", "w") as f:
+    f.write(f'{{"tokenizer": "none", "vocab_size": 4096, "eod": 0, "documents": 1, "tokens": {n}}}')
 PY
 fi
 cat >"$work/run.toml" <<EOF

@@ -358,6 +358,11 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                                    : fmt::format("{:.3g} minutes", h.max_seconds / 60)));
 
   auto dataset = data::open_token_dataset(cfg.data.train).value_or_throw("the run's data");
+  // The checks `weft train` makes of the data against the model, before any trial: an id beyond
+  // the vocabulary would be a wrong answer, not a slow one. (The tokenizer's identity is not
+  // compared: the trials generate nothing.)
+  runtime::validate_data(cfg, *dataset, "", 0)
+      .throw_if_error(fmt::format("invalid run ({})", o.run));
   std::atomic<bool> stop_flag{false};
   StopSignalListener listener(stop_flag);
   const auto start = std::chrono::steady_clock::now();
