@@ -360,8 +360,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   auto dataset = data::open_token_dataset(cfg.data.train).value_or_throw("the run's data");
   // The checks `weft train` makes of the data against the model, before any trial: an id beyond
   // the vocabulary would be a wrong answer, not a slow one. (The tokenizer's identity is not
-  // compared: the trials generate nothing.)
-  runtime::validate_data(cfg, *dataset, "", 0)
+  // compared, nor the validation split's size: the trials neither generate nor evaluate.)
+  runtime::RunConfig checked = cfg;
+  checked.train.eval_every = 0;
+  runtime::validate_data(checked, *dataset, "", 0)
       .throw_if_error(fmt::format("invalid run ({})", o.run));
   std::atomic<bool> stop_flag{false};
   StopSignalListener listener(stop_flag);
