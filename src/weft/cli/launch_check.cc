@@ -6,6 +6,7 @@
 #include <string>
 
 #include "weft/core/memory_usage.h"
+#include "weft/data/token_scan.h"
 #include "weft/planner/memory_model.h"
 #include "weft/schedule/schedule.h"
 
@@ -72,6 +73,31 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
       what, format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.grads),
       format_bytes(m.optimizer), format_bytes(m.activations), format_bytes(m.buffers),
       format_bytes(available), format_bytes(each), local));
+}
+
+Status check_dataset_ids(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
+                         comm::Communicator* world) {
+  if (dataset.ids_recorded()) return {};
+  const bool leader = world == nullptr || world->rank() == 0;
+  int64_t range[3] = {0, -1, 0};  // min, max, tokens
+  if (leader) {
+    const data::CachedScan scan = data::scan_token_ids_cached(dataset, cfg.run.out_dir);
+    range[0] = scan.range.min;
+    range[1] = scan.range.max;
+    range[2] = scan.range.tokens;
+    if (!scan.cached) {
+      fmt::print(stderr,
+                 "weft: {} has no sidecar: scanned its {} token ids in {:.2f} s ({:.0f} M "
+                 "tokens/s): {} .. {}{}\n",
+                 cfg.data.train, scan.range.tokens, scan.seconds,
+                 scan.seconds > 0 ? scan.range.tokens / scan.seconds / 1e6 : 0.0, scan.range.min,
+                 scan.range.max,
+                 scan.cache_path.empty() ? "" : "; verdict cached in " + scan.cache_path);
+    }
+  }
+  if (world != nullptr && world->size() > 1) world->broadcast(range, 3, 0);
+  return data::check_token_ids({range[0], range[1], range[2]}, cfg.data.train,
+                               cfg.model.vocab_size);
 }
 
 }  // namespace weft::cli

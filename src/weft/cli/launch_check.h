@@ -8,6 +8,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
+#include "weft/data/token_dataset.h"
 #include "weft/planner/config.h"
 #include "weft/runtime/run_config.h"
 
@@ -31,6 +32,13 @@ int local_processes(int world);
 // With `world`, the ranks first agree on the least memory any of them sees (a collective), so
 // every rank reaches the same verdict. `what` names the run in the message.
 Status check_host_memory(const PlannedRun& run, int local, const std::string& what,
+                         comm::Communicator* world);
+
+// The ids of a dataset nothing records the vocabulary of (no sidecar: Megatron files made by other
+// tools, llm.c files) against the model's vocabulary: scanned once by rank 0 (data/token_scan.h,
+// the verdict cached beside the data) and broadcast, so that an id beyond the vocabulary stops the
+// run now, not at the step that first samples it. Every rank reaches the same verdict.
+Status check_dataset_ids(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
                          comm::Communicator* world);
 
 }  // namespace weft::cli

@@ -25,7 +25,6 @@
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
-#include "weft/data/token_scan.h"
 #include "weft/data/token_stats.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/device_trainer.h"
@@ -81,30 +80,8 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
   }
   runtime::validate_data(cfg, *dataset, identity, tokenizer_vocab)
       .throw_if_error(fmt::format("invalid run ({})", o.run_path));
-  // Ids nothing records (no sidecar): scanned once by rank 0 (then cached), so that an id beyond
-  // the model's vocabulary stops the run now, not at the step that first samples it.
-  if (!dataset->ids_recorded()) {
-    const bool leader = world == nullptr || world->rank() == 0;
-    int64_t range[3] = {0, -1, 0};  // min, max, tokens
-    if (leader) {
-      const data::CachedScan scan = data::scan_token_ids_cached(*dataset, cfg.run.out_dir);
-      range[0] = scan.range.min;
-      range[1] = scan.range.max;
-      range[2] = scan.range.tokens;
-      if (!scan.cached) {
-        fmt::print(stderr,
-                   "weft train: {} has no sidecar: scanned its {} token ids in {:.2f} s ({:.0f} M "
-                   "tokens/s): {} .. {}{}\n",
-                   cfg.data.train, scan.range.tokens, scan.seconds,
-                   scan.seconds > 0 ? scan.range.tokens / scan.seconds / 1e6 : 0.0, scan.range.min,
-                   scan.range.max,
-                   scan.cache_path.empty() ? "" : "; verdict cached in " + scan.cache_path);
-      }
-    }
-    if (world != nullptr && world->size() > 1) world->broadcast(range, 3, 0);
-    data::check_token_ids({range[0], range[1], range[2]}, cfg.data.train, cfg.model.vocab_size)
-        .throw_if_error(fmt::format("invalid run ({})", o.run_path));
-  }
+  check_dataset_ids(cfg, *dataset, world)
+      .throw_if_error(fmt::format("invalid run ({})", o.run_path));
   return {std::move(cfg), std::move(dataset), identity, tokenizer_spec};
 }
 

@@ -363,8 +363,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   // compared, nor the validation split's size: the trials neither generate nor evaluate.)
   runtime::RunConfig checked = cfg;
   checked.train.eval_every = 0;
-  runtime::validate_data(checked, *dataset, "", 0)
-      .throw_if_error(fmt::format("invalid run ({})", o.run));
+  Status data_ok = runtime::validate_data(checked, *dataset, "", 0);
+  data_ok.merge(check_dataset_ids(cfg, *dataset, world));
+  data_ok.throw_if_error(fmt::format("invalid run ({})", o.run));
   std::atomic<bool> stop_flag{false};
   StopSignalListener listener(stop_flag);
   const auto start = std::chrono::steady_clock::now();

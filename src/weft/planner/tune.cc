@@ -266,12 +266,7 @@ std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title
       ++round;
     }
   }
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
-      "<text x=\"{2}\" y=\"25\" text-anchor=\"middle\" font-size=\"15\">{3}</text>\n",
-      W, H, W / 2, xml_escape(title));
+  std::string svg = svg_chart_header(static_cast<int>(W), static_cast<int>(H), title);
   if (points.empty()) {
     return svg + fmt::format(
                      "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no measured trial</text>\n"

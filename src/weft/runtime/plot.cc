@@ -56,12 +56,7 @@ std::string render_line_chart(const std::vector<Series>& series, const std::stri
       y1 = std::max(y1, y);
     }
   }
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\">\n"
-      "<rect width=\"{0}\" height=\"{1}\" fill=\"white\"/>\n"
-      "<text x=\"{2}\" y=\"25\" text-anchor=\"middle\" font-size=\"15\">{3}</text>\n",
-      W, H, W / 2, xml_escape(title));
+  std::string svg = svg_chart_header(static_cast<int>(W), static_cast<int>(H), title);
   if (!std::isfinite(x0)) {
     svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">no data</text>\n</svg>\n",
                        W / 2, H / 2);
