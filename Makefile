@@ -24,7 +24,7 @@ test: build
 # The unit tests under AddressSanitizer + UBSan (the slow ones are release-only).
 test-debug:
 	$(MAKE) build PRESET=debug
-	ctest --preset debug -j $(JOBS) -LE 'slow|mutation'
+	ctest --preset debug -j $(JOBS) -LE 'slow|mutation|slurm'
 
 # The mutation check (docs/parallelism.md): each bug of tests/mutation/mutants.txt planted in a
 # scratch copy of the tree (build/mutation, kept: the next run recompiles only what changed), where

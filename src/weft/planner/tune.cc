@@ -210,8 +210,10 @@ std::string set_toml_keys(
     if (!std::regex_search(lines[i], m, key_line)) continue;
     auto s = keys.find(section);
     if (s == keys.end()) continue;
+    // A copy: m points into lines[i], which the loop may rewrite.
+    const std::string key = m[1];
     for (const auto& [k, v] : s->second) {
-      if (k == m[1]) {
+      if (k == key) {
         lines[i] = fmt::format("{} = {}{}", k, v, trailing_comment(lines[i]));
         done[section][k] = true;
       }
