@@ -108,7 +108,7 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       f"- machine: {cpu}, {platform.platform()}; {ranks} ranks x 1 thread (oversubscribed where "
       "the machine has fewer cores), shared with other jobs",
       f"- data: {data_note}",
-      "- `bench/tune/run.sh`: `mpirun -n 4 weft tune RUN.toml` (default budget), then "
+      f"- `bench/tune/run.sh {ranks}`: `mpirun -n {ranks} weft tune RUN.toml` (default budget), then "
       "`weft tune --grid` over the same first-round layouts at the halving's final trial length",
       "",
       "| | layouts tried | trials | steps (warm-up + timed) | wall s | winner | planner rank |",
