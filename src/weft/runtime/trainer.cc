@@ -344,8 +344,8 @@ Result<TrainResult> Trainer::run() {
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
   // Measured at the start and again at every validation, when the run pauses anyway (on rank 0,
-  // which writes the metrics): the MFU against the ceiling compares the step with the machine as
-  // it is at that moment, however the load on a shared host drifts (docs/training.md).
+  // which writes the metrics), and the best of them kept: a ceiling measured while other work
+  // shared the cores would make an unloaded step read above 100% (docs/training.md).
   // The ceiling's operands and oneDNN's packing buffers for them (rank 0 only) are not training's
   // memory: the peak before each measurement is kept, and the measurement's burst forgotten.
   int64_t peak_before_ceilings = 0;
@@ -458,7 +458,7 @@ Result<TrainResult> Trainer::run() {
     r.tokens = step * t.global_batch * T;
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
       r.val_loss = evaluate();
-      if (ceiling > 0 && step < last) ceiling = measure_ceiling(true);
+      if (ceiling > 0 && step < last) ceiling = std::max(ceiling, measure_ceiling(true));
     }
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
