@@ -4,6 +4,8 @@
 #include <chrono>
 #include <exception>
 
+#include <sys/mman.h>
+
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/zero_parts.h"
@@ -14,6 +16,22 @@ namespace weft::runtime {
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ZeRO-2/3 return a unit's gradient (and ZeRO-3 its parameter) pages to the OS after every use
+// and fault them in again on the next: with 4 KiB pages that costs ~1.2-2.2 us a page on this
+// machine (a fault per page, two where the first touch reads: zero page, then copy on write), ~16
+// ms per 30 MB pass, the bulk of ZeRO-2/3's extra step time. Transparent huge pages fault in 2 MiB
+// at once, ~0.2-0.3 us per 4 KiB (measured). Advised only on each unit's 2 MiB-aligned interior,
+// so no huge page spans two units: what is resident stays exactly what the memory model counts
+// (a unit's pages while it is in use). Advice only: where THP is off it changes nothing.
+// [begin, begin + n): a unit's elements in `base` (not its padding, which is never written).
+void advise_huge_pages(float* base, int64_t begin, int64_t n) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const auto b = reinterpret_cast<uintptr_t>(base + begin);
+  const auto e = reinterpret_cast<uintptr_t>(base + begin + n);
+  const uintptr_t hb = (b + kHuge - 1) / kHuge * kHuge, he = e / kHuge * kHuge;
+  if (hb < he) madvise(reinterpret_cast<void*>(hb), he - hb, MADV_HUGEPAGE);
 }
 }  // namespace
 
@@ -68,6 +86,11 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   adam_ = std::make_unique<optim::AdamW>(offset, std::move(runs), cfg);
   if (zero_ >= 2) {
     for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      const model::ParamUnit& U = layout.units[u];
+      advise_huge_pages(model.grads().data(), U.begin, U.numel());
+      if (zero_ >= 3) advise_huge_pages(model.params().data(), U.begin, U.numel());
+    }
   }
   resident_.assign(layout.units.size(), zero_ < 3);
   model.set_param_hooks(this);
