@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <numeric>
 
 #include <sys/mman.h>
 
@@ -14,6 +15,8 @@
 namespace weft::runtime {
 
 namespace {
+constexpr int64_t kHugePageElems = (int64_t{2} << 20) / sizeof(float);  // x86-64 THP: 2 MiB
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -27,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // (a unit's pages while it is in use). Advice only: where THP is off it changes nothing.
 // [begin, begin + n): a unit's elements in `base` (not its padding, which is never written).
 void advise_huge_pages(float* base, int64_t begin, int64_t n) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  constexpr auto kHuge = static_cast<uintptr_t>(kHugePageElems * sizeof(float));
   const auto b = reinterpret_cast<uintptr_t>(base + begin);
   const auto e = reinterpret_cast<uintptr_t>(base + begin + n);
   const uintptr_t hb = (b + kHuge - 1) / kHuge * kHuge, he = e / kHuge * kHuge;
@@ -40,6 +43,13 @@ model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
   s.unit_align = model::zero_unit_align(zero, dp);
   s.lazy_grads = zero >= 2;
   s.lazy_params = zero >= 3;
+  if (zero >= 2) {
+    // Units start on a 2 MiB boundary so that huge pages cover them (advise_huge_pages). The
+    // padding is address space only: ZeRO-2's parameters are mapped lazily too (the all-gather
+    // writes every unit at init and they stay resident), so no padding page is ever touched.
+    s.unit_align = std::lcm(s.unit_align, kHugePageElems);
+    s.lazy_params = true;
+  }
   return s;
 }
 

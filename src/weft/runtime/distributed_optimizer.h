@@ -41,8 +41,9 @@ namespace weft::runtime {
 class DistributedOptimizer final : public model::ParamHooks {
  public:
   // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to a
-  // page and to dp * 16 elements (so every unit's padded range fits before the next unit); lazy
-  // gradients from ZeRO-2 and lazy parameters from ZeRO-3 on.
+  // page and to dp * 16 elements (so every unit's padded range fits before the next unit), from
+  // ZeRO-2 on to 2 MiB (huge pages) with both buffers mapped lazily; gradient pages are returned
+  // after each reduction from ZeRO-2 on, parameter pages after each use from ZeRO-3 on.
   static model::ParamStorage storage(int zero, int dp);
 
   // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica).
