@@ -34,8 +34,10 @@ namespace weft::model {
 // runtime/distributed_optimizer.h).
 struct ParamStorage {
   int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
-  bool lazy_params = false;  // ZeRO-3: a unit's pages are resident only while it is gathered
-  bool lazy_grads = false;   // ZeRO-2/3: ... only until its gradients are reduced
+  // ZeRO-3: a unit's pages are resident only while it is gathered. ZeRO-2 maps its parameters
+  // lazily too, so that the 2 MiB alignment padding between units is never touched.
+  bool lazy_params = false;
+  bool lazy_grads = false;  // ZeRO-2/3: ... only until its gradients are reduced
 };
 
 // A run of one parameter's gradient elements: a whole slice, or the part of it in a ZeRO shard.
