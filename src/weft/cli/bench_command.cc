@@ -29,6 +29,7 @@
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/node.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"

@@ -2,7 +2,6 @@
 
 #include <fmt/core.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "weft/core/memory_usage.h"
@@ -38,17 +37,6 @@ Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world) {
   if (s.ok()) s.merge(validate(c, r.job));
   if (!s.ok()) return s;
   return r;
-}
-
-int local_processes(int world) {
-  // Open MPI's mpirun, then Slurm's srun (one number when every node has the same count).
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    if (const char* v = std::getenv(var)) {
-      const int n = std::atoi(v);
-      if (n > 0) return n;
-    }
-  }
-  return world;
 }
 
 Status check_host_memory(const PlannedRun& run, int local, const std::string& what,

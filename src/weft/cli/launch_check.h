@@ -23,12 +23,10 @@ struct PlannedRun {
 // `world` processes of weft's fp32 CPU trainer; every problem of the layout at once.
 Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world);
 
-// Processes of this job on this node: the launcher's count (Open MPI, Slurm), else `world`.
-int local_processes(int world);
-
 // An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
 // weft's trainer, exactly what model::estimate_rank_memory says the runner allocates) needs more
-// than this node's available memory (core/memory_usage.h) divided among its `local` processes.
+// than this node's available memory (core/memory_usage.h) divided among its `local` processes
+// (core/node.h: local_processes).
 // With `world`, the ranks first agree on the least memory any of them sees (a collective), so
 // every rank reaches the same verdict. `what` names the run in the message.
 Status check_host_memory(const PlannedRun& run, int local, const std::string& what,

@@ -22,6 +22,7 @@
 #include "weft/cli/launch_check.h"
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
+#include "weft/core/node.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"

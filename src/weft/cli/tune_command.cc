@@ -19,9 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,8 +29,10 @@
 #include "weft/cli/launch_check.h"
 #include "weft/cli/validators.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/node.h"
 #include "weft/core/pending_file.h"
 #include "weft/core/stop_signals.h"
+#include "weft/core/text_file.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
 #include "weft/kernels/kernels.h"
@@ -74,17 +74,9 @@ double error_pct(double predicted, double measured) {
 
 // The first non-empty message of the ranks, "rank r: ...", on every rank.
 std::string agree_message(comm::Communicator* world, const std::string& mine) {
-  if (world == nullptr || world->size() == 1) return mine.empty() ? "" : "rank 0: " + mine;
-  int64_t len = static_cast<int64_t>(mine.size());
-  world->all_reduce(&len, 1, comm::ReduceOp::Max);
-  if (len == 0) return "";
-  std::vector<uint8_t> buf(len, 0), all(len * world->size(), 0);
-  std::copy(mine.begin(), mine.end(), buf.begin());
-  world->all_gather(all.data(), buf.data(), len);
-  for (int r = 0; r < world->size(); ++r) {
-    std::string m(all.begin() + r * len, all.begin() + (r + 1) * len);
-    m = m.c_str();  // the padding
-    if (!m.empty()) return fmt::format("rank {}: {}", r, m);
+  const std::vector<std::string> all = comm::all_gather_strings(world, mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) return fmt::format("rank {}: {}", r, all[r]);
   }
   return "";
 }
@@ -263,13 +255,6 @@ std::string keys_text(const planner::ParallelConfig& c) {
   return s;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 void run_tune(const TuneOptions& o, comm::Communicator* world) {
   using namespace planner;
   const int world_size = world ? world->size() : 1;
@@ -316,10 +301,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         "processes (mpirun -n), train.global_batch or train.seq_len",
         cfg.model.name, world_size, job.global_batch, reasons));
   }
-  const int threads = cfg.train.threads > 0
-                          ? cfg.train.threads
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                            local_processes(world_size));
+  const int threads =
+      cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
   kernels::set_num_threads(threads);
   std::vector<TuneCandidate> ranked;
   for (const Prediction& p : sr.ranked) {
@@ -530,7 +513,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
       "into {}:\n\n{}",
       short_name(best), out.records[*out.winner].candidate.predicted_rank, o.run, keys_text(best)));
   if (!o.write.empty() && leader) {
-    write_file_atomic(o.write, set_toml_keys(read_text(o.run), run_config_keys_of(best)))
+    write_file_atomic(o.write,
+                      set_toml_keys(read_text_file(o.run).value_or(""), run_config_keys_of(best)))
         .throw_if_error("cannot write " + o.write);
     fmt::print("\nwrote {} ({} with the winner's keys)\n", o.write, o.run);
   }

@@ -1,5 +1,6 @@
 #include "weft/comm/communicator.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -130,6 +131,24 @@ Communicator::Communicator() : timeout_s_(timeout_from_env()) {}
 
 std::unique_ptr<Communicator> make_local_communicator(const std::string& name) {
   return std::make_unique<LocalCommunicator>(name);
+}
+
+std::vector<std::string> all_gather_strings(Communicator* world, const std::string& mine) {
+  if (world == nullptr || world->size() == 1) return {mine};
+  const int n = world->size();
+  const int64_t len = static_cast<int64_t>(mine.size());
+  std::vector<int64_t> lens(static_cast<size_t>(n));
+  world->all_gather(lens.data(), &len, 1);
+  const int64_t width = *std::max_element(lens.begin(), lens.end());
+  std::vector<uint8_t> padded(static_cast<size_t>(width)), all(static_cast<size_t>(width * n));
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  world->all_gather(all.data(), padded.data(), width);
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data()) + r * width;
+    out.emplace_back(p, static_cast<size_t>(lens[static_cast<size_t>(r)]));
+  }
+  return out;
 }
 
 }  // namespace weft::comm

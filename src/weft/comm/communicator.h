@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace weft::comm {
 
@@ -144,5 +145,9 @@ class Communicator {
 
 // Size 1: collectives copy or do nothing; send/recv to oneself are an error.
 std::unique_ptr<Communicator> make_local_communicator(const std::string& name = "world");
+
+// Every rank's string, in rank order, on every rank (one process, or no group: just its own).
+// Collective: two all-gathers (the lengths, then the strings padded to the longest).
+std::vector<std::string> all_gather_strings(Communicator* group, const std::string& mine);
 
 }  // namespace weft::comm

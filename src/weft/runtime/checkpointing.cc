@@ -20,32 +20,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Every rank's string, on every rank (one process: just its own).
-std::vector<std::string> all_gather_strings(comm::Communicator* world, const std::string& mine) {
-  if (world == nullptr || world->size() == 1) return {mine};
-  const int n = world->size();
-  const int64_t len = static_cast<int64_t>(mine.size());
-  std::vector<int64_t> lens(static_cast<size_t>(n));
-  world->all_gather(lens.data(), &len, 1);
-  const int64_t width = *std::max_element(lens.begin(), lens.end());
-  std::vector<uint8_t> padded(static_cast<size_t>(width)), all(static_cast<size_t>(width * n));
-  std::copy(mine.begin(), mine.end(), padded.begin());
-  world->all_gather(all.data(), padded.data(), width);
-  std::vector<std::string> out;
-  for (int r = 0; r < n; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data()) + r * width;
-    out.emplace_back(p, static_cast<size_t>(lens[static_cast<size_t>(r)]));
-  }
-  return out;
-}
-
 // The same verdict on every rank: ok when every rank's status is, else every failing rank's
 // problems, each prefixed by the rank.
 Status agree(comm::Communicator* world, const Status& mine, const std::string& who) {
   std::string text;
   for (const auto& p : mine.problems()) text += (who.empty() ? "" : who + ": ") + p + "\n";
   Status out;
-  for (const std::string& t : all_gather_strings(world, text)) {
+  for (const std::string& t : comm::all_gather_strings(world, text)) {
     size_t at = 0;
     while (at < t.size()) {
       const size_t end = t.find('\n', at);
@@ -116,7 +97,7 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
   checkpoint::Metadata m;
   Status parsed;
   for (const std::string& text :
-       all_gather_strings(world, checkpoint::rank_files_to_json(files.value()))) {
+       comm::all_gather_strings(world, checkpoint::rank_files_to_json(files.value()))) {
     auto f = checkpoint::rank_files_from_json(text);
     if (!f.ok()) {
       parsed.merge(f.status());

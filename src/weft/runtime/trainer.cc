@@ -6,17 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/node.h"
 #include "weft/core/stop_signals.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
@@ -34,21 +33,12 @@
 namespace weft::runtime {
 namespace {
 
-// Kernel threads per rank when train.threads = 0: the cores shared by the ranks on this node.
-int local_ranks() {
-  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return v != nullptr ? std::max(1, std::atoi(v)) : 1;
-}
-int cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
-
-int default_threads() { return std::max(1, cores() / local_ranks()); }
-
 // How many of the job's ranks can compute at once: all of them, unless a node holds more ranks x
 // threads than cores (oversubscribed, as in the tests), where they take turns.
 int concurrent_ranks(int world_size, int threads) {
-  const int per_node = local_ranks();
+  const int per_node = local_processes(1);
   const int nodes = (world_size + per_node - 1) / per_node;
-  return nodes * std::min(per_node, std::max(1, cores() / std::max(1, threads)));
+  return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
 }
 
 // "tp=2 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
@@ -193,7 +183,7 @@ Result<TrainResult> Trainer::run() {
   const parallel::Topology topo(grid);
   if (world != nullptr && world_size > 1) groups_ = parallel::make_groups(*world, topo);
   const bool leader = world_rank == 0;
-  kernels::set_num_threads(t.threads > 0 ? t.threads : default_threads());
+  kernels::set_num_threads(t.threads > 0 ? t.threads : threads_per_process(local_processes(1)));
   data::SamplerConfig scfg;
   scfg.seq_len = T;
   scfg.micro_batch = b;
