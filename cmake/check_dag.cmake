@@ -9,12 +9,16 @@ set(allowed_kernels core tensor kernels)
 set(allowed_model core tensor kernels comm parallel model)
 set(allowed_optim core tensor kernels optim)
 set(allowed_schedule core schedule)
+# layout: the one rule book of parallel layouts, shared by the trainer and the planner.
+set(allowed_layout core tensor schedule model layout)
 set(allowed_parallel core comm parallel)
 set(allowed_data core data)
 set(allowed_checkpoint core tensor kernels comm parallel model optim checkpoint)
-set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint runtime)
-set(allowed_planner core tensor schedule parallel model planner)
-set(allowed_cli core tensor kernels comm parallel model optim schedule data checkpoint runtime planner cli)
+set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint layout
+    runtime)
+set(allowed_planner core tensor schedule parallel model layout planner)
+set(allowed_cli core tensor kernels comm parallel model optim schedule data checkpoint layout
+    runtime planner cli)
 # Sub-modules: a directory inside a module that is its own library with narrower edges; its files
 # are checked against its own list, not the module's. kernels/cuda (weft_kernels_cuda, optional)
 # links weft_core alone and may include the kernels headers (ops.inc, cpu/reference.h).

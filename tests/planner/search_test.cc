@@ -52,8 +52,14 @@ TEST(Search, FrontierKeepsTpInsideANode) {
   EXPECT_LE(best.config.tp, 8);
   EXPECT_NE(best.placement.tp.span, Span::Network);
   // The two GCDs of one MI250X package: 4 Infinity Fabric links between them, 1-2 to the rest.
-  EXPECT_EQ(best.config.tp, 2);
-  EXPECT_EQ(best.placement.tp.span, Span::Package);
+  // A tp = 2 layout on the package was the best while the search could pair it with sequence
+  // parallelism and ZeRO-2; the device engine (bf16) has neither yet (layout/validate.h), so it
+  // is now among the best five, behind tp = 8 in a node, and still placed on the package.
+  const auto tp2 =
+      std::find_if(r.ranked.begin(), r.ranked.begin() + std::min<size_t>(5, r.ranked.size()),
+                   [](const Prediction& p) { return p.config.tp == 2; });
+  ASSERT_NE(tp2, r.ranked.begin() + std::min<size_t>(5, r.ranked.size()));
+  EXPECT_EQ(tp2->placement.tp.span, Span::Package);
 }
 
 TEST(Search, TenThousandCandidatesTakeLessThanTenSeconds) {

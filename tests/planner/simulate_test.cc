@@ -54,7 +54,8 @@ TEST(Verdict, AConfigurationThatCannotRunSaysWhyInTheUsersTerms) {
   EXPECT_NE(all.find("tp*pp*dp = 16*5*12 = 960 does not equal the world size 1024"),
             std::string::npos)
       << all;
-  EXPECT_NE(all.find("n_layer=96 is not divisible by pp*vp = 5*1"), std::string::npos) << all;
+  EXPECT_NE(all.find("n_layer=96 does not split into pp*vp = 5*1 = 5 stages"), std::string::npos)
+      << all;
 }
 
 TEST(Verdict, TooLargeForTheDeviceSaysHowMuchItNeeds) {

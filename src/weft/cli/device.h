@@ -15,6 +15,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/kernels/mixed.h"
+#include "weft/layout/validate.h"
 #include "weft/model/recompute.h"
 
 namespace weft::cli {
@@ -25,6 +26,11 @@ namespace weft::cli {
 // Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
 // is visible.
 std::unique_ptr<kernels::MixedBackend> make_device(const std::string& device, int64_t arena_bytes);
+
+// The engine a --device name trains on (layout/validate.h): cpu the host engine, cuda[:N] and
+// host-bf16 the device engine (model::MixedGpt, runtime::DeviceTrainer). Its layout rules are
+// the ones `weft plan` applies for the matching precision (fp32, bf16-mixed).
+layout::Engine engine_of_device(const std::string& device);
 
 // runtime::TrainerOptions::device_group for --device: how a device's ranks reach each other's
 // memory. cuda: pipeline boundaries over the staged communicator (comm/cuda: device buffers

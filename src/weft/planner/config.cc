@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "weft/core/suggest.h"
+#include "weft/parallel/topology.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::planner {
@@ -140,46 +141,31 @@ Status validate(const Job& job) {
   return s;
 }
 
+layout::Engine engine_of(Precision p) {
+  return p == Precision::FP32 ? layout::Engine::Host : layout::Engine::Device;
+}
+
+layout::Layout to_layout(const ParallelConfig& c, const Job& job) {
+  return {.tp = c.tp,
+          .pp = c.pp,
+          .dp = c.dp,
+          .vp = c.vp,
+          .sequence_parallel = c.sequence_parallel,
+          .zero = c.zero,
+          .schedule = c.schedule,
+          .recompute = c.recompute,
+          .micro_batch = c.micro_batch,
+          .global_batch = job.global_batch,
+          .seq_len = job.seq_len};
+}
+
 Status validate(const ParallelConfig& c, const Job& job) {
-  Status s;
-  auto positive = [&](const char* key, int v) {
-    if (v < 1) s.add(fmt::format("{}={} must be >= 1", key, v));
-  };
-  positive("tp", c.tp);
-  positive("pp", c.pp);
-  positive("dp", c.dp);
-  positive("vp", c.vp);
-  positive("mb", c.micro_batch);
-  if (c.zero < 0 || c.zero > 3) s.add(fmt::format("zero={} must be 0, 1, 2 or 3", c.zero));
-  if (!s.ok()) return s;
-  const model::GptConfig& m = job.model;
-  if (c.tp * c.pp * c.dp != job.world) {
-    s.add(fmt::format("tp*pp*dp = {}*{}*{} = {} does not equal the world size {}", c.tp, c.pp, c.dp,
-                      c.tp * c.pp * c.dp, job.world));
-  }
-  if (m.n_head % c.tp != 0) {
-    s.add(fmt::format("n_head={} is not divisible by tp={}", m.n_head, c.tp));
-  }
-  if (m.padded_vocab() % c.tp != 0) {
-    s.add(
-        fmt::format("the padded vocabulary {} is not divisible by tp={}", m.padded_vocab(), c.tp));
-  }
-  if (c.sequence_parallel && c.tp == 1) s.add("sequence parallelism needs tp > 1");
-  if (c.sequence_parallel && job.seq_len % c.tp != 0) {
-    s.add(fmt::format("sequence length {} is not divisible by tp={} (sequence parallelism)",
-                      job.seq_len, c.tp));
-  }
-  if (m.n_layer % (c.pp * c.vp) != 0) {
-    s.add(fmt::format("n_layer={} is not divisible by pp*vp = {}*{} (equal stages)", m.n_layer,
-                      c.pp, c.vp));
-  }
-  if (job.global_batch % (c.dp * c.micro_batch) != 0) {
-    s.add(fmt::format("global batch {} is not divisible by dp*mb = {}*{}", job.global_batch, c.dp,
-                      c.micro_batch));
-  } else {
-    s.merge(schedule::check_shape(c.schedule,
-                                  {.pp = c.pp, .vp = c.vp, .microbatches = c.microbatches(job)}));
-  }
+  // The trainer's rules for the engine this precision trains on (layout/validate.h): nothing the
+  // planner ranks is refused by `weft train`.
+  Status s = layout::validate(job.model, to_layout(c, job), engine_of(job.precision));
+  // The world: the trainer's process-grid check (parallel::validate), once the sizes are sane.
+  if (c.tp >= 1 && c.pp >= 1 && c.dp >= 1)
+    s.merge(parallel::validate({c.tp, c.pp, c.dp}, job.world));
   return s;
 }
 

@@ -438,7 +438,6 @@ Result<RunConfig> load_run_config(const std::string& path,
 Status validate(const RunConfig& c) {
   Status s;
   const auto& t = c.train;
-  const auto& p = c.parallel;
   auto add = [&](std::string problem) { s.add(fmt::format("{}: {}", c.origin, problem)); };
   if (c.data.train.empty()) add("data.train is missing (the dataset to train on)");
   if (!(c.data.val_fraction >= 0 && c.data.val_fraction < 1)) {
@@ -449,16 +448,6 @@ Status validate(const RunConfig& c) {
   if (c.model.max_seq_len > 0 && t.seq_len > c.model.max_seq_len) {
     add(fmt::format("train.seq_len={} is larger than the position table (model.max_seq_len={})",
                     t.seq_len, c.model.max_seq_len));
-  }
-  if (t.micro_batch <= 0) add(fmt::format("train.micro_batch={} must be > 0", t.micro_batch));
-  if (t.global_batch <= 0) add(fmt::format("train.global_batch={} must be > 0", t.global_batch));
-  if (t.micro_batch > 0 && p.dp > 0 && t.global_batch > 0 &&
-      t.global_batch % (int64_t{t.micro_batch} * p.dp) != 0) {
-    add(p.dp == 1 ? fmt::format("train.global_batch={} is not divisible by train.micro_batch={}",
-                                t.global_batch, t.micro_batch)
-                  : fmt::format("train.global_batch={} is not divisible by train.micro_batch={} "
-                                "x parallel.dp={}",
-                                t.global_batch, t.micro_batch, p.dp));
   }
   if (t.steps <= 0) add(fmt::format("train.steps={} must be > 0", t.steps));
   if (!(t.lr > 0)) add(fmt::format("train.lr={} must be > 0", t.lr));
@@ -498,36 +487,36 @@ Status validate(const RunConfig& c) {
   if (!(t.peak_gflops >= 0)) add(fmt::format("train.peak_gflops={} must be >= 0", t.peak_gflops));
   if (c.run.out_dir.empty()) add("run.out_dir is empty");
 
-  if (p.tp < 1) add(fmt::format("parallel.tp={} must be >= 1", p.tp));
-  if (p.tp >= 1) {
-    Status tp = model::validate_tensor_parallel(c.model, p.tp, p.sequence_parallel, t.micro_batch,
-                                                t.seq_len);
-    for (const auto& problem : tp.problems()) add(problem);
+  // The layout (micro_batch and global_batch included): the rules every engine shares; the
+  // engine's own are checked when it is known (validate_layout, Trainer::run).
+  s.merge(validate_layout(c, layout::Engine::Host));
+  return s;
+}
+
+layout::Layout to_layout(const RunConfig& c) {
+  const auto kind = schedule::parse_kind(c.parallel.schedule);
+  return {.tp = c.parallel.tp,
+          .pp = c.parallel.pp,
+          .dp = c.parallel.dp,
+          .vp = c.parallel.vp,
+          .sequence_parallel = c.parallel.sequence_parallel,
+          .zero = c.parallel.zero,
+          .schedule = kind.ok() ? std::optional(kind.value()) : std::nullopt,
+          .recompute = c.recompute(),
+          .micro_batch = c.train.micro_batch,
+          .global_batch = c.train.global_batch,
+          .seq_len = c.train.seq_len};
+}
+
+Status validate_layout(const RunConfig& c, layout::Engine engine) {
+  Status s;
+  if (!schedule::parse_kind(c.parallel.schedule).ok()) {
+    s.add(fmt::format("{}: parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
+                      c.origin, c.parallel.schedule));
   }
-  if (p.dp < 1) add(fmt::format("parallel.dp={} must be >= 1", p.dp));
-  // The pipeline: layers split into pp*vp equal stages, and a schedule that fits the shape.
-  const Status pipeline = model::validate_pipeline(c.model, p.pp, p.vp);
-  for (const auto& problem : pipeline.problems()) add(problem);
-  if (auto kind = schedule::parse_kind(p.schedule); !kind.ok()) {
-    add(fmt::format("parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
-                    p.schedule));
-  } else if (p.pp >= 1 && p.vp >= 1 && p.dp >= 1 && t.micro_batch > 0 && t.global_batch > 0 &&
-             t.global_batch % (int64_t{t.micro_batch} * p.dp) == 0) {
-    const schedule::Shape shape{.pp = p.pp, .vp = p.vp, .microbatches = c.microbatches()};
-    if (kind.value() == schedule::Kind::ZeroBubbleH1 && t.recompute == "full") {
-      add("parallel.schedule='zb-h1' defers weight gradients, which needs each layer's inputs "
-          "kept: train.recompute must be none or selective, not full");
-    }
-    const Status fits = schedule::check_shape(kind.value(), shape);
-    for (const auto& problem : fits.problems()) {
-      add(
-          fmt::format("parallel.schedule='{}' with pp={} vp={} and {} microbatches "
-                      "(train.global_batch / (micro_batch x dp)): {}",
-                      p.schedule, p.pp, p.vp, c.microbatches(), problem));
-    }
-  }
-  if (p.zero < 0 || p.zero > 3) {
-    add(fmt::format("parallel.zero={} must be 0, 1, 2 or 3", p.zero));
+  const Status rules = layout::validate(c.model, to_layout(c), engine);
+  for (const auto& problem : rules.problems()) {
+    s.add(fmt::format("{}: {}", c.origin, problem));
   }
   return s;
 }

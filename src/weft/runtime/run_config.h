@@ -13,6 +13,7 @@
 
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
+#include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/recompute.h"
 
@@ -91,12 +92,19 @@ Result<RunConfig> load_run_config(const std::string& path,
 // divisible by train.micro_batch=4").
 Status validate(const RunConfig& cfg);
 
-// Problems of the config with its data: the dataset, tokenizer and model vocabularies agree
-// (data::check_vocabulary), and the dataset holds one global batch of training windows and
-// eval_batches of validation windows. tokenizer_identity "" / tokenizer_vocab 0: no tokenizer.
+// The run's parallel layout ([parallel], train.micro_batch, global_batch, seq_len, recompute) as
+// layout/validate.h sees it, and the trainer's check of it on `engine`: layout::validate, the one
+// rule book the planner applies too (validate() above runs it for the host engine, whose rules
+// every engine shares; `weft train --device` and Trainer::run run it for theirs).
+layout::Layout to_layout(const RunConfig& c);
+Status validate_layout(const RunConfig& c, layout::Engine engine);
+
 // The process grid: parallel.tp * pp * dp must equal the number of processes started.
 Status validate_world(const RunConfig& c, int world_size);
 
+// Problems of the config with its data: the dataset, tokenizer and model vocabularies agree
+// (data::check_vocabulary), and the dataset holds one global batch of training windows and
+// eval_batches of validation windows. tokenizer_identity "" / tokenizer_vocab 0: no tokenizer.
 Status validate_data(const RunConfig& cfg, const data::TokenDataset& dataset,
                      const std::string& tokenizer_identity, int tokenizer_vocab);
 

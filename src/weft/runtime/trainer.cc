@@ -146,6 +146,15 @@ Result<TrainResult> Trainer::run() {
   comm::Communicator* world = options_.world;
   const int world_size = world != nullptr ? world->size() : 1;
   const int world_rank = world != nullptr ? world->rank() : 0;
+  if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
+  kernels::MixedBackend* const device = options_.device;
+  // What this engine runs, before anything is written (layout/validate.h, the rules the planner
+  // applies too).
+  if (Status s =
+          validate_layout(cfg_, device != nullptr ? layout::Engine::Device : layout::Engine::Host);
+      !s.ok()) {
+    return s;
+  }
   // The checkpoint directory is made and checked writable now, not at the first save after
   // save_every steps of work; rank 0 removes what killed saves left behind.
   auto prepared = checkpoint::prepare_root(root, world_rank == 0);
@@ -163,23 +172,6 @@ Result<TrainResult> Trainer::run() {
     }
   }
   const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
-  if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
-  kernels::MixedBackend* const device = options_.device;
-  if (device != nullptr) {
-    const auto& par = cfg_.parallel;
-    Status s;
-    const std::string d = "--device " + device->name();
-    if (par.tp > 1 && par.sequence_parallel) {
-      s.add(d + " has no sequence parallelism yet: parallel.sequence_parallel must be false");
-    }
-    if (par.vp > 1 && par.pp == 1) s.add(d + ": parallel.vp > 1 needs parallel.pp > 1");
-    if (par.zero != 0) s.add(d + " keeps whole replicas: parallel.zero must be 0");
-    if (par.pp > 1 && par.schedule == "zb-h1") {
-      s.add(d + " runs the gpipe, 1f1b and interleaved schedules, not zb-h1");
-    }
-    if (!s.ok()) return Status::error(fmt::format("{}: {}", cfg_.origin, s.message()));
-  }
-
   const parallel::Topology topo(grid);
   if (world != nullptr && world_size > 1) groups_ = parallel::make_groups(*world, topo);
   const bool leader = world_rank == 0;

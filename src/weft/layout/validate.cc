@@ -1,0 +1,106 @@
+#include "weft/layout/validate.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+#include "weft/model/param_layout.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::layout {
+
+std::string_view engine_name(Engine e) {
+  switch (e) {
+    case Engine::Host:
+      return "the host engine (fp32: --device cpu)";
+    case Engine::Device:
+      return "the device engine (bf16: --device cuda, host-bf16)";
+  }
+  return "?";
+}
+
+Support support(Engine e) {
+  switch (e) {
+    case Engine::Host:
+      return {};  // every layout below: the CPU engine is where each parallel feature landed first
+    case Engine::Device:
+      // model::MixedGpt has no sequence parallelism; DeviceTrainer all-reduces whole gradients
+      // (ZeRO 0), runs gpipe, 1f1b and interleaved (zb-h1 splits the backward, which it does not)
+      // and places model chunks only along a pipeline. Selective recomputation is accepted: flash
+      // attention never stores the T x T matrix selective recomputation would drop, so it runs as
+      // none (model/mixed_gpt.h).
+      return {.sequence_parallel = false, .max_zero = 0, .zb_h1 = false, .lone_chunks = false};
+  }
+  return {};
+}
+
+Status validate(const model::GptConfig& cfg, const Layout& l, Engine engine) {
+  Status s;
+  // Tensor parallelism: whole heads and vocabulary shards per rank; with sequence parallelism the
+  // b*T rows of a microbatch split too.
+  s.merge(model::validate_tensor_parallel(cfg, l.tp, l.sequence_parallel,
+                                          l.micro_batch > 0 ? l.micro_batch : 0, l.seq_len));
+  if (l.dp < 1) s.add(fmt::format("parallel.dp={} must be >= 1", l.dp));
+  // The pipeline: layers split into pp*vp equal stages.
+  s.merge(model::validate_pipeline(cfg, l.pp, l.vp));
+  if (l.micro_batch < 1) s.add(fmt::format("train.micro_batch={} must be > 0", l.micro_batch));
+  if (l.global_batch < 1) s.add(fmt::format("train.global_batch={} must be > 0", l.global_batch));
+  const bool sizes =
+      l.tp >= 1 && l.pp >= 1 && l.dp >= 1 && l.vp >= 1 && l.micro_batch >= 1 && l.global_batch >= 1;
+  const int64_t b_dp = int64_t{l.micro_batch} * l.dp;  // sequences of one microbatch round
+  const bool whole = sizes && l.global_batch % b_dp == 0;
+  if (sizes && !whole) {
+    s.add(l.dp == 1 ? fmt::format("train.global_batch={} is not divisible by train.micro_batch={}",
+                                  l.global_batch, l.micro_batch)
+                    : fmt::format("train.global_batch={} is not divisible by train.micro_batch={} "
+                                  "x parallel.dp={}",
+                                  l.global_batch, l.micro_batch, l.dp));
+  }
+  if (l.schedule) {
+    const std::string_view name = schedule::kind_name(*l.schedule);
+    if (*l.schedule == schedule::Kind::ZeroBubbleH1 && l.recompute == model::Recompute::Full) {
+      s.add(
+          "parallel.schedule='zb-h1' defers weight gradients, which needs each layer's inputs "
+          "kept: train.recompute must be none or selective, not full");
+    }
+    if (whole) {
+      const int m = static_cast<int>(l.global_batch / b_dp);
+      const schedule::Shape shape{.pp = l.pp, .vp = l.vp, .microbatches = m};
+      const Status fits = schedule::check_shape(*l.schedule, shape);
+      for (const auto& problem : fits.problems()) {
+        s.add(
+            fmt::format("parallel.schedule='{}' with pp={} vp={} and {} microbatches "
+                        "(train.global_batch / (micro_batch x dp)): {}",
+                        name, l.pp, l.vp, m, problem));
+      }
+    }
+  }
+  const bool zero_known = l.zero >= 0 && l.zero <= 3;
+  if (!zero_known) s.add(fmt::format("parallel.zero={} must be 0, 1, 2 or 3", l.zero));
+
+  // What this engine runs: one table (support()), one message per missing feature.
+  const Support can = support(engine);
+  const std::string_view who = engine_name(engine);
+  if (l.sequence_parallel && l.tp > 1 && !can.sequence_parallel) {
+    s.add(fmt::format(
+        "parallel.sequence_parallel: {} has no sequence parallelism yet (set it false)", who));
+  }
+  if (zero_known && l.zero > can.max_zero) {
+    s.add(fmt::format("parallel.zero={}: {} shards with ZeRO up to stage {} only{}", l.zero, who,
+                      can.max_zero, can.max_zero == 0 ? " (it keeps whole replicas)" : ""));
+  }
+  if (l.schedule == schedule::Kind::ZeroBubbleH1 && !can.zb_h1) {
+    s.add(fmt::format(
+        "parallel.schedule='zb-h1': {} runs gpipe, 1f1b and interleaved, not zb-h1 (it does not "
+        "split backward passes yet)",
+        who));
+  }
+  if (l.vp > 1 && l.pp == 1 && !can.lone_chunks) {
+    s.add(fmt::format("parallel.vp={} model chunks need a pipeline (parallel.pp > 1) on {}", l.vp,
+                      who));
+  }
+  return s;
+}
+
+}  // namespace weft::layout

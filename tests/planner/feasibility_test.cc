@@ -1,0 +1,151 @@
+// One truth for feasibility (issue #19): the planner never recommends a layout the trainer
+// refuses. For every cluster preset in configs/clusters/ (the directory, not a list) and a
+// representative model on it, the top 20 of `weft plan`'s search are each written as the RUN.toml
+// a user would launch and put through the trainer's own validation: runtime::parse_run_config
+// (every engine's rules), runtime::validate_layout for the engine `weft train` would run
+// (--device cuda on a bf16 preset, the CPU on an fp32-only one) and the process grid.
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "planner/test_paths.h"
+#include "weft/layout/validate.h"
+#include "weft/model/gpt_config.h"
+#include "weft/planner/hardware.h"
+#include "weft/planner/search.h"
+#include "weft/planner/stage_costs.h"
+#include "weft/runtime/run_config.h"
+#include "weft/schedule/instr.h"
+
+namespace weft::planner {
+namespace {
+
+constexpr int kTop = 20;
+
+// The paper's sizes the planner's other tests use, and small ones that fit anywhere (on
+// this-machine the large ones find nothing that fits and the small ones carry the check).
+struct ModelCase {
+  const char* path;
+  int seq_len, global_batch, devices;  // devices: capped by the preset's size
+};
+constexpr ModelCase kModels[] = {
+    {"configs/models/gpt-175b.toml", 2048, 1536, 1024},  // GPT-3, search_test's job
+    {"configs/models/ptdp-1.7b.toml", 2048, 512, 32},    // the PTD-P paper's first row
+    {"configs/models/gpt2-124m.toml", 1024, 32, 8},
+    {"configs/models/tiny.toml", 16, 8, 2},
+};
+
+std::vector<std::filesystem::path> cluster_presets() {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : std::filesystem::directory_iterator(test::source_path("configs/clusters"))) {
+    if (e.path().extension() == ".toml") out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The RUN.toml that launches `c` for `job` (the data is never opened by the validation).
+std::string run_toml(const Job& job, const ParallelConfig& c) {
+  const model::GptConfig& m = job.model;
+  return fmt::format(
+      "[model]\nname = \"{}\"\nn_layer = {}\nn_embd = {}\nn_head = {}\nvocab_size = {}\n"
+      "pad_vocab_to = {}\nmax_seq_len = {}\n"
+      "[data]\ntrain = \"unused\"\n"
+      "[train]\nseq_len = {}\nmicro_batch = {}\nglobal_batch = {}\nsteps = 1\nrecompute = \"{}\"\n"
+      "[parallel]\ntp = {}\npp = {}\ndp = {}\nvp = {}\nsequence_parallel = {}\nschedule = \"{}\"\n"
+      "zero = {}\n",
+      m.name, m.n_layer, m.n_embd, m.n_head, m.vocab_size, m.pad_vocab_to, m.max_seq_len,
+      job.seq_len, c.micro_batch, job.global_batch, model::recompute_name(c.recompute), c.tp, c.pp,
+      c.dp, c.vp, c.sequence_parallel ? "true" : "false", schedule::kind_name(c.schedule), c.zero);
+}
+
+// Every problem the trainer finds with `c`, launched on `engine` (empty: it accepts it).
+std::string trainer_refusal(const Job& job, const ParallelConfig& c, layout::Engine engine) {
+  auto cfg = runtime::parse_run_config(run_toml(job, c), "plan.toml");
+  if (!cfg.ok()) return cfg.status().message();
+  Status s = runtime::validate_layout(cfg.value(), engine);
+  s.merge(runtime::validate_world(cfg.value(), job.world));
+  return s.ok() ? "" : s.message();
+}
+
+TEST(Feasibility, TheTopTwentyOfEveryPresetAreLayoutsTheTrainerAccepts) {
+  const auto presets = cluster_presets();
+  ASSERT_GE(presets.size(), 2u);
+  for (const auto& path : presets) {
+    const Cluster cluster = load_cluster(path.string()).value();
+    // The precision `weft plan` is asked for on this preset, and the engine that trains in it.
+    const Precision precision =
+        cluster.peak(NumberFormat::BF16) > 0 ? Precision::BF16Mixed : Precision::FP32;
+    const layout::Engine engine =
+        precision == Precision::FP32 ? layout::Engine::Host : layout::Engine::Device;
+    const int size = cluster.max_nodes > 0 ? cluster.max_nodes * cluster.devices_per_node : 1 << 20;
+    int ranked = 0;
+    for (const ModelCase& mc : kModels) {
+      Job job;
+      job.model = model::load_gpt_config(test::source_path(mc.path)).value();
+      job.seq_len = mc.seq_len;
+      job.global_batch = mc.global_batch;
+      job.world = std::min(mc.devices, size);
+      job.precision = precision;
+      ASSERT_GT(compute_peak(cluster, precision), 0) << cluster.name;
+      const SearchResult r = search(cluster, job, SearchSpace{}, kTop);
+      // What the engine's own rules (not divisibility or memory) took out of the search.
+      int dropped = 0;
+      for (const Prediction& p : r.infeasible) {
+        dropped += std::any_of(p.reasons.begin(), p.reasons.end(), [&](const std::string& x) {
+          return x.find(layout::engine_name(engine)) != std::string::npos;
+        });
+      }
+      int refused = 0;
+      for (const Prediction& p : r.ranked) {
+        const std::string why = trainer_refusal(job, p.config, engine);
+        refused += !why.empty();
+        EXPECT_EQ(why, "") << cluster.name << ", " << job.model.name << " on " << job.world
+                           << ": the planner ranks " << short_name(p.config)
+                           << ", which the trainer refuses";
+      }
+      fmt::print(
+          "{:<13} {:<6} {:<10} on {:>4}: {:>6} candidates, {:>5} dropped by the engine's rules, "
+          "top {:>2} ranked, {} refused by the trainer\n",
+          cluster.name, precision_name(precision), job.model.name, job.world, r.candidates, dropped,
+          r.ranked.size(), refused);
+      ranked += static_cast<int>(r.ranked.size());
+    }
+    // Not vacuous: every preset ranks some layout of some model.
+    EXPECT_GT(ranked, 0) << cluster.name;
+  }
+}
+
+// The rules are the engine's, not the planner's: what the device engine lacks today is dropped
+// on a bf16 preset with the engine's reason, and the same layout is fine in fp32 on the CPU.
+TEST(Feasibility, TheDeviceEnginesMissingFeaturesAreInfeasibleWithTheirReason) {
+  Job job;
+  job.model = model::load_gpt_config(test::source_path("configs/models/gpt2-124m.toml")).value();
+  job.seq_len = 1024;
+  job.global_batch = 32;
+  job.world = 8;
+  const ParallelConfig zero2{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .zero = 2};
+  const ParallelConfig sp{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .sequence_parallel = true};
+  const ParallelConfig zb{
+      .tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .schedule = schedule::Kind::ZeroBubbleH1};
+  for (const ParallelConfig& c : {zero2, sp, zb}) {
+    job.precision = Precision::BF16Mixed;
+    const Status device = validate(c, job);
+    EXPECT_FALSE(device.ok()) << short_name(c);
+    EXPECT_NE(device.message().find(layout::engine_name(layout::Engine::Device)), std::string::npos)
+        << device.message();
+    EXPECT_NE(trainer_refusal(job, c, layout::Engine::Device), "") << short_name(c);
+    job.precision = Precision::FP32;
+    EXPECT_TRUE(validate(c, job).ok()) << validate(c, job).message();
+    EXPECT_EQ(trainer_refusal(job, c, layout::Engine::Host), "") << short_name(c);
+  }
+}
+
+}  // namespace
+}  // namespace weft::planner
