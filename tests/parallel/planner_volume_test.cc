@@ -1,6 +1,8 @@
 // The planner's communication volume (planner/comm_volume.h) against the Recording communicator
 // around one real training step of the pipeline runner: per group (tp, pp, embedding) and per
 // op, the same number of calls and elements. mpirun -n 2: tp=2, pp=2; -n 4: tp=2 x pp=2.
+// The device trainer (runtime/device_trainer.h, on the host-bf16 backend) too, for its tp group
+// without a pipeline: tp=2 (-n 2), tp=4 and tp=2 x dp=2 (-n 4).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,8 +12,10 @@
 #include "support/tiny_gpt.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
+#include "weft/kernels/mixed.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/comm_volume.h"
+#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
 
@@ -115,6 +119,51 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   EXPECT_EQ(show(recorded(*rec, "embedding")), show(predicted(v.embedding)))
       << what << " (embedding)";
   EXPECT_EQ(show(recorded(*rec, "dp")), show(predicted(v.dp))) << what << " (dp)";
+}
+
+// The device trainer's tp group over one step, against the planner's (pp = 1: a device pipeline
+// sends whole stage boundaries, not the CPU runner's scatter/gather the planner prices; and its
+// full recomputation repeats one of a layer's two forward all-reduces, not both).
+void expect_device_tp_volume(int tp, int dp) {
+  comm::Communicator& world = test::test_world();
+  if (world.size() != tp * dp) return;
+  const parallel::Topology topo({.tp = tp, .pp = 1, .dp = dp});
+  parallel::ProcessGroups groups = parallel::make_groups(world, topo);
+  auto rec = std::make_shared<comm::CommRecorder>();
+  comm::RecordingCommunicator tp_comm(std::move(groups.tp), rec);
+  const int B = 2, T = 8, m = 4;
+  runtime::DeviceParallel par;
+  par.tp = tp;
+  par.tp_data = &tp_comm;
+  par.model_group = groups.model.get();
+  if (dp > 1) par.dp_group = par.dp_data = groups.dp.get();
+  const auto backend = kernels::make_host_mixed_backend();
+  runtime::DeviceTrainer trainer(*backend, tiny(), B, T, m, {}, par);
+  trainer.init(3);
+  std::vector<int32_t> tokens(m * B * T + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 1) % 61);
+  rec->clear();
+  trainer.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
+
+  planner::Job job;
+  job.model = tiny();
+  job.seq_len = T;
+  job.global_batch = m * B * dp;
+  job.world = tp * dp;
+  job.precision = planner::Precision::BF16Mixed;
+  planner::ParallelConfig c;
+  c.tp = tp;
+  c.dp = dp;
+  c.micro_batch = B;
+  const planner::StepVolume v = planner::step_volume(job, c, 0, topo.coord(world.rank()).dp);
+  EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp)))
+      << "device tp=" << tp << " dp=" << dp << " (tp)";
+}
+
+TEST(PlannerVolume, EqualsTheRecordedDeviceStep) {
+  expect_device_tp_volume(2, 1);
+  expect_device_tp_volume(4, 1);
+  expect_device_tp_volume(2, 2);
 }
 
 TEST(PlannerVolume, EqualsTheRecordedStep) {

@@ -32,16 +32,18 @@ TEST(CommVolume, TensorParallelLayersAllReduceTwiceForwardAndTwiceBackward) {
   const StepVolume first = microbatch_volume(j, c, 0);
   EXPECT_EQ(first.tp.all_reduce.ops, 4 * 4 + 1);
   EXPECT_EQ(first.tp.all_reduce.elements, (4 * 4 + 1) * n);
-  // Rank 1: 4 layers, the cross-entropy's Max (b*s) and Sum (2*b*s), the LM head's input grad.
+  // Rank 1: 4 layers and the LM head's input gradient (all-reduces), the cross-entropy's three
+  // statistics per row gathered from t = 2 ranks (2 * 3 * b*s).
   const StepVolume last = microbatch_volume(j, c, 1);
-  EXPECT_EQ(last.tp.all_reduce.ops, 4 * 4 + 3);
-  EXPECT_EQ(last.tp.all_reduce.elements, 4 * 4 * n + 2 * 16 + 2 * 2 * 16 + n);
-  // The pipeline's scatter/gather: the received activation, 1/t per rank, is all-gathered.
-  EXPECT_EQ(last.tp.all_gather.ops, 1);
-  EXPECT_EQ(last.tp.all_gather.elements, n);
+  EXPECT_EQ(last.tp.all_reduce.ops, 4 * 4 + 1);
+  EXPECT_EQ(last.tp.all_reduce.elements, 4 * 4 * n + n);
+  // And the pipeline's scatter/gather: the received activation, 1/t per rank, is all-gathered.
+  EXPECT_EQ(last.tp.all_gather.ops, 2);
+  EXPECT_EQ(last.tp.all_gather.elements, n + 2 * 3 * 2 * 16);
   EXPECT_EQ(last.pp.recv.elements, n / 2);
   // fp32: 4 bytes per element, the loss statistics included.
   EXPECT_EQ(last.tp.all_reduce.bytes, 4 * last.tp.all_reduce.elements);
+  EXPECT_EQ(last.tp.all_gather.bytes, 4 * last.tp.all_gather.elements);
 }
 
 TEST(CommVolume, BytesFollowThePrecision) {
@@ -50,8 +52,9 @@ TEST(CommVolume, BytesFollowThePrecision) {
   ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .zero = 1};
   const StepVolume v = step_volume(j, c, 0);
   const int64_t n = 16 * 64, m = 4;
-  // Activations in bf16, except the cross-entropy's fp32 statistics (b*s and 2*b*s).
-  EXPECT_EQ(v.tp.all_reduce.bytes, m * (2 * (v.tp.all_reduce.ops / m - 2) * n + 4 * 3 * 16));
+  // Activations in bf16, the cross-entropy's gathered statistics (t * 3 * b*s) in fp32.
+  EXPECT_EQ(v.tp.all_reduce.bytes, m * 2 * (v.tp.all_reduce.ops / m) * n);
+  EXPECT_EQ(v.tp.all_gather.bytes, m * 4 * 2 * 3 * 16);
   // ZeRO-1: fp32 gradients scattered, bf16 weights gathered.
   EXPECT_EQ(v.dp.reduce_scatter.bytes, 4 * v.dp.reduce_scatter.elements);
   EXPECT_EQ(v.dp.all_gather.bytes, 2 * v.dp.all_gather.elements);
@@ -63,11 +66,11 @@ TEST(CommVolume, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
   const int64_t n = 16 * 64;
   const StepVolume v = microbatch_volume(j, c, 0);
   // 8 layers x (2 forward + 2 backward), + embedding (RS forward, AG backward), + head (ln_f's
-  // AG forward, RS backward).
-  EXPECT_EQ(v.tp.all_gather.ops, 8 * 4 + 2);
+  // AG forward, RS backward), + the cross-entropy's statistics (AG of t * 3 * b*s).
+  EXPECT_EQ(v.tp.all_gather.ops, 8 * 4 + 2 + 1);
   EXPECT_EQ(v.tp.reduce_scatter.ops, 8 * 4 + 1 + 1);
-  EXPECT_EQ(v.tp.all_gather.elements, (8 * 4 + 2) * n);
-  EXPECT_EQ(v.tp.all_reduce.ops, 2);  // the cross-entropy's two small ones
+  EXPECT_EQ(v.tp.all_gather.elements, (8 * 4 + 2) * n + 2 * 3 * 16);
+  EXPECT_EQ(v.tp.all_reduce.ops, 0);
 }
 
 TEST(CommVolume, FullRecomputationRepeatsTheForwardCollectives) {

@@ -111,17 +111,19 @@ class MixedBackend {
   // dloss * (softmax - onehot(target)), 0 in the padding columns and in ignored rows (target < 0).
   virtual void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets,
                                      float dloss, int N, int V, int Vp) = 0;
-  // ---- vocabulary-parallel cross-entropy (Megatron-LM): logits[N,Vl] are this rank's columns
+  // ---- vocabulary-parallel cross-entropy (Megatron-LM; the one algorithm of every engine and
+  // its arithmetic: kernels/vocab_parallel_ce.h): logits[N,Vl] are this rank's columns
   // [v0, v0 + Vl) of the padded vocabulary; Vv = the real ones among them, max(0, min(Vl, V - v0))
   // (the rest is padding). Two ops around an all-gather of the statistics over the tp group.
   // stats[N,3] (fp32) = per row, over the Vv real columns: the max m, the sum of exp(x - m), and
   // the logit of targets[n] when v0 <= target < v0 + Vv (else 0).
   virtual void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets,
                                          int N, int Vl, int Vv, int v0) = 0;
-  // From every rank's stats (all_stats[tp,N,3], rank order): lse = M + log(sum_r s_r exp(m_r - M)),
-  // M = max_r m_r; losses[N] = lse - (sum_r target logit_r) (0 for ignored rows, target < 0; NaN
-  // for a target >= V); logits overwritten with dloss * (exp(x - lse) - onehot(target - v0)) in
-  // the Vv real columns, 0 in the padding and in ignored rows. With tp = 1 and v0 = 0 this is
+  // From every rank's stats (all_stats[tp,N,3], rank order), vocab_ce::totals: lse =
+  // M + log(sum_r s_r exp(m_r - M)), M = max_r m_r; losses[N] = lse - (sum_r target logit_r) (0
+  // for ignored rows, target < 0; NaN for a target >= V); logits overwritten with
+  // dloss * (exp(x - lse) - onehot(target - v0)) in the Vv real columns, 0 in the padding and in
+  // ignored rows. With tp = 1 and v0 = 0 this is
   // softmax_cross_entropy's result.
   virtual void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats,
                                           int tp, const int32_t* targets, float dloss, int N, int V,

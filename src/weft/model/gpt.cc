@@ -5,6 +5,7 @@
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
+#include "weft/kernels/vocab_parallel_ce.h"
 #include "weft/model/activation_layout.h"
 
 namespace weft::model {
@@ -208,8 +209,12 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   if (t == 1) {
     k::softmax_cross_entropy_forward(losses, logits, targets, N, V, Vl);
   } else {
-    parallel::vocab_parallel_cross_entropy_forward(*tp_.comm, losses, acts.ptr("ce.stats"), logits,
-                                                   targets, N, V, v0, Vl);
+    // Vocabulary-parallel: three statistics per row gathered over tp, never the logits.
+    auto gather = [&](float* all, const float* mine, int64_t n) {
+      tp_.comm->all_gather(all, mine, n);
+    };
+    kernels::vocab_ce::forward(losses, acts.ptr("ce.stats"), logits, targets, N, V, v0, Vl, t,
+                               gather);
   }
   double sum = 0.0;
   for (int i = 0; i < N; ++i) {
@@ -276,8 +281,7 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
     if (t == 1) {
       k::softmax_cross_entropy_fused(acts.ptr("losses"), logits, p.targets, dloss, N, V, Vl);
     } else {
-      parallel::vocab_parallel_cross_entropy_backward(logits, acts.ptr("ce.stats"), p.targets,
-                                                      dloss, N, V, v0, Vl);
+      kernels::vocab_ce::backward(logits, acts.ptr("ce.stats"), p.targets, dloss, N, V, v0, Vl);
     }
     zero(d_ln, int64_t{N} * C);
     linear_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts.ptr("ln_f"), params_.ptr("wte"),

@@ -1,8 +1,9 @@
 #pragma once
 // The tensor-parallel pieces of a GPT that are more than a GEMM on a shard (Shoeybi et al. 2019,
-// "Megatron-LM", §3): the vocabulary-parallel embedding and the vocabulary-parallel fused
-// cross-entropy, which never gathers the [N, V] logits. Rank r of a tp group of size t owns the
-// vocabulary rows [r*Vl, (r+1)*Vl), Vl = Vp/t, of the tied embedding wte.
+// "Megatron-LM", §3): the vocabulary-parallel embedding. Rank r of a tp group of size t owns the
+// vocabulary rows [r*Vl, (r+1)*Vl), Vl = Vp/t, of the tied embedding wte. The vocabulary-parallel
+// cross-entropy, which never gathers the [N, V] logits, is kernels/vocab_parallel_ce.h: one
+// algorithm for every backend, its arithmetic shared with the CUDA kernels.
 //
 // The linear layers' conjugate operators (f: identity forward, all-reduce backward; g: all-reduce
 // forward, identity backward; with sequence parallelism all-gather / reduce-scatter in their place)
@@ -33,19 +34,5 @@ void vocab_parallel_embedding_forward(float* out, const int32_t* tokens, const f
 void vocab_parallel_embedding_backward(float* dwte_local, float* dwpe, const float* dout,
                                        const int32_t* tokens, int B, int T, int C, int64_t v0,
                                        int64_t Vl);
-
-// Cross-entropy over logits split by vocabulary: logits_local[N,Vl] holds global columns
-// [v0, v0+Vl); columns >= V are padding. Two collectives over `tp`: the row maxima (Max, N
-// floats), then the sums of exponentials and the target logits (Sum, 2N floats). Writes
-// losses[N] (0 for targets < 0) and stats[2N] (row max | sum of exp) for the backward.
-void vocab_parallel_cross_entropy_forward(comm::Communicator& tp, float* losses, float* stats,
-                                          const float* logits_local, const int32_t* targets, int N,
-                                          int64_t V, int64_t v0, int64_t Vl);
-// No communication: OVERWRITES logits_local with dloss * (softmax - onehot(target)) from the
-// forward's stats (0 in padding columns and ignored rows), as
-// kernels::cpu::softmax_cross_entropy_fused does for the whole vocabulary.
-void vocab_parallel_cross_entropy_backward(float* logits_local, const float* stats,
-                                           const int32_t* targets, float dloss, int N, int64_t V,
-                                           int64_t v0, int64_t Vl);
 
 }  // namespace weft::parallel

@@ -60,9 +60,10 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
         add(v.tp.all_reduce, 1, n, e);
       }
     }
-    if (r == c.pp - 1) {  // vocab-parallel cross-entropy (Max, then Sum of two) and LM head
-      add(v.tp.all_reduce, 1, b * s, 4);
-      add(v.tp.all_reduce, 1, 2 * b * s, 4);
+    if (r == c.pp - 1) {
+      // Vocab-parallel cross-entropy: one all-gather of 3 fp32 statistics per row
+      // (kernels/vocab_parallel_ce.h), t * 3bs elements gathered; then the LM head.
+      add(v.tp.all_gather, 1, c.tp * 3 * b * s, 4);
       if (c.sequence_parallel) {
         add(v.tp.all_gather, 1, n, e);  // ln_f's output, gathered for the LM head
         add(v.tp.reduce_scatter, 1, n, e);

@@ -10,8 +10,9 @@
 //   backward  2 all-reduces of n             reduce-scatters of n, forward and backward alike)
 //   full recomputation repeats the forward's collectives before the backward.
 // Vocab-parallel embedding: forward 1 all-reduce of n (sp: reduce-scatter forward, all-gather
-// backward). Vocab-parallel cross-entropy: forward all-reduce b*s (Max) and 2*b*s (Sum). LM head:
-// backward all-reduce n of the input gradient (sp: reduce-scatter).
+// backward). Vocab-parallel cross-entropy: forward one all-gather of 3 statistics per row,
+// t*3*b*s elements (kernels/vocab_parallel_ce.h). LM head: backward all-reduce n of the input
+// gradient (sp: reduce-scatter).
 // Pipeline: per microbatch, one activation message per stage boundary forward and one gradient
 // back, n/t elements (tp > 1 without sequence parallelism: each tp rank sends 1/t of the rows and
 // the receiver all-gathers n over tp), and once per step the loss (1 fp64) from the last stage.

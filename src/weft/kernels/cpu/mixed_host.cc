@@ -29,6 +29,7 @@
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
 #include "weft/kernels/mixed.h"
+#include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels {
 namespace {
@@ -572,40 +573,28 @@ class HostMixedBackend final : public MixedBackend {
     }
   }
 
-  // softmax_cross_entropy's two passes over this rank's Vv real columns: m = max, s = sum of
-  // exp(x - m) in column order; with none (an all-padding shard) m = -inf, s = 0, which the
-  // finish weighs by 0.
+  // The vocabulary-parallel cross-entropy of kernels/vocab_parallel_ce.h, whose arithmetic it
+  // calls: row_stats' two passes over this rank's Vv real columns (with none, m = -inf, s = 0).
   void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
                                  int Vl, int Vv, int v0) override {
     check_cross_entropy_shard(N, Vl, Vv, v0);
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= kMinParallel)
     for (int n = 0; n < N; ++n) {
-      const BF16* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < Vv; ++j) m = std::max(m, to_float(z[j]));
-      float s = 0.f;
-      for (int j = 0; j < Vv; ++j) s += std::exp(to_float(z[j]) - m);
-      const int64_t y = static_cast<int64_t>(targets[n]) - v0;  // the target's local column
-      float* out = stats + static_cast<int64_t>(n) * 3;
-      out[0] = m;
-      out[1] = s;
-      out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
+      vocab_ce::row_stats(stats + int64_t{vocab_ce::kStats} * n, logits + int64_t{n} * Vl, Vv,
+                          int64_t{targets[n]} - v0, [](BF16 x) { return to_float(x); });
     }
   }
 
-  // The combined max M and sum S = sum_r s_r exp(m_r - M) in rank order (S = s_0 exactly when
-  // tp = 1), then softmax_cross_entropy's expressions with (M, S) for (m, s): loss =
-  // (M - z_y) + log(S), gradient dloss * (exp(z - M) / S - onehot) with 1 / S computed once. So
-  // tp = 1, v0 = 0 gives softmax_cross_entropy's bits, and lse = M + log(S) is never rounded on
-  // its own.
+  // vocab_ce::totals, then softmax_cross_entropy's expressions with (M, S) for its (m, s): with
+  // tp = 1 and v0 = 0 the same bits, and lse = M + log(S) is never rounded on its own.
   void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) override {
     check_cross_entropy_shard(N, Vl, Vv, v0);
-    WEFT_CHECK(tp >= 1 && V > 0 && Vv == std::clamp(V - v0, 0, Vl),
+    WEFT_CHECK(tp >= 1 && V > 0 && Vv == vocab_ce::real_columns(V, v0, Vl),
                "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
                " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
-    const int64_t stride = static_cast<int64_t>(N) * 3;  // between ranks in all_stats
+    const int64_t stride = int64_t{vocab_ce::kStats} * N;  // between ranks in all_stats
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= kMinParallel)
     for (int n = 0; n < N; ++n) {
       BF16* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
@@ -616,24 +605,13 @@ class HostMixedBackend final : public MixedBackend {
         for (int j = 0; j < Vl; ++j) z[j] = round_bf16(j < Vv ? fill : 0.f);
         continue;
       }
-      const float* row = all_stats + static_cast<int64_t>(n) * 3;  // rank r at row + r * stride
-      float m = -std::numeric_limits<float>::infinity();
-      for (int r = 0; r < tp; ++r) m = std::max(m, row[r * stride]);
-      float s = 0.f;
-      float zy = 0.f;
-      for (int r = 0; r < tp; ++r) {
-        const float* st = row + r * stride;
-        // An all-padding rank (m_r = -inf, s_r = 0) adds nothing (as combine_max_sum in ops.cu):
-        // 0 * exp(-inf - M) is 0, but the guard keeps a NaN out if every m_r were -inf.
-        if (st[0] != -std::numeric_limits<float>::infinity()) s += st[1] * std::exp(st[0] - m);
-        zy += st[2];
-      }
-      losses[n] = (m - zy) + std::log(s);
-      const float inv_s = 1.f / s;
+      const vocab_ce::Totals t =
+          vocab_ce::totals(all_stats + int64_t{vocab_ce::kStats} * n, stride, tp);
+      losses[n] = vocab_ce::loss(t);
+      const float inv_s = 1.f / t.sum;
       const int64_t local_y = static_cast<int64_t>(y) - v0;
       for (int j = 0; j < Vv; ++j) {
-        const float p = std::exp(to_float(z[j]) - m) * inv_s;
-        z[j] = round_bf16(dloss * (p - (j == local_y ? 1.f : 0.f)));
+        z[j] = round_bf16(vocab_ce::grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y));
       }
       for (int j = Vv; j < Vl; ++j) z[j] = round_bf16(0.f);
     }

@@ -18,6 +18,7 @@
 #include "weft/kernels/cuda/host_plans.h"
 #include "weft/kernels/cuda/internal.h"
 #include "weft/kernels/cuda/kernels_cuda.h"
+#include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels::cuda {
 namespace detail {
@@ -429,12 +430,9 @@ __global__ void bias_gelu_kernel(T* out, T* pre, const T* bias, int OC, int64_t 
 
 constexpr int kSoftmaxThreads = 512;
 
+// The (max, sum) pair's combine: vocab_parallel_ce.h's, shared with the host.
 __device__ __forceinline__ void combine_max_sum(float& m, float& s, float m2, float s2) {
-  const float mx = fmaxf(m, m2);
-  const float s_scaled = m == -INFINITY ? 0.f : s * expf(m - mx);
-  const float s2_scaled = m2 == -INFINITY ? 0.f : s2 * expf(m2 - mx);
-  m = mx;
-  s = s_scaled + s2_scaled;
+  vocab_ce::fold(m, s, m2, s2);
 }
 
 // Pass 1 over z[0, n): (m, s) = the max and the sum of exp(z - m), each thread's running pair
@@ -534,11 +532,11 @@ __global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits,
   out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
 }
 
-// From all_stats[tp,N,3]: M = max_r m_r, S = sum_r s_r exp(m_r - M) (rank order, as
-// combine_max_sum), z_y = sum_r z_y,r; loss = (M - z_y) + log(S) and gradient
-// dloss * (exp(z - M) / S - onehot) in the real columns: softmax_cross_entropy_kernel's
-// expressions with (M, S) for its (m, s). Every thread combines the tp triples itself (tp is
-// small), so no shared memory or barrier is needed.
+// From all_stats[tp,N,3]: vocab_ce::totals (M = max_r m_r, then S = sum_r s_r exp(m_r - M) in
+// rank order, z_y = sum_r z_y,r), the loss and the gradient in the real columns with
+// vocab_ce::loss and vocab_ce::grad: the host's arithmetic (vocab_parallel_ce.h), and
+// softmax_cross_entropy_kernel's expressions with (M, S) for its (m, s). Every thread combines the
+// tp triples itself (tp is small), so no shared memory or barrier is needed.
 template <typename T>
 __global__ void cross_entropy_shard_finish_kernel(float* losses, T* logits, const float* all_stats,
                                                   int tp, const int32_t* targets, float dloss,
@@ -552,21 +550,14 @@ __global__ void cross_entropy_shard_finish_kernel(float* losses, T* logits, cons
     for (int j = threadIdx.x; j < Vl; j += blockDim.x) z[j] = from_float<T>(j < Vv ? fill : 0.f);
     return;
   }
-  const int64_t stride = static_cast<int64_t>(N) * 3;
-  const float* st = all_stats + row * 3;
-  float m = -INFINITY;
-  float s = 0.f;
-  float zy = 0.f;
-  for (int r = 0; r < tp; ++r) {
-    combine_max_sum(m, s, st[r * stride], st[r * stride + 1]);
-    zy += st[r * stride + 2];
-  }
-  if (threadIdx.x == 0) losses[row] = (m - zy) + logf(s);
-  const float inv_s = 1.f / s;
+  const vocab_ce::Totals t = vocab_ce::totals(all_stats + row * vocab_ce::kStats,
+                                              static_cast<int64_t>(N) * vocab_ce::kStats, tp);
+  if (threadIdx.x == 0) losses[row] = vocab_ce::loss(t);
+  const float inv_s = 1.f / t.sum;
   const int64_t local_y = static_cast<int64_t>(y) - v0;
   for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
     float g = 0.f;
-    if (j < Vv) g = dloss * (expf(to_float(z[j]) - m) * inv_s - (j == local_y ? 1.f : 0.f));
+    if (j < Vv) g = vocab_ce::grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y);
     z[j] = from_float<T>(g);
   }
 }
