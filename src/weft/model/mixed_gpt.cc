@@ -199,27 +199,6 @@ void MixedGpt::get_grads(std::span<float> host) const {
 
 void MixedGpt::zero_grad() { backend_.zero(b_.grads, layout_.buffer.total() * 4); }
 
-double MixedGpt::grad_sum_squares() const {
-  // Runs of the tensors that count here, merged across the zero padding between slices: all of
-  // them on tp rank 0 (but a head-only stage's wte copy), the sharded ones on the other ranks.
-  const auto& slices = layout_.buffer.slices();
-  double sum = 0;
-  int64_t begin = -1, end = 0;
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const bool counts = (r_ == 0 || !layout_.splits[i].replicated()) &&
-                        !(slices[i].name == "wte" && stage_.head && !stage_.embedding);
-    if (counts) {
-      if (begin < 0) begin = slices[i].offset;
-      end = slices[i].offset + slices[i].numel;
-    } else if (begin >= 0) {
-      sum += backend_.sum_squares(b_.grads + begin, end - begin);
-      begin = -1;
-    }
-  }
-  if (begin >= 0) sum += backend_.sum_squares(b_.grads + begin, end - begin);
-  return sum;
-}
-
 void MixedGpt::sum_over_tp(BF16* x, int64_t n) {
   if (t_ == 1) return;
   // Megatron all-reduces these in bf16; weft adds the ranks' bf16 partials in fp32 and rounds

@@ -76,6 +76,7 @@ class MixedGpt {
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
   int slots() const { return static_cast<int>(slots_.size()); }
+  int tp_rank() const { return r_; }
 
   // The backend's fp32 master weights and gradients (param_layout().buffer.total() elements each)
   // and the bf16 copy of the weights.
@@ -108,10 +109,6 @@ class MixedGpt {
   // without the head starts from output_grad(slot) (already scaled; the backward consumes it); one
   // without the embedding leaves the gradient of its input in input_grad().
   void backward(int slot = 0);
-  // Sum of the squared gradients (double, on the backend; waits). The last stage's copy of the
-  // tied wte is left out, and the tp-replicated tensors count on tp rank 0 only, so a sum over
-  // the stages and the tp group counts every parameter once.
-  double grad_sum_squares() const;
 
   // The stage boundary, bf16 [B*T, C] each, in the backend's memory.
   BF16* stage_input(int slot) { return slots_.at(slot).layers.front().x; }

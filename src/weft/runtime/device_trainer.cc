@@ -236,9 +236,10 @@ void DeviceTrainer::optimizer_step() {
   sends_.clear();
   const int dp = dp_size();
   backend_.synchronize();
-  double sum_squares = 0;
-  for (Chunk& c : chunks_) {
-    model::MixedGpt& m = *c.model;
+  std::vector<std::vector<model::GradPart>> parts(chunks_.size());
+  std::vector<NormChunk> norm_chunks;
+  for (size_t j = 0; j < chunks_.size(); ++j) {
+    model::MixedGpt& m = *chunks_[j].model;
     // The replicas' mean gradient (ZeRO 0: each holds all of it; the forward scaled each by
     // 1/dp), in one all-reduce of the chunk's buffer.
     if (dp > 1) par_.dp_data->all_reduce(m.grads(), m.param_layout().buffer.total());
@@ -249,21 +250,36 @@ void DeviceTrainer::optimizer_step() {
       const SliceSpec& wte = m.param_layout().buffer.at("wte");
       par_.embedding_data->all_reduce(m.grad("wte"), wte.numel);
     }
-    sum_squares += m.grad_sum_squares();
+    const auto& slices = m.param_layout().buffer.slices();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      parts[j].push_back({i, m.grads() + slices[i].offset, slices[i].numel});
+    }
+    norm_chunks.push_back({&m.param_layout(), m.stage(), m.tp_rank(), parts[j]});
   }
+  // The backend's sum of squares over runs of adjacent slices, merged across the zero padding
+  // between them (MixedGpt zeroes it once): one call, one wait, per run.
+  auto sum_squares = [&](std::span<const model::GradPart> counted) {
+    double sum = 0;
+    for (size_t i = 0; i < counted.size();) {
+      size_t k = i + 1;
+      while (k < counted.size() && counted[k].slice == counted[k - 1].slice + 1) ++k;
+      const float* begin = counted[i].grad;
+      sum += backend_.sum_squares(begin, counted[k - 1].grad + counted[k - 1].n - begin);
+      i = k;
+    }
+    return sum;
+  };
   const double loss = replica_sum(loss_sum_) / dp;  // each replica's sum over its m_ microbatches
   stats_.loss = static_cast<float>(loss / m_);
-  // Each rank's share counts every element once (MixedGpt::grad_sum_squares): summed over the
-  // replica's ranks.
-  if (comm::Communicator* g = par_.model_group != nullptr ? par_.model_group : par_.pp_group) {
-    g->all_reduce(&sum_squares, 1);
-  }
-  stats_.grad_norm = std::sqrt(sum_squares);
-  stats_.skipped = !std::isfinite(stats_.loss) || !std::isfinite(stats_.grad_norm);
+  // Summed over the replica's ranks; the replicas hold the same whole gradients (ZeRO 0).
+  const GradNorm norm = global_grad_norm(
+      norm_chunks, sum_squares, par_.model_group != nullptr ? par_.model_group : par_.pp_group,
+      nullptr, stats_.loss, clip_);
+  stats_.grad_norm = norm.norm;
+  stats_.skipped = norm.skipped;
   if (stats_.skipped) return;
   ++t_;
-  plan_->step(lr_, adamw_.beta1, adamw_.beta2, adamw_.eps, t_,
-              optim::clip_factor(stats_.grad_norm, clip_));
+  plan_->step(lr_, adamw_.beta1, adamw_.beta2, adamw_.eps, t_, norm.clip);
 }
 
 StepStats DeviceTrainer::step(const int32_t* tokens, const int32_t* targets, float lr,

@@ -1,6 +1,7 @@
 #include "weft/runtime/train_step.h"
 
 #include <cmath>
+#include <vector>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
@@ -44,6 +45,35 @@ void sync_tied_embedding(std::span<model::Gpt* const> chunks,
 
 }  // namespace
 
+bool counts_in_grad_norm(const model::ParamLayout& layout, size_t slice,
+                         const model::StageSpec& stage, int tp_rank) {
+  if (layout.splits[slice].replicated() && tp_rank != 0) return false;
+  // The last stage's copy of the tied embedding is the first stage's parameter: counted there.
+  return !(layout.buffer.slices()[slice].name == "wte" && !stage.embedding);
+}
+
+GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& sum_squares,
+                          comm::Communicator* model_group, comm::Communicator* shard_group,
+                          float loss, double clip_norm) {
+  double sum = 0;
+  std::vector<model::GradPart> counted;
+  for (const NormChunk& c : chunks) {
+    counted.clear();
+    for (const model::GradPart& g : c.parts) {
+      if (counts_in_grad_norm(*c.layout, g.slice, c.stage, c.tp_rank)) counted.push_back(g);
+    }
+    sum += sum_squares(counted);
+  }
+  if (model_group != nullptr) model_group->all_reduce(&sum, 1);
+  // ZeRO: each replica holds a different shard of the gradients.
+  if (shard_group != nullptr) shard_group->all_reduce(&sum, 1);
+  GradNorm r;
+  r.norm = std::sqrt(sum);
+  r.skipped = !std::isfinite(loss) || !std::isfinite(r.norm);
+  if (!r.skipped) r.clip = optim::clip_factor(r.norm, clip_norm);
+  return r;
+}
+
 StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
                       float loss, float lr, double clip_norm, const BeforeUpdate& before_update) {
@@ -51,19 +81,24 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   s.loss = loss;
   for (DistributedOptimizer* o : opts) o->finish_reduction();
   sync_tied_embedding(chunks, opts, groups.embedding);
-  double sum_squares = 0;
+  std::vector<NormChunk> norm_chunks;
   for (size_t i = 0; i < chunks.size(); ++i) {
     chunks[i]->finish_grad_sync(opts[i]->grad_parts());
-    sum_squares += chunks[i]->grad_sum_squares(opts[i]->grad_parts());
+    norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
+                           chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
-  if (groups.model != nullptr) groups.model->all_reduce(&sum_squares, 1);
-  // ZeRO: each replica holds a different shard of the gradients.
-  if (comm::Communicator* shards = opts[0]->shard_group()) shards->all_reduce(&sum_squares, 1);
-  s.grad_norm = std::sqrt(sum_squares);
+  auto sum_squares = [](std::span<const model::GradPart> parts) {
+    double sum = 0.0;
+    for (const model::GradPart& g : parts) sum += kernels::cpu::sum_squares(g.grad, g.n);
+    return sum;
+  };
+  const GradNorm norm = global_grad_norm(norm_chunks, sum_squares, groups.model,
+                                         opts[0]->shard_group(), loss, clip_norm);
+  s.grad_norm = norm.norm;
   if (before_update) before_update();
-  s.skipped = !std::isfinite(s.loss) || !std::isfinite(s.grad_norm);
+  s.skipped = norm.skipped;
   if (s.skipped) return s;
-  const float clip = optim::clip_factor(s.grad_norm, clip_norm);
+  const float clip = norm.clip;
   for (DistributedOptimizer* o : opts) {
     if (clip != 1.0f) {
       for (const model::GradPart& g : o->grad_parts()) kernels::cpu::scale(g.grad, clip, g.n);

@@ -29,6 +29,43 @@ struct ModelGroups {
   comm::Communicator* embedding = nullptr;
 };
 
+// ---- The global gradient norm: ONE rule for both engines (finish_step here, DeviceTrainer) ----
+// The norm is over every parameter element of the model replica once:
+//   - a rank counts its tensor-parallel shards, and the tp-replicated tensors (LayerNorms, wpe,
+//     row-parallel biases) on tp rank 0 only;
+//   - the tied word embedding counts on the stage that holds the embedding; the last stage's copy
+//     (a head without the embedding) is the same parameter and does not count;
+//   - the ranks' shares are summed over the replica's model group (tp x pp), and, when the parts
+//     are ZeRO shards (ZeRO 1-3: each dp rank holds a different range), over those shards too.
+// Then the clip factor optim::clip_factor(norm, clip_norm), and the step is skipped (no update)
+// when the loss or the norm is not finite. Only the per-element sum of squares is the engine's.
+
+// Whether slice `slice` of a stage's layout counts in tp rank `tp_rank`'s share of the norm.
+bool counts_in_grad_norm(const model::ParamLayout& layout, size_t slice,
+                         const model::StageSpec& stage, int tp_rank);
+
+// One model chunk of this rank: its layout, stage and tp rank, and its gradient parts in buffer
+// order (whole slices, or the ZeRO shard's parts).
+struct NormChunk {
+  const model::ParamLayout* layout = nullptr;
+  model::StageSpec stage;
+  int tp_rank = 0;
+  std::span<const model::GradPart> parts;
+};
+// The engine's kernel: the sum of squares (double) over the given parts, all of which count.
+using SumSquares = std::function<double(std::span<const model::GradPart>)>;
+
+struct GradNorm {
+  double norm = 0;       // before clipping
+  float clip = 1.0f;     // the factor to scale the gradients by
+  bool skipped = false;  // non-finite loss or norm: make no update
+};
+// The rule above: each chunk's counted parts summed with `sum_squares` (chunk by chunk, in
+// order), then over `model_group` and `shard_group` (each may be null), then clip and skip.
+GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& sum_squares,
+                          comm::Communicator* model_group, comm::Communicator* shard_group,
+                          float loss, double clip_norm);
+
 // Called by finish_step once the gradients are complete and their norm taken, before clipping and
 // the update. For the equivalence tests: they read each optimizer's grad_parts() there to compare
 // one step's gradients with the serial model's (nowhere later: clipping scales them, and ZeRO 2/3
@@ -37,9 +74,8 @@ using BeforeUpdate = std::function<void()>;
 
 // The end of a step, for any layout and ZeRO stage: completes the gradients (the data-parallel
 // reductions, the sequence-parallel LayerNorms, the tied embedding's two copies) on the parts each
-// optimizer works on (whole, or its ZeRO shard), takes the global norm over every parameter
-// element once (summed over groups.model, and over dp when the parts are shards), clips, and
-// updates every chunk with its optimizer unless the loss or norm is not finite. `loss` is the
+// optimizer works on (whole, or its ZeRO shard), takes global_grad_norm, clips, and updates every
+// chunk with its optimizer unless the step is skipped. `loss` is the
 // step's mean loss, already known on every rank.
 StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
