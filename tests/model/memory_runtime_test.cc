@@ -49,5 +49,28 @@ TEST(GemmPacking, ResidentPerThreadAfterTheSplit) {
   EXPECT_EQ(m.runtime, kDefaultRuntimeBytes + 4 * (512 + 4096) * 256);
 }
 
+// The tensor-parallel collectives' MPI temporary (memory.h): the sizes libnbc allocated in
+// `weft tune`'s tp=2 trials of L=4, C=256 at B=8, T=64 ([512, 256] fp32 activations, 512 KiB),
+// and the whole of a single-chunk tp rank's workspace beside it.
+TEST(TpCollectives, HoldLibnbcsMeasuredTemporary) {
+  constexpr int64_t kActivation = 512 * 256 * 4;
+  EXPECT_EQ(tp_collective_temporaries(kActivation, {1, false}), 0);
+  EXPECT_EQ(tp_collective_temporaries(kActivation, {2, false}), 524288);  // MPI_Iallreduce
+  EXPECT_EQ(tp_collective_temporaries(kActivation, {2, true}), 1048576);  // reduce-scatter
+  GptConfig cfg;
+  cfg.n_layer = 4;
+  cfg.n_embd = 256;
+  cfg.n_head = 4;
+  cfg.vocab_size = 4096;
+  cfg.max_seq_len = 64;
+  for (const bool sp : {false, true}) {
+    const TpShape tp{2, sp};
+    const MemoryEstimate m = estimate_training_memory(cfg, 8, 64, Recompute::None, 1, tp);
+    EXPECT_EQ(m.workspace, gpt_grad_workspace_layout(cfg, 8, 64, tp).total() * 4 + 64 * 64 * 4 +
+                               (sp ? 1048576 : 524288))
+        << "sp=" << sp;
+  }
+}
+
 }  // namespace
 }  // namespace weft::model

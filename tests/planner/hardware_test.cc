@@ -2,6 +2,7 @@
 
 #include "planner/test_paths.h"
 #include "weft/planner/hardware.h"
+#include "weft/planner/simulate.h"
 
 namespace weft::planner {
 namespace {
@@ -89,6 +90,42 @@ TEST(Hardware, TomlRoundTrips) {
   EXPECT_NEAR(back.package.bandwidth, c.package.bandwidth, 1);
   EXPECT_NEAR(back.peak_bf16, c.peak_bf16, 1e6);
   EXPECT_NEAR(back.gemm.efficiency, c.gemm.efficiency, 1e-9);
+}
+
+// memory.runtime_mib, what `weft calibrate` measures: absent, the model's default; written by
+// to_toml to the byte (a measured figure is no whole KiB); and what the planner's memory for weft's
+// CPU trainer adds, exactly, to every rank.
+TEST(Hardware, RuntimeMemoryRoundTripsAndIsWhatThePredictionAdds) {
+  Cluster c = parse_cluster(kMinimal, "mini").value();
+  c.peak_fp32 = 1e11;
+  EXPECT_EQ(c.runtime_bytes, model::kDefaultRuntimeBytes);
+  EXPECT_EQ(to_toml(c).find("runtime_mib"), std::string::npos);  // the default is left implicit
+  Cluster measured = c;
+  measured.runtime_bytes = 11564483;  // 11.03 MiB, as calibrated on 2026-12-01
+  const Cluster back = parse_cluster(to_toml(measured), "again").value();
+  EXPECT_EQ(back.runtime_bytes, 11564483);
+
+  Job job;
+  job.model = {.name = "t",
+               .n_layer = 4,
+               .n_embd = 256,
+               .n_head = 4,
+               .vocab_size = 4096,
+               .pad_vocab_to = 128,
+               .max_seq_len = 64};
+  job.seq_len = 64;
+  job.global_batch = 8;
+  job.world = 2;
+  job.precision = Precision::FP32;
+  const ParallelConfig tp2{.tp = 2, .pp = 1, .dp = 1, .micro_batch = 8};
+  const double before = predict(c, job, tp2).memory.total();
+  const double after = predict(back, job, tp2).memory.total();
+  EXPECT_EQ(after - before, 11564483 - model::kDefaultRuntimeBytes);
+
+  // The calibrated preset of this machine carries its measured figure.
+  const Cluster here =
+      load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  EXPECT_NE(here.runtime_bytes, model::kDefaultRuntimeBytes);
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 // of a streaming copy, and, when started by mpirun with two or more ranks, the alpha and beta of
 // all-reduce and point-to-point messages between ranks (least squares over several sizes).
 // Without mpirun (or with --no-mpi) the link constants keep the preset defaults, and it says so.
+// First of all, before anything else touches oneDNN, it measures what a training process holds
+// beyond its model's buffers (the preset's memory.runtime_mib), with a few steps of a small GPT.
 
 #include <fmt/core.h>
+#include <malloc.h>
 #include <omp.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -23,12 +26,15 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
+#include "weft/core/memory_usage.h"
 #include "weft/core/status.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/gemm_shapes.h"
 #include "weft/planner/cost_model.h"
 #include "weft/planner/hardware.h"
 #include "weft/runtime/gemm_ceiling.h"
+#include "weft/runtime/pipeline_runner.h"
+#include "weft/schedule/schedule.h"
 
 namespace weft::cli {
 namespace {
@@ -193,6 +199,65 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
   return f;
 }
 
+// What one training process holds beyond its model's buffers (Cluster::runtime_bytes, the term
+// model::estimate_rank_memory adds to every rank): a serial GPT (L=2, C=256, 4 heads, V=4096,
+// T=64, B=4: the scale of `weft tune`'s trials) is built and stepped in this process, as a trial
+// or `weft train` does; its peak resident memory above what the process held before (measured as
+// they measure it) less everything else the estimate counts for it is the runtime: the pages of
+// code the step touches, oneDNN's JIT-generated kernels, the libraries' heap temporaries (oneDNN's
+// operand packing, MPI's), glibc's arena slack. It must run before anything else in the process
+// touches oneDNN, or those pages would be in the baseline. Every rank measures; the largest
+// counts (the busiest rank is the one a prediction must cover).
+struct RuntimeMeasure {
+  int64_t runtime_bytes = 0;
+  int64_t measured = 0, predicted_model = 0;  // the step's peak above the baseline; the rest
+};
+RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
+  model::GptConfig cfg;
+  cfg.name = "calibrate-runtime";
+  cfg.n_layer = 2;
+  cfg.n_embd = 256;
+  cfg.n_head = 4;
+  cfg.vocab_size = 4096;
+  cfg.max_seq_len = 64;
+  constexpr int kB = 4, kT = 64, kSteps = 4;
+  const int64_t baseline = current_resident_bytes();
+  reset_peak_resident();
+  RuntimeMeasure r;
+  {
+    runtime::PipelineOptions po;
+    po.B = kB;
+    po.T = kT;
+    runtime::PipelineRunner runner(
+        cfg,
+        schedule::add_optimizer_step(schedule::add_communication(
+            schedule::make_schedule(schedule::Kind::OneFOneB, {.pp = 1, .vp = 1, .microbatches = 1})
+                .value_or_throw("calibrate: the runtime probe's schedule"))),
+        po);
+    runner.init(1);
+    std::vector<int32_t> tokens(kB * kT + 1);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = static_cast<int32_t>((i * 2654435761u) % cfg.vocab_size);
+    }
+    for (int s = 0; s < kSteps; ++s) runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
+    r.measured = peak_resident_bytes() - baseline;
+    const model::MemoryEstimate e = runner.predicted_memory();  // with kDefaultRuntimeBytes
+    r.predicted_model = e.total() - model::kDefaultRuntimeBytes;
+  }
+  malloc_trim(0);  // the probe's buffers back before the GEMM measurements
+  double mine = static_cast<double>(std::max<int64_t>(0, r.measured - r.predicted_model));
+  double measured = static_cast<double>(r.measured);
+  if (world != nullptr && world->size() > 1) {
+    double both[2] = {mine, measured};
+    world->all_reduce(both, 2, comm::ReduceOp::Max);
+    mine = both[0];
+    measured = both[1];
+  }
+  r.runtime_bytes = static_cast<int64_t>(mine);
+  r.measured = static_cast<int64_t>(measured);
+  return r;
+}
+
 std::string today() {
   const std::time_t now = std::time(nullptr);
   char buf[32];
@@ -224,6 +289,14 @@ void run_calibrate(const CalibrateOptions& o) {
   c.memory_bytes = ram / per_node;
   c.reserved_bytes = 0.1 * c.memory_bytes;  // the OS, MPI, the page cache
   std::string notes;
+  if (rank == 0) fmt::print("measuring a training process's runtime memory ...\n");
+  const RuntimeMeasure runtime_memory = measure_runtime_bytes(world);
+  c.runtime_bytes = runtime_memory.runtime_bytes;
+  notes += fmt::format(
+      "# memory.runtime_mib: a serial GPT's (L=2, C=256, V=4096, B=4, T=64) peak resident memory\n"
+      "# above the process's start, {:.2f} MiB on the busiest rank, less its buffers as\n"
+      "# model::estimate_rank_memory counts them.\n",
+      static_cast<double>(runtime_memory.measured) / (1 << 20));
   if (rank == 0) fmt::print("measuring GEMM rates ({} threads) ...\n", threads);
   const std::vector<Measured> gemms = measure_gemms(o.quick);
   fit_gemm(c, gemms, threads);
@@ -272,7 +345,8 @@ void run_calibrate(const CalibrateOptions& o) {
   if (!out) throw Error(fmt::format("cannot write '{}'", o.output));
   fmt::print("peak fp32 {:.1f} GFLOP/s (best GEMM), GEMM efficiency {:.2f}, tile {}, k_half {}\n",
              c.peak_fp32 / 1e9, c.gemm.efficiency, c.gemm.tile_m, c.gemm.k_half);
-  fmt::print("memory {:.1f} GB/s (copy)\n", c.memory_bandwidth / 1e9);
+  fmt::print("memory {:.1f} GB/s (copy); runtime {:.2f} MiB per process\n",
+             c.memory_bandwidth / 1e9, static_cast<double>(c.runtime_bytes) / (1 << 20));
   fmt::print("links  all-reduce {:.2f} GB/s alpha {:.1f} us; p2p {:.2f} GB/s alpha {:.1f} us{}\n",
              c.node.bandwidth / 1e9, c.node.latency * 1e6, c.network.bandwidth / 1e9,
              c.network.latency * 1e6, ranks >= 2 ? "" : " (placeholders: not measured)");

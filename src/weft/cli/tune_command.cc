@@ -310,7 +310,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     c.config = p.config;
     c.predicted_seconds = p.time.total;
     c.predicted_bytes = p.memory.total();
-    c.predicted_rank0_bytes = weft_rank_memory(job, p.config, 0, threads).total();
+    c.predicted_rank0_bytes =
+        weft_rank_memory(job, p.config, 0, threads, cluster.runtime_bytes).total();
     c.predicted_rank = static_cast<int>(ranked.size()) + 1;
     ranked.push_back(c);
   }

@@ -158,6 +158,11 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 
 }  // namespace
 
+int64_t tp_collective_temporaries(int64_t activation_bytes, TpShape tp) {
+  if (tp.tp <= 1) return 0;
+  return (tp.sequence_parallel ? 2 : 1) * activation_bytes;
+}
+
 int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b) {
   if (!trans_b || K <= 128 || M <= 384) return 0;
   return kFloat * (std::min<int64_t>(M, 512) + std::min<int64_t>(N, 9984)) *
@@ -241,6 +246,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   m.workspace += transient.temporaries;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   if (pipelined && t > 1 && !sp) m.workspace += N / t * C * f;  // scatter/gather receive buffer
+  m.workspace += tp_collective_temporaries(N * C * f, tp);
   m.workspace += int64_t{threads} * T * T * f;  // attention backward: a T x T block per thread
   m.runtime = runtime_bytes + packing;
   return m;

@@ -33,8 +33,20 @@ struct MemoryEstimate {
 // JIT-generated GEMM kernels (3,456 KiB of anonymous executable pages), the pages of code the run
 // touches first (libdnnl 2,560-2,856 KiB, weft 330-530, libm 80-176) and the trainer's own small
 // heap blocks (metrics, sampler, messages: 450-700 KiB). The same for every model and thread count;
-// another CPU or oneDNN build JITs other kernels, so a cluster preset may give its own.
+// another CPU or oneDNN build JITs other kernels, so a cluster preset may give its own
+// (memory.runtime_mib, which `weft calibrate` measures: 11.03 MiB on this machine on 2026-12-01,
+// with the heap temporaries of oneDNN and MPI and the code and data pages a tune trial touches).
 constexpr int64_t kDefaultRuntimeBytes = int64_t{7680} << 10;  // 7.5 MiB
+
+// The temporary Open MPI 4.1's nonblocking collectives (libnbc) allocate for a tensor-parallel
+// collective over an activation of `activation_bytes` ([N, C] fp32, N = B*T), which stays on the
+// heap for the whole step: the first is mapped, freeing it raises glibc's mmap threshold past its
+// size, and every later one (each g of the forward, each f of the backward) reuses one heap block.
+// Measured by intercepting malloc in `weft tune`'s trials on 2 ranks (L=4, C=256, T=64, B=8):
+// MPI_Iallreduce allocates the whole buffer (524,288 B for [512, 256]; 262,144 at B=4), and
+// sequence parallelism's MPI_Ireduce_scatter_block twice the input (1,048,576 B); the collectives
+// run one at a time. 0 without tensor parallelism.
+int64_t tp_collective_temporaries(int64_t activation_bytes, TpShape tp);
 
 // The pages of operand-packing buffer oneDNN's sgemm (2.6, AVX-512) touches in one single-threaded
 // call C[M,N] = op(A)[M,K] op(B)[K,N], measured as VmHWM's rise over a first dnnl_sgemm call: with
@@ -64,7 +76,8 @@ struct ChunkMemory {
 // What a pipeline rank of weft's trainer allocates for its chunks, exactly: per chunk the
 // parameters, gradients and both AdamW moments, `slots` microbatches of activations and a
 // backward workspace; `microbatches` input-gradient buffers per chunk that sends them; the
-// scatter/gather receive buffer (tp > 1 without sequence parallelism, pp > 1); with deferred
+// scatter/gather receive buffer (tp > 1 without sequence parallelism, pp > 1); the tensor-parallel
+// collectives' MPI temporary (tp_collective_temporaries); with deferred
 // weight gradients (ZB-H1) the kept output gradients of every slot; and the attention backward's
 // T x T row block per thread. With ZeRO (runtime/distributed_optimizer.h), per chunk and with S
 // its shard (1/dp of every unit, padded), the steady state:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -17,6 +18,7 @@ namespace weft::planner {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGB = 1e9;  // link and memory bandwidths are quoted in decimal GB/s
 constexpr double kTera = 1e12;
 constexpr double kMicro = 1e-6;
@@ -165,6 +167,9 @@ Status validate(const Cluster& c) {
                       c.reserved_bytes / kGiB, c.memory_bytes / kGiB));
   }
   positive("memory.bandwidth_gbps", c.memory_bandwidth);
+  if (c.runtime_bytes < 0) {
+    s.add(fmt::format("memory.runtime_mib={:.4g} must be >= 0", c.runtime_bytes / kMiB));
+  }
   fraction("memory.efficiency", c.memory_efficiency);
   if (c.peak_bf16 <= 0 && c.peak_fp16 <= 0 && c.peak_tf32 <= 0 && c.peak_fp32 <= 0) {
     s.add("peak_tflops needs at least one rate (bf16, fp16, tf32 or fp32)");
@@ -223,6 +228,9 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     c.reserved_bytes = r.number("reserved_gib", 0, false) * kGiB;
     c.memory_bandwidth = r.number("bandwidth_gbps", 0, true) * kGB;
     c.memory_efficiency = r.number("efficiency", 1, false);
+    const double runtime_mib =
+        r.number("runtime_mib", static_cast<double>(model::kDefaultRuntimeBytes) / kMiB, false);
+    c.runtime_bytes = std::llround(runtime_mib * kMiB);
     r.report_unknown();
   }
   {
@@ -310,6 +318,11 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
       "efficiency = {:.4g}\n",
       c.memory_bytes / kGiB, c.reserved_bytes / kGiB, c.memory_bandwidth / kGB,
       c.memory_efficiency);
+  if (c.runtime_bytes != model::kDefaultRuntimeBytes) {
+    // The shortest text that reads back as the same double: bytes / 2^20 is exact, so the byte
+    // count round-trips (6 significant digits of MiB would not, for a measured figure).
+    out += fmt::format("runtime_mib = {}\n", static_cast<double>(c.runtime_bytes) / kMiB);
+  }
   out += "\n[peak_tflops]\n";
   for (const auto& [format, name] : kFormats) {
     if (c.peak(format) > 0) out += fmt::format("{} = {:.6g}\n", name, c.peak(format) / kTera);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "weft/core/status.h"
+#include "weft/model/memory.h"
 
 namespace weft::planner {
 
@@ -43,12 +44,17 @@ struct GemmModel {
 struct Cluster {
   std::string name;
   std::string description;
-  std::string device;            // "A100-SXM4-80GB"
-  int devices_per_node = 1;      // GPUs (GCDs for MI250X; 1 for a CPU process)
-  int devices_per_package = 1;   // 2 for MI250X: its two GCDs share a package
-  int max_nodes = 0;             // 0: no limit
-  double memory_bytes = 0;       // per device
-  double reserved_bytes = 0;     // per device: runtime context, allocator slack (not usable)
+  std::string device;           // "A100-SXM4-80GB"
+  int devices_per_node = 1;     // GPUs (GCDs for MI250X; 1 for a CPU process)
+  int devices_per_package = 1;  // 2 for MI250X: its two GCDs share a package
+  int max_nodes = 0;            // 0: no limit
+  double memory_bytes = 0;      // per device
+  double reserved_bytes = 0;    // per device: runtime context, allocator slack (not usable)
+  // [memory] runtime_mib: what one of weft's CPU training processes holds beyond its model's
+  // buffers (code pages, JIT-generated GEMM kernels, the libraries' heap temporaries), as
+  // model::estimate_rank_memory's `runtime_bytes`; `weft calibrate` measures it on its machine.
+  // Absent: model::kDefaultRuntimeBytes.
+  int64_t runtime_bytes = model::kDefaultRuntimeBytes;
   double memory_bandwidth = 0;   // bytes/s per device, spec
   double memory_efficiency = 1;  // fraction of memory_bandwidth streaming kernels reach
   double peak_bf16 = 0, peak_fp16 = 0, peak_tf32 = 0, peak_fp32 = 0;  // FLOP/s per device

@@ -46,7 +46,7 @@ std::vector<int> in_flight(const ParallelConfig& c, const Job& job) {
 }
 
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
-                            const std::vector<int>& in_flight) {
+                            const std::vector<int>& in_flight, int64_t runtime_bytes) {
   const model::GptConfig& m = job.model;
   const double e = precision_bytes(job.precision).activation;
   const double b = c.micro_batch, s = job.seq_len, h = m.n_embd, t = c.tp;
@@ -60,7 +60,7 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
   MemoryBreakdown best;
   if (job.precision == Precision::FP32) {
     for (int r = 0; r < c.pp; ++r) {
-      const model::MemoryEstimate w = weft_rank_memory(job, c, r);
+      const model::MemoryEstimate w = weft_rank_memory(job, c, r, 1, runtime_bytes);
       MemoryBreakdown mem;
       mem.weights = static_cast<double>(w.params);
       mem.grads = static_cast<double>(w.grads);
@@ -91,7 +91,7 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
 }
 
 model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
-                                       int threads) {
+                                       int threads, int64_t runtime_bytes) {
   const schedule::Shape shape{.pp = c.pp, .vp = c.vp, .microbatches = c.microbatches(job)};
   const schedule::Schedule s =
       schedule::make_schedule(c.schedule, shape)
@@ -106,7 +106,7 @@ model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, 
   return model::estimate_rank_memory(job.model, c.micro_batch, job.seq_len, c.recompute, threads,
                                      {c.tp, c.sequence_parallel}, chunks, shape.microbatches,
                                      c.pp > 1, c.schedule == schedule::Kind::ZeroBubbleH1,
-                                     {c.zero, c.dp});
+                                     {c.zero, c.dp}, runtime_bytes);
 }
 
 std::string format_bytes(double bytes) {

@@ -41,15 +41,18 @@ std::vector<int> in_flight(const ParallelConfig& c, const Job& job);
 // The device that needs the most, given the in-flight counts per pipeline rank (from the
 // simulated schedule): max over ranks of its model state + in_flight[r] * layers per stage *
 // layer_activation_bytes + its buffers.
+// `runtime_bytes`: the cluster preset's (Cluster::runtime_bytes), for weft's CPU trainer (FP32).
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
-                            const std::vector<int>& in_flight);
+                            const std::vector<int>& in_flight,
+                            int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 
 // weft's own CPU trainer (fp32 everything), exactly what pipeline rank `pp_rank` allocates
 // (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
 // what `weft bench step` measures against, and what peak_memory uses for Precision::FP32 at every
 // ZeRO stage (the trainer's own layout, not Korthikanti's formulas).
 model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
-                                       int threads = 1);
+                                       int threads = 1,
+                                       int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 
 std::string format_bytes(double bytes);  // "80.0 GiB"
 

@@ -1,8 +1,10 @@
 #pragma once
 // The configuration search (docs/planner.md §7): enumerate (tp, pp, dp, vp, microbatch size,
 // schedule, recomputation, sequence parallelism, ZeRO stage) for a job on a cluster, reject the
-// ones that cannot run with every reason, skip the simulation of the ones that do not fit in
-// memory, simulate the rest and rank them by predicted throughput.
+// ones that cannot run with every reason (validate(): the trainer's own layout rules for the engine
+// of the job's precision, layout/validate.h, so nothing ranked is refused by `weft train`), skip
+// the simulation of the ones that do not fit in memory, simulate the rest and rank them by
+// predicted throughput.
 
 #include <map>
 #include <string>
