@@ -11,8 +11,11 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -149,7 +152,7 @@ class Pending {
   ~Pending() {
     if (req_ == MPI_REQUEST_NULL || !mpi_live()) return;
     if (op_.point_to_point()) {
-      if (std::string_view(op_.what) == "recv") MPI_Cancel(&req_);
+      if (std::string_view(op_.what).ends_with("recv")) MPI_Cancel(&req_);
       MPI_Request_free(&req_);
     } else if (std::uncaught_exceptions() == 0) {
       try {
@@ -206,6 +209,120 @@ class Pending {
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
+// dst[i] += src[i] for a reducible DataType.
+void add_into(void* dst, const void* src, int64_t n, DataType t) {
+  auto add = [n](auto* d, const auto* s) {
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+  };
+  switch (t) {
+    case DataType::F32:
+      return add(static_cast<float*>(dst), static_cast<const float*>(src));
+    case DataType::F64:
+      return add(static_cast<double*>(dst), static_cast<const double*>(src));
+    case DataType::I32:
+      return add(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src));
+    case DataType::I64:
+      return add(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
+    case DataType::U8:
+      break;
+  }
+  WEFT_CHECK(false, "cannot add ", dtype_name(t));
+}
+
+// A sum reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first
+// half of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
+// (r-k-1) mod p to rank r+1 (its own input block at k = 0, else the sum it completed in step k-1)
+// and receives block (r-k-2) mod p from rank r-1, to which it adds its own input block; the block
+// received last is block r, the result. Every rank sends, receives and adds (p-1)/p of the buffer.
+// Open MPI 4.1's MPI_Ireduce_scatter_block (libnbc) instead reduces the whole buffer to rank 0
+// over a binomial tree and scatters from there: rank 0 receives and adds p-1 whole buffers, the
+// bottleneck of ZeRO 1-3's gradient reductions on one core per rank (docs/parallelism.md).
+class RingReduceScatter {
+ public:
+  // `tag` must be unique among the ring operations in flight on `comm` (a communicator of their
+  // own: no other message can match theirs).
+  RingReduceScatter(const Op& op, MPI_Comm comm, int tag, void* out, const void* in, int64_t n,
+                    double timeout_s)
+      : op_(op), comm_(comm), tag_(tag), out_(out), in_(in), n_(n), timeout_s_(timeout_s) {
+    const int p = op.group->size, r = op.group->rank;
+    bytes_ = n * static_cast<int64_t>(dtype_size(op.dtype));
+    recv_buf_.resize(static_cast<size_t>(bytes_));
+    if (p > 2) sum_buf_.resize(static_cast<size_t>(bytes_));
+    next_ = (r + 1) % p;
+    prev_ = (r + p - 1) % p;
+    post(block(r - 1));  // step 0 sends this rank's own input block
+  }
+  RingReduceScatter(const RingReduceScatter&) = delete;
+  RingReduceScatter& operator=(const RingReduceScatter&) = delete;
+  ~RingReduceScatter() {
+    // Dropped without wait(): finish, as for a collective, unless an error unwinds the stack.
+    if (done() || std::uncaught_exceptions() > 0 || !mpi_live()) return;
+    try {
+      wait();
+    } catch (const Error&) {
+    }
+  }
+
+  bool poll() {
+    while (!done()) {
+      if (!send_->poll() || !recv_->poll()) return false;
+      advance();
+    }
+    return true;
+  }
+  void wait() {
+    while (!done()) {
+      send_->wait();
+      recv_->wait();
+      advance();
+    }
+  }
+
+ private:
+  bool done() const { return step_ == op_.group->size - 1; }
+  const char* block(int b) const {
+    const int p = op_.group->size;
+    return static_cast<const char*>(in_) + static_cast<int64_t>((b % p + p) % p) * bytes_;
+  }
+  // Posts the current step's send of `data` and receive into recv_buf_.
+  void post(const void* data) {
+    const int count = static_cast<int>(n_);
+    Op s = op_, rv = op_;
+    s.what = "reduce_scatter ring send";
+    s.peer = next_;
+    rv.what = "reduce_scatter ring recv";
+    rv.peer = prev_;
+    s.tag = rv.tag = tag_;
+    send_ = std::make_unique<Pending>(s, timeout_s_);
+    recv_ = std::make_unique<Pending>(rv, timeout_s_);
+    s.check(MPI_Isend(data, count, mpi_type(op_.dtype), next_, tag_, comm_, send_->request()));
+    rv.check(MPI_Irecv(recv_buf_.data(), count, mpi_type(op_.dtype), prev_, tag_, comm_,
+                       recv_->request()));
+  }
+  // The step's messages are complete: add this rank's input to the received block, into the
+  // output after the last step (every send is complete by then, so `out` may alias `in`), else
+  // into the block the next step sends.
+  void advance() {
+    const char* own = block(op_.group->rank - step_ - 2);
+    ++step_;
+    void* dst = done() ? out_ : sum_buf_.data();
+    if (dst != own) std::memcpy(dst, own, static_cast<size_t>(bytes_));
+    add_into(dst, recv_buf_.data(), n_, op_.dtype);
+    if (!done()) post(sum_buf_.data());
+  }
+
+  Op op_;
+  MPI_Comm comm_;
+  int tag_;
+  void* out_;
+  const void* in_;
+  int64_t n_, bytes_ = 0;
+  double timeout_s_;
+  int next_ = 0, prev_ = 0, step_ = 0;
+  std::vector<char> recv_buf_, sum_buf_;
+  std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
+};
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (MPI_Comm_free) when `owned`; MPI_COMM_WORLD is not owned.
@@ -218,7 +335,9 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
   ~MpiCommunicator() override {
-    if (owned_ && mpi_live()) MPI_Comm_free(&comm_);
+    if (!mpi_live()) return;
+    if (ring_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ring_comm_);
+    if (owned_) MPI_Comm_free(&comm_);
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -239,12 +358,23 @@ class MpiCommunicator final : public Communicator {
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     const Op o = make_op("reduce_scatter", t, n);
     check_reducible(o);
-    // In place (out == in): MPI reads the size*n inputs from `out` and leaves the result first.
-    const void* send = out == in ? MPI_IN_PLACE : in;
-    return start(o, [&](MPI_Request* req) {
-      return MPI_Ireduce_scatter_block(send, out, static_cast<int>(n), mpi_type(t), MPI_SUM, comm_,
-                                       req);
-    });
+    // In place (out == in): the size*n inputs are read from `out` and the result left first.
+    if (size() == 1) {
+      if (out != in) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
+      return Work();
+    }
+    if (ring_comm_ == MPI_COMM_NULL) {
+      // The ring's messages get a communicator of their own (created collectively, as this call
+      // is), so no other point-to-point message on this group can match them.
+      o.check(MPI_Comm_dup(comm_, &ring_comm_));
+      MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN);
+    }
+    // Every rank starts its reductions in the same order: the same tag for the same operation.
+    // At most a handful are in flight at once, far fewer than the tags (MPI guarantees 32767).
+    const int tag = ring_tag_++ % 32768;
+    auto ring =
+        std::make_shared<RingReduceScatter>(o, ring_comm_, tag, out, in, n, timeout_seconds());
+    return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
   }
 
   Work all_gather_async(void* out, const void* in, int64_t n, DataType t) override {
@@ -335,6 +465,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   std::shared_ptr<const Group> group_;
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // reduce_scatter's messages (RingReduceScatter)
+  int ring_tag_ = 0;
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "weft/model/gpt.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,11 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   sp_ = tp.sequence_parallel && tp.size() > 1;
   const TpShape shape{tp.size(), sp_};
   layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage, storage.unit_align);
-  using Residency = FlatBuffer::Residency;
-  params_ = FlatBuffer(layout_.buffer, storage.lazy_params ? Residency::Lazy : Residency::Eager);
-  grads_ = FlatBuffer(layout_.buffer, storage.lazy_grads ? Residency::Lazy : Residency::Eager);
+  if (storage.model_params) params_ = FlatBuffer(layout_.buffer);
+  if (storage.model_grads) grads_ = FlatBuffer(layout_.buffer);
+  for (const ParamUnit& u : layout_.units) {
+    unit_params_.push_back(storage.model_params ? params_.data() + u.begin : nullptr);
+  }
   wte_unit_ = layout_.unit_index("wte");
   wpe_unit_ = layout_.unit_index("wpe");
   ln_f_unit_ = layout_.unit_index("ln_f");
@@ -38,6 +41,44 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   for (int i = 0; i < slots; ++i) acts_.emplace_back(acts);
   pending_.resize(slots);
   work_ = FlatBuffer(gpt_grad_workspace_layout(cfg_, B, T, shape));
+}
+
+void Gpt::init(uint64_t seed) {
+  WEFT_CHECK(params_.size() > 0, "this model's parameters are held by its optimizer: init there");
+  init_params(params_, layout_, seed);
+}
+
+std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
+  const int64_t offset = layout_.buffer.at(name).offset;
+  const auto& units = layout_.units;
+  const auto it = std::upper_bound(units.begin(), units.end(), offset,
+                                   [](int64_t o, const ParamUnit& u) { return o < u.begin; });
+  const int u = static_cast<int>(it - units.begin()) - 1;
+  return {u, offset - units[u].begin};
+}
+
+const float* Gpt::param(const std::string& name) const {
+  const auto [u, at] = locate(name);
+  WEFT_CHECK(unit_params_[u] != nullptr, "parameter ", name, " read outside a gather of its unit");
+  return unit_params_[u] + at;
+}
+
+float* Gpt::grad(const std::string& name) {
+  const auto [u, at] = locate(name);
+  if (hooks_ != nullptr) return hooks_->grads(u) + at;
+  WEFT_CHECK(grads_.size() > 0, "this model's gradients are held by its optimizer");
+  return grads_.data() + layout_.units[u].begin + at;
+}
+
+void Gpt::gather(int unit) {
+  if (hooks_ == nullptr || unit < 0) return;
+  unit_params_[unit] = hooks_->gather(unit);
+}
+
+void Gpt::release(int unit) {
+  if (hooks_ == nullptr || unit < 0) return;
+  hooks_->release(unit);
+  if (params_.size() == 0) unit_params_[unit] = nullptr;
 }
 
 Gpt::LayerActs Gpt::layer_acts(FlatBuffer& acts, int l) {
@@ -118,7 +159,7 @@ void Gpt::layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& 
                         int T) {
   const int t = tp_.size(), C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, N = B * T;
   const int64_t Ns = sp_ ? N / t : N;
-  auto w = [&](const char* n) { return params_.ptr(layer_param(l, n)); };
+  auto w = [&](const char* n) { return param(layer_param(l, n)); };
   auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? w(n) : nullptr; };
   float* partial = sp_ ? acts.ptr("sp.partial") : nullptr;
 
@@ -173,12 +214,11 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
                  " is outside the vocabulary of ", V);
     }
     if (t == 1) {
-      k::embedding_forward(x, tokens, params_.ptr("wte"), params_.ptr("wpe"), B, T, C);
+      k::embedding_forward(x, tokens, param("wte"), param("wpe"), B, T, C);
     } else {
       float* partial = sp_ ? acts.ptr("sp.partial") : x;
-      parallel::vocab_parallel_embedding_forward(partial, tokens, params_.ptr("wte"),
-                                                 params_.ptr("wpe"), tp_.rank() == 0, B, T, C, v0,
-                                                 Vl);
+      parallel::vocab_parallel_embedding_forward(partial, tokens, param("wte"), param("wpe"),
+                                                 tp_.rank() == 0, B, T, C, v0, Vl);
       reduce_partial(x, partial, N);
     }
     release(wpe_unit_);
@@ -197,10 +237,10 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   gather(ln_f_unit_);
   gather(wte_unit_);
   float* lnf = acts.ptr("ln_f");
-  layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x,
-                     params_.ptr("ln_f.weight"), params_.ptr("ln_f.bias"), N, acts);
+  layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x, param("ln_f.weight"),
+                     param("ln_f.bias"), N, acts);
   float* logits = acts.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
-  k::matmul_forward(logits, lnf, params_.ptr("wte"), nullptr, N, C, Vl);  // tied embedding
+  k::matmul_forward(logits, lnf, param("wte"), nullptr, N, C, Vl);  // tied embedding
   release(wte_unit_);
   release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
@@ -247,22 +287,24 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
   float* d_fc_gelu = work_.ptr("d.fc_gelu");
   float* d_fc = work_.ptr("d.fc");
   auto zero = [](float* q, int64_t n) { std::fill(q, q + n, 0.0f); };
-  auto g = [&](int l, const char* n) { return grads_.ptr(layer_param(l, n)); };
-  auto w = [&](int l, const char* n) { return params_.ptr(layer_param(l, n)); };
+  auto w = [&](int l, const char* n) { return param(layer_param(l, n)); };
   auto layer_input = [&](int l) {
     return l == first ? acts.ptr("embed") : acts.ptr("h." + std::to_string(l - 1) + ".out");
   };
-  // A linear layer's backward: the input gradient now; the weight and bias gradients now, or
-  // (deferred) by backward_weights() from a copy of dout unless the slot keeps dout itself.
-  auto linear_backward = [&](float* dinp, float* dweight, float* dbias, const float* dout,
-                             const float* inp, const float* weight, int n, int ic, int oc,
-                             bool dout_kept_by_slot) {
+  // A linear layer's backward (weight `name`.weight, bias `name`.bias unless `bias` is false): the
+  // input gradient now; the weight and bias gradients now, or (deferred) by backward_weights()
+  // from a copy of dout unless the slot keeps dout itself.
+  auto linear_backward = [&](float* dinp, const std::string& name, bool bias, const float* dout,
+                             const float* inp, int n, int ic, int oc, bool dout_kept_by_slot) {
+    const std::string wname = bias ? name + ".weight" : name, bname = bias ? name + ".bias" : "";
+    const float* weight = param(wname);
     if (!defer_weight_grads) {
-      k::matmul_backward(dinp, dweight, dbias, dout, inp, weight, n, ic, oc);
+      k::matmul_backward(dinp, grad(wname), bias ? grad(bname) : nullptr, dout, inp, weight, n, ic,
+                         oc);
       return;
     }
     k::matmul_backward(dinp, nullptr, nullptr, dout, inp, weight, n, ic, oc);
-    Deferred d{dweight, dbias, inp, weight, {}, dout, n, ic, oc};
+    Deferred d{wname, bname, inp, {}, dout, n, ic, oc};
     if (!dout_kept_by_slot) {
       d.dout_copy.assign(dout, dout + int64_t{n} * oc);
       d.dout = nullptr;
@@ -284,13 +326,12 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
       kernels::vocab_ce::backward(logits, acts.ptr("ce.stats"), p.targets, dloss, N, V, v0, Vl);
     }
     zero(d_ln, int64_t{N} * C);
-    linear_backward(d_ln, grads_.ptr("wte"), nullptr, logits, acts.ptr("ln_f"), params_.ptr("wte"),
-                    N, C, Vl, /*dout_kept_by_slot=*/true);
+    linear_backward(d_ln, "wte", false, logits, acts.ptr("ln_f"), N, C, Vl,
+                    /*dout_kept_by_slot=*/true);
     zero(d_res, Ns * C);
-    k::layernorm_backward(d_res, grads_.ptr("ln_f.weight"), grads_.ptr("ln_f.bias"),
-                          reduce_grad(d_ln, N), layer_acts(acts, end - 1).out,
-                          params_.ptr("ln_f.weight"), acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"),
-                          Ns, C);
+    k::layernorm_backward(d_res, grad("ln_f.weight"), grad("ln_f.bias"), reduce_grad(d_ln, N),
+                          layer_acts(acts, end - 1).out, param("ln_f.weight"),
+                          acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), Ns, C);
     release(wte_unit_);
     release(ln_f_unit_);
     if (!defer_weight_grads) {
@@ -319,27 +360,26 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
     const float* d_out = gather_grad(d_res, N);
     zero(d_fc_gelu, int64_t{N} * 4 * Cl);
-    linear_backward(d_fc_gelu, g(l, "mlp.proj.weight"), g(l, "mlp.proj.bias"), d_out, a.fc_gelu,
-                    w(l, "mlp.proj.weight"), N, 4 * Cl, C, false);
+    linear_backward(d_fc_gelu, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, N, 4 * Cl, C,
+                    false);
     zero(d_fc, int64_t{N} * 4 * Cl);
     k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * Cl);
     zero(d_ln, int64_t{N} * C);
-    linear_backward(d_ln, g(l, "mlp.fc.weight"), g(l, "mlp.fc.bias"), d_fc, a.ln_2,
-                    w(l, "mlp.fc.weight"), N, C, 4 * Cl, false);
+    linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, N, C, 4 * Cl, false);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
-    k::layernorm_backward(d_res, g(l, "ln_2.weight"), g(l, "ln_2.bias"), reduce_grad(d_ln, N),
-                          a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
+    k::layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
+                          grad(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N), a.res_attn,
+                          w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
     const float* d_res_attn = gather_grad(d_res, N);
     zero(d_atty, int64_t{N} * Cl);
-    linear_backward(d_atty, g(l, "attn.proj.weight"), g(l, "attn.proj.bias"), d_res_attn, a.atty,
-                    w(l, "attn.proj.weight"), N, Cl, C, false);
+    linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, N, Cl, C, false);
     zero(d_qkv, int64_t{N} * 3 * Cl);
     k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, Cl, NHl);
     zero(d_ln, int64_t{N} * C);
-    linear_backward(d_ln, g(l, "attn.qkv.weight"), g(l, "attn.qkv.bias"), d_qkv, a.ln_1,
-                    w(l, "attn.qkv.weight"), N, C, 3 * Cl, false);
-    k::layernorm_backward(d_res, g(l, "ln_1.weight"), g(l, "ln_1.bias"), reduce_grad(d_ln, N), in,
+    linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, N, C, 3 * Cl, false);
+    k::layernorm_backward(d_res, grad(layer_param(l, "ln_1.weight")),
+                          grad(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,
                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
     release(layer_unit(l));
     if (!defer_weight_grads) grads_ready(layer_unit(l));
@@ -363,11 +403,11 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
 void Gpt::embedding_weight_grads(const Pending& p, const float* d_embed) {
   const int C = cfg_.n_embd, t = tp_.size();
   if (t == 1) {
-    k::embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_embed, p.tokens, p.B, p.T, C);
+    k::embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C);
   } else {
     const int64_t Vl = cfg_.padded_vocab() / t;
-    parallel::vocab_parallel_embedding_backward(grads_.ptr("wte"), grads_.ptr("wpe"), d_embed,
-                                                p.tokens, p.B, p.T, C, tp_.rank() * Vl, Vl);
+    parallel::vocab_parallel_embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B,
+                                                p.T, C, tp_.rank() * Vl, Vl);
   }
 }
 
@@ -378,7 +418,8 @@ void Gpt::backward_weights(int slot) {
              slot);
   for (const Deferred& d : p.deferred) {
     const float* dout = d.dout != nullptr ? d.dout : d.dout_copy.data();
-    k::matmul_backward(nullptr, d.dweight, d.dbias, dout, d.inp, d.weight, d.N, d.IC, d.OC);
+    k::matmul_backward(nullptr, grad(d.dweight), d.dbias.empty() ? nullptr : grad(d.dbias), dout,
+                       d.inp, nullptr, d.N, d.IC, d.OC);
   }
   p.deferred.clear();
   if (stage_.embedding) {
@@ -392,6 +433,7 @@ void Gpt::backward_weights(int slot) {
 }
 
 std::vector<GradPart> Gpt::whole_grads() const {
+  WEFT_CHECK(grads_.size() > 0, "this model's gradients are held by its optimizer");
   std::vector<GradPart> parts;
   const auto& slices = layout_.buffer.slices();
   for (size_t i = 0; i < slices.size(); ++i) {
@@ -424,18 +466,6 @@ void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
     std::copy_n(packed.data() + at, g->n, g->grad);
     at += g->n;
   }
-}
-
-double Gpt::grad_sum_squares(std::span<const GradPart> parts) const {
-  double sum = 0.0;
-  const auto& slices = layout_.buffer.slices();
-  for (const GradPart& g : parts) {
-    if (layout_.splits[g.slice].replicated() && tp_.rank() != 0) continue;
-    // The last stage's copy of the tied embedding is the first stage's parameter: count it there.
-    if (slices[g.slice].name == "wte" && !stage_.embedding) continue;
-    sum += k::sum_squares(g.grad, g.n);
-  }
-  return sum;
 }
 
 }  // namespace weft::model

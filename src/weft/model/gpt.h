@@ -19,6 +19,8 @@
 // output_grad, input_grad).
 #include <cstdint>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/model/gpt_config.h"
@@ -30,14 +32,14 @@
 
 namespace weft::model {
 
-// How a stage's parameter and gradient buffers are laid out and held (ZeRO,
+// How a stage's parameter and gradient buffers are laid out and who holds them (ZeRO,
 // runtime/distributed_optimizer.h).
 struct ParamStorage {
   int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
-  // ZeRO-3: a unit's pages are resident only while it is gathered. ZeRO-2 maps its parameters
-  // lazily too, so that the 2 MiB alignment padding between units is never touched.
-  bool lazy_params = false;
-  bool lazy_grads = false;  // ZeRO-2/3: ... only until its gradients are reduced
+  // false: the model allocates no such buffer; its ParamHooks hold every unit's parameters (ZeRO-3)
+  // or gradients (ZeRO-2/3) while in use, and must be installed before the first forward.
+  bool model_params = true;
+  bool model_grads = true;
 };
 
 // A run of one parameter's gradient elements: a whole slice, or the part of it in a ZeRO shard.
@@ -64,12 +66,14 @@ class Gpt {
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
 
+  // The model's own buffers, in param_layout()'s order; empty when ParamStorage gave them to the
+  // hooks.
   FlatBuffer& params() { return params_; }
   const FlatBuffer& params() const { return params_; }
   FlatBuffer& grads() { return grads_; }
   const FlatBuffer& grads() const { return grads_; }
 
-  void init(uint64_t seed) { init_params(params_, layout_, seed); }
+  void init(uint64_t seed);
   void zero_grad() { grads_.zero(); }
   // Told about every use of parameters and gradients from now on (null: nobody).
   void set_param_hooks(ParamHooks* hooks) { hooks_ = hooks; }
@@ -105,11 +109,6 @@ class Gpt {
   // otherwise. Every tp rank passes the same parts (their layouts are equal).
   void finish_grad_sync(std::span<const GradPart> parts);
   void finish_grad_sync() { finish_grad_sync(whole_grads()); }
-  // This rank's share of the squared global gradient norm over `parts`: its shards, plus the
-  // tp-replicated parameters on tp rank 0 only, so a sum over the tp group counts every element
-  // once (and the last stage's copy of the tied wte not at all).
-  double grad_sum_squares(std::span<const GradPart> parts) const;
-  double grad_sum_squares() const { return grad_sum_squares(whole_grads()); }
   // Every slice's gradient, whole.
   std::vector<GradPart> whole_grads() const;
 
@@ -129,15 +128,18 @@ class Gpt {
   float* reduce_grad(float* d_partial, int N);
 
   // ParamHooks calls, when there are hooks and the stage has the unit.
-  void gather(int unit) {
-    if (hooks_ != nullptr && unit >= 0) hooks_->gather(unit);
-  }
-  void release(int unit) {
-    if (hooks_ != nullptr && unit >= 0) hooks_->release(unit);
-  }
+  void gather(int unit);
+  void release(int unit);
   void grads_ready(int unit) {
     if (hooks_ != nullptr && unit >= 0) hooks_->grads_ready(unit);
   }
+  // A parameter's or gradient's elements wherever its unit is held now (ParamHooks): the
+  // parameters of a unit between gather and release; the gradients of any unit (the hooks may
+  // hand out memory for them now).
+  const float* param(const std::string& name) const;
+  float* grad(const std::string& name);
+  // The unit holding slice `name`, and the slice's offset from the unit's first element.
+  std::pair<int, int64_t> locate(const std::string& name) const;
   int layer_unit(int l) const { return first_layer_unit_ + (l - stage_.first_layer); }
 
   GptConfig cfg_;
@@ -149,12 +151,15 @@ class Gpt {
   ParamLayout layout_;
   FlatBuffer params_, grads_, work_;
   ParamHooks* hooks_ = nullptr;
+  std::vector<const float*> unit_params_;  // each unit's parameter base; null: not gathered
   int wte_unit_ = -1, wpe_unit_ = -1, ln_f_unit_ = -1, first_layer_unit_ = -1;
   std::vector<FlatBuffer> acts_;  // one per slot
   // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.
+  // The gradients are named, not pointed to: their unit's memory may move before then (ZeRO-2/3
+  // reduce and hand back a unit's gradients after each pass).
   struct Deferred {
-    float *dweight, *dbias;
-    const float *inp, *weight;
+    std::string dweight, dbias;  // dbias empty: none
+    const float* inp;
     std::vector<float> dout_copy;  // when the slot does not keep dout
     const float* dout;             // else: dout in the slot's activations
     int N, IC, OC;

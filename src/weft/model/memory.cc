@@ -16,17 +16,16 @@ constexpr int64_t kFloat = sizeof(float);
 constexpr int64_t kPage = 4096;
 
 // The MPI temporaries of one unit's gradient reduction on the busiest rank, in bytes (Open
-// MPI 4.1's nonblocking collectives, libnbc; measured with MPI_Ireduce_scatter_block and
-// MPI_Iallreduce on 2, 4 and 8 ranks of this machine, docs/planner.md §5):
+// MPI 4.1's nonblocking collectives; measured with MPI_Iallreduce on 2, 4 and 8 ranks of this
+// machine, docs/planner.md §5):
 //   all-reduce (ZeRO 0): the ring weft selects (comm/mpi_communicator.cc) receives one segment,
 //     1/dp of the buffer, into a temporary on every rank;
-//   reduce-scatter (ZeRO 1-3): ireduce_scatter_block reduces over a binomial tree to rank 0 and
-//     scatters from there; each receive fills one of two full-size buffers, so rank 0 touches both
-//     once it receives twice (dp > 2), one at dp = 2.
+//   reduce-scatter (ZeRO 1-3): weft's own ring (comm/mpi_communicator.cc, RingReduceScatter)
+//     receives one block, 1/dp of the buffer, and from dp = 3 on keeps a second for the running sum.
 int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
   if (zero.dp <= 1) return 0;  // one replica: no MPI collective runs
-  if (zero.stage == 0) return (unit_bytes + zero.dp - 1) / zero.dp;
-  return (zero.dp > 2 ? 2 : 1) * unit_bytes;
+  const int64_t block = (unit_bytes + zero.dp - 1) / zero.dp;
+  return zero.stage == 0 ? block : (zero.dp > 2 ? 2 : 1) * block;
 }
 
 // glibc's malloc serves a request below its largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX,
@@ -35,31 +34,53 @@ int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
 // are mapped and unmapped per call, so they count only while their reduction is in flight.
 constexpr int64_t kHeapCeiling = int64_t{32} << 20;
 
-// What a rank holds at one moment beyond its steady buffers (ZeRO's transient state).
-struct Moment {
-  int64_t grads = 0, params = 0, temporaries = 0;
-  int64_t total() const { return grads + params + temporaries; }
+// From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers that all its chunks
+// share (tensor/unit_pool.h): a unit's full gradients from the first write of a backward pass until
+// their reduction completes, under ZeRO-3 also its gathered parameters from gather to release. The
+// pool keeps every buffer it ever made, so what stays resident is, per buffer size, the most in
+// use at once over the passes.
+class PoolHeld {
+ public:
+  void take(int64_t bytes) {
+    int& k = now_[bytes];
+    most_[bytes] = std::max(most_[bytes], ++k);
+  }
+  void give(int64_t bytes) { --now_[bytes]; }
+  int64_t held() const {
+    int64_t total = 0;
+    for (const auto& [bytes, k] : most_) total += k * bytes;
+    return total;
+  }
+
+ private:
+  std::map<int64_t, int> now_, most_;
 };
 
-// The busiest moment of one chunk's backward pass (and forward, for ZeRO 3's gathered units): the
-// passes run as model::Gpt's backward does (the head's ln_f and tied wte, the layers last to
-// first, the embedding's wpe and wte), each unit's reduction starts when its gradient is complete
-// and at most kZeroBucketsInFlight are in flight; from ZeRO 2 on a unit's full gradient pages live
-// from its first write until its reduction completes, and ZeRO 3 gathers a pass's units for it.
-// `heap` collects the chunk's heap temporaries: per size, the most in flight at once (a freed block
+// One chunk's passes, run as model::Gpt and the optimizer run them: ZeRO-3's forward gathers the
+// embedding's wte and wpe, each layer, then the head's ln_f and wte, one group at a time; the
+// backward runs the head (ln_f and the tied wte), the layers last to first, then the embedding
+// (wpe, wte), each gathering its units (ZeRO-3), taking gradient buffers for the units it writes,
+// releasing its parameters and then marking its complete units ready; a ready unit's reduction
+// starts at once, at most kZeroBucketsInFlight are in flight (the oldest completes first, giving its
+// gradient buffer back), and all complete at the pass's end. Records the pool's buffers in `pool`
+// (ZeRO 2/3), the heap temporaries in `heap` (per size, the most in flight at once: a freed block
 // serves the next temporary of its size but, measured, not one of another size: pipe-8l's
-// reduce-scatters hold two layers' and the wte's, 20 MiB on rank 0).
-Moment busiest_moment(const ParamLayout& layout, const StageSpec& stage, ZeroSharding zero,
-                      std::map<int64_t, int>& heap) {
+// reduce-scatters hold two layers' and the wte's, 20 MiB on rank 0), and returns the most bytes of
+// mapped (>= kHeapCeiling) temporaries in flight at once.
+// With deferred weight gradients (zb-h1) the backward pass writes only the LayerNorms' gradients
+// (and none of the embedding's) and marks nothing ready; the weight pass then writes the rest and
+// marks every unit ready, last to first (model::Gpt::backward_weights).
+int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroSharding zero,
+                   bool deferred, std::map<int64_t, int>& heap, PoolHeld& pool) {
   const int n = static_cast<int>(layout.units.size());
-  std::vector<int64_t> pages(n), temporaries(n);
+  std::vector<int64_t> buffer(n), temporaries(n);
   int wte = -1, wpe = -1, ln_f = -1;
   std::vector<int> layers;
   for (int u = 0; u < n; ++u) {
     const ParamUnit& unit = layout.units[u];
     const int64_t bytes =
         (zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp)) * kFloat;
-    pages[u] = (unit.numel() * kFloat + kPage - 1) / kPage * kPage;
+    buffer[u] = bytes >= kPage ? (bytes + kPage - 1) / kPage * kPage : bytes;  // AlignedBuffer
     temporaries[u] = reduction_temporaries(bytes, zero);
     if (unit.name == "wte") {
       wte = u;
@@ -74,14 +95,28 @@ Moment busiest_moment(const ParamLayout& layout, const StageSpec& stage, ZeroSha
   struct Pass {
     std::vector<int> gathered, written, ready;
   };
-  std::vector<Pass> passes;
+  std::vector<Pass> forward, backward;
+  if (stage.embedding) forward.push_back({{wte, wpe}, {}, {}});
+  for (int l : layers) forward.push_back({{l}, {}, {}});
   if (stage.head) {
+    forward.push_back({{ln_f, wte}, {}, {}});
     Pass head{{ln_f, wte}, {ln_f, wte}, {ln_f}};
     if (!stage.embedding) head.ready.push_back(wte);  // else the embedding adds its part first
-    passes.push_back(head);
+    if (deferred) head = {{ln_f, wte}, {ln_f}, {}};
+    backward.push_back(head);
   }
-  for (auto l = layers.rbegin(); l != layers.rend(); ++l) passes.push_back({{*l}, {*l}, {*l}});
-  if (stage.embedding) passes.push_back({{}, {wpe, wte}, {wpe, wte}});
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
+    backward.push_back({{*l}, {*l}, deferred ? std::vector<int>{} : std::vector<int>{*l}});
+  }
+  if (deferred) {
+    Pass weights{{}, {}, {}};
+    if (stage.embedding) weights.written = {wpe, wte};
+    if (stage.head) weights.written.push_back(wte);
+    for (int u = n - 1; u >= 0; --u) weights.ready.push_back(u);
+    backward.push_back(weights);
+  } else if (stage.embedding) {
+    backward.push_back({{}, {wpe, wte}, {wpe, wte}});
+  }
 
   // Heap temporaries: the most of one size in flight at once.
   std::map<int64_t, int> count;
@@ -92,39 +127,42 @@ Moment busiest_moment(const ParamLayout& layout, const StageSpec& stage, ZeroSha
     heap[bytes] = std::max(heap[bytes], std::min(k, kZeroBucketsInFlight));
   }
 
-  const bool lazy_grads = zero.stage >= 2, lazy_params = zero.stage >= 3;
-  Moment best;
-  if (lazy_params) {  // forward: the embedding gathers wte and wpe, the head wte and ln_f
-    Moment forward;
-    if (stage.embedding) forward.params = std::max(forward.params, pages[wte] + pages[wpe]);
-    if (stage.head) forward.params = std::max(forward.params, pages[wte] + pages[ln_f]);
-    for (int l : layers) forward.params = std::max(forward.params, pages[l]);
-    best = forward;
-  }
-  std::vector<bool> written(n, false);
-  std::vector<int> in_flight;  // oldest first
-  auto now = [&](int64_t gathered) {
-    Moment m;
-    m.params = gathered;
-    for (int u = 0; u < n; ++u) m.grads += lazy_grads && written[u] ? pages[u] : 0;
-    for (int u : in_flight) m.temporaries += temporaries[u] >= kHeapCeiling ? temporaries[u] : 0;
-    if (m.total() > best.total()) best = m;
-  };
-  for (const Pass& p : passes) {
-    int64_t gathered = 0;
-    for (int u : p.gathered) gathered += lazy_params ? pages[u] : 0;
-    for (int u : p.written) written[u] = true;
-    now(gathered);
-    for (int u : p.ready) {
-      if (in_flight.size() >= size_t{kZeroBucketsInFlight}) {
-        written[in_flight.front()] = false;  // complete_oldest: its pages are returned
-        in_flight.erase(in_flight.begin());
-      }
-      in_flight.push_back(u);
-      now(0);
+  const bool pooled_grads = zero.stage >= 2, pooled_params = zero.stage >= 3;
+  if (pooled_params) {
+    for (const Pass& p : forward) {
+      for (int u : p.gathered) pool.take(buffer[u]);
+      for (int u : p.gathered) pool.give(buffer[u]);
     }
   }
-  return best;
+  int64_t mapped = 0;
+  std::vector<bool> written(n, false);
+  std::vector<int> in_flight;  // oldest first
+  auto complete_oldest = [&] {
+    if (pooled_grads) pool.give(buffer[in_flight.front()]);
+    written[in_flight.front()] = false;
+    in_flight.erase(in_flight.begin());
+  };
+  for (const Pass& p : backward) {
+    if (pooled_params) {
+      for (int u : p.gathered) pool.take(buffer[u]);
+    }
+    for (int u : p.written) {
+      if (!written[u] && pooled_grads) pool.take(buffer[u]);
+      written[u] = true;
+    }
+    if (pooled_params) {
+      for (int u : p.gathered) pool.give(buffer[u]);
+    }
+    for (int u : p.ready) {
+      if (in_flight.size() >= size_t{kZeroBucketsInFlight}) complete_oldest();
+      in_flight.push_back(u);
+      int64_t now = 0;
+      for (int v : in_flight) now += temporaries[v] >= kHeapCeiling ? temporaries[v] : 0;
+      mapped = std::max(mapped, now);
+    }
+  }
+  while (!in_flight.empty()) complete_oldest();
+  return mapped;
 }
 
 // A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h).
@@ -147,7 +185,7 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
     m.params += P;     // the model's copy, whole
     m.optimizer += S;  // master weights
   } else {
-    m.params += S;  // master weights; the model's copy holds only gathered units (transient)
+    m.params += S;  // master weights; gathered units are in the pool (run_passes)
   }
   if (zero.stage == 1) {
     m.grads += P + S;  // the model's gradients and the reduced shard
@@ -216,19 +254,17 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   // ZeRO's transient state: ZeRO 2/3 finish every reduction at the end of each backward pass, so
   // one chunk's busiest moment is the rank's; ZeRO 0/1 reduce after the last pass only, and a
   // chunk's reductions may run on into the next chunk's.
-  Moment transient;
+  int64_t mapped = 0;           // mapped MPI temporaries in flight at once
+  PoolHeld pool;                // ZeRO 2/3: the rank's unit pool, over all its chunks' passes
   std::map<int64_t, int> heap;  // heap temporaries: bytes -> at most in flight
   int64_t packing = 0;          // the GEMM packing buffers: the chunks run on the same threads
   for (const ChunkMemory& c : chunks) {
     const ParamLayout layout =
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero);
-    const Moment busiest = busiest_moment(layout, c.stage, zero, heap);
-    if (zero.stage <= 1) {
-      transient.temporaries += busiest.temporaries;
-    } else if (busiest.total() > transient.total()) {
-      transient = busiest;
-    }
+    const int64_t busiest =
+        run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
+    mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).total() * f;
     m.workspace += gpt_grad_workspace_layout(cfg, B, T, tp).total() * f;
     packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
@@ -241,9 +277,8 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
       m.workspace += c.slots * per_slot * f;
     }
   }
-  m.params += transient.params;
-  m.grads += transient.grads;
-  m.workspace += transient.temporaries;
+  m.grads += pool.held();  // ZeRO-3: and the gathered parameters, which share its buffers
+  m.workspace += mapped;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   if (pipelined && t > 1 && !sp) m.workspace += N / t * C * f;  // scatter/gather receive buffer
   m.workspace += tp_collective_temporaries(N * C * f, tp);

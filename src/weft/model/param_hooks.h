@@ -1,8 +1,14 @@
 #pragma once
 // What a model stage tells whoever manages its parameters and gradients (ZeRO,
 // runtime/distributed_optimizer.h) about its use of them, unit by unit (ParamUnit: a layer, the
-// word or position embedding, the final LayerNorm). Without hooks every parameter is always
-// resident and gradients simply accumulate.
+// word or position embedding, the final LayerNorm), and where the hooks keep each unit. Without
+// hooks every parameter and gradient lives in the model's own buffers, always resident, and
+// gradients simply accumulate there.
+//
+// A unit's memory is addressed by its base: the address of the unit's element ParamUnit::begin,
+// so its slice s sits at base + (offset(s) - begin), as in the model's buffers. The hooks may
+// return the model's buffer (base = buffer + begin) or memory of their own (ZeRO-2/3 keep the
+// units in use in a pool: tensor/unit_pool.h).
 
 namespace weft::model {
 
@@ -10,9 +16,14 @@ class ParamHooks {
  public:
   virtual ~ParamHooks() = default;
   // Before the unit's parameters are read (forward, recomputation, backward); calls may repeat.
-  virtual void gather(int unit) = 0;
+  // Returns the unit's parameter base, valid until release(unit).
+  virtual const float* gather(int unit) = 0;
   // The pass no longer reads the unit's parameters (until its next gather).
   virtual void release(int unit) = 0;
+  // Before a pass adds to the unit's gradients (calls may repeat): the unit's gradient base, which
+  // the pass accumulates into. Valid until the unit's grads_ready; afterwards the next call may
+  // return other memory (zeroed, or holding the earlier passes' sum: the hooks' choice).
+  virtual float* grads(int unit) = 0;
   // The backward (or, with deferred weight gradients, the weight-gradient) pass has added all of
   // its contribution to the unit's gradients.
   virtual void grads_ready(int unit) = 0;

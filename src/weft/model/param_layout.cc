@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include <fmt/format.h>
 #include <string>
@@ -92,9 +91,8 @@ bool is_layernorm_param(const std::string& name) {
 
 int64_t zero_unit_align(int zero, int dp) {
   WEFT_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "ZeRO stage ", zero, " over dp=", dp);
-  constexpr int64_t kPageElems = 4096 / sizeof(float);
   if (zero == 0) return BufferLayout::kAlignElems;
-  return std::lcm(kPageElems, int64_t{dp} * BufferLayout::kAlignElems);
+  return int64_t{dp} * BufferLayout::kAlignElems;
 }
 
 int ParamLayout::unit_index(const std::string& name) const {

@@ -112,8 +112,8 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
                              StageSpec stage = {}, int64_t unit_align = BufferLayout::kAlignElems);
 
 // The unit alignment ZeRO stage `zero` over `dp` ranks needs (runtime/distributed_optimizer.h):
-// a page (so a unit's memory can be returned to the OS) and a multiple of dp * kAlignElems (so
-// each unit's range padded for dp equal shards ends before the next unit); kAlignElems for ZeRO 0.
+// dp * kAlignElems, so each unit's range padded for dp equal aligned shards ends before the next
+// unit; kAlignElems for ZeRO 0.
 int64_t zero_unit_align(int zero, int dp);
 // ZeRO 2/3: unit gradient reductions a backward pass keeps outstanding before it waits for the
 // oldest (their receive buffers, and the units' full gradients, stay resident meanwhile).

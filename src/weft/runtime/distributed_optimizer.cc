@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <numeric>
-
-#include <sys/mman.h>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
@@ -15,47 +12,26 @@
 namespace weft::runtime {
 
 namespace {
-constexpr int64_t kHugePageElems = (int64_t{2} << 20) / sizeof(float);  // x86-64 THP: 2 MiB
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// ZeRO-2/3 return a unit's gradient (and ZeRO-3 its parameter) pages to the OS after every use
-// and fault them in again on the next: with 4 KiB pages that costs ~1.2-2.2 us a page on this
-// machine (a fault per page, two where the first touch reads: zero page, then copy on write), ~16
-// ms per 30 MB pass, the bulk of ZeRO-2/3's extra step time. Transparent huge pages fault in 2 MiB
-// at once, ~0.2-0.3 us per 4 KiB (measured). Advised only on each unit's 2 MiB-aligned interior,
-// so no huge page spans two units: what is resident stays exactly what the memory model counts
-// (a unit's pages while it is in use). Advice only: where THP is off it changes nothing.
-// [begin, begin + n): a unit's elements in `base` (not its padding, which is never written).
-void advise_huge_pages(float* base, int64_t begin, int64_t n) {
-  constexpr auto kHuge = static_cast<uintptr_t>(kHugePageElems * sizeof(float));
-  const auto b = reinterpret_cast<uintptr_t>(base + begin);
-  const auto e = reinterpret_cast<uintptr_t>(base + begin + n);
-  const uintptr_t hb = (b + kHuge - 1) / kHuge * kHuge, he = e / kHuge * kHuge;
-  if (hb < he) madvise(reinterpret_cast<void*>(hb), he - hb, MADV_HUGEPAGE);
 }
 }  // namespace
 
 model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
   model::ParamStorage s;
   s.unit_align = model::zero_unit_align(zero, dp);
-  s.lazy_grads = zero >= 2;
-  s.lazy_params = zero >= 3;
-  if (zero >= 2) {
-    // Units start on a 2 MiB boundary so that huge pages cover them (advise_huge_pages). The
-    // padding is address space only: ZeRO-2's parameters are mapped lazily too (the all-gather
-    // writes every unit at init and they stay resident), so no padding page is ever touched.
-    s.unit_align = std::lcm(s.unit_align, kHugePageElems);
-    s.lazy_params = true;
-  }
+  s.model_grads = zero < 2;  // from ZeRO-2 on a unit's gradients live in pool_ while in use
+  s.model_params = zero < 3;
   return s;
 }
 
 DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
-                                           optim::AdamWConfig cfg)
-    : model_(model), dp_(dp), zero_(zero) {
+                                           optim::AdamWConfig cfg, UnitPool* pool)
+    : model_(model), dp_(dp), zero_(zero), pool_(pool) {
+  if (pool_ == nullptr) {
+    own_pool_ = std::make_unique<UnitPool>();
+    pool_ = own_pool_.get();
+  }
   WEFT_CHECK(zero >= 0 && zero <= 3, "ZeRO stage ", zero, " is not 0, 1, 2 or 3");
   if (dp_ == nullptr) {
     local_dp_ = comm::make_local_communicator("dp");
@@ -77,7 +53,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
     const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
     const int64_t next =
         u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
-    shards_.push_back({own.begin, own.size(), offset, next - U.begin});
+    shards_.push_back({own.begin, own.size(), offset});
     WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
     offset += own.size();
     largest = std::max(largest, own.size());
@@ -96,13 +72,9 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   adam_ = std::make_unique<optim::AdamW>(offset, std::move(runs), cfg);
   if (zero_ >= 2) {
     for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
-    for (size_t u = 0; u < layout.units.size(); ++u) {
-      const model::ParamUnit& U = layout.units[u];
-      advise_huge_pages(model.grads().data(), U.begin, U.numel());
-      if (zero_ >= 3) advise_huge_pages(model.params().data(), U.begin, U.numel());
-    }
   }
-  resident_.assign(layout.units.size(), zero_ < 3);
+  grad_slot_.assign(layout.units.size(), nullptr);
+  param_slot_.assign(layout.units.size(), nullptr);
   model.set_param_hooks(this);
 }
 
@@ -132,17 +104,27 @@ void DistributedOptimizer::init(uint64_t seed) {
   if (zero_ <= 2) gather_all();
 }
 
-void DistributedOptimizer::gather(int u) {
-  if (zero_ < 3 || resident_[u]) return;
-  const Shard& sh = shards_[u];
-  dp_->all_gather(model_.params().data() + unit(u).begin, master_.data() + sh.offset, sh.size);
-  resident_[u] = true;
+const float* DistributedOptimizer::gather(int u) {
+  if (zero_ < 3) return model_.params().data() + unit(u).begin;
+  if (param_slot_[u] == nullptr) {
+    const Shard& sh = shards_[u];
+    param_slot_[u] = pool_->acquire(padded(u), /*zeroed=*/false);  // the all-gather writes it all
+    dp_->all_gather(param_slot_[u], master_.data() + sh.offset, sh.size);
+  }
+  return param_slot_[u];
 }
 
 void DistributedOptimizer::release(int u) {
-  if (zero_ < 3 || !resident_[u]) return;
-  model_.params().discard(unit(u).begin, shards_[u].capacity);
-  resident_[u] = false;
+  if (zero_ < 3 || param_slot_[u] == nullptr) return;
+  pool_->release(param_slot_[u]);
+  param_slot_[u] = nullptr;
+}
+
+float* DistributedOptimizer::grads(int u) {
+  if (zero_ < 2) return model_.grads().data() + unit(u).begin;
+  // Zeroed, including the padding the reduce-scatter reads past the unit's last element.
+  if (grad_slot_[u] == nullptr) grad_slot_[u] = pool_->acquire(padded(u), /*zeroed=*/true);
+  return grad_slot_[u];
 }
 
 void DistributedOptimizer::grads_ready(int u) {
@@ -153,7 +135,7 @@ void DistributedOptimizer::grads_ready(int u) {
   // library's temporaries (and, from ZeRO 2 on, a unit's full gradient pages) until it completes.
   for (Pending& p : pending_) p.work.test();
   if (pending_.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) complete_oldest();
-  float* g = model_.grads().data() + unit(u).begin;
+  float* g = grads(u);
   const Shard* sh = zero_ > 0 ? &shards_[u] : nullptr;
   switch (zero_) {
     case 0:
@@ -177,7 +159,7 @@ void DistributedOptimizer::grads_ready(int u) {
 }
 
 // Waits for the oldest reduction in flight. ZeRO 2/3: this microbatch's reduced gradient joins the
-// shard, and the unit's full gradient gives its memory back (it reads as zero for the next pass).
+// shard, and the unit's full gradient goes back to the pool (the next pass starts from zero).
 void DistributedOptimizer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.erase(pending_.begin());
@@ -189,7 +171,8 @@ void DistributedOptimizer::complete_oldest() {
   float* dst = grad_shard_.data() + sh.offset;
   const float* src = tmp_[p.tmp].data();
   for (int64_t i = 0; i < sh.size; ++i) dst[i] += src[i];
-  model_.grads().discard(unit(p.unit).begin, sh.capacity);
+  pool_->release(grad_slot_[p.unit]);
+  grad_slot_[p.unit] = nullptr;
 }
 
 void DistributedOptimizer::backward_done() {
@@ -221,12 +204,16 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
   const int units = static_cast<int>(model_.param_layout().units.size());
   for (int k = 0; k < passes; ++k) {
     for (int u = 0; u < units; ++u) {
-      float* g = model_.grads().data() + unit(u).begin;
+      float* g = grads(u);  // ZeRO 2/3: a pool buffer, as a backward pass would take
       if (zero_ == 0) {
         dp_->all_reduce(g, unit(u).numel());
       } else {
         dp_->reduce_scatter(zero_ == 1 ? grad_shard_.data() + shards_[u].offset : out.data(), g,
                             shards_[u].size);
+      }
+      if (zero_ >= 2) {
+        pool_->release(grad_slot_[u]);
+        grad_slot_[u] = nullptr;
       }
     }
   }
@@ -268,8 +255,7 @@ void DistributedOptimizer::state_loaded(int step_count) {
   if (zero_ == 1 || zero_ == 2) {
     gather_all();  // the model's parameters from every rank's master shard
   } else if (zero_ == 3) {
-    model_.params().zero();  // lazy: every page returned; units are gathered when used
-    resident_.assign(resident_.size(), false);
+    for (int u = 0; u < static_cast<int>(param_slot_.size()); ++u) release(u);  // gathered anew
   }
 }
 

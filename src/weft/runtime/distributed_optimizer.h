@@ -14,17 +14,19 @@
 //                                                     master params, reduced grads    params
 //   2      reduce-scatter per unit, EVERY microbatch, params; shard of grads, m, v,   all-gather
 //          into the shard; the unit's full gradient   master params; full grads only  params
-//          pages are then returned to the OS          of the units in flight
+//          buffer then goes back to the pool          of the units in use
 //   3      as 2                                       shards only; a unit's params    -
-//                                                     are all-gathered before each
-//                                                     use and discarded after
+//                                                     are all-gathered into a pool
+//                                                     buffer before each use and
+//                                                     given back after
 //
 // Shards are per unit: rank r holds the r-th of dp equal aligned ranges of every unit
-// (tensor/zero_shards.h). The gradient and parameter buffers keep their full layout with each unit
-// on a page boundary (model::ParamStorage), so a unit's memory can be returned
-// (FlatBuffer::discard) and reused at the same offsets; collectives run in place on the unit's
-// padded range. Gradients are averaged over dp before the norm. With dp = 1 (or no dp group) every
-// stage degenerates to the plain optimizer with extra copies.
+// (tensor/zero_shards.h). From ZeRO-2 on the model has no gradient buffer (from ZeRO-3 on no
+// parameter buffer) of its own (model::ParamStorage): the units in use live in a pool of
+// unit-sized buffers (tensor/unit_pool.h), each the unit's range padded to dp shards, where the
+// collectives run in place; the model finds them through ParamHooks. Gradients are averaged over
+// dp before the norm. With dp = 1 (or no dp group) every stage degenerates to the plain optimizer
+// with extra copies.
 
 #include <cstdint>
 #include <memory>
@@ -35,21 +37,23 @@
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/tensor/aligned_buffer.h"
+#include "weft/tensor/unit_pool.h"
 
 namespace weft::runtime {
 
 class DistributedOptimizer final : public model::ParamHooks {
  public:
-  // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to a
-  // page and to dp * 16 elements (so every unit's padded range fits before the next unit), from
-  // ZeRO-2 on to 2 MiB (huge pages) with both buffers mapped lazily; gradient pages are returned
-  // after each reduction from ZeRO-2 on, parameter pages after each use from ZeRO-3 on.
+  // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to
+  // dp * 16 elements (so every unit's padded range fits before the next unit, and shards are
+  // aligned); from ZeRO-2 on the gradients, from ZeRO-3 on also the parameters, held here.
   static model::ParamStorage storage(int zero, int dp);
 
   // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica).
-  // Installs itself as the model's ParamHooks.
+  // Installs itself as the model's ParamHooks. `pool` (which must outlive it) may be shared by the
+  // optimizers of one rank's chunks, whose passes never overlap (ZeRO 2/3 complete every reduction
+  // at the end of each pass); null: its own.
   DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
-                       optim::AdamWConfig cfg = {});
+                       optim::AdamWConfig cfg = {}, UnitPool* pool = nullptr);
   ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -63,8 +67,9 @@ class DistributedOptimizer final : public model::ParamHooks {
   void set_final_pass(bool final_pass) { final_pass_ = final_pass; }
 
   // model::ParamHooks
-  void gather(int unit) override;
+  const float* gather(int unit) override;
   void release(int unit) override;
+  float* grads(int unit) override;
   void grads_ready(int unit) override;
   void backward_done() override;
 
@@ -108,13 +113,14 @@ class DistributedOptimizer final : public model::ParamHooks {
   struct Shard {                  // a unit's range in the shard buffers
     int64_t begin = 0, size = 0;  // this rank's range, relative to the unit's first element
     int64_t offset = 0;           // where it sits in master_, grad_shard_ and the moments
-    int64_t capacity = 0;         // elements from the unit's start to the next unit's
   };
   struct Pending {           // a unit's reduction in flight
     int unit = 0, tmp = -1;  // tmp: its receive buffer in tmp_ (ZeRO 2/3)
     comm::Work work;
   };
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
+  // A unit's range padded to dp equal shards: what its collectives read or write.
+  int64_t padded(int u) const { return shards_[u].size * dp_->size(); }
   void complete_oldest();
   void gather_all();
 
@@ -131,7 +137,11 @@ class DistributedOptimizer final : public model::ParamHooks {
   std::vector<AlignedBuffer<float>> tmp_;     // ZeRO >= 2: reduce-scatter outputs in flight
   int next_tmp_ = 0;
   std::vector<Pending> pending_;  // oldest first, at most model::kZeroBucketsInFlight
-  std::vector<bool> resident_;    // ZeRO 3: units gathered now
+  // ZeRO 2/3: the units in use, in pool_: their full gradients from the first write of a pass until
+  // reduced (grad_slot_), ZeRO 3 their parameters from gather to release (param_slot_).
+  std::unique_ptr<UnitPool> own_pool_;
+  UnitPool* pool_;
+  std::vector<float*> grad_slot_, param_slot_;
   double wait_seconds_ = 0;
 };
 

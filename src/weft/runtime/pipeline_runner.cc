@@ -59,7 +59,8 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
     c->model = std::make_unique<model::Gpt>(
         cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
         std::max(1, slots[j]), DistributedOptimizer::storage(o_.zero, dp_size()));
-    c->opt = std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw);
+    c->opt =
+        std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw, &unit_pool_);
     c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
     c->sends.resize(c->model->slots());
     // d(input) goes to another rank only from a stage whose predecessor is remote.

@@ -107,6 +107,7 @@ class PipelineRunner : public StageRunner {
   schedule::Schedule schedule_;
   PipelineOptions o_;
   int S_ = 1, m_ = 1;
+  UnitPool unit_pool_;  // ZeRO 2/3: the units in use of all chunks (before them: outlives them)
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<model::Gpt*> chunk_models_;
   std::vector<DistributedOptimizer*> chunk_opts_;

@@ -46,10 +46,8 @@ class BufferLayout {
 
 class FlatBuffer {
  public:
-  using Residency = AlignedBuffer<float>::Residency;
   FlatBuffer() = default;
-  explicit FlatBuffer(BufferLayout layout, Residency residency = Residency::Eager)
-      : layout_(std::move(layout)), data_(layout_.total(), residency) {}
+  explicit FlatBuffer(BufferLayout layout) : layout_(std::move(layout)), data_(layout_.total()) {}
 
   const BufferLayout& layout() const { return layout_; }
   float* data() { return data_.data(); }
@@ -57,8 +55,6 @@ class FlatBuffer {
   int64_t size() const { return data_.size(); }
   int64_t bytes() const { return data_.bytes(); }
   void zero() { data_.zero(); }
-  // Zeroes [begin, begin + n) and returns its whole pages to the OS (AlignedBuffer::discard).
-  void discard(int64_t begin, int64_t n) { data_.discard(begin, n); }
 
   float* ptr(const std::string& name) { return data_.data() + layout_.at(name).offset; }
   const float* ptr(const std::string& name) const { return data_.data() + layout_.at(name).offset; }

@@ -1,0 +1,43 @@
+#pragma once
+// Buffers for the parameter units a ZeRO-2/3 rank holds only while it uses them
+// (runtime/distributed_optimizer.h): a unit's full gradients from its first write in a backward
+// pass until their reduce-scatter completes, and under ZeRO-3 its gathered parameters from
+// gather to release. A released buffer is kept and handed to the next unit of the same size, so
+// after the first step nothing is allocated, mapped or faulted in again.
+//
+// Why a pool and not the pages of a buffer with the whole layout, returned to the OS after each
+// use: on this machine that cost a page fault per 4 KiB (twice where the first touch reads) on
+// every use, ~55 ms of a 105 ms ZeRO-0 step at dp=2 on pipe-8l (bench/zero/run.sh; docs/zero.md),
+// and a device allocator has no such pages to return. What a pool keeps resident is, per size, the
+// most buffers in use at once: the memory model counts that (model/memory.cc).
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/tensor/aligned_buffer.h"
+
+namespace weft {
+
+class UnitPool {
+ public:
+  // A buffer of n floats: the most recently released one of that size (likely still in cache), or
+  // a new one. Zeroed when `zeroed` (gradients accumulate into it); otherwise its contents are
+  // whatever the last user left (parameters are overwritten whole by their all-gather).
+  float* acquire(int64_t n, bool zeroed);
+  // Gives back a buffer acquire() returned.
+  void release(float* p);
+
+  // Floats held, in use or free: what the pool keeps resident.
+  int64_t held() const;
+  int in_use() const;
+
+ private:
+  struct Slot {
+    AlignedBuffer<float> buf;
+    bool in_use = false;
+  };
+  std::vector<Slot> slots_;
+  std::vector<size_t> free_;  // indices into slots_, most recently released last
+};
+
+}  // namespace weft
