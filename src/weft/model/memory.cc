@@ -21,7 +21,8 @@ constexpr int64_t kPage = 4096;
 //   all-reduce (ZeRO 0): the ring weft selects (comm/mpi_communicator.cc) receives one segment,
 //     1/dp of the buffer, into a temporary on every rank;
 //   reduce-scatter (ZeRO 1-3): weft's own ring (comm/mpi_communicator.cc, RingReduceScatter)
-//     receives one block, 1/dp of the buffer, and from dp = 3 on keeps a second for the running sum.
+//     receives one block, 1/dp of the buffer, and from dp = 3 on keeps a second for the running
+//     sum.
 int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
   if (zero.dp <= 1) return 0;  // one replica: no MPI collective runs
   const int64_t block = (unit_bytes + zero.dp - 1) / zero.dp;
@@ -61,10 +62,10 @@ class PoolHeld {
 // backward runs the head (ln_f and the tied wte), the layers last to first, then the embedding
 // (wpe, wte), each gathering its units (ZeRO-3), taking gradient buffers for the units it writes,
 // releasing its parameters and then marking its complete units ready; a ready unit's reduction
-// starts at once, at most kZeroBucketsInFlight are in flight (the oldest completes first, giving its
-// gradient buffer back), and all complete at the pass's end. Records the pool's buffers in `pool`
-// (ZeRO 2/3), the heap temporaries in `heap` (per size, the most in flight at once: a freed block
-// serves the next temporary of its size but, measured, not one of another size: pipe-8l's
+// starts at once, at most kZeroBucketsInFlight are in flight (the oldest completes first, giving
+// its gradient buffer back), and all complete at the pass's end. Records the pool's buffers in
+// `pool` (ZeRO 2/3), the heap temporaries in `heap` (per size, the most in flight at once: a freed
+// block serves the next temporary of its size but, measured, not one of another size: pipe-8l's
 // reduce-scatters hold two layers' and the wte's, 20 MiB on rank 0), and returns the most bytes of
 // mapped (>= kHeapCeiling) temporaries in flight at once.
 // With deferred weight gradients (zb-h1) the backward pass writes only the LayerNorms' gradients
@@ -198,7 +199,9 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 
 int64_t tp_collective_temporaries(int64_t activation_bytes, TpShape tp) {
   if (tp.tp <= 1) return 0;
-  return (tp.sequence_parallel ? 2 : 1) * activation_bytes;
+  if (!tp.sequence_parallel) return activation_bytes;
+  const int64_t block = (activation_bytes + tp.tp - 1) / tp.tp;  // the ring's receive block
+  return (tp.tp > 2 ? 2 : 1) * block;
 }
 
 int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b) {
@@ -262,8 +265,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     const ParamLayout layout =
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero);
-    const int64_t busiest =
-        run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
+    const int64_t busiest = run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
     mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).total() * f;
     m.workspace += gpt_grad_workspace_layout(cfg, B, T, tp).total() * f;

@@ -43,9 +43,10 @@ constexpr int64_t kDefaultRuntimeBytes = int64_t{7680} << 10;  // 7.5 MiB
 // heap for the whole step: the first is mapped, freeing it raises glibc's mmap threshold past its
 // size, and every later one (each g of the forward, each f of the backward) reuses one heap block.
 // Measured by intercepting malloc in `weft tune`'s trials on 2 ranks (L=4, C=256, T=64, B=8):
-// MPI_Iallreduce allocates the whole buffer (524,288 B for [512, 256]; 262,144 at B=4), and
-// sequence parallelism's MPI_Ireduce_scatter_block twice the input (1,048,576 B); the collectives
-// run one at a time. 0 without tensor parallelism.
+// MPI_Iallreduce allocates the whole buffer (524,288 B for [512, 256]; 262,144 at B=4). Sequence
+// parallelism's reduce-scatter is weft's ring (comm/mpi_communicator.cc), whose receive block is
+// 1/tp of its input, plus a running-sum block from tp = 3 on (libnbc's MPI_Ireduce_scatter_block
+// took twice the input). The collectives run one at a time. 0 without tensor parallelism.
 int64_t tp_collective_temporaries(int64_t activation_bytes, TpShape tp);
 
 // The pages of operand-packing buffer oneDNN's sgemm (2.6, AVX-512) touches in one single-threaded

@@ -7,9 +7,10 @@
 //
 // Why a pool and not the pages of a buffer with the whole layout, returned to the OS after each
 // use: on this machine that cost a page fault per 4 KiB (twice where the first touch reads) on
-// every use, ~55 ms of a 105 ms ZeRO-0 step at dp=2 on pipe-8l (bench/zero/run.sh; docs/zero.md),
-// and a device allocator has no such pages to return. What a pool keeps resident is, per size, the
-// most buffers in use at once: the memory model counts that (model/memory.cc).
+// every use: ZeRO-2 took 1.51x the ZeRO-0 step at dp=2 on pipe-8l, 1.28x with the pool
+// (bench/zero/run.sh; docs/parallelism.md). A device allocator has no pages to return either.
+// What a pool keeps resident is, per size, the most buffers in use at once: the memory model
+// counts that (model/memory.cc).
 
 #include <cstdint>
 #include <vector>
