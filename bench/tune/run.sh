@@ -126,7 +126,7 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       f"({100 * (1 - h['steps'] / g['steps']):.0f}%)",
       f"- same winner: {'yes' if result['same_winner'] else 'no'}; the halving's winner measured "
       f"{ratio:.3f}x the grid's fastest in the grid's own trial",
-      f"- planner step-time error (mean |predicted/measured - 1|) on the halving's layouts: "
+      f"- planner step-time error (mean |predicted/measured - 1|, weighted by timed steps) on the halving's layouts: "
       f"{100 * refit.get('mean_abs_error_before', float('nan')):.1f}% before the refit, "
       f"{100 * refit.get('mean_abs_error_after', float('nan')):.1f}% after",
       "", "## The halving's table", "",

@@ -27,9 +27,25 @@ for dp in 4 2; do
   done
 done
 
-/usr/bin/python3 - "$out_json" "$out_md" <<'PY'
+# The planner's prediction of the dp=2 rows (a core per rank), on this machine's preset
+# (configs/clusters/this-machine.toml: `weft calibrate`, refitted by `weft tune
+# --update-calibration`); the dp=4 rows oversubscribe the cores and the preset has 2 devices.
+cluster=configs/clusters/this-machine.toml
+work_dir=$(mktemp -d)
+trap 'rm -rf "$work_dir"' EXIT
+: >"$work_dir/predicted.txt"
+for zero in 0 1 2 3; do
+  ms=$("$weft" simulate --model "$model" --cluster "$cluster" --gpus 2 --global-batch 8 --seq 64 \
+        --precision fp32 --config "tp=1,pp=1,dp=2,mb=1,schedule=1f1b,recompute=none,zero=$zero" \
+        --trace "" --svg "" | awk '/^step time/ {print $3 * 1000}')
+  echo "$zero $ms" >>"$work_dir/predicted.txt"
+done
+
+/usr/bin/python3 - "$out_json" "$out_md" "$work_dir/predicted.txt" <<'PY'
 import json, platform, subprocess, sys, datetime
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+predicted = {int(z): float(ms) for z, ms in (l.split() for l in open(sys.argv[3]) if l.strip())}
+base = {r["dp"]: r["ms_median"] for r in rows if r["zero"] == 0}
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 md = ["# ZeRO benchmark: pipe-8l (L=8, C=256, V=4096), B=1, T=64, 4 microbatches per replica", "",
@@ -43,13 +59,23 @@ md = ["# ZeRO benchmark: pipe-8l (L=8, C=256, V=4096), B=1, T=64, 4 microbatches
       "hidden = 1 - exposed / alone. Exposed time also holds waiting for a slower replica: with "
       "4 ranks on 2 cores the ranks take turns on the cores, so the dp=4 rows understate the "
       "overlap; the dp=2 rows have a core per rank", "",
-      "| dp | ZeRO | step ms | memory predicted MiB | measured MiB | measured / predicted | reductions exposed ms | alone ms | hidden |",
-      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+      "- step predicted: `weft simulate` of the dp=2 layout on configs/clusters/this-machine.toml; "
+      "/ ZeRO 0: the step time against the same dp's ZeRO-0 step, measured in this run", "",
+      "| dp | ZeRO | step ms | / ZeRO 0 | step predicted ms | error | memory predicted MiB | measured MiB | measured / predicted | reductions exposed ms | alone ms | hidden |",
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for r in rows:
-    md.append(f"| {r['dp']} | {r['zero']} | {r['ms_median']:.0f} | {r['mem_predicted_mib']:.1f} | "
+    pred = predicted.get(r["zero"]) if r["dp"] == 2 else None
+    r["step_over_zero0"] = r["ms_median"] / base[r["dp"]]
+    r["step_predicted_ms"] = pred
+    cells = (f"{pred:.0f} | {100 * (pred / r['ms_median'] - 1):+.0f}%" if pred else "- | -")
+    md.append(f"| {r['dp']} | {r['zero']} | {r['ms_median']:.0f} | {r['step_over_zero0']:.2f} | "
+              f"{cells} | {r['mem_predicted_mib']:.1f} | "
               f"{r['mem_measured_mib']:.1f} | {r['mem_measured_over_predicted']:.3f} | "
               f"{r['dp_reduction_exposed_ms']:.1f} | {r['dp_reduction_alone_ms']:.1f} | "
               f"{100 * r['dp_reduction_hidden']:.0f}% |")
 open(sys.argv[2], "w").write("\n".join(md) + "\n")
+with open(sys.argv[1], "w") as f:
+    for r in rows:
+        f.write(json.dumps(r) + "\n")
 print("\n".join(md))
 PY

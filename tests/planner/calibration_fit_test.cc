@@ -20,8 +20,14 @@ namespace {
 constexpr double kScale = 1.3;      // kernels inside a step vs alone
 constexpr double kOverhead = 2e-3;  // s per step
 
+// The preset as `weft calibrate` measured it: the committed one also carries a refit by `weft
+// tune` ([calibration]), which these tests make and check themselves.
 Cluster this_machine() {
-  return load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  Cluster c = load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  c.compute_scale = 1;
+  c.step_overhead = 0;
+  c.calibration_note.clear();
+  return c;
 }
 
 Job pipe8l(int world, int batch) {
@@ -91,6 +97,21 @@ TEST(CalibrationFit, RecoversAKnownDistortionAndTheErrorFalls) {
   EXPECT_EQ(fitted.node.bandwidth, base.node.bandwidth);
   EXPECT_NE(fitted.calibration_note.find("7 measured trials"), std::string::npos);
   EXPECT_NE(fitted.calibration_note.find("ms"), std::string::npos);
+}
+
+// A trial's weight is its timed steps: one short trial measured 2x off (what a 3-step first-round
+// trial on a busy machine does) barely moves a fit that the long trials pin down.
+TEST(CalibrationFit, LongerTrialsWeighMore) {
+  const Cluster base = this_machine();
+  std::vector<TrialMeasurement> trials = trials_on(distorted(base), mixed_layouts());
+  for (TrialMeasurement& t : trials) t.timed_steps = 24;
+  trials[2].step_seconds *= 2;
+  trials[2].timed_steps = 3;
+  const Cluster fitted = refit_cluster(base, trials);
+  std::printf("with a 2x outlier of 3 steps: scale %.5f, overhead %.4f ms\n", fitted.compute_scale,
+              fitted.step_overhead * 1e3);
+  // Measured: scale 1.3254, overhead 1.38 ms (unweighted, every trial alike: scale 1.4593).
+  EXPECT_NEAR(fitted.compute_scale, kScale, 0.03 * kScale);
 }
 
 TEST(CalibrationFit, ARefitOfARefittedPresetGivesTheSameFactors) {

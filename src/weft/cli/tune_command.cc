@@ -389,7 +389,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   std::vector<TrialMeasurement> measured;
   for (const CandidateRecord& r : out.records) {
     if (const TrialResult* t = r.latest()) {
-      measured.push_back({job, r.candidate.config, t->step_seconds, t->peak_bytes});
+      measured.push_back({job, r.candidate.config, t->step_seconds, t->peak_bytes, t->steps});
     }
   }
   nlohmann::json refit = nullptr;
@@ -398,10 +398,15 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
       const Cluster fitted = refit_cluster(cluster, measured);
       const std::vector<double> before = step_time_errors(cluster, measured);
       const std::vector<double> after = step_time_errors(fitted, measured);
-      const auto mean_abs = [](const std::vector<double>& v) {
-        double s = 0;
-        for (double x : v) s += std::abs(x);
-        return v.empty() ? 0.0 : s / v.size();
+      // Weighted by each trial's timed steps, as the refit weighs them: a 3-step first-round
+      // trial is a noisier measurement than a 24-step final one.
+      const auto mean_abs = [&](const std::vector<double>& v) {
+        double s = 0, w = 0;
+        for (size_t i = 0; i < v.size(); ++i) {
+          s += measured[i].timed_steps * std::abs(v[i]);
+          w += measured[i].timed_steps;
+        }
+        return w > 0 ? s / w : 0.0;
       };
       refit = {{"errors_before", before},
                {"errors_after", after},
@@ -409,7 +414,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                {"mean_abs_error_after", mean_abs(after)}};
       say(fmt::format(
           "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
-          "1|: {:.1f}% before, {:.1f}% after\n",
+          "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n",
           measured.size(), 100 * mean_abs(before), 100 * mean_abs(after)));
       std::string target = o.calibrate_out;
       if (target.empty() && o.update_calibration) target = o.cluster;

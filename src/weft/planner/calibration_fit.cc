@@ -82,13 +82,20 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   ScheduleCache cache;
   const size_t n = trials.size();
   // Parameters x = (log compute_scale, step_overhead / mean measured step): both of order 1.
-  double mean_measured = 0;
-  for (const auto& t : trials) mean_measured += t.step_seconds / n;
+  double mean_measured = 0, mean_steps = 0;
+  for (const auto& t : trials) {
+    mean_measured += t.step_seconds / n;
+    mean_steps += std::max(1, t.timed_steps) / static_cast<double>(n);
+  }
+  // Weighted least squares: residual i scaled by sqrt(w_i), w_i = timed steps / their mean.
+  std::vector<double> sqrt_w(n);
+  for (size_t i = 0; i < n; ++i)
+    sqrt_w[i] = std::sqrt(std::max(1, trials[i].timed_steps) / mean_steps);
   auto residuals = [&](const std::array<double, 2>& x) {
     const Cluster c = with_factors(base, std::exp(x[0]), x[1] * mean_measured);
     const std::vector<double> p = predicted_times(c, trials, cache);
     std::vector<double> r(n);
-    for (size_t i = 0; i < n; ++i) r[i] = std::log(trials[i].step_seconds / p[i]);
+    for (size_t i = 0; i < n; ++i) r[i] = sqrt_w[i] * std::log(trials[i].step_seconds / p[i]);
     return r;
   };
   auto sse = [](const std::vector<double>& r) {
@@ -103,14 +110,14 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   std::vector<double> before;
   double spread_lo = 1e300, spread_hi = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double p = trials[i].step_seconds / std::exp(r0[i]);
+    const double p = trials[i].step_seconds / std::exp(r0[i] / sqrt_w[i]);
     spread_lo = std::min(spread_lo, p);
     spread_hi = std::max(spread_hi, p);
-    before.push_back(std::exp(-r0[i]) - 1);
+    before.push_back(p / trials[i].step_seconds - 1);
   }
   const bool fit_overhead = n >= 2 && spread_hi >= kMinSpreadForOverhead * spread_lo;
-  double mean_r0 = 0;
-  for (double r : r0) mean_r0 += r / n;
+  double mean_r0 = 0;  // the weighted mean log error
+  for (size_t i = 0; i < n; ++i) mean_r0 += sqrt_w[i] * r0[i] / n;
   std::array<double, 2> x = {mean_r0, 0};
   std::vector<double> r = residuals(x);
   double err = sse(r);
@@ -167,7 +174,7 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
 
   Cluster fitted = with_factors(base, std::exp(x[0]), x[1] * mean_measured);
   std::vector<double> after;
-  for (double ri : r) after.push_back(std::exp(-ri) - 1);
+  for (size_t i = 0; i < n; ++i) after.push_back(std::exp(-r[i] / sqrt_w[i]) - 1);
   fitted.calibration_note = fmt::format(
       "refitted from {} measured trials: compute_scale {:.4g} (kernels inside a step vs "
       "calibrated alone), step_overhead {} (per step); planner step-time error, mean of "

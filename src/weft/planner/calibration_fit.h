@@ -12,7 +12,10 @@
 // and each step pays a fixed cost the kernels leave out (the optimizer's bookkeeping,
 // synchronization, the allocator, data loading), an additive one. Two factors, fitted by least
 // squares on log(measured / predicted) over the trials (relative error, so a 10 ms step counts
-// as much as a 1 s one): Cluster::compute_scale and Cluster::step_overhead. Memory is not
+// as much as a 1 s one), each trial weighted by its timed steps (the variance of a median of k
+// steps falls as 1/k: successive halving's first-round trials of 3 steps measured up to 2x off
+// on this shared machine, its final ones of 24 within 7%): Cluster::compute_scale and
+// Cluster::step_overhead. Memory is not
 // refitted here: the memory model's terms are byte counts of buffers, not machine constants.
 //
 //   Cluster c = load_cluster("configs/clusters/this-machine.toml").value();

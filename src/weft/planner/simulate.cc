@@ -99,11 +99,16 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   int64_t params = 0;
   for (int r = 0; r < c.pp; ++r) params = std::max(params, local_parameters(job.model, c, r));
   double dp_step = 0;
+  // ZeRO 0 all-reduces once per step, ZeRO 1 reduce-scatters once and gathers the updated
+  // parameters, ZeRO 2 only gathers (its reduce-scatters run per microbatch: stage_costs.cc), and
+  // ZeRO 3 does everything per microbatch.
   if (c.zero == 0) {
     dp_step = collective_time(p.placement.dp, Collective::AllReduce, params * pb.grad);
   } else if (c.zero <= 2) {
-    dp_step = collective_time(p.placement.dp, Collective::ReduceScatter, params * pb.grad) +
-              collective_time(p.placement.dp, Collective::AllGather, params * pb.weight);
+    dp_step =
+        (c.zero == 1 ? collective_time(p.placement.dp, Collective::ReduceScatter, params * pb.grad)
+                     : 0) +
+        collective_time(p.placement.dp, Collective::AllGather, params * pb.weight);
   }
   if (c.pp > 1) {  // tied embedding: first and last pipeline ranks, over the pp link
     GroupLink pair = p.placement.pp;

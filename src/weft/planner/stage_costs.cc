@@ -142,27 +142,35 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     const double logits_bytes = static_cast<double>(l.M) * Vt * 4;
     c.forward.compute +=
         gemm_time(cl, peak, l.M, Vt, l.h) + memory_time(cl, 4 * l.act * l.e + 2 * logits_bytes);
-    c.forward.tp_comm += collective_time(tp, Collective::AllReduce, l.M * 4.0) +
-                         collective_time(tp, Collective::AllReduce, 2 * l.M * 4.0);
+    // The vocabulary-parallel cross-entropy's one all-gather of three fp32 statistics per row
+    // from every rank (kernels/vocab_parallel_ce.h).
+    c.forward.tp_comm += collective_time(tp, Collective::AllGather, l.t * l.M * 3 * 4.0);
     c.backward_input.compute +=
         gemm_time(cl, peak, l.M, l.h, Vt) + memory_time(cl, 2 * logits_bytes + 6 * l.act * l.e);
     c.backward_input.tp_comm +=
         collective_time(tp, l.sp ? Collective::ReduceScatter : Collective::AllReduce, nbytes);
     c.backward_weight.compute += gemm_time(cl, peak, Vt, l.h, l.M);
   }
-  // ZeRO-3: gather the stage's weights before its forward and again before its backward, and
-  // reduce-scatter its gradients after each microbatch (Rajbhandari et al. 2020, §5.3).
-  if (cfg.zero >= 3 && cfg.dp > 1) {
+  // ZeRO-2 and 3 reduce-scatter a stage's gradients after each microbatch, ZeRO-3 also gathers
+  // its weights before its forward and again before its backward (Rajbhandari et al. 2020, §5.2,
+  // §5.3; runtime/distributed_optimizer.h). Charged to the passes: on the CPU the copies and sums
+  // run on the cores that compute (measured: bench/zero/run.sh), so they do not hide.
+  if (cfg.zero >= 2 && cfg.dp > 1) {
     const PrecisionBytes pb = precision_bytes(job.precision);
     for (int s = 0; s < stages; ++s) {
       const double params =
           static_cast<double>(local_parameters(job.model, cfg, s % cfg.pp)) / cfg.vp;
       const GroupLink& dp = in.placement->dp;
+      out[s].backward_weight.dp_comm +=
+          collective_time(dp, Collective::ReduceScatter, params * pb.grad);
+      // The unit pool's buffer is zeroed before the pass writes it, and the reduced shard is
+      // added into the step's gradient shard (read both, write one): memory traffic per pass.
+      out[s].backward_weight.compute +=
+          memory_time(cl, params * pb.grad + 3 * params / cfg.dp * pb.grad);
+      if (cfg.zero < 3) continue;
       out[s].forward.dp_comm += collective_time(dp, Collective::AllGather, params * pb.weight);
       out[s].backward_input.dp_comm +=
           collective_time(dp, Collective::AllGather, params * pb.weight);
-      out[s].backward_weight.dp_comm +=
-          collective_time(dp, Collective::ReduceScatter, params * pb.grad);
     }
   }
   return out;

@@ -29,6 +29,7 @@ struct TrialMeasurement {
   ParallelConfig config;
   double step_seconds = 0;  // s per training step: the median timed step of the slowest rank
   double peak_bytes = 0;    // bytes above the baseline, the largest of the ranks' peaks
+  int timed_steps = 1;      // steps the median was taken over: the refit's weight
 };
 
 // A layout the planner ranked feasible, with what it predicts.
