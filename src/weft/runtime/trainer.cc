@@ -33,23 +33,6 @@
 namespace weft::runtime {
 namespace {
 
-// How many of the job's ranks can compute at once: all of them, unless a node holds more ranks x
-// threads than cores (oversubscribed, as in the tests), where they take turns.
-int concurrent_ranks(int world_size, int threads) {
-  const int per_node = local_processes(1);
-  const int nodes = (world_size + per_node - 1) / per_node;
-  return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
-}
-
-// "tp=2 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
-std::string layout_summary(const parallel::GridShape& g, bool sequence_parallel, int threads) {
-  const std::string threads_text = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
-  if (g.world() == 1) return threads_text + "; ";
-  return fmt::format("tp={} pp={} dp={}{}, {} ranks x {}; ", g.tp, g.pp, g.dp,
-                     sequence_parallel && g.tp > 1 ? " (sequence parallel)" : "", g.world(),
-                     threads_text);
-}
-
 const char* signal_name(int sig) {
   return sig == SIGINT    ? "SIGINT"
          : sig == SIGTERM ? "SIGTERM"
@@ -59,39 +42,16 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
-  const auto key =
-      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
-                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  // Three timed batches per shape: the ceiling is a reference line, not a benchmark.
-  const double rate =
-      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
-          .rate();
-  cache[key] = rate;
-  return rate;
-}
-
 Trainer::Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
     : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
 
 Trainer::~Trainer() = default;
 
-// Every rank's peak resident memory above its start against what model::estimate_rank_memory
-// predicts for its chunks, on rank 0's progress output.
+// Every rank's memory, measured against predicted (Engine::memory), on rank 0's progress output.
 void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
-                            comm::Communicator* world, int64_t rss_before,
-                            int64_t peak_before_bursts) const {
-  // With a device: its memory (the host holds only the state's copy for checkpoints).
-  const int64_t peak = std::max(peak_resident_bytes(), peak_before_bursts);
-  const double mine[2] = {device_ ? static_cast<double>(options_.device->allocated_bytes())
-                                  : static_cast<double>(peak - rss_before),
-                          device_ ? static_cast<double>(device_predicted_bytes_)
-                                  : static_cast<double>(runner_->predicted_memory().total())};
+                            comm::Communicator* world) const {
+  const Engine::Memory mem = engine_->memory();
+  const double mine[2] = {mem.used, mem.predicted};
   const int n = world != nullptr ? world->size() : 1;
   std::vector<double> all(2 * n);
   if (world != nullptr && n > 1) {
@@ -105,18 +65,14 @@ void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
                                 all[2 * r] / (1 << 20), all[2 * r + 1] / (1 << 20),
                                 100.0 * all[2 * r] / all[2 * r + 1]));
   }
-  progress.message(fmt::format(
-      "weft train: {}: {}",
-      device_ ? options_.device->name() + " memory per rank, allocated / predicted"
-              : std::string("peak memory per rank, measured (resident above the start) / "
-                            "predicted"),
-      fmt::join(ranks, ", ")));
+  progress.message(fmt::format("weft train: {}: {}", mem.title, fmt::join(ranks, ", ")));
 }
 
 Result<TrainResult> Trainer::run() {
   namespace fs = std::filesystem;
   const auto& t = cfg_.train;
   const int T = t.seq_len, b = t.micro_batch, m = cfg_.microbatches();
+  const EngineDevice device{options_.device, options_.device_group};
   const std::string root = cfg_.checkpoint_root();
   const std::string tokenizer =
       options_.tokenizer_spec.empty() ? cfg_.data.tokenizer : options_.tokenizer_spec;
@@ -147,14 +103,9 @@ Result<TrainResult> Trainer::run() {
   const int world_size = world != nullptr ? world->size() : 1;
   const int world_rank = world != nullptr ? world->rank() : 0;
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
-  kernels::MixedBackend* const device = options_.device;
-  // What this engine runs, before anything is written (layout/validate.h, the rules the planner
+  // What the engine runs, before anything is written (layout/validate.h, the rules the planner
   // applies too).
-  if (Status s =
-          validate_layout(cfg_, device != nullptr ? layout::Engine::Device : layout::Engine::Host);
-      !s.ok()) {
-    return s;
-  }
+  if (Status s = validate_engine_layout(cfg_, device); !s.ok()) return s;
   // The checkpoint directory is made and checked writable now, not at the first save after
   // save_every steps of work; rank 0 removes what killed saves left behind.
   auto prepared = checkpoint::prepare_root(root, world_rank == 0);
@@ -188,106 +139,26 @@ Result<TrainResult> Trainer::run() {
   if (!sampler_or.ok()) return sampler_or.status();
   data::Sampler sampler = std::move(sampler_or).value();
 
-  // This rank's model chunks, run by the pipeline schedule (pp = 1: one chunk, the microbatches
-  // one after the other).
-  optim::AdamWConfig acfg;
-  acfg.beta1 = static_cast<float>(t.beta1);
-  acfg.beta2 = static_cast<float>(t.beta2);
-  acfg.eps = static_cast<float>(t.eps);
-  acfg.weight_decay = static_cast<float>(t.weight_decay);
-  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
-  {
-    auto made = schedule::make_schedule(
-        schedule::parse_kind(cfg_.parallel.schedule).value(),
-        {.pp = cfg_.parallel.pp, .vp = cfg_.parallel.vp, .microbatches = m});
-    if (!made.ok()) return made.status();
-    PipelineOptions po;
-    // With a device the host model only holds the state for checkpoints: no activations.
-    po.B = device != nullptr ? 1 : b;
-    po.T = device != nullptr ? 1 : T;
-    po.recompute = cfg_.recompute();
-    po.tp = {groups_.tp.get(), cfg_.parallel.sequence_parallel};
-    po.pp = groups_.pp.get();
-    po.dp = groups_.dp.get();
-    po.pp_rank = topo.coord(world_rank).pp;
-    po.zero = cfg_.parallel.zero;
-    po.groups = {groups_.model.get(), groups_.embedding.get()};
-    po.adamw = acfg;
-    runner_ = std::make_unique<PipelineRunner>(
-        cfg_.model,
-        schedule::add_optimizer_step(schedule::add_communication(std::move(made).value())), po);
-  }
+  // This rank's engine: its model chunks, run by the pipeline schedule (pp = 1: one chunk, the
+  // microbatches one after the other), and their optimizers.
+  auto made = make_engine(cfg_, groups_, world, device);
+  if (!made.ok()) return made.status();
+  engine_ = std::move(made).value();
   // A resume loads every parameter and moment (padding stays zero): initializing first would only
   // cost time, most of a restart's for a large model (bench/results/checkpoint-*.md).
-  if (resume_dir.empty()) runner_->init(static_cast<uint64_t>(t.seed));
-  const auto chunks = runner_->chunks();
-  const auto opts = runner_->optimizers();
-  if (device != nullptr) {
-    // This rank's groups on the device's memory: the same ranks as the host groups.
-    auto data_group = [&](comm::Communicator* host) -> comm::Communicator* {
-      if (host == nullptr || host->size() == 1) return nullptr;
-      device_groups_.push_back(options_.device_group ? options_.device_group(*host)
-                                                     : host->split(0, host->rank(), host->name()));
-      return device_groups_.back().get();
-    };
-    DeviceParallel dp;
-    dp.tp = cfg_.parallel.tp;
-    dp.pp = cfg_.parallel.pp;
-    dp.vp = cfg_.parallel.vp;
-    dp.pp_rank = topo.coord(world_rank).pp;
-    dp.schedule = schedule::parse_kind(cfg_.parallel.schedule).value();
-    dp.pp_group = dp.pp > 1 ? groups_.pp.get() : nullptr;
-    dp.dp_group = cfg_.parallel.dp > 1 ? groups_.dp.get() : nullptr;
-    dp.model_group = world_size > 1 ? groups_.model.get() : nullptr;
-    dp.tp_data = data_group(dp.tp > 1 ? groups_.tp.get() : nullptr);
-    dp.pp_data = data_group(dp.pp_group);
-    dp.dp_data = data_group(dp.dp_group);
-    dp.embedding_data = data_group(groups_.embedding.get());
-    device_predicted_bytes_ =
-        DeviceTrainer::bytes(cfg_.model, b, T, m, dp, cfg_.recompute()).total();
-    device_ =
-        std::make_unique<DeviceTrainer>(*device, cfg_.model, b, T, m, acfg, dp, cfg_.recompute());
-  }
-  // The device's state <-> the host model's (the serial layout; ZeRO 0, so whole buffers).
-  auto to_device = [&] {
-    if (!device_) return;
-    for (int j = 0; j < device_->num_chunks(); ++j) {
-      const DistributedOptimizer::StateView s = opts[j]->state();
-      device_->upload_state(j, s.params, s.m, s.v, opts[j]->step_count());
-    }
-  };
-  auto to_host = [&] {
-    if (!device_) return;
-    for (int j = 0; j < device_->num_chunks(); ++j) {
-      const DistributedOptimizer::StateView s = opts[j]->state();
-      device_->download_state(j, s.params, s.m, s.v);
-      opts[j]->adamw().set_step_count(device_->step_count());
-    }
-  };
-  if (resume_dir.empty()) to_device();
+  if (resume_dir.empty()) engine_->init(static_cast<uint64_t>(t.seed));
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
 
   std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
   Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
-  const parallel::Coord me = topo.coord(world_rank);
-  CheckpointJob job;
-  job.model = cfg_.model;
-  job.layout = {cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp, cfg_.parallel.vp,
-                cfg_.parallel.zero};
-  job.tp_rank = me.tp;
-  job.dp_rank = me.dp;
-  job.pp_rank = me.pp;
-  job.chunks = chunks;
-  job.opts = opts;
-  job.world = world;
   int64_t step = 0;
   std::string load_summary;  // "... MB in ... s, ... GB/s"
   if (!resume_dir.empty()) {
     checkpoint::TrainState state;
-    auto loaded = load_checkpoint(job, resume_dir, state);
+    auto loaded = load_checkpoint(engine_->checkpoint_job(), resume_dir, state);
     if (!loaded.ok()) return loaded.status();
     load_summary = loaded.value().summary();
-    to_device();
+    engine_->state_loaded();
     Status s = sampler.set_state({state.sampler_epoch, state.sampler_position});
     if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
     step = state.step;
@@ -325,25 +196,12 @@ Result<TrainResult> Trainer::run() {
   }
 
   const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
-  // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
-  // Measured at the start and again at every validation, when the run pauses anyway (on rank 0,
-  // which writes the metrics), and the best of them kept: a ceiling measured while other work
-  // shared the cores would make an unloaded step read above 100% (docs/training.md).
-  // The ceiling's operands and oneDNN's packing buffers for them (rank 0 only) are not training's
-  // memory: the peak before each measurement is kept, and the measurement's burst forgotten.
-  int64_t peak_before_ceilings = 0;
-  auto measure_ceiling = [&](bool fresh) {
-    if (device_) return device_gemm_ceiling(*device, cfg_.model, b, T);
-    peak_before_ceilings = std::max(peak_before_ceilings, peak_resident_bytes());
-    const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T),
-                                                     3, kernels::matmul_precision())
-                                    .rate()
-                              : cached_gemm_ceiling(cfg_.model, b, T);
-    forget_burst();
-    return mine * concurrent_ranks(world_size, kernels::num_threads());
-  };
+  // The job's ceiling, measured at the start and again at every validation, when the run pauses
+  // anyway (on rank 0, which writes the metrics), and the best of them kept: a ceiling measured
+  // while other work shared the cores would make an unloaded step read above 100%
+  // (docs/training.md).
   double ceiling = 0;
-  if (options_.measure_gemm_ceiling && leader) ceiling = measure_ceiling(false);
+  if (options_.measure_gemm_ceiling && leader) ceiling = engine_->gemm_ceiling(false);
   progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   progress.message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
@@ -354,12 +212,7 @@ Result<TrainResult> Trainer::run() {
       resume_dir.empty()
           ? ""
           : fmt::format(", resuming at step {} from {} ({})", step, resume_dir, load_summary),
-      device_ ? fmt::format("{}{}, bf16 mixed precision; ",
-                            grid.world() > 1 ? fmt::format("tp={} pp={} dp={}, {} ranks on ",
-                                                           grid.tp, grid.pp, grid.dp, grid.world())
-                                             : "",
-                            device->name())
-              : layout_summary(grid, cfg_.parallel.sequence_parallel, kernels::num_threads()),
+      engine_->describe(),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
 
@@ -381,8 +234,7 @@ Result<TrainResult> Trainer::run() {
     state.tokenizer_identity = options_.tokenizer_identity;
     state.data_path = cfg_.data.train;
     state.run_config = cfg_.to_json();
-    to_host();
-    auto saved = save_checkpoint(job, root, state, t.keep_last);
+    auto saved = save_checkpoint(engine_->checkpoint_job(), root, state, t.keep_last);
     if (!saved.ok()) return saved.status();
     result.checkpoint = saved.value().dir;
     saved_step = step;
@@ -400,8 +252,7 @@ Result<TrainResult> Trainer::run() {
     for (int k = 0; k < mine; ++k) {
       sampler.val_batch(k, vt.data() + k * block, vy.data() + k * block);
     }
-    if (device_) return device_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
-    return runner_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
+    return engine_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
   };
 
   // A stop request reaches the ranks at different moments: they agree on it before each step,
@@ -421,11 +272,10 @@ Result<TrainResult> Trainer::run() {
     fault_point("step", step + 1);  // crash tests (core/fault.h)
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats stats =
-        device_ ? device_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip)
-                : runner_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
+        engine_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++step;
-    if (fault_requested("nan", step)) opts[0]->state().params[0] = std::nanf("");  // crash tests
+    if (fault_requested("nan", step)) engine_->poison_parameter();  // crash tests
 
     StepRecord r;
     r.step = step;
@@ -441,14 +291,13 @@ Result<TrainResult> Trainer::run() {
     r.tokens = step * t.global_batch * T;
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
       r.val_loss = evaluate();
-      if (ceiling > 0 && step < last) ceiling = std::max(ceiling, measure_ceiling(true));
+      if (ceiling > 0 && step < last) ceiling = std::max(ceiling, engine_->gemm_ceiling(true));
     }
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
     if (stats.skipped) {
       // Skipping helps against a bad batch or a spike, not against a corrupt state.
-      to_host();
-      Status finite = check_parameters_finite(job);
+      Status finite = check_parameters_finite(engine_->checkpoint_job());
       if (!finite.ok()) {
         progress.finish();
         return Status::error(fmt::format(
@@ -488,8 +337,7 @@ Result<TrainResult> Trainer::run() {
     }
   }
   progress.finish();
-  report_memory(progress, topo, world, rss_before, peak_before_ceilings);
-  to_host();          // model() and optimizer() show the state the run ended with
+  report_memory(progress, topo, world);
   if (step < last) {  // the loop ended early: a stop request
     result.stopped = true;
     result.stop_signal = signals ? signals->signal() : 0;

@@ -1,12 +1,12 @@
 #pragma once
-// The training loop: data from the Sampler, gradient accumulation to the global batch
-// (train_step), the learning-rate schedule, validation every eval_every steps, metrics, progress,
-// checkpoints every save_every steps and at the end, resume, and a clean stop on SIGINT/SIGTERM.
-// One process, or every rank of a tensor- and pipeline-parallel job (data parallelism comes
-// later): every rank runs this loop on the same batches through its PipelineRunner (one chunk and
-// the microbatches in turn when pp = 1), world rank 0 alone prints, writes metrics and writes
-// checkpoints (in the serial layout, gathered from every rank's part, so they load under any tp
-// and pp).
+// The training loop, resume -> build -> loop -> report: data from the Sampler, gradient
+// accumulation to the global batch (train_step), the learning-rate schedule, validation every
+// eval_every steps, metrics, progress, checkpoints every save_every steps and at the end, resume,
+// and a clean stop on SIGINT/SIGTERM. One process, or every rank of a tensor-, pipeline- and
+// data-parallel job: every rank runs this loop through its Engine (engine.h: the CPU kernels in
+// fp32, or a device in bf16 mixed precision, decided once by make_engine), world rank 0 alone
+// prints and writes metrics; every rank writes its own part of each checkpoint
+// (runtime/checkpointing.h), which loads under any layout and on either engine.
 
 #include <atomic>
 #include <cstdint>
@@ -23,9 +23,8 @@
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"
-#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/engine.h"
 #include "weft/runtime/metrics.h"
-#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 
 namespace weft::runtime {
@@ -56,8 +55,7 @@ struct TrainerOptions {
   // precision instead of on the CPU kernels in fp32; null: the CPU. Tensor (no sequence
   // parallelism), pipeline (gpipe, 1f1b, interleaved) and data parallelism (ZeRO 0) across ranks,
   // full recomputation.
-  // Checkpoints go through a host copy of the state, so they load under any layout and on either
-  // device.
+  // Its checkpoints load under any layout and on either engine.
   kernels::MixedBackend* device = nullptr;
   // With a device: a communicator on the device's memory over the ranks of a host group (comm/cuda:
   // staged through pinned memory, or NCCL). Null: a split of the host group itself (right for the
@@ -95,27 +93,19 @@ class Trainer {
 
   // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
   // as they ended (with a device: the host copy, refreshed at the end).
-  const model::Gpt& model() const { return *runner_->chunks()[0]; }
-  const optim::AdamW& optimizer() const { return runner_->optimizers()[0]->adamw(); }
+  const model::Gpt& model() const { return *engine_->checkpoint_job().chunks[0]; }
+  const optim::AdamW& optimizer() const { return engine_->checkpoint_job().opts[0]->adamw(); }
 
  private:
-  void report_memory(Progress& progress, const parallel::Topology& topo, comm::Communicator* world,
-                     int64_t rss_before, int64_t peak_before_bursts) const;
+  void report_memory(Progress& progress, const parallel::Topology& topo,
+                     comm::Communicator* world) const;
 
   RunConfig cfg_;
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
   std::atomic<bool> stop_{false};
   parallel::ProcessGroups groups_;
-  std::unique_ptr<PipelineRunner> runner_;
-  // With options.device; its groups first, so they outlive the trainer's sends in flight.
-  std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
-  std::unique_ptr<DeviceTrainer> device_;
-  int64_t device_predicted_bytes_ = 0;
+  std::unique_ptr<Engine> engine_;
 };
-
-// The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
-// machine, measured on the first call for a shape and remembered for the process.
-double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T);
 
 }  // namespace weft::runtime

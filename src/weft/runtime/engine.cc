@@ -1,0 +1,291 @@
+#include "weft/runtime/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "weft/core/memory_usage.h"
+#include "weft/core/node.h"
+#include "weft/kernels/kernels.h"
+#include "weft/model/flops.h"
+#include "weft/parallel/topology.h"
+#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/gemm_ceiling.h"
+#include "weft/runtime/pipeline_runner.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::runtime {
+namespace {
+
+// How many of the job's ranks can compute at once: all of them, unless a node holds more ranks x
+// threads than cores (oversubscribed, as in the tests), where they take turns.
+int concurrent_ranks(int world_size, int threads) {
+  const int per_node = local_processes(1);
+  const int nodes = (world_size + per_node - 1) / per_node;
+  return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
+}
+
+optim::AdamWConfig adamw_config(const RunConfig& cfg) {
+  optim::AdamWConfig a;
+  a.beta1 = static_cast<float>(cfg.train.beta1);
+  a.beta2 = static_cast<float>(cfg.train.beta2);
+  a.eps = static_cast<float>(cfg.train.eps);
+  a.weight_decay = static_cast<float>(cfg.train.weight_decay);
+  return a;
+}
+
+CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, const PipelineRunner& runner,
+                     comm::Communicator* world) {
+  CheckpointJob job;
+  job.model = cfg.model;
+  job.layout = {cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, cfg.parallel.vp,
+                cfg.parallel.zero};
+  job.tp_rank = me.tp;
+  job.dp_rank = me.dp;
+  job.pp_rank = me.pp;
+  job.chunks = runner.chunks();
+  job.opts = runner.optimizers();
+  job.world = world;
+  return job;
+}
+
+// The pipeline runner of this rank's chunks at micro batch B and length T.
+Result<std::unique_ptr<PipelineRunner>> make_runner(const RunConfig& cfg,
+                                                    const parallel::ProcessGroups& groups,
+                                                    int pp_rank, int B, int T) {
+  auto made = schedule::make_schedule(
+      schedule::parse_kind(cfg.parallel.schedule).value(),
+      {.pp = cfg.parallel.pp, .vp = cfg.parallel.vp, .microbatches = cfg.microbatches()});
+  if (!made.ok()) return made.status();
+  PipelineOptions po;
+  po.B = B;
+  po.T = T;
+  po.recompute = cfg.recompute();
+  po.tp = {groups.tp.get(), cfg.parallel.sequence_parallel};
+  po.pp = groups.pp.get();
+  po.dp = groups.dp.get();
+  po.pp_rank = pp_rank;
+  po.zero = cfg.parallel.zero;
+  po.groups = {groups.model.get(), groups.embedding.get()};
+  po.adamw = adamw_config(cfg);
+  return std::make_unique<PipelineRunner>(
+      cfg.model, schedule::add_optimizer_step(schedule::add_communication(std::move(made).value())),
+      po);
+}
+
+// The steps of an engine: forwarded to what runs them (PipelineRunner, DeviceTrainer).
+template <typename Runner>
+class EngineOver : public Engine {
+ public:
+  void init(uint64_t seed) override { runner().init(seed); }
+  StepStats step(const int32_t* tokens, const int32_t* targets, float lr,
+                 double clip_norm) override {
+    return runner().step(tokens, targets, lr, clip_norm);
+  }
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) override {
+    return runner().evaluate(tokens, targets, batches, total);
+  }
+
+ protected:
+  virtual Runner& runner() = 0;
+};
+
+// The CPU kernels in fp32: PipelineRunner, its DistributedOptimizers (ZeRO 0-3) and finish_step.
+class HostEngine final : public EngineOver<PipelineRunner> {
+ public:
+  HostEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+             int64_t rss_before, std::unique_ptr<PipelineRunner> runner)
+      : cfg_(cfg), me_(me), world_(world), rss_before_(rss_before), runner_(std::move(runner)) {}
+
+  // "tp=2 pp=1 dp=1 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
+  std::string describe() const override {
+    const int threads = kernels::num_threads();
+    const auto& p = cfg_.parallel;
+    const std::string threads_text = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
+    const int world = p.tp * p.pp * p.dp;
+    if (world == 1) return threads_text + "; ";
+    return fmt::format("tp={} pp={} dp={}{}, {} ranks x {}; ", p.tp, p.pp, p.dp,
+                       p.sequence_parallel && p.tp > 1 ? " (sequence parallel)" : "", world,
+                       threads_text);
+  }
+
+  // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
+  // The ceiling's operands and oneDNN's packing buffers for them are not training's memory: the
+  // peak before each measurement is kept, and the measurement's burst forgotten.
+  double gemm_ceiling(bool fresh) override {
+    const int b = cfg_.train.micro_batch, T = cfg_.train.seq_len;
+    peak_before_ceilings_ = std::max(peak_before_ceilings_, peak_resident_bytes());
+    const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T),
+                                                     3, kernels::matmul_precision())
+                                    .rate()
+                              : cached_gemm_ceiling(cfg_.model, b, T);
+    forget_burst();
+    return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
+                                   kernels::num_threads());
+  }
+
+  Memory memory() const override {
+    const int64_t peak = std::max(peak_resident_bytes(), peak_before_ceilings_);
+    return {"peak memory per rank, measured (resident above the start) / predicted",
+            static_cast<double>(peak - rss_before_),
+            static_cast<double>(runner_->predicted_memory().total())};
+  }
+
+  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, *runner_, world_); }
+  void state_loaded() override {}
+  void poison_parameter() override { runner_->optimizers()[0]->state().params[0] = std::nanf(""); }
+
+ private:
+  PipelineRunner& runner() override { return *runner_; }
+
+  const RunConfig& cfg_;
+  parallel::Coord me_;
+  comm::Communicator* world_;
+  int64_t rss_before_ = 0;
+  int64_t peak_before_ceilings_ = 0;
+  std::unique_ptr<PipelineRunner> runner_;
+};
+
+// A kernels::MixedBackend in bf16 mixed precision: DeviceTrainer. Checkpoints go through a host
+// copy of the state held by a PipelineRunner at B = T = 1 (the serial layout; ZeRO 0).
+class DeviceEngine final : public EngineOver<DeviceTrainer> {
+ public:
+  DeviceEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+               const parallel::ProcessGroups& groups, const EngineDevice& device,
+               std::unique_ptr<PipelineRunner> shadow)
+      : cfg_(cfg), me_(me), world_(world), backend_(*device.backend), shadow_(std::move(shadow)) {
+    // This rank's groups on the device's memory: the same ranks as the host groups.
+    auto data_group = [&](comm::Communicator* host) -> comm::Communicator* {
+      if (host == nullptr || host->size() == 1) return nullptr;
+      device_groups_.push_back(device.group ? device.group(*host)
+                                            : host->split(0, host->rank(), host->name()));
+      return device_groups_.back().get();
+    };
+    const int b = cfg.train.micro_batch, T = cfg.train.seq_len, m = cfg.microbatches();
+    DeviceParallel dp;
+    dp.tp = cfg.parallel.tp;
+    dp.pp = cfg.parallel.pp;
+    dp.vp = cfg.parallel.vp;
+    dp.pp_rank = me.pp;
+    dp.schedule = schedule::parse_kind(cfg.parallel.schedule).value();
+    dp.pp_group = dp.pp > 1 ? groups.pp.get() : nullptr;
+    dp.dp_group = cfg.parallel.dp > 1 ? groups.dp.get() : nullptr;
+    dp.model_group = world != nullptr && world->size() > 1 ? groups.model.get() : nullptr;
+    dp.tp_data = data_group(dp.tp > 1 ? groups.tp.get() : nullptr);
+    dp.pp_data = data_group(dp.pp_group);
+    dp.dp_data = data_group(dp.dp_group);
+    dp.embedding_data = data_group(groups.embedding.get());
+    predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
+    trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
+                                               cfg.recompute());
+  }
+
+  void init(uint64_t seed) override {
+    shadow_->init(seed);
+    to_device();
+  }
+
+  // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
+  std::string describe() const override {
+    const auto& p = cfg_.parallel;
+    const int world = p.tp * p.pp * p.dp;
+    return fmt::format(
+        "{}{}, bf16 mixed precision; ",
+        world > 1 ? fmt::format("tp={} pp={} dp={}, {} ranks on ", p.tp, p.pp, p.dp, world) : "",
+        backend_.name());
+  }
+  double gemm_ceiling(bool) override {
+    return device_gemm_ceiling(backend_, cfg_.model, cfg_.train.micro_batch, cfg_.train.seq_len);
+  }
+  Memory memory() const override {
+    return {backend_.name() + " memory per rank, allocated / predicted",
+            static_cast<double>(backend_.allocated_bytes()), static_cast<double>(predicted_bytes_)};
+  }
+
+  CheckpointJob checkpoint_job() override {
+    to_host();
+    return job_of(cfg_, me_, *shadow_, world_);
+  }
+  void state_loaded() override { to_device(); }
+  void poison_parameter() override { shadow_->optimizers()[0]->state().params[0] = std::nanf(""); }
+
+ private:
+  // The device's state <-> the host copy's (the serial layout; ZeRO 0, so whole buffers).
+  void to_device() {
+    const auto opts = shadow_->optimizers();
+    for (int j = 0; j < trainer_->num_chunks(); ++j) {
+      const DistributedOptimizer::StateView s = opts[j]->state();
+      trainer_->upload_state(j, s.params, s.m, s.v, opts[j]->step_count());
+    }
+  }
+  void to_host() {
+    const auto opts = shadow_->optimizers();
+    for (int j = 0; j < trainer_->num_chunks(); ++j) {
+      const DistributedOptimizer::StateView s = opts[j]->state();
+      trainer_->download_state(j, s.params, s.m, s.v);
+      opts[j]->adamw().set_step_count(trainer_->step_count());
+    }
+  }
+
+  DeviceTrainer& runner() override { return *trainer_; }
+
+  const RunConfig& cfg_;
+  parallel::Coord me_;
+  comm::Communicator* world_;
+  kernels::MixedBackend& backend_;
+  std::unique_ptr<PipelineRunner> shadow_;
+  // Before the trainer: its groups outlive the trainer's sends in flight.
+  std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
+  std::unique_ptr<DeviceTrainer> trainer_;
+  int64_t predicted_bytes_ = 0;
+};
+
+}  // namespace
+
+double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
+  const auto key =
+      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
+                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  // Three timed batches per shape: the ceiling is a reference line, not a benchmark.
+  const double rate =
+      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
+          .rate();
+  cache[key] = rate;
+  return rate;
+}
+
+Status validate_engine_layout(const RunConfig& cfg, const EngineDevice& device) {
+  return validate_layout(cfg,
+                         device.backend != nullptr ? layout::Engine::Device : layout::Engine::Host);
+}
+
+Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
+                                            const parallel::ProcessGroups& groups,
+                                            comm::Communicator* world, const EngineDevice& device) {
+  const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
+  const parallel::Coord me = topo.coord(world != nullptr ? world->rank() : 0);
+  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
+  // With a device the host runner only holds the state for checkpoints: no activations.
+  const bool on_device = device.backend != nullptr;
+  auto runner = make_runner(cfg, groups, me.pp, on_device ? 1 : cfg.train.micro_batch,
+                            on_device ? 1 : cfg.train.seq_len);
+  if (!runner.ok()) return runner.status();
+  if (on_device) {
+    return std::unique_ptr<Engine>(
+        std::make_unique<DeviceEngine>(cfg, me, world, groups, device, std::move(runner).value()));
+  }
+  return std::unique_ptr<Engine>(
+      std::make_unique<HostEngine>(cfg, me, world, rss_before, std::move(runner).value()));
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,83 @@
+#pragma once
+// What the trainer trains with: one interface over this rank's part of the job, so that
+// Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
+// model runs. make_engine decides that once, from the options: the CPU kernels in fp32
+// (PipelineRunner and its DistributedOptimizers) or a kernels::MixedBackend in bf16 mixed precision
+// (DeviceTrainer: the GPU, or its host emulation). The engines are thin adapters; the algorithms
+// are theirs.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "weft/comm/communicator.h"
+#include "weft/core/status.h"
+#include "weft/kernels/mixed.h"
+#include "weft/parallel/groups.h"
+#include "weft/runtime/checkpointing.h"
+#include "weft/runtime/run_config.h"
+#include "weft/runtime/train_step.h"
+
+namespace weft::runtime {
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // GPT-2 initialization of this rank's chunks (a fresh run; a resume loads the state instead).
+  virtual void init(uint64_t seed) = 0;
+  // One optimizer step over the replica's microbatches: tokens/targets are [m, B, T] (every rank
+  // passes the same). The mean loss and the gradient norm, on every rank.
+  virtual StepStats step(const int32_t* tokens, const int32_t* targets, float lr,
+                         double clip_norm) = 0;
+  // The mean loss of forward passes over `total` [B,T] blocks the replicas share, this replica
+  // running `batches` of them. On every rank.
+  virtual float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) = 0;
+
+  // Where the job runs, for the start line: "tp=2 pp=1 dp=1, 2 ranks x 1 thread; " (CPU) or
+  // "host, bf16 mixed precision; " (a device).
+  virtual std::string describe() const = 0;
+  // The job's GEMM ceiling in FLOP/s (MFU's reference line, docs/training.md): fresh measures
+  // again, otherwise a measurement of this shape earlier in the process may be reused.
+  virtual double gemm_ceiling(bool fresh) = 0;
+
+  // This rank's memory for the end-of-run report: what is measured (the CPU: resident memory
+  // above the start, GEMM-ceiling bursts left out; a device: its allocated bytes) against the
+  // memory model's prediction for the rank.
+  struct Memory {
+    std::string title;  // "peak memory per rank, measured (...) / predicted"
+    double used = 0, predicted = 0;
+  };
+  virtual Memory memory() const = 0;
+
+  // The training state for checkpoints (runtime/checkpointing.h), ready to be read.
+  virtual CheckpointJob checkpoint_job() = 0;
+  // After load_checkpoint filled checkpoint_job()'s state.
+  virtual void state_loaded() = 0;
+  // Crash tests (core/fault.h "nan"): one parameter of this rank becomes NaN.
+  virtual void poison_parameter() = 0;
+};
+
+// What a device engine needs besides the run config (TrainerOptions' device and device_group).
+struct EngineDevice {
+  kernels::MixedBackend* backend = nullptr;  // null: the CPU engine
+  std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> group;
+};
+
+// Whether the engine `device` selects runs cfg's layout (layout/validate.h, the rules the planner
+// applies too): the same verdict on every rank, before anything is allocated or written.
+Status validate_engine_layout(const RunConfig& cfg, const EngineDevice& device);
+
+// This rank's engine for `cfg` (validated, with validate_layout for the engine `device` selects):
+// `groups` are the job's process groups (empty for one process; they must outlive the engine),
+// `world` the job's ranks (null: one process). The kernel thread count is set before.
+Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
+                                            const parallel::ProcessGroups& groups,
+                                            comm::Communicator* world, const EngineDevice& device);
+
+// The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
+// machine, measured on the first call for a shape and remembered for the process.
+double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T);
+
+}  // namespace weft::runtime
