@@ -21,6 +21,7 @@
 #include <sstream>
 #include <utility>
 
+#include "weft/core/check.h"
 #include "weft/core/fault.h"
 #include "weft/core/pending_file.h"
 #include "weft/core/text_file.h"
@@ -224,7 +225,7 @@ RankFileNames rank_file_names(int zero, int tp_rank, int dp_rank, int pp_rank) {
 }
 
 Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
-                                   std::span<const WritePiece> pieces) {
+                                   std::span<const WritePiece> pieces, std::span<float> staging) {
   RankFiles out;
   // Parameters into the model file; the moments, m before v, into the optimizer file.
   const std::pair<const std::string*, std::vector<const char*>> plan[] = {
@@ -234,16 +235,6 @@ Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNam
     for (const char* group : groups) {
       for (const WritePiece& p : pieces) {
         if (p.tensor.group != group) continue;
-        // A rank's corrupt state must not become the last good checkpoint.
-        const float* bad = std::find_if(p.data, p.data + p.tensor.count,
-                                        [](float x) { return !std::isfinite(x); });
-        if (bad != p.data + p.tensor.count) {
-          return Status::error(fmt::format(
-              "{}: non-finite value {} in tensor {} ({}), element {} of this rank's part; the "
-              "checkpoint is not written",
-              join(tmp_dir, *file), *bad, p.tensor.name, p.tensor.group,
-              p.tensor.begin + (bad - p.data)));
-        }
         if (w == nullptr) {
           w = std::make_unique<ShardWriter>();
           Status s = w->open(join(tmp_dir, *file));
@@ -252,8 +243,29 @@ Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNam
         TensorInfo t = p.tensor;
         t.file = *file;
         t.offset = w->bytes();
-        Status s = w->write(p.data, p.tensor.count * int64_t{sizeof(float)});
-        if (!s.ok()) return s;
+        // In host memory: straight from the buffer. Elsewhere: a window of `staging` at a time.
+        WEFT_CHECK(p.data != nullptr || (p.fetch && !staging.empty()), "piece ", p.tensor.name,
+                   " (", p.tensor.group,
+                   ") has neither host data nor a fetch and a staging buffer");
+        const int64_t window = p.data != nullptr ? std::max<int64_t>(p.tensor.count, 1)
+                                                 : static_cast<int64_t>(staging.size());
+        for (int64_t at = 0; at < p.tensor.count; at += window) {
+          const int64_t n = std::min(window, p.tensor.count - at);
+          const float* data = p.data != nullptr ? p.data + at : staging.data();
+          if (p.data == nullptr) p.fetch(at, n, staging.data());
+          // A rank's corrupt state must not become the last good checkpoint.
+          const float* bad =
+              std::find_if(data, data + n, [](float x) { return !std::isfinite(x); });
+          if (bad != data + n) {
+            return Status::error(fmt::format(
+                "{}: non-finite value {} in tensor {} ({}), element {} of this rank's part; the "
+                "checkpoint is not written",
+                join(tmp_dir, *file), *bad, p.tensor.name, p.tensor.group,
+                p.tensor.begin + at + (bad - data)));
+          }
+          Status s = w->write(data, n * int64_t{sizeof(float)});
+          if (!s.ok()) return s;
+        }
         out.tensors.push_back(std::move(t));
       }
     }

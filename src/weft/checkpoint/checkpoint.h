@@ -12,9 +12,10 @@
 //   ROOT/step_00000010/optim-tp0-dp0-pp0.bin  AdamW m then v
 //   ROOT/latest                           "step_00000010": written last, so it always names a
 //                                         complete checkpoint
-// Every rank of a job writes its own files, in parallel, straight from its buffers (each element
-// of the model exactly once: checkpoint/placement.h says which rank writes what); rank 0 writes
-// the metadata. A checkpoint is written into ROOT/step_XXXXXXXX.tmp-<pid>, every file fsynced,
+// Every rank of a job writes its own files, in parallel, straight from its buffers, or, for a
+// state in another memory (a GPU's), streamed through a bounded host buffer (each element of the
+// model exactly once: checkpoint/placement.h says which rank writes what); rank 0 writes the
+// metadata. A checkpoint is written into ROOT/step_XXXXXXXX.tmp-<pid>, every file fsynced,
 // then renamed into place; each file carries an XXH3-64 checksum in the metadata.
 //
 // Loading reshards: a reader asks for pieces of its own layout's tensors (ReadPiece) and each
@@ -22,6 +23,7 @@
 // any tp, pp, dp, vp and ZeRO stage.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -93,14 +95,21 @@ struct TensorInfo {
   Shape shard_shape() const { return model::shard_shape(global_shape, split, tp); }
 };
 
-// What a rank writes (save) or wants (load_pieces): a piece and its data, `count` floats.
+// What a rank writes (save) or wants (load_pieces): a piece and its data, `count` floats, in host
+// memory (`data`) or, when data is null, in another memory (a device's) that is copied from or to
+// host memory a window at a time: fetch(begin, n, out) copies the piece's elements
+// [begin, begin + n) to out, store(begin, n, in) copies in to them. The windows are bounded (the
+// writer's staging buffer, load_pieces' read window), so host memory stays O(window), not
+// O(state).
 struct WritePiece {
   TensorInfo tensor;  // file and offset are filled in by the writer
   const float* data = nullptr;
+  std::function<void(int64_t begin, int64_t n, float* out)> fetch;
 };
 struct ReadPiece {
   TensorInfo tensor;
   float* data = nullptr;
+  std::function<void(int64_t begin, int64_t n, const float* in)> store;
 };
 
 struct Metadata {
@@ -130,8 +139,10 @@ Result<std::vector<std::string>> prepare_root(const std::string& root, bool clea
 //   1. begin_save: one process creates the temporary ROOT/step_XXXXXXXX.tmp-<token> (and ROOT).
 //   2. write_rank_files: every rank writes its pieces there, its params into `files.model` and
 //      its AdamW moments (groups adam_m, then adam_v) into `files.optim`, each fsynced and
-//      checksummed as it streams out of the rank's buffers. A non-finite value fails the write,
-//      naming the tensor: a rank's corrupt state must not become the last good checkpoint.
+//      checksummed as it streams out of the rank's buffers (a piece without `data` through
+//      `staging`, as many windows of staging.size() floats as it takes). A non-finite value fails
+//      the write, naming the tensor: a rank's corrupt state must not become the last good
+//      checkpoint.
 //   3. commit_save: one process writes metadata.json (everything the ranks wrote), fsyncs,
 //      renames the directory into place, then ROOT/latest, then removes the oldest checkpoints
 //      beyond keep_last (0 keeps all). Returns the checkpoint's directory.
@@ -148,7 +159,8 @@ struct RankFiles {
   std::vector<TensorInfo> tensors;
 };
 Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
-                                   std::span<const WritePiece> pieces);
+                                   std::span<const WritePiece> pieces,
+                                   std::span<float> staging = {});
 // `m` holds every rank's shards and tensors.
 Result<std::string> commit_save(const std::string& root, const std::string& tmp_dir,
                                 const Metadata& m, int keep_last);
@@ -196,7 +208,10 @@ Status check_shard_size(const std::string& dir, const ShardInfo& shard);
 // holds it. Checks first that the model config equals `expected`, that the checkpoint holds every
 // element of every target, and the size and checksum of every file it will read; then that every
 // value read is finite. Errors name the file. On an error after the checks, targets may hold part
-// of the data.
+// of the data. Files are read a bounded window at a time (kLoadWindowFloats), and a target without
+// `data` receives its elements through `store`, coalesced into runs of at most that many: host
+// memory during a load is O(window) whatever the size of the state.
+inline constexpr int64_t kLoadWindowFloats = int64_t{1} << 20;  // 4 MiB
 Status load_pieces(const std::string& dir, const Metadata& m, const model::GptConfig& expected,
                    std::span<const ReadPiece> targets);
 

@@ -8,34 +8,43 @@ namespace {
 
 constexpr const char* kGroups[] = {"params", "adam_m", "adam_v"};
 
-template <typename Piece>
-std::vector<Piece> pieces(const ChunkPlace& c, const StateBuffers& state, bool writing) {
-  WEFT_CHECK(c.layout != nullptr && state.params != nullptr, "a chunk's place needs its state");
+}  // namespace
+
+std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool moments) {
+  WEFT_CHECK(c.layout != nullptr, "a chunk's place needs its layout");
   const model::ParamLayout& L = *c.layout;
-  std::vector<Piece> out;
+  std::vector<StatePiece> out;
   if (writing && c.zero == 0 && c.dp_rank != 0) return out;
   const auto parts = model::zero_owned_parts(L, c.zero, c.dp, c.dp_rank);
-  float* const buffers[] = {state.params, state.m, state.v};
-  for (int g = 0; g < 3; ++g) {
-    if (buffers[g] == nullptr) continue;
+  for (int g = 0; g < (moments ? 3 : 1); ++g) {
     for (const model::OwnedPart& p : parts) {
       const std::string& name = L.buffer.slices()[p.slice].name;
       if (writing && L.splits[p.slice].replicated() && L.tp_rank != 0) continue;
       if (writing && name == "wte" && !c.stage.embedding) continue;  // the tied copy
-      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kGroups[g]), buffers[g] + p.at});
+      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kGroups[g]), g, p.at});
     }
   }
   return out;
 }
 
-}  // namespace
-
 std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers& state) {
-  return pieces<WritePiece>(chunk, state, true);
+  WEFT_CHECK(state.params != nullptr, "a chunk's state needs its parameters");
+  const float* const buffers[] = {state.params, state.m, state.v};
+  std::vector<WritePiece> out;
+  for (StatePiece& p : state_pieces(chunk, true, state.m != nullptr && state.v != nullptr)) {
+    out.push_back({std::move(p.tensor), buffers[p.group] + p.at});
+  }
+  return out;
 }
 
 std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& state) {
-  return pieces<ReadPiece>(chunk, state, false);
+  WEFT_CHECK(state.params != nullptr, "a chunk's state needs its parameters");
+  float* const buffers[] = {state.params, state.m, state.v};
+  std::vector<ReadPiece> out;
+  for (StatePiece& p : state_pieces(chunk, false, state.m != nullptr && state.v != nullptr)) {
+    out.push_back({std::move(p.tensor), buffers[p.group] + p.at});
+  }
+  return out;
 }
 
 TensorInfo tensor_piece(const model::ParamLayout& layout, size_t slice, int64_t begin, int64_t n,

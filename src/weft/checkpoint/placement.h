@@ -29,6 +29,18 @@ struct StateBuffers {
   float* v = nullptr;
 };
 
+// A piece of the chunk's state wherever the state lives: its tensor piece, its group (0 params,
+// 1 adam_m, 2 adam_v: the order of StateBuffers) and its first element in that group's buffer
+// (OwnedPart::at). `writing`: the pieces this rank writes; otherwise all it reads. `moments`:
+// the groups adam_m and adam_v too.
+struct StatePiece {
+  TensorInfo tensor;
+  int group = 0;
+  int64_t at = 0;
+};
+std::vector<StatePiece> state_pieces(const ChunkPlace& chunk, bool writing, bool moments = true);
+
+// The same, for a state in host memory: the pieces point into the buffers.
 std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers& state);
 std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& state);
 

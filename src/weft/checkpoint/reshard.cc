@@ -155,12 +155,34 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
     if (!v.ok()) return v;
   }
 
-  // Each stored piece is read once, only the span the copies need, then scattered.
+  // Each stored piece is read once, only the span the copies need, a bounded window at a time,
+  // then scattered: straight into a target in host memory, or through its `store` in runs of
+  // consecutive elements (a tensor-parallel shard's rows are consecutive in the target).
   std::map<std::string, int> fds;
   auto close_all = [&] {
     for (auto& [name, fd] : fds) ::close(fd);
   };
-  std::vector<float> buf;
+  std::vector<float> buf, run;
+  const ReadPiece* run_target = nullptr;
+  int64_t run_begin = 0;
+  auto flush = [&] {
+    if (!run.empty()) run_target->store(run_begin, static_cast<int64_t>(run.size()), run.data());
+    run.clear();
+  };
+  auto put = [&](const ReadPiece* target, int64_t dst, const float* src, int64_t n) {
+    if (target->data != nullptr) {
+      std::copy_n(src, n, target->data + dst);
+      return;
+    }
+    if (run_target != target || run_begin + static_cast<int64_t>(run.size()) != dst ||
+        static_cast<int64_t>(run.size()) + n > kLoadWindowFloats) {
+      flush();
+      if (run.capacity() == 0) run.reserve(static_cast<size_t>(kLoadWindowFloats));
+      run_target = target;
+      run_begin = dst;
+    }
+    run.insert(run.end(), src, src + n);
+  };
   for (const auto& [piece, piece_jobs] : jobs) {
     const std::string path = (fs::path(dir) / piece->file).string();
     auto fd_it = fds.find(piece->file);
@@ -179,26 +201,31 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
         hi = std::max(hi, c.src + c.n);
       }
     }
-    buf.resize(static_cast<size_t>(hi - lo));
-    Status r =
-        pread_all(fd_it->second, path, reinterpret_cast<char*>(buf.data()),
-                  (hi - lo) * int64_t{sizeof(float)}, piece->offset + lo * int64_t{sizeof(float)});
-    if (!r.ok()) {
-      close_all();
-      return r;
-    }
-    const auto bad =
-        std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
-    if (bad != buf.end()) {
-      close_all();
-      return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
-                                       path, *bad, piece->name, piece->group,
-                                       piece->begin + lo + (bad - buf.begin())));
-    }
-    for (const Job& j : piece_jobs) {
-      for (const Copy& c : j.copies) {
-        std::copy_n(buf.data() + (c.src - lo), c.n, j.target->data + c.dst);
+    for (int64_t w0 = lo; w0 < hi; w0 += kLoadWindowFloats) {
+      const int64_t w1 = std::min(hi, w0 + kLoadWindowFloats);
+      buf.resize(static_cast<size_t>(w1 - w0));
+      Status r = pread_all(fd_it->second, path, reinterpret_cast<char*>(buf.data()),
+                           (w1 - w0) * int64_t{sizeof(float)},
+                           piece->offset + w0 * int64_t{sizeof(float)});
+      if (!r.ok()) {
+        close_all();
+        return r;
       }
+      const auto bad =
+          std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
+      if (bad != buf.end()) {
+        close_all();
+        return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
+                                         path, *bad, piece->name, piece->group,
+                                         piece->begin + w0 + (bad - buf.begin())));
+      }
+      for (const Job& j : piece_jobs) {
+        for (const Copy& c : j.copies) {
+          const int64_t a = std::max(c.src, w0), e = std::min(c.src + c.n, w1);
+          if (a < e) put(j.target, c.dst + (a - c.src), buf.data() + (a - w0), e - a);
+        }
+      }
+      flush();
     }
   }
   close_all();

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <vector>
 
-#include "weft/checkpoint/placement.h"
 #include "weft/core/fault.h"
 
 namespace weft::runtime {
@@ -43,14 +42,42 @@ std::string rank_name(const CheckpointJob& job) {
   return fmt::format("rank tp{}-dp{}-pp{}", job.tp_rank, job.dp_rank, job.pp_rank);
 }
 
-checkpoint::ChunkPlace place(const CheckpointJob& job, size_t j) {
-  return {&job.chunks[j]->param_layout(), job.chunks[j]->stage(), job.layout.zero, job.layout.dp,
-          job.dp_rank};
+// The pieces of this rank's state it writes (`writing`) or reads: in host memory they point into
+// the buffers, elsewhere they go through RankState::read/write.
+std::vector<checkpoint::WritePiece> write_pieces(RankState& st) {
+  std::vector<checkpoint::WritePiece> out;
+  for (int j = 0; j < st.num_chunks(); ++j) {
+    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
+      checkpoint::WritePiece w{std::move(p.tensor)};
+      if (const float* host = st.host_buffer(j, p.group)) {
+        w.data = host + p.at;
+      } else {
+        w.fetch = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, float* out) {
+          st.read(j, g, at + begin, n, out);
+        };
+      }
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
 }
 
-checkpoint::StateBuffers state_of(DistributedOptimizer& opt) {
-  const auto s = opt.state();
-  return {s.params, s.m, s.v};
+std::vector<checkpoint::ReadPiece> read_pieces(RankState& st, bool moments) {
+  std::vector<checkpoint::ReadPiece> out;
+  for (int j = 0; j < st.num_chunks(); ++j) {
+    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), false, moments)) {
+      checkpoint::ReadPiece r{std::move(p.tensor)};
+      if (float* host = st.host_buffer(j, p.group)) {
+        r.data = host + p.at;
+      } else {
+        r.store = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, const float* in) {
+          st.write(j, g, at + begin, n, in);
+        };
+      }
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -77,15 +104,11 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
   const std::string tmp_dir =
       fmt::format("{}/{}.tmp-{}", root, checkpoint::step_dir_name(state.step), token);
 
-  // 2. Every rank writes its part, straight from its buffers.
-  std::vector<checkpoint::WritePiece> pieces;
-  for (size_t j = 0; j < job.chunks.size(); ++j) {
-    auto mine = checkpoint::write_pieces(place(job, j), state_of(*job.opts[j]));
-    pieces.insert(pieces.end(), mine.begin(), mine.end());
-  }
+  // 2. Every rank writes its part, straight from its buffers or through its staging buffer.
+  const auto pieces = write_pieces(*job.state);
   const auto names =
       checkpoint::rank_file_names(job.layout.zero, job.tp_rank, job.dp_rank, job.pp_rank);
-  auto files = checkpoint::write_rank_files(tmp_dir, names, pieces);
+  auto files = checkpoint::write_rank_files(tmp_dir, names, pieces, job.state->staging());
   fault_point("save", state.step);  // crash tests: this rank's files written, no metadata yet
   s = agree(world, files.ok() ? Status() : files.status(), who);
   if (!s.ok()) {
@@ -113,8 +136,8 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
     m.model = job.model;
     m.parallel = job.layout;
     m.has_optimizer = true;
-    m.adamw = job.opts[0]->adamw().config();
-    m.optimizer_step = job.opts[0]->step_count();
+    m.adamw = job.state->adamw();
+    m.optimizer_step = job.state->step_count();
     m.train = state;
     if (parsed.ok()) {
       dir = checkpoint::commit_save(root, tmp_dir, m, keep_last);
@@ -132,19 +155,27 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
 
 Status check_parameters_finite(const CheckpointJob& job) {
   Status mine;
-  for (size_t j = 0; j < job.chunks.size() && mine.ok(); ++j) {
-    auto st = state_of(*job.opts[j]);
-    st.m = st.v = nullptr;
-    for (const checkpoint::ReadPiece& p : checkpoint::read_pieces(place(job, j), st)) {
-      const float* bad =
-          std::find_if(p.data, p.data + p.tensor.count, [](float x) { return !std::isfinite(x); });
-      if (bad != p.data + p.tensor.count) {
-        mine =
-            Status::error(fmt::format("non-finite parameter {} in {} (element {} of this "
-                                      "rank's part)",
-                                      *bad, p.tensor.name, p.tensor.begin + (bad - p.data)));
-        break;
+  RankState& st = *job.state;
+  const std::span<float> staging = st.staging();
+  for (int j = 0; j < st.num_chunks() && mine.ok(); ++j) {
+    const float* host = st.host_buffer(j, 0);
+    for (const checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), false, false)) {
+      // In host memory: the whole piece at once; elsewhere, a staging window at a time.
+      const int64_t window = host != nullptr ? std::max<int64_t>(p.tensor.count, 1)
+                                             : static_cast<int64_t>(staging.size());
+      for (int64_t at = 0; at < p.tensor.count && mine.ok(); at += window) {
+        const int64_t n = std::min(window, p.tensor.count - at);
+        const float* data = host != nullptr ? host + p.at + at : staging.data();
+        if (host == nullptr) st.read(j, 0, p.at + at, n, staging.data());
+        const float* bad = std::find_if(data, data + n, [](float x) { return !std::isfinite(x); });
+        if (bad != data + n) {
+          mine =
+              Status::error(fmt::format("non-finite parameter {} in {} (element {} of this "
+                                        "rank's part)",
+                                        *bad, p.tensor.name, p.tensor.begin + at + (bad - data)));
+        }
       }
+      if (!mine.ok()) break;
     }
   }
   const std::string who = rank_name(job);
@@ -162,19 +193,12 @@ Result<CheckpointIo> load_checkpoint(const CheckpointJob& job, const std::string
     s = Status::error(fmt::format("{}/{}: the checkpoint has no optimizer state to resume from",
                                   dir, checkpoint::kMetadataFile));
   } else {
-    std::vector<checkpoint::ReadPiece> targets;
-    for (size_t j = 0; j < job.chunks.size(); ++j) {
-      auto mine = checkpoint::read_pieces(place(job, j), state_of(*job.opts[j]));
-      targets.insert(targets.end(), mine.begin(), mine.end());
-    }
-    s = checkpoint::load_pieces(dir, md.value(), job.model, targets);
+    s = checkpoint::load_pieces(dir, md.value(), job.model, read_pieces(*job.state, true));
   }
   // Every rank reads the same metadata, so most problems are everyone's: report them once.
   Status all = agree(job.world, s, rank_name(job));
   if (!all.ok()) return s.ok() ? all : s;
-  for (DistributedOptimizer* opt : job.opts) {
-    opt->state_loaded(static_cast<int>(md.value().optimizer_step));
-  }
+  job.state->loaded(static_cast<int>(md.value().optimizer_step));
   state = md.value().train;
   int64_t bytes = 0;
   for (const auto& sh : md.value().shards) bytes += sh.bytes;

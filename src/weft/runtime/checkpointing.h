@@ -1,26 +1,59 @@
 #pragma once
 // A job's checkpoints (checkpoint/checkpoint.h): every rank writes its own part of its model
-// chunks' state in parallel, straight from its buffers (checkpoint/placement.h says which part),
-// and rank 0 the metadata; a load has every rank read its part from a checkpoint written under any
-// layout. Collective over the job's ranks.
+// chunks' state in parallel (checkpoint/placement.h says which part) and rank 0 the metadata; a
+// load has every rank read its part from a checkpoint written under any layout. Collective over
+// the job's ranks.
+//
+// The state is read where the optimizer holds it (RankState, implemented by the engines): a state
+// in host memory (the CPU engine's DistributedOptimizer) is written straight from its buffers; a
+// state in a device's memory (DeviceTrainer) is streamed through the engine's bounded staging
+// buffer, window after window, and a load comes back the same way through load_pieces' bounded
+// window. No host copy of the model state exists: host memory per rank during a save or a load is
+// O(buffer), not O(parameters) (tests/runtime/checkpoint_memory_test.cc measures it). The format
+// is the same either way, so checkpoints of either engine load on the other under any layout.
 
+#include <cstdint>
 #include <span>
 #include <string>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/checkpoint/placement.h"
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
-#include "weft/model/gpt.h"
-#include "weft/runtime/distributed_optimizer.h"
+#include "weft/model/gpt_config.h"
+#include "weft/optim/adamw.h"
 
 namespace weft::runtime {
+
+// A rank's training state, wherever it lives. Chunk j's state is three groups (0: the fp32
+// parameters, from ZeRO 1 on the master shard; 1: AdamW's m; 2: its v), each indexed by
+// OwnedPart::at of model::zero_owned_parts of place(j) (checkpoint/placement.h).
+class RankState {
+ public:
+  virtual ~RankState() = default;
+  virtual int num_chunks() const = 0;
+  virtual checkpoint::ChunkPlace place(int j) const = 0;
+  // The group's buffer when it is in host memory (read and written in place); null: it is reached
+  // through read() and write() only.
+  virtual float* host_buffer(int j, int group) = 0;
+  // Elements [at, at + n) of a group to or from host memory (n at most staging().size()).
+  virtual void read(int j, int group, int64_t at, int64_t n, float* out) = 0;
+  virtual void write(int j, int group, int64_t at, int64_t n, const float* in) = 0;
+  // The bounded host buffer a state outside host memory goes through (on CUDA it would be pinned,
+  // for the copy engines' full bandwidth); empty when every group has a host_buffer.
+  virtual std::span<float> staging() = 0;
+  virtual int step_count() const = 0;
+  virtual optim::AdamWConfig adamw() const = 0;
+  // After a checkpoint was loaded into the state, on every rank: the step count, and whatever the
+  // engine derives from the state (ZeRO's model copies, a device's bf16 weights).
+  virtual void loaded(int step_count) = 0;
+};
 
 struct CheckpointJob {
   model::GptConfig model;
   checkpoint::ParallelLayout layout;
   int tp_rank = 0, dp_rank = 0, pp_rank = 0;
-  std::span<model::Gpt* const> chunks;  // this rank's, with their optimizers
-  std::span<DistributedOptimizer* const> opts;
+  RankState* state = nullptr;           // this rank's chunks
   comm::Communicator* world = nullptr;  // null: one process
 };
 

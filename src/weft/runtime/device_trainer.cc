@@ -324,21 +324,38 @@ float DeviceTrainer::evaluate(const int32_t* tokens, const int32_t* targets, int
   return static_cast<float>(replica_sum(loss) / total);  // the replicas' batches, each once
 }
 
-void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
+void DeviceTrainer::download_state(int j, int group, int64_t at, int64_t n, float* out) const {
   const Chunk& c = chunks_.at(j);
-  const int64_t n = c.model->param_layout().buffer.total();
-  c.model->get_params({params, static_cast<size_t>(n)});
-  backend_.download(m, c.m, n * 4);
-  backend_.download(v, c.v, n * 4);
+  WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
+                 at + n <= c.model->param_layout().buffer.total(),
+             "download_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
+  const float* src = group == 0 ? c.model->params() : group == 1 ? c.m : c.v;
+  backend_.download(out, src + at, n * 4);
+}
+
+void DeviceTrainer::upload_state(int j, int group, int64_t at, int64_t n, const float* in) {
+  Chunk& c = chunks_.at(j);
+  WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
+                 at + n <= c.model->param_layout().buffer.total(),
+             "upload_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
+  float* dst = group == 0 ? c.model->params() : group == 1 ? c.m : c.v;
+  backend_.upload(dst + at, in, n * 4);
+  if (group == 0) backend_.convert(c.model->params16() + at, dst + at, n);
+}
+
+void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
+  const int64_t n = chunks_.at(j).model->param_layout().buffer.total();
+  download_state(j, 0, 0, n, params);
+  download_state(j, 1, 0, n, m);
+  download_state(j, 2, 0, n, v);
 }
 
 void DeviceTrainer::upload_state(int j, const float* params, const float* m, const float* v,
                                  int step_count) {
-  Chunk& c = chunks_.at(j);
-  const int64_t n = c.model->param_layout().buffer.total();
-  c.model->set_params({params, static_cast<size_t>(n)});
-  backend_.upload(c.m, m, n * 4);
-  backend_.upload(c.v, v, n * 4);
+  const int64_t n = chunks_.at(j).model->param_layout().buffer.total();
+  upload_state(j, 0, 0, n, params);
+  upload_state(j, 1, 0, n, m);
+  upload_state(j, 2, 0, n, v);
   t_ = step_count;
 }
 

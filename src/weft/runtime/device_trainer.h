@@ -7,8 +7,10 @@
 // data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes the global gradient
 // norm, and runs one AdamW launch over every tensor that also writes the bf16 weight copy the next
 // forward reads. Same initialization, loss, clipping, AdamW and skip rule as
-// the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`,
-// checkpointing through a host copy of the state, so its checkpoints load anywhere.
+// the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`
+// (engine.h), its checkpoints streamed from the backend's memory through a bounded host buffer
+// (download_state/upload_state of a range), in the format of the CPU trainer's, so they load
+// anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
@@ -88,9 +90,15 @@ class DeviceTrainer : public StageRunner {
   // runs `batches` of them. On every rank.
   float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
 
-  // Chunk j's state in its param_layout()'s order (buffer.total() elements each), for
-  // checkpoints: host copies of the master weights and the moments; upload also sets the step
-  // count (the same for every chunk).
+  // Checkpoints read the state where it is (runtime/checkpointing.h), a bounded window at a time:
+  // elements [at, at + n) of chunk j's group 0 (the fp32 master weights), 1 (AdamW's m) or 2 (its
+  // v), in param_layout()'s order, to or from host memory. Uploading weights also refreshes their
+  // bf16 copy, the one the forward reads.
+  void download_state(int j, int group, int64_t at, int64_t n, float* out) const;
+  void upload_state(int j, int group, int64_t at, int64_t n, const float* in);
+  void set_step_count(int step_count) { t_ = step_count; }
+  // The whole chunk (buffer.total() elements each); upload also sets the step count (the same for
+  // every chunk).
   void download_state(int j, float* params, float* m, float* v) const;
   void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -39,7 +40,7 @@ optim::AdamWConfig adamw_config(const RunConfig& cfg) {
   return a;
 }
 
-CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, const PipelineRunner& runner,
+CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, RankState& state,
                      comm::Communicator* world) {
   CheckpointJob job;
   job.model = cfg.model;
@@ -48,8 +49,7 @@ CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, const Pipe
   job.tp_rank = me.tp;
   job.dp_rank = me.dp;
   job.pp_rank = me.pp;
-  job.chunks = runner.chunks();
-  job.opts = runner.optimizers();
+  job.state = &state;
   job.world = world;
   return job;
 }
@@ -95,12 +95,50 @@ class EngineOver : public Engine {
   virtual Runner& runner() = 0;
 };
 
+// The CPU engine's state: its DistributedOptimizers' buffers (DistributedOptimizer::state()), in
+// host memory, read and written in place.
+class HostState final : public RankState {
+ public:
+  HostState(const PipelineRunner& runner, const RunConfig::Parallel& p, int dp_rank)
+      : runner_(runner), zero_(p.zero), dp_(p.dp), dp_rank_(dp_rank) {}
+  int num_chunks() const override { return static_cast<int>(runner_.chunks().size()); }
+  checkpoint::ChunkPlace place(int j) const override {
+    const model::Gpt& g = *runner_.chunks()[j];
+    return {&g.param_layout(), g.stage(), zero_, dp_, dp_rank_};
+  }
+  float* host_buffer(int j, int group) override {
+    const DistributedOptimizer::StateView s = runner_.optimizers()[j]->state();
+    return group == 0 ? s.params : group == 1 ? s.m : s.v;
+  }
+  void read(int j, int group, int64_t at, int64_t n, float* out) override {
+    std::copy_n(host_buffer(j, group) + at, n, out);
+  }
+  void write(int j, int group, int64_t at, int64_t n, const float* in) override {
+    std::copy_n(in, n, host_buffer(j, group) + at);
+  }
+  std::span<float> staging() override { return {}; }
+  int step_count() const override { return runner_.optimizers()[0]->step_count(); }
+  optim::AdamWConfig adamw() const override { return runner_.optimizers()[0]->adamw().config(); }
+  void loaded(int step_count) override {
+    for (DistributedOptimizer* opt : runner_.optimizers()) opt->state_loaded(step_count);
+  }
+
+ private:
+  const PipelineRunner& runner_;
+  int zero_, dp_, dp_rank_;
+};
+
 // The CPU kernels in fp32: PipelineRunner, its DistributedOptimizers (ZeRO 0-3) and finish_step.
 class HostEngine final : public EngineOver<PipelineRunner> {
  public:
   HostEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
              int64_t rss_before, std::unique_ptr<PipelineRunner> runner)
-      : cfg_(cfg), me_(me), world_(world), rss_before_(rss_before), runner_(std::move(runner)) {}
+      : cfg_(cfg),
+        me_(me),
+        world_(world),
+        rss_before_(rss_before),
+        runner_(std::move(runner)),
+        state_(*runner_, cfg_.parallel, me.dp) {}
 
   // "tp=2 pp=1 dp=1 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
   std::string describe() const override {
@@ -136,29 +174,67 @@ class HostEngine final : public EngineOver<PipelineRunner> {
             static_cast<double>(runner_->predicted_memory().total())};
   }
 
-  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, *runner_, world_); }
-  void state_loaded() override {}
-  void poison_parameter() override { runner_->optimizers()[0]->state().params[0] = std::nanf(""); }
+  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, state_, world_); }
 
  private:
   PipelineRunner& runner() override { return *runner_; }
 
-  const RunConfig& cfg_;
+  const RunConfig cfg_;
   parallel::Coord me_;
   comm::Communicator* world_;
   int64_t rss_before_ = 0;
   int64_t peak_before_ceilings_ = 0;
   std::unique_ptr<PipelineRunner> runner_;
+  HostState state_;
 };
 
-// A kernels::MixedBackend in bf16 mixed precision: DeviceTrainer. Checkpoints go through a host
-// copy of the state held by a PipelineRunner at B = T = 1 (the serial layout; ZeRO 0).
+// A device engine's state: DeviceTrainer's master weights and moments in the backend's memory
+// (ZeRO 0: every chunk's whole buffers), streamed a window at a time through a host buffer of
+// EngineDevice::staging_bytes.
+class DeviceState final : public RankState {
+ public:
+  DeviceState(DeviceTrainer& trainer, const RunConfig& cfg, int dp_rank, int64_t staging_bytes)
+      : trainer_(trainer),
+        dp_(cfg.parallel.dp),
+        dp_rank_(dp_rank),
+        staging_floats_(std::max<int64_t>(staging_bytes / int64_t{sizeof(float)}, 1)),
+        adamw_(adamw_config(cfg)) {}
+  int num_chunks() const override { return trainer_.num_chunks(); }
+  checkpoint::ChunkPlace place(int j) const override {
+    const model::MixedGpt& g = trainer_.model(j);
+    return {&g.param_layout(), g.stage(), 0, dp_, dp_rank_};
+  }
+  float* host_buffer(int, int) override { return nullptr; }
+  void read(int j, int group, int64_t at, int64_t n, float* out) override {
+    trainer_.download_state(j, group, at, n, out);
+  }
+  void write(int j, int group, int64_t at, int64_t n, const float* in) override {
+    trainer_.upload_state(j, group, at, n, in);
+  }
+  // Allocated at the first checkpoint (a run that never saves never holds it), then kept.
+  std::span<float> staging() override {
+    if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
+    return staging_;
+  }
+  int step_count() const override { return trainer_.step_count(); }
+  optim::AdamWConfig adamw() const override { return adamw_; }
+  void loaded(int step_count) override { trainer_.set_step_count(step_count); }
+
+ private:
+  DeviceTrainer& trainer_;
+  int dp_, dp_rank_;
+  int64_t staging_floats_;
+  std::vector<float> staging_;
+  optim::AdamWConfig adamw_;
+};
+
+// A kernels::MixedBackend in bf16 mixed precision: DeviceTrainer. Its checkpoints stream the state
+// out of the backend's memory (DeviceState); no host copy of the model state exists.
 class DeviceEngine final : public EngineOver<DeviceTrainer> {
  public:
   DeviceEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
-               const parallel::ProcessGroups& groups, const EngineDevice& device,
-               std::unique_ptr<PipelineRunner> shadow)
-      : cfg_(cfg), me_(me), world_(world), backend_(*device.backend), shadow_(std::move(shadow)) {
+               const parallel::ProcessGroups& groups, const EngineDevice& device)
+      : cfg_(cfg), me_(me), world_(world), backend_(*device.backend) {
     // This rank's groups on the device's memory: the same ranks as the host groups.
     auto data_group = [&](comm::Communicator* host) -> comm::Communicator* {
       if (host == nullptr || host->size() == 1) return nullptr;
@@ -183,11 +259,7 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
     predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
     trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
                                                cfg.recompute());
-  }
-
-  void init(uint64_t seed) override {
-    shadow_->init(seed);
-    to_device();
+    state_ = std::make_unique<DeviceState>(*trainer_, cfg, me.dp, device.staging_bytes);
   }
 
   // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
@@ -207,41 +279,19 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
             static_cast<double>(backend_.allocated_bytes()), static_cast<double>(predicted_bytes_)};
   }
 
-  CheckpointJob checkpoint_job() override {
-    to_host();
-    return job_of(cfg_, me_, *shadow_, world_);
-  }
-  void state_loaded() override { to_device(); }
-  void poison_parameter() override { shadow_->optimizers()[0]->state().params[0] = std::nanf(""); }
+  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, *state_, world_); }
 
  private:
-  // The device's state <-> the host copy's (the serial layout; ZeRO 0, so whole buffers).
-  void to_device() {
-    const auto opts = shadow_->optimizers();
-    for (int j = 0; j < trainer_->num_chunks(); ++j) {
-      const DistributedOptimizer::StateView s = opts[j]->state();
-      trainer_->upload_state(j, s.params, s.m, s.v, opts[j]->step_count());
-    }
-  }
-  void to_host() {
-    const auto opts = shadow_->optimizers();
-    for (int j = 0; j < trainer_->num_chunks(); ++j) {
-      const DistributedOptimizer::StateView s = opts[j]->state();
-      trainer_->download_state(j, s.params, s.m, s.v);
-      opts[j]->adamw().set_step_count(trainer_->step_count());
-    }
-  }
-
   DeviceTrainer& runner() override { return *trainer_; }
 
-  const RunConfig& cfg_;
+  const RunConfig cfg_;
   parallel::Coord me_;
   comm::Communicator* world_;
   kernels::MixedBackend& backend_;
-  std::unique_ptr<PipelineRunner> shadow_;
   // Before the trainer: its groups outlive the trainer's sends in flight.
   std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
   std::unique_ptr<DeviceTrainer> trainer_;
+  std::unique_ptr<DeviceState> state_;
   int64_t predicted_bytes_ = 0;
 };
 
@@ -274,16 +324,12 @@ Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
                                             comm::Communicator* world, const EngineDevice& device) {
   const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
   const parallel::Coord me = topo.coord(world != nullptr ? world->rank() : 0);
-  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
-  // With a device the host runner only holds the state for checkpoints: no activations.
-  const bool on_device = device.backend != nullptr;
-  auto runner = make_runner(cfg, groups, me.pp, on_device ? 1 : cfg.train.micro_batch,
-                            on_device ? 1 : cfg.train.seq_len);
-  if (!runner.ok()) return runner.status();
-  if (on_device) {
-    return std::unique_ptr<Engine>(
-        std::make_unique<DeviceEngine>(cfg, me, world, groups, device, std::move(runner).value()));
+  if (device.backend != nullptr) {
+    return std::unique_ptr<Engine>(std::make_unique<DeviceEngine>(cfg, me, world, groups, device));
   }
+  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
+  auto runner = make_runner(cfg, groups, me.pp, cfg.train.micro_batch, cfg.train.seq_len);
+  if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(
       std::make_unique<HostEngine>(cfg, me, world, rss_before, std::move(runner).value()));
 }

@@ -51,18 +51,20 @@ class Engine {
   };
   virtual Memory memory() const = 0;
 
-  // The training state for checkpoints (runtime/checkpointing.h), ready to be read.
+  // This rank's training state for checkpoints (runtime/checkpointing.h), where the optimizer
+  // holds it: a save streams it from there, a load into it.
   virtual CheckpointJob checkpoint_job() = 0;
-  // After load_checkpoint filled checkpoint_job()'s state.
-  virtual void state_loaded() = 0;
-  // Crash tests (core/fault.h "nan"): one parameter of this rank becomes NaN.
-  virtual void poison_parameter() = 0;
 };
 
 // What a device engine needs besides the run config (TrainerOptions' device and device_group).
 struct EngineDevice {
   kernels::MixedBackend* backend = nullptr;  // null: the CPU engine
   std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> group;
+  // The host buffer checkpoints stream the device's state through (RankState::staging): transfers
+  // of a few MiB already run near a link's bandwidth (NVIDIA, "How to Optimize Data Transfers in
+  // CUDA C/C++", 2012: pinned host-to-device copies level off from about 1 MB), and a save's or a
+  // load's host memory is this, not the state's size.
+  int64_t staging_bytes = int64_t{16} << 20;
 };
 
 // Whether the engine `device` selects runs cfg's layout (layout/validate.h, the rules the planner

@@ -91,10 +91,9 @@ class Trainer {
   // current step.
   bool stop_requested() const { return stop_.load(); }
 
-  // After run(): this rank's first model chunk (the whole model in one process) and its optimizer
-  // as they ended (with a device: the host copy, refreshed at the end).
-  const model::Gpt& model() const { return *engine_->checkpoint_job().chunks[0]; }
-  const optim::AdamW& optimizer() const { return engine_->checkpoint_job().opts[0]->adamw(); }
+  // After run(): this rank's engine as the run ended; its training state (parameters, AdamW's
+  // moments, wherever they are) is engine()->checkpoint_job().state. Null before run() built it.
+  Engine* engine() const { return engine_.get(); }
 
  private:
   void report_memory(Progress& progress, const parallel::Topology& topo,
