@@ -48,6 +48,22 @@ TEST(Collectives, RingAllReduceMovesTwiceTheDataTimesPMinusOneOverP) {
   EXPECT_EQ(collective_time(g, Collective::AllReduce, bytes), 0);
 }
 
+// A link may say that reduce-scatter and all-gather move their bytes at rates of their own (what
+// `weft calibrate` measures on CPU ranks); the all-reduce keeps the link's.
+TEST(Collectives, ReduceScatterAndAllGatherUseTheirOwnMeasuredBandwidth) {
+  GroupLink g{.size = 2,
+              .span = Span::Node,
+              .members_per_node = 2,
+              .link = {.bandwidth = 5e9,
+                       .latency = 0,
+                       .reduce_scatter_bandwidth = 10e9,
+                       .all_gather_bandwidth = 20e9}};
+  const double bytes = 1e8;
+  EXPECT_NEAR(collective_time(g, Collective::ReduceScatter, bytes), 0.5 * bytes / 10e9, 1e-12);
+  EXPECT_NEAR(collective_time(g, Collective::AllGather, bytes), 0.5 * bytes / 20e9, 1e-12);
+  EXPECT_NEAR(collective_time(g, Collective::AllReduce, bytes), bytes / 5e9, 1e-12);
+}
+
 TEST(Collectives, SmallMessagesTakeTheLogarithmicAlgorithm) {
   GroupLink g{.size = 64,
               .span = Span::Network,

@@ -90,6 +90,15 @@ TEST(Hardware, TomlRoundTrips) {
   EXPECT_NEAR(back.package.bandwidth, c.package.bandwidth, 1);
   EXPECT_NEAR(back.peak_bf16, c.peak_bf16, 1e6);
   EXPECT_NEAR(back.gemm.efficiency, c.gemm.efficiency, 1e-9);
+  // A link's own collective rates, when measured, round-trip; absent, they stay 0.
+  Cluster m = parse_cluster(kMinimal, "mini").value();
+  EXPECT_EQ(m.node.reduce_scatter_bandwidth, 0);
+  m.node.reduce_scatter_bandwidth = 10.8e9;
+  m.node.all_gather_bandwidth = 15.6e9;
+  const Cluster m2 = parse_cluster(to_toml(m), "again").value();
+  EXPECT_NEAR(m2.node.reduce_scatter_bandwidth, 10.8e9, 1e3);
+  EXPECT_NEAR(m2.node.all_gather_bandwidth, 15.6e9, 1e3);
+  EXPECT_EQ(m2.network.all_gather_bandwidth, 0);
 }
 
 // memory.runtime_mib, what `weft calibrate` measures: absent, the model's default; written by

@@ -155,14 +155,18 @@ std::pair<double, double> fit_line(const std::vector<double>& x, const std::vect
   return {std::max(0.0, (sy - beta * sx) / sw), beta};
 }
 
-// All-reduce and ping-pong over MPI_COMM_WORLD at several sizes; fits the ring model
-// t = 2(p-1) alpha + 2(p-1)/p * S / bandwidth and t = alpha + S / bandwidth.
+// All-reduce, reduce-scatter, all-gather and ping-pong over MPI_COMM_WORLD at several sizes; fits
+// the ring models t = 2(p-1) alpha + 2(p-1)/p * S / bandwidth (all-reduce), (p-1) alpha +
+// (p-1)/p * S / bandwidth (reduce-scatter, all-gather: only their bandwidth is kept, the latency
+// is the all-reduce's) and t = alpha + S / bandwidth (ping-pong). Each collective is the one the
+// trainer calls (comm/mpi_communicator.cc), so each is priced as it runs: ZeRO's reduce-scatters
+// and gathers move their bytes at other rates than the all-reduce (planner::Link).
 struct LinkFit {
   planner::Link allreduce, p2p;
 };
 LinkFit measure_links(comm::Communicator& world, bool quick) {
   const int p = world.size();
-  std::vector<double> xs, ys, px, py;
+  std::vector<double> xs, ys, px, py, cx, rsy, agy;
   const std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{1 << 10, 1 << 16, 1 << 20}
             : std::vector<int64_t>{1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
@@ -176,6 +180,19 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     const double t = seconds_since(t0) / reps;
     xs.push_back(2.0 * (p - 1) / p * n * 4);
     ys.push_back(t);
+    // Reduce-scatter of the buffer into 1/p of it, and all-gather of 1/p into the buffer.
+    const int64_t part = n / p;
+    std::vector<float> shard(part);
+    auto timed = [&](auto&& op) {
+      op();
+      world.barrier();
+      const auto start = clock_type::now();
+      for (int i = 0; i < reps; ++i) op();
+      return seconds_since(start) / reps;
+    };
+    cx.push_back(static_cast<double>(p - 1) / p * part * p * 4);
+    rsy.push_back(timed([&] { world.reduce_scatter(shard.data(), buf.data(), part); }));
+    agy.push_back(timed([&] { world.all_gather(buf.data(), shard.data(), part); }));
     // Ping-pong between ranks 0 and 1: half the round trip.
     world.barrier();
     t0 = clock_type::now();
@@ -196,6 +213,9 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
   f.allreduce = {.bandwidth = b > 0 ? 1 / b : 0, .latency = a / (2.0 * (p - 1))};
   auto [pa, pb] = fit_line(px, py);
   f.p2p = {.bandwidth = pb > 0 ? 1 / pb : 0, .latency = pa};
+  const double rs = fit_line(cx, rsy).second, ag = fit_line(cx, agy).second;
+  f.allreduce.reduce_scatter_bandwidth = rs > 0 ? 1 / rs : 0;
+  f.allreduce.all_gather_bandwidth = ag > 0 ? 1 / ag : 0;
   return f;
 }
 
@@ -308,12 +328,19 @@ void run_calibrate(const CalibrateOptions& o) {
   c.node = {.bandwidth = c.memory_bandwidth / 4, .latency = 2e-6};
   c.network = c.node;
   if (world && ranks >= 2) {
-    if (rank == 0) fmt::print("measuring all-reduce and point-to-point over {} ranks ...\n", ranks);
+    if (rank == 0) {
+      fmt::print(
+          "measuring all-reduce, reduce-scatter, all-gather and point-to-point over {} "
+          "ranks ...\n",
+          ranks);
+    }
     const LinkFit f = measure_links(*world, o.quick);
     if (f.allreduce.bandwidth > 0) c.node = f.allreduce;
     if (f.p2p.bandwidth > 0) c.network = f.p2p;
     notes += fmt::format(
         "# link.node: all-reduce over {} MPI ranks, fitted 2(p-1)alpha + 2(p-1)/p S/bandwidth;\n"
+        "# its reduce_scatter/all_gather_bandwidth_gbps: those collectives, fitted (p-1)alpha +\n"
+        "# (p-1)/p S/bandwidth (ZeRO's; each implementation copies at its own rate);\n"
         "# link.network: ping-pong between ranks 0 and 1, fitted alpha + S/bandwidth (one\n"
         "# machine: there is no network; pipeline messages cross the same shared memory).\n",
         ranks);

@@ -93,7 +93,8 @@ Placement place(const Cluster& cl, const ParallelConfig& c) {
 double collective_time(const GroupLink& g, Collective op, double bytes) {
   const double p = g.size;
   if (g.size <= 1 || bytes <= 0) return 0;
-  const double alpha = g.link.latency, beta = 1.0 / g.link.bandwidth;
+  const double alpha = g.link.latency;
+  double beta = 1.0 / g.link.bandwidth;
   const double log_p = std::ceil(std::log2(p));
   switch (op) {
     case Collective::AllReduce: {
@@ -103,6 +104,9 @@ double collective_time(const GroupLink& g, Collective op, double bytes) {
     }
     case Collective::ReduceScatter:
     case Collective::AllGather: {
+      const double own = op == Collective::ReduceScatter ? g.link.reduce_scatter_bandwidth
+                                                         : g.link.all_gather_bandwidth;
+      if (own > 0) beta = 1.0 / own;
       const double ring = (p - 1) / p * bytes * beta + (p - 1) * alpha;
       const double halving = (p - 1) / p * bytes * beta + log_p * alpha;
       return std::min(ring, halving);

@@ -107,6 +107,8 @@ Link read_link(const toml::table* links, const char* name, bool required, Status
   Link l;
   l.bandwidth = r.number("bandwidth_gbps", 0, true) * kGB;
   l.latency = r.number("latency_us", 0, true) * kMicro;
+  l.reduce_scatter_bandwidth = r.number("reduce_scatter_bandwidth_gbps", 0, false) * kGB;
+  l.all_gather_bandwidth = r.number("all_gather_bandwidth_gbps", 0, false) * kGB;
   r.report_unknown();
   return l;
 }
@@ -181,6 +183,16 @@ Status validate(const Cluster& c) {
   if (c.gemm.k_half < 0) s.add(fmt::format("gemm.k_half={} must be >= 0", c.gemm.k_half));
   if (c.gemm.min_time < 0) s.add("gemm.min_time_us must be >= 0");
   if (c.devices_per_node > 1) positive("link.node.bandwidth_gbps", c.node.bandwidth);
+  for (const auto& [name, l] : {std::pair<const char*, const Link*>{"package", &c.package},
+                                {"node", &c.node},
+                                {"network", &c.network}}) {
+    if (l->reduce_scatter_bandwidth < 0 || l->all_gather_bandwidth < 0) {
+      s.add(
+          fmt::format("link.{}: reduce_scatter_bandwidth_gbps and all_gather_bandwidth_gbps "
+                      "must be >= 0 (0: the link's bandwidth_gbps)",
+                      name));
+    }
+  }
   positive("calibration.compute_scale", c.compute_scale);
   if (!(c.step_overhead >= 0)) {
     s.add(fmt::format("calibration.step_overhead_ms={} must be >= 0", c.step_overhead / kMilli));
@@ -307,6 +319,13 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
     if (!l.present()) return;
     out += fmt::format("\n[link.{}]\nbandwidth_gbps = {:.6g}\nlatency_us = {:.6g}\n", name,
                        l.bandwidth / kGB, l.latency / kMicro);
+    if (l.reduce_scatter_bandwidth > 0) {
+      out +=
+          fmt::format("reduce_scatter_bandwidth_gbps = {:.6g}\n", l.reduce_scatter_bandwidth / kGB);
+    }
+    if (l.all_gather_bandwidth > 0) {
+      out += fmt::format("all_gather_bandwidth_gbps = {:.6g}\n", l.all_gather_bandwidth / kGB);
+    }
   };
   out += fmt::format(
       "[cluster]\nname = {}\ndescription = {}\ndevice = {}\ndevices_per_node = {}\n"

@@ -26,6 +26,12 @@ Result<NumberFormat> parse_number_format(std::string_view name);
 struct Link {
   double bandwidth = 0;  // bytes/s, one direction, per device
   double latency = 0;    // s per message (alpha)
+  // Where a collective's implementation moves its bytes at another rate than the all-reduce
+  // `bandwidth` was measured with (0: `bandwidth`), as `weft calibrate` measures on CPU ranks:
+  // weft's ring reduce-scatter and Open MPI's all-gather copy once through shared memory, while
+  // its all-reduce stages every segment through temporaries (this machine: 10.8 and 15.6 against
+  // 4.9 GB/s). Vendor presets leave them 0: NCCL's ring collectives run at the link's rate.
+  double reduce_scatter_bandwidth = 0, all_gather_bandwidth = 0;
   bool present() const { return bandwidth > 0; }
 };
 
