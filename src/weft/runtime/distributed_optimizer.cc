@@ -74,6 +74,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
     for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
   }
   grad_slot_.assign(layout.units.size(), nullptr);
+  shard_started_.assign(layout.units.size(), false);
   param_slot_.assign(layout.units.size(), nullptr);
   model.set_param_hooks(this);
 }
@@ -149,6 +150,13 @@ void DistributedOptimizer::grads_ready(int u) {
                                                     comm::DataType::F32)});
       return;
     default: {
+      if (!shard_started_[u]) {  // the step's first pass: straight into the shard, nothing to add
+        shard_started_[u] = true;
+        pending_.push_back({u, -1,
+                            dp_->reduce_scatter_async(grad_shard_.data() + sh->offset, g, sh->size,
+                                                      comm::DataType::F32)});
+        return;
+      }
       const int t = next_tmp_;
       next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
       pending_.push_back(
@@ -167,10 +175,12 @@ void DistributedOptimizer::complete_oldest() {
   p.work.wait();
   wait_seconds_ += seconds_since(t0);
   if (zero_ < 2) return;
-  const Shard& sh = shards_[p.unit];
-  float* dst = grad_shard_.data() + sh.offset;
-  const float* src = tmp_[p.tmp].data();
-  for (int64_t i = 0; i < sh.size; ++i) dst[i] += src[i];
+  if (p.tmp >= 0) {
+    const Shard& sh = shards_[p.unit];
+    float* dst = grad_shard_.data() + sh.offset;
+    const float* src = tmp_[p.tmp].data();
+    for (int64_t i = 0; i < sh.size; ++i) dst[i] += src[i];
+  }
   pool_->release(grad_slot_[p.unit]);
   grad_slot_[p.unit] = nullptr;
 }
@@ -242,7 +252,10 @@ void DistributedOptimizer::step(float lr) {
   }
   adam_->step(master_.data(), grad_shard_.data(), lr);
   if (zero_ <= 2) gather_all();
-  if (zero_ >= 2) grad_shard_.zero();  // accumulated afresh over the next step's microbatches
+  if (zero_ >= 2) {  // accumulated afresh over the next step's microbatches
+    grad_shard_.zero();
+    shard_started_.assign(shard_started_.size(), false);
+  }
 }
 
 DistributedOptimizer::StateView DistributedOptimizer::state() {

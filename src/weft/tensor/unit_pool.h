@@ -12,10 +12,12 @@
 // What a pool keeps resident is, per size, the most buffers in use at once: the memory model
 // counts that (model/memory.cc).
 
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <utility>
 #include <vector>
 
-#include "weft/tensor/aligned_buffer.h"
 
 namespace weft {
 
@@ -33,8 +35,26 @@ class UnitPool {
   int in_use() const;
 
  private:
+  class HugeBuffer {  // zeroed, on huge pages where it spans one (unit_pool.cc)
+   public:
+    explicit HugeBuffer(int64_t n);
+    HugeBuffer(HugeBuffer&& o) noexcept
+        : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+    HugeBuffer& operator=(HugeBuffer&& o) noexcept {
+      std::swap(data_, o.data_);
+      std::swap(n_, o.n_);
+      return *this;
+    }
+    ~HugeBuffer() { std::free(data_); }
+    float* data() const { return data_; }
+    int64_t size() const { return n_; }
+
+   private:
+    float* data_ = nullptr;
+    int64_t n_ = 0;
+  };
   struct Slot {
-    AlignedBuffer<float> buf;
+    HugeBuffer buf;
     bool in_use = false;
   };
   std::vector<Slot> slots_;
