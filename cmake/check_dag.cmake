@@ -7,7 +7,9 @@ set(allowed_comm core comm)
 set(allowed_tensor core tensor)
 set(allowed_kernels core tensor kernels)
 set(allowed_model core tensor kernels comm parallel model)
-set(allowed_optim core tensor kernels optim)
+# optim: AdamW and the data-parallel optimizer (ZeRO 0-3), which drives a model stage through its
+# ParamHooks and reduces over a communicator.
+set(allowed_optim core tensor kernels comm parallel model optim)
 set(allowed_schedule core schedule)
 # layout: the one rule book of parallel layouts, shared by the trainer and the planner.
 set(allowed_layout core tensor schedule model layout)

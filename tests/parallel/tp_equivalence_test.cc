@@ -67,7 +67,7 @@ Run train(parallel::TensorParallel tp, model::Recompute recompute) {
   const model::GptConfig cfg = tiny();
   model::Gpt m(cfg, kB, kT, recompute, tp);
   m.init(1234);
-  runtime::DistributedOptimizer opt(m, nullptr, 0);
+  optim::DistributedOptimizer opt(m, nullptr, 0);
   Run r;
   const int n = kMicrobatches * kB * kT;
   for (int s = 0; s < kSteps; ++s) {

@@ -16,8 +16,8 @@
 #include "weft/kernels/mixed.h"
 #include "weft/model/gpt.h"
 #include "weft/model/mixed_gpt.h"
+#include "weft/optim/distributed_optimizer.h"
 #include "weft/runtime/device_trainer.h"
-#include "weft/runtime/distributed_optimizer.h"
 #include "weft/runtime/train_step.h"
 #ifdef WEFT_TEST_CUDA
 #include "weft/kernels/cuda/arena.h"
@@ -131,7 +131,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
   const int n = kM * kB * kT;
   model::Gpt ref(cfg_, kB, kT);
   ref.init(3);
-  runtime::DistributedOptimizer opt(ref, nullptr, 0);
+  optim::DistributedOptimizer opt(ref, nullptr, 0);
   runtime::DeviceTrainer dev(*backend_, cfg_, kB, kT, kM);
   dev.init(3);
   std::vector<float> ref_losses, losses;

@@ -43,7 +43,7 @@ inline SerialRun train_serial(const model::GptConfig& cfg, uint64_t seed, int B,
                               const StepTokens& tokens) {
   model::Gpt g(cfg, B, T);
   g.init(seed);
-  runtime::DistributedOptimizer opt(g, nullptr, 0);
+  optim::DistributedOptimizer opt(g, nullptr, 0);
   SerialRun r;
   for (int s = 0; s < steps; ++s) {
     const std::vector<int32_t> t = tokens(s);
@@ -66,7 +66,7 @@ inline SerialRun train_serial(const model::GptConfig& cfg, uint64_t seed, int B,
 // rank's parts, so the replicas' parts are summed over `dp`.
 inline std::vector<float> gather_runner(
     const runtime::PipelineRunner& runner, comm::Communicator* dp, comm::Communicator* model,
-    const std::function<const float*(runtime::DistributedOptimizer&, size_t,
+    const std::function<const float*(optim::DistributedOptimizer&, size_t,
                                      const model::OwnedPart&)>& part_data) {
   const model::ParamLayout global = model::gpt_param_layout(runner.chunks()[0]->config());
   std::vector<float> all(global.buffer.total(), 0.0f);
@@ -74,7 +74,7 @@ inline std::vector<float> gather_runner(
   for (size_t j = 0; j < runner.chunks().size(); ++j) {
     const model::Gpt& c = *runner.chunks()[j];
     const model::ParamLayout& layout = c.param_layout();
-    runtime::DistributedOptimizer& opt = *runner.optimizers()[j];
+    optim::DistributedOptimizer& opt = *runner.optimizers()[j];
     std::vector<float> p(layout.buffer.total(), 0.0f);
     const std::vector<model::OwnedPart> parts =
         model::zero_owned_parts(layout, opt.zero(), dp_size, dp_rank);
@@ -93,7 +93,7 @@ inline std::vector<float> gather_runner(
 inline std::vector<float> runner_params(const runtime::PipelineRunner& runner,
                                         comm::Communicator* dp, comm::Communicator* model) {
   return gather_runner(runner, dp, model,
-                       [](runtime::DistributedOptimizer& opt, size_t, const model::OwnedPart& p) {
+                       [](optim::DistributedOptimizer& opt, size_t, const model::OwnedPart& p) {
                          return opt.state().params + p.at;
                        });
 }
@@ -103,7 +103,7 @@ inline std::vector<float> runner_params(const runtime::PipelineRunner& runner,
 inline std::vector<float> runner_grads(const runtime::PipelineRunner& runner,
                                        comm::Communicator* dp, comm::Communicator* model) {
   return gather_runner(runner, dp, model,
-                       [](runtime::DistributedOptimizer& opt, size_t i, const model::OwnedPart&) {
+                       [](optim::DistributedOptimizer& opt, size_t i, const model::OwnedPart&) {
                          return static_cast<const float*>(opt.grad_parts()[i].grad);
                        });
 }

@@ -22,7 +22,7 @@ struct ChunkPlace {
 };
 
 // The chunk's state, indexed by model::OwnedPart::at of zero_owned_parts(layout, zero, dp,
-// dp_rank) (DistributedOptimizer::state()). m and v null: parameters only.
+// dp_rank) (optim::DistributedOptimizer::state()). m and v null: parameters only.
 struct StateBuffers {
   float* params = nullptr;
   float* m = nullptr;

@@ -185,7 +185,7 @@ void run_bench_step(const BenchOptions& o) {
     if (world) world->barrier();  // every rank starts the step together
     recorder->clear();
     if (s == o.warmup) {
-      for (runtime::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
+      for (optim::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
     }
     if (s >= o.warmup) {
       measure_ceiling();
@@ -232,13 +232,13 @@ void run_bench_step(const BenchOptions& o) {
   // the same reductions run alone: the rest was hidden under backward. Rank 0's view.
   double exposed = 0, alone = 0;
   if (o.dp > 1) {
-    for (runtime::DistributedOptimizer* opt : runner.optimizers()) {
+    for (optim::DistributedOptimizer* opt : runner.optimizers()) {
       exposed += opt->reduction_wait_seconds() / o.steps;
     }
     std::vector<double> runs;
     for (int k = 0; k < 3; ++k) {  // the median of three
       double a = 0;
-      for (runtime::DistributedOptimizer* opt : runner.optimizers()) {
+      for (optim::DistributedOptimizer* opt : runner.optimizers()) {
         a += opt->time_reductions_alone(m);
       }
       runs.push_back(a);

@@ -26,7 +26,7 @@ namespace weft::layout {
 // The two engines that train today (the planner's number formats map onto them one to one:
 // fp32 is the host engine's, bf16-mixed the device engine's).
 enum class Engine {
-  Host,    // model::Gpt, PipelineRunner, DistributedOptimizer: fp32 on the CPU (--device cpu)
+  Host,  // model::Gpt, PipelineRunner, optim::DistributedOptimizer: fp32 on the CPU (--device cpu)
   Device,  // model::MixedGpt, DeviceTrainer: bf16 mixed precision (--device cuda | host-bf16)
 };
 std::string_view engine_name(Engine e);  // "the device engine (bf16: --device cuda, host-bf16)"

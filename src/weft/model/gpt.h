@@ -33,7 +33,7 @@
 namespace weft::model {
 
 // How a stage's parameter and gradient buffers are laid out and who holds them (ZeRO,
-// runtime/distributed_optimizer.h).
+// optim/distributed_optimizer.h).
 struct ParamStorage {
   int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
   // false: the model allocates no such buffer; its ParamHooks hold every unit's parameters (ZeRO-3)

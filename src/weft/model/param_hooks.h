@@ -1,6 +1,6 @@
 #pragma once
 // What a model stage tells whoever manages its parameters and gradients (ZeRO,
-// runtime/distributed_optimizer.h) about its use of them, unit by unit (ParamUnit: a layer, the
+// optim/distributed_optimizer.h) about its use of them, unit by unit (ParamUnit: a layer, the
 // word or position embedding, the final LayerNorm), and where the hooks keep each unit. Without
 // hooks every parameter and gradient lives in the model's own buffers, always resident, and
 // gradients simply accumulate there.

@@ -107,11 +107,11 @@ std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1
 // Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel)
 // of the parameters of `stage`, in the serial order and under their global names. Each unit starts
 // on a multiple of unit_align elements and the buffer's total is padded to one (ZeRO's in-place
-// collectives over a unit need its padded length; see runtime/distributed_optimizer.h).
+// collectives over a unit need its padded length; see optim/distributed_optimizer.h).
 ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
                              StageSpec stage = {}, int64_t unit_align = BufferLayout::kAlignElems);
 
-// The unit alignment ZeRO stage `zero` over `dp` ranks needs (runtime/distributed_optimizer.h):
+// The unit alignment ZeRO stage `zero` over `dp` ranks needs (optim/distributed_optimizer.h):
 // dp * kAlignElems, so each unit's range padded for dp equal aligned shards ends before the next
 // unit; kAlignElems for ZeRO 0.
 int64_t zero_unit_align(int zero, int dp);

@@ -1,6 +1,6 @@
 #pragma once
 // The part of a model chunk's parameters that data-parallel rank `rank` of `dp` owns under ZeRO
-// (runtime/distributed_optimizer.h): per unit the rank's equal aligned range
+// (optim/distributed_optimizer.h): per unit the rank's equal aligned range
 // (tensor/zero_shards.h), cut into the parts of the slices it covers. The optimizer keeps its shard
 // buffers in this order, and checkpoints write and read exactly these parts. Pure arithmetic.
 

@@ -96,7 +96,7 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
   return v;
 }
 
-// The data-parallel traffic of runtime::DistributedOptimizer on pipeline rank r, unit by unit
+// The data-parallel traffic of optim::DistributedOptimizer on pipeline rank r, unit by unit
 // (model::ParamUnit: wte, wpe, each layer, ln_f), each unit padded for dp equal shards:
 //   ZeRO 0: one all-reduce per unit after the last microbatch
 //   ZeRO 1: one reduce-scatter per unit, one all-gather of the updated parameters after the step

@@ -153,7 +153,7 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   }
   // ZeRO-2 and 3 reduce-scatter a stage's gradients after each microbatch, ZeRO-3 also gathers
   // its weights before its forward and again before its backward (Rajbhandari et al. 2020, §5.2,
-  // §5.3; runtime/distributed_optimizer.h). Charged to the passes: on the CPU the copies and sums
+  // §5.3; optim/distributed_optimizer.h). Charged to the passes: on the CPU the copies and sums
   // run on the cores that compute (measured: bench/zero/run.sh), so they do not hide.
   if (cfg.zero >= 2 && cfg.dp > 1) {
     const PrecisionBytes pb = precision_bytes(job.precision);

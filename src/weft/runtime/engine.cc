@@ -95,8 +95,8 @@ class EngineOver : public Engine {
   virtual Runner& runner() = 0;
 };
 
-// The CPU engine's state: its DistributedOptimizers' buffers (DistributedOptimizer::state()), in
-// host memory, read and written in place.
+// The CPU engine's state: its DistributedOptimizers' buffers
+// (optim::DistributedOptimizer::state()), in host memory, read and written in place.
 class HostState final : public RankState {
  public:
   HostState(const PipelineRunner& runner, const RunConfig::Parallel& p, int dp_rank)
@@ -107,7 +107,7 @@ class HostState final : public RankState {
     return {&g.param_layout(), g.stage(), zero_, dp_, dp_rank_};
   }
   float* host_buffer(int j, int group) override {
-    const DistributedOptimizer::StateView s = runner_.optimizers()[j]->state();
+    const optim::DistributedOptimizer::StateView s = runner_.optimizers()[j]->state();
     return group == 0 ? s.params : group == 1 ? s.m : s.v;
   }
   void read(int j, int group, int64_t at, int64_t n, float* out) override {
@@ -120,7 +120,7 @@ class HostState final : public RankState {
   int step_count() const override { return runner_.optimizers()[0]->step_count(); }
   optim::AdamWConfig adamw() const override { return runner_.optimizers()[0]->adamw().config(); }
   void loaded(int step_count) override {
-    for (DistributedOptimizer* opt : runner_.optimizers()) opt->state_loaded(step_count);
+    for (optim::DistributedOptimizer* opt : runner_.optimizers()) opt->state_loaded(step_count);
   }
 
  private:

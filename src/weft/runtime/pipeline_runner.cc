@@ -30,7 +30,7 @@ class ScopedSeconds {
 struct PipelineRunner::Chunk {
   int stage = 0;
   std::unique_ptr<model::Gpt> model;
-  std::unique_ptr<DistributedOptimizer> opt;
+  std::unique_ptr<optim::DistributedOptimizer> opt;
   int weight_passes = 0;  // backward (or W) passes of this step so far
   MicrobatchSlots slots;
   std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
@@ -58,9 +58,9 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
     c->stage = o_.pp_rank + j * sh.pp;
     c->model = std::make_unique<model::Gpt>(
         cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
-        std::max(1, slots[j]), DistributedOptimizer::storage(o_.zero, dp_size()));
-    c->opt =
-        std::make_unique<DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw, &unit_pool_);
+        std::max(1, slots[j]), optim::DistributedOptimizer::storage(o_.zero, dp_size()));
+    c->opt = std::make_unique<optim::DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw,
+                                                           &unit_pool_);
     c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
     c->sends.resize(c->model->slots());
     // d(input) goes to another rank only from a stage whose predecessor is remote.
@@ -232,7 +232,7 @@ void PipelineRunner::recv_grad(int stage, int mb, int peer) {
 
 void PipelineRunner::reduce_grads(int stage) {
   // The chunk's last backward pass has started every reduction of its gradients, unit by unit
-  // (DistributedOptimizer::grads_ready); the optimizer step waits for them.
+  // (optim::DistributedOptimizer::grads_ready); the optimizer step waits for them.
   const Chunk& c = chunk(stage);
   WEFT_CHECK(c.weight_passes == m_, "ReduceGrads of stage ", stage, " after ", c.weight_passes,
              " of its ", m_, " backward passes");

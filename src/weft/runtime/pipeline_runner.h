@@ -7,12 +7,12 @@
 // every tp rank, so each sends 1/tp of its rows and the receiver all-gathers them (the PTD-P
 // paper's scatter/gather optimization); with sequence parallelism the tensors are already split.
 //
-// Data parallelism and ZeRO 0-3: each chunk's DistributedOptimizer reduces its gradients over the
-// dp group unit by unit as its backward passes complete them (the last microbatch's pass for ZeRO
-// 0 and 1, every pass for 2 and 3), asynchronously, overlapping the rest of the program; ZeRO-3
-// gathers each unit's parameters before use. ReduceGrads(s) comes after stage s's last backward:
-// by then all of the chunk's reductions have started. Each replica reads its own part of every
-// global batch (data::Sampler with dp_rank).
+// Data parallelism and ZeRO 0-3: each chunk's optim::DistributedOptimizer reduces its gradients
+// over the dp group unit by unit as its backward passes complete them (the last microbatch's pass
+// for ZeRO 0 and 1, every pass for 2 and 3), asynchronously, overlapping the rest of the program;
+// ZeRO-3 gathers each unit's parameters before use. ReduceGrads(s) comes after stage s's last
+// backward: by then all of the chunk's reductions have started. Each replica reads its own part of
+// every global batch (data::Sampler with dp_rank).
 //
 // ZB-H1 (Qi et al. 2024): BackwardInput computes the input gradients only (what the previous stage
 // waits for) and BackwardWeight the weight gradients later, from the output gradients the I pass
@@ -76,7 +76,7 @@ class PipelineRunner : public StageRunner {
   model::MemoryEstimate predicted_memory() const;
 
   std::span<model::Gpt* const> chunks() const { return chunk_models_; }
-  std::span<DistributedOptimizer* const> optimizers() const { return chunk_opts_; }
+  std::span<optim::DistributedOptimizer* const> optimizers() const { return chunk_opts_; }
   const schedule::Schedule& schedule() const { return schedule_; }
 
   // StageRunner
@@ -110,7 +110,7 @@ class PipelineRunner : public StageRunner {
   UnitPool unit_pool_;  // ZeRO 2/3: the units in use of all chunks (before them: outlives them)
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<model::Gpt*> chunk_models_;
-  std::vector<DistributedOptimizer*> chunk_opts_;
+  std::vector<optim::DistributedOptimizer*> chunk_opts_;
   // the step in progress
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;

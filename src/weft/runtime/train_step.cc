@@ -12,7 +12,7 @@ namespace {
 // The part of `opt`'s gradients that belongs to the tied word embedding: the whole wte, or (ZeRO)
 // this rank's range of it, which is the same range on the first and the last stage (wte is a unit
 // of its own, of the same size on both).
-std::span<float> wte_grad(const model::Gpt& m, const DistributedOptimizer& opt) {
+std::span<float> wte_grad(const model::Gpt& m, const optim::DistributedOptimizer& opt) {
   const auto& slices = m.param_layout().buffer.slices();
   for (const model::GradPart& g : opt.grad_parts()) {
     if (slices[g.slice].name == "wte") return {g.grad, static_cast<size_t>(g.n)};
@@ -23,7 +23,7 @@ std::span<float> wte_grad(const model::Gpt& m, const DistributedOptimizer& opt) 
 // The tied embedding (Press & Wolf 2017): the first stage's wte and the last stage's copy are one
 // parameter, so each copy gets the sum of both gradients and the copies stay equal.
 void sync_tied_embedding(std::span<model::Gpt* const> chunks,
-                         std::span<DistributedOptimizer* const> opts,
+                         std::span<optim::DistributedOptimizer* const> opts,
                          comm::Communicator* embedding) {
   int first = -1, last = -1;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -75,11 +75,11 @@ GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& s
 }
 
 StepStats finish_step(std::span<model::Gpt* const> chunks,
-                      std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
+                      std::span<optim::DistributedOptimizer* const> opts, const ModelGroups& groups,
                       float loss, float lr, double clip_norm, const BeforeUpdate& before_update) {
   StepStats s;
   s.loss = loss;
-  for (DistributedOptimizer* o : opts) o->finish_reduction();
+  for (optim::DistributedOptimizer* o : opts) o->finish_reduction();
   sync_tied_embedding(chunks, opts, groups.embedding);
   std::vector<NormChunk> norm_chunks;
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -99,7 +99,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   s.skipped = norm.skipped;
   if (s.skipped) return s;
   const float clip = norm.clip;
-  for (DistributedOptimizer* o : opts) {
+  for (optim::DistributedOptimizer* o : opts) {
     if (clip != 1.0f) {
       for (const model::GradPart& g : o->grad_parts()) kernels::cpu::scale(g.grad, clip, g.n);
     }
@@ -108,7 +108,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   return s;
 }
 
-StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
+StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
                      double clip_norm, const BeforeUpdate& before_update) {
   model.zero_grad();
@@ -120,7 +120,7 @@ StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t
     model.backward(1.0f / static_cast<float>(microbatches));
   }
   model::Gpt* chunks[] = {&model};
-  DistributedOptimizer* opts[] = {&opt};
+  optim::DistributedOptimizer* opts[] = {&opt};
   return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr},
                      static_cast<float>(loss_sum / microbatches), lr, clip_norm, before_update);
 }

@@ -10,7 +10,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
-#include "weft/runtime/distributed_optimizer.h"
+#include "weft/optim/distributed_optimizer.h"
 
 namespace weft::runtime {
 
@@ -78,13 +78,13 @@ using BeforeUpdate = std::function<void()>;
 // chunk with its optimizer unless the step is skipped. `loss` is the
 // step's mean loss, already known on every rank.
 StepStats finish_step(std::span<model::Gpt* const> chunks,
-                      std::span<DistributedOptimizer* const> opts, const ModelGroups& groups,
+                      std::span<optim::DistributedOptimizer* const> opts, const ModelGroups& groups,
                       float loss, float lr, double clip_norm,
                       const BeforeUpdate& before_update = {});
 
 // tokens/targets: `microbatches` consecutive [B,T] blocks; `opt` is the model's optimizer (dp
 // group or not).
-StepStats train_step(model::Gpt& model, DistributedOptimizer& opt, const int32_t* tokens,
+StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
                      double clip_norm, const BeforeUpdate& before_update = {});
 

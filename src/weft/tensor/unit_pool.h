@@ -1,6 +1,6 @@
 #pragma once
 // Buffers for the parameter units a ZeRO-2/3 rank holds only while it uses them
-// (runtime/distributed_optimizer.h): a unit's full gradients from its first write in a backward
+// (optim/distributed_optimizer.h): a unit's full gradients from its first write in a backward
 // pass until their reduce-scatter completes, and under ZeRO-3 its gathered parameters from
 // gather to release. A released buffer is kept and handed to the next unit of the same size, so
 // after the first step nothing is allocated, mapped or faulted in again.
@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <utility>
 #include <vector>
-
 
 namespace weft {
 

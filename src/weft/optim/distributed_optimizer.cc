@@ -1,4 +1,4 @@
-#include "weft/runtime/distributed_optimizer.h"
+#include "weft/optim/distributed_optimizer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include "weft/model/zero_parts.h"
 #include "weft/tensor/zero_shards.h"
 
-namespace weft::runtime {
+namespace weft::optim {
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -26,7 +26,7 @@ model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
 }
 
 DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
-                                           optim::AdamWConfig cfg, UnitPool* pool)
+                                           AdamWConfig cfg, UnitPool* pool)
     : model_(model), dp_(dp), zero_(zero), pool_(pool) {
   if (pool_ == nullptr) {
     own_pool_ = std::make_unique<UnitPool>();
@@ -40,7 +40,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   const model::ParamLayout& layout = model.param_layout();
   if (zero_ == 0) {
     parts_ = model.whole_grads();
-    adam_ = std::make_unique<optim::AdamW>(layout.buffer, layout.weight_decay_flags(), cfg);
+    adam_ = std::make_unique<AdamW>(layout.buffer, layout.weight_decay_flags(), cfg);
     model.set_param_hooks(this);
     return;
   }
@@ -58,7 +58,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
     offset += own.size();
     largest = std::max(largest, own.size());
   }
-  std::vector<optim::AdamW::Run> runs;
+  std::vector<AdamW::Run> runs;
   std::vector<int64_t> at;  // each part's offset in the shard buffers
   for (const model::OwnedPart& p : model::zero_owned_parts(layout, zero_, n, dp_->rank())) {
     at.push_back(p.at);
@@ -69,7 +69,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   master_ = AlignedBuffer<float>(offset);
   grad_shard_ = AlignedBuffer<float>(offset);
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i].grad = grad_shard_.data() + at[i];
-  adam_ = std::make_unique<optim::AdamW>(offset, std::move(runs), cfg);
+  adam_ = std::make_unique<AdamW>(offset, std::move(runs), cfg);
   if (zero_ >= 2) {
     for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
   }
@@ -272,4 +272,4 @@ void DistributedOptimizer::state_loaded(int step_count) {
   }
 }
 
-}  // namespace weft::runtime
+}  // namespace weft::optim

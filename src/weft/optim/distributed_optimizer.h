@@ -39,7 +39,7 @@
 #include "weft/tensor/aligned_buffer.h"
 #include "weft/tensor/unit_pool.h"
 
-namespace weft::runtime {
+namespace weft::optim {
 
 class DistributedOptimizer final : public model::ParamHooks {
  public:
@@ -52,8 +52,8 @@ class DistributedOptimizer final : public model::ParamHooks {
   // Installs itself as the model's ParamHooks. `pool` (which must outlive it) may be shared by the
   // optimizers of one rank's chunks, whose passes never overlap (ZeRO 2/3 complete every reduction
   // at the end of each pass); null: its own.
-  DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
-                       optim::AdamWConfig cfg = {}, UnitPool* pool = nullptr);
+  DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero, AdamWConfig cfg = {},
+                       UnitPool* pool = nullptr);
   ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -83,8 +83,8 @@ class DistributedOptimizer final : public model::ParamHooks {
   void step(float lr);
 
   int step_count() const { return adam_->step_count(); }
-  const optim::AdamW& adamw() const { return *adam_; }
-  optim::AdamW& adamw() { return *adam_; }
+  const AdamW& adamw() const { return *adam_; }
+  AdamW& adamw() { return *adam_; }
 
   // Seconds this rank has spent blocked waiting for gradient reductions since the last reset: the
   // part of their time backward did not hide.
@@ -132,7 +132,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   std::vector<Shard> shards_;
   std::vector<model::GradPart> parts_;
   std::vector<int64_t> part_begin_;  // ZeRO >= 1: each part's first element in the model's layout
-  std::unique_ptr<optim::AdamW> adam_;
+  std::unique_ptr<AdamW> adam_;
   AlignedBuffer<float> master_, grad_shard_;  // ZeRO >= 1
   std::vector<AlignedBuffer<float>> tmp_;     // ZeRO >= 2: reduce-scatter outputs in flight
   int next_tmp_ = 0;
@@ -148,4 +148,4 @@ class DistributedOptimizer final : public model::ParamHooks {
   double wait_seconds_ = 0;
 };
 
-}  // namespace weft::runtime
+}  // namespace weft::optim
