@@ -1,8 +1,9 @@
 // The optimized CPU kernels (weft::kernels::cpu, sgemm) against the reference templates
 // (weft::kernels::ref, run in double on the same inputs) at odd and medium sizes, plus the
-// properties the callers rely on: "+=" into pre-filled gradients, exact zeros in the masked
-// attention triangle and in padded vocabulary columns, ignored targets, and bit-identical results
-// from run to run.
+// properties the callers rely on: ops.inc's gradient rule (activation gradients written whatever
+// the buffer held, layernorm_backward's dinp and parameter gradients added into pre-filled
+// values), exact zeros in the masked attention triangle and in padded vocabulary columns, ignored
+// targets, and bit-identical results from run to run.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <random>
 #include <string>
@@ -69,12 +71,21 @@ bool bit_identical(const Floats& a, const Floats& b) {
   EXPECT_LT(rel_error((actual), (reference)), kRelTol) << #actual " vs reference"
 
 // A gradient buffer for a backward kernel run twice: from zeros (`zero`, compared with the
-// reference) and from random values (`filled`, starting as `prefill`), which must end as
-// prefill + the zero-start result: the "+=" convention of ops.inc.
+// reference) and from `prefill` (`filled`). A gradient that adds (ops.inc's rule: parameter
+// gradients and layernorm_backward's dinp) must end as prefill + the zero-start result
+// (EXPECT_ADDED); prefill is random for those. A written one (every other activation gradient)
+// must end as the zero-start result bit for bit (EXPECT_WRITTEN); its prefill is NaN, so a kernel
+// that adds, or a GEMM with beta = 0 that still reads C, leaves NaN behind.
 struct Grad {
   Floats zero, prefill, filled;
   Grad(int64_t n, uint32_t seed)
       : zero(static_cast<size_t>(n), 0.f), prefill(random_floats(n, seed)), filled(prefill) {}
+  static Grad written(int64_t n) {
+    Grad g(n, 0);
+    std::fill(g.prefill.begin(), g.prefill.end(), std::numeric_limits<float>::quiet_NaN());
+    g.filled = g.prefill;
+    return g;
+  }
   Doubles ref() const { return Doubles(zero.size(), 0.0); }
 };
 
@@ -88,6 +99,10 @@ struct Grad {
     }                                                                                            \
     EXPECT_LE(worst_, 1e-5 * (1.0 + scale_)) << #grad " does not add into its prefilled values"; \
   } while (0)
+
+#define EXPECT_WRITTEN(grad)                             \
+  EXPECT_TRUE(bit_identical((grad).filled, (grad).zero)) \
+      << #grad " depends on what its buffer held before (it must be written, not added)"
 
 // ---- shapes --------------------------------------------------------------------------------
 
@@ -228,7 +243,7 @@ TEST_P(CpuKernelsMatchTheReference, MatmulForwardWithAndWithoutBias) {
   }
 }
 
-TEST_P(CpuKernelsMatchTheReference, MatmulBackwardAddsIntoPrefilledGradients) {
+TEST_P(CpuKernelsMatchTheReference, MatmulBackwardWritesDinpAndAddsIntoParameterGradients) {
   const auto [N, IC, OC] = linear_shape(GetParam());
   const Floats inp = random_floats(int64_t{N} * IC, 22);
   const Floats weight = random_floats(int64_t{OC} * IC, 23);
@@ -236,7 +251,7 @@ TEST_P(CpuKernelsMatchTheReference, MatmulBackwardAddsIntoPrefilledGradients) {
   const Doubles inp_d = to_double(inp), w_d = to_double(weight), dout_d = to_double(dout);
   for (const bool with_dinp : {true, false}) {
     SCOPED_TRACE(with_dinp ? "with dinp and dbias" : "without dinp and dbias");
-    Grad dinp(int64_t{N} * IC, 25), dweight(int64_t{OC} * IC, 26), dbias(OC, 27);
+    Grad dinp = Grad::written(int64_t{N} * IC), dweight(int64_t{OC} * IC, 26), dbias(OC, 27);
     auto backward = [&](Floats& gi, Floats& gw, Floats& gb) {
       cpu::matmul_backward(with_dinp ? gi.data() : nullptr, gw.data(),
                            with_dinp ? gb.data() : nullptr, dout.data(), inp.data(), weight.data(),
@@ -251,7 +266,11 @@ TEST_P(CpuKernelsMatchTheReference, MatmulBackwardAddsIntoPrefilledGradients) {
     EXPECT_CLOSE(dinp.zero, ref_dinp);
     EXPECT_CLOSE(dweight.zero, ref_dweight);
     EXPECT_CLOSE(dbias.zero, ref_dbias);
-    EXPECT_ADDED(dinp);  // untouched (still the prefill) without dinp
+    if (with_dinp) {
+      EXPECT_WRITTEN(dinp);
+    } else {
+      EXPECT_TRUE(bit_identical(dinp.filled, dinp.prefill)) << "a null dinp was written";
+    }
     EXPECT_ADDED(dweight);
     EXPECT_ADDED(dbias);
   }
@@ -281,14 +300,14 @@ TEST_P(CpuKernelsMatchTheReference, AttentionForwardWritesZerosAboveTheDiagonal)
   EXPECT_EQ(nonzero_masked, 0);
 }
 
-TEST_P(CpuKernelsMatchTheReference, AttentionBackwardAddsIntoPrefilledGradients) {
+TEST_P(CpuKernelsMatchTheReference, AttentionBackwardWritesItsGradient) {
   const Shape s = GetParam();
   const int B = s.B, T = s.T, C = s.C, NH = s.NH;
   const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 30, -2.f, 2.f);
   const Floats dout = random_floats(int64_t{B} * T * C, 31);
   Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
   cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  Grad dqkv(static_cast<int64_t>(qkv.size()), 32);
+  Grad dqkv = Grad::written(static_cast<int64_t>(qkv.size()));
   cpu::attention_backward(dqkv.zero.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   cpu::attention_backward(dqkv.filled.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   const Doubles qkv_d = to_double(qkv), dout_d = to_double(dout);
@@ -297,7 +316,7 @@ TEST_P(CpuKernelsMatchTheReference, AttentionBackwardAddsIntoPrefilledGradients)
   ref::attention_backward(ref_dqkv.data(), dout_d.data(), qkv_d.data(), ref_att.data(), B, T, C,
                           NH);
   EXPECT_CLOSE(dqkv.zero, ref_dqkv);
-  EXPECT_ADDED(dqkv);
+  EXPECT_WRITTEN(dqkv);
 }
 
 // ---- elementwise ---------------------------------------------------------------------------
@@ -317,11 +336,11 @@ TEST_P(CpuKernelsMatchTheReference, GeluForward) {
   EXPECT_LT(max_abs_error(out, ref_out), 1e-5);
 }
 
-TEST_P(CpuKernelsMatchTheReference, GeluBackwardAddsIntoPrefilledGradients) {
+TEST_P(CpuKernelsMatchTheReference, GeluBackwardWritesItsGradientAlsoInPlace) {
   const int64_t n = elementwise_n(GetParam());
   const Floats inp = random_floats(n, 34, -12.f, 12.f);
   const Floats dout = random_floats(n, 35);
-  Grad dinp(n, 36);
+  Grad dinp = Grad::written(n);
   cpu::gelu_backward(dinp.zero.data(), inp.data(), dout.data(), n);
   cpu::gelu_backward(dinp.filled.data(), inp.data(), dout.data(), n);
   Doubles ref_dinp = dinp.ref();
@@ -329,10 +348,14 @@ TEST_P(CpuKernelsMatchTheReference, GeluBackwardAddsIntoPrefilledGradients) {
   ref::gelu_backward(ref_dinp.data(), inp_d.data(), dout_d.data(), n);
   EXPECT_CLOSE(dinp.zero, ref_dinp);
   EXPECT_LT(max_abs_error(dinp.zero, ref_dinp), 1e-5);
-  EXPECT_ADDED(dinp);
+  EXPECT_WRITTEN(dinp);
+  // In place: the gradient overwrites dout.
+  Floats in_place = dout;
+  cpu::gelu_backward(in_place.data(), inp.data(), in_place.data(), n);
+  EXPECT_TRUE(bit_identical(in_place, dinp.zero));
 }
 
-TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackwardAddsIntoPrefilledGradients) {
+TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackwardWritesItsGradients) {
   const int64_t n = elementwise_n(GetParam());
   const Floats a = random_floats(n, 37), b = random_floats(n, 38), dout = random_floats(n, 39);
   Floats out(a.size());
@@ -342,15 +365,15 @@ TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackwardAddsIntoPrefilledG
   ref::residual_forward(ref_out.data(), a_d.data(), b_d.data(), n);
   // Single additions: exact up to one rounding.
   EXPECT_LT(max_abs_error(out, ref_out), 1e-6);
-  Grad da(n, 40), db(n, 41);
+  Grad da = Grad::written(n), db = Grad::written(n);
   cpu::residual_backward(da.zero.data(), db.zero.data(), dout.data(), n);
   cpu::residual_backward(da.filled.data(), db.filled.data(), dout.data(), n);
   Doubles ref_da = da.ref(), ref_db = db.ref();
   ref::residual_backward(ref_da.data(), ref_db.data(), dout_d.data(), n);
   EXPECT_LT(max_abs_error(da.zero, ref_da), 1e-6);
   EXPECT_LT(max_abs_error(db.zero, ref_db), 1e-6);
-  EXPECT_ADDED(da);
-  EXPECT_ADDED(db);
+  EXPECT_WRITTEN(da);
+  EXPECT_WRITTEN(db);
 }
 
 // ---- softmax + cross-entropy ---------------------------------------------------------------

@@ -1,8 +1,9 @@
 // The CUDA kernels (weft::kernels::cuda) against the reference templates (weft::kernels::ref, run
 // in double on the very values the device sees: 16-bit inputs are rounded on the host first).
 // Fresh random inputs every run (the seed is printed with any failure), sizes above a warp and
-// odd ones (C=77, T=67, V=1001 padded to 1024); outputs that a kernel writes are poisoned with
-// NaN first, so an element it forgets fails; gradients it adds into start from random values.
+// odd ones (C=77, T=67, V=1001 padded to 1024); outputs that a kernel writes (activation gradients
+// too, ops.inc's rule) are poisoned with NaN first, so an element it forgets, or adds into, fails;
+// gradients it adds into (parameter gradients, LayerNorm's dinp) start from random values.
 // Tolerances: ||out - ref|| / ||ref|| <= 1e-5 for fp32 results, <= 1e-2 for 16-bit ones.
 //
 // Every test starts in CudaKernels::SetUp, which skips it where no GPU is visible: on such a
@@ -269,16 +270,17 @@ TEST_F(CudaKernels, MatmulForwardMatchesReferenceWithAndWithoutBias) {
   }
 }
 
-TEST_F(CudaKernels, MatmulBackwardAddsIntoEachGradientAndSkipsNullOnes) {
+TEST_F(CudaKernels, MatmulBackwardWritesDinpAddsIntoParameterGradientsAndSkipsNullOnes) {
   const int N = 201, IC = 77, OC = 129;
   const Floats x = random(N * IC), w = random(OC * IC), dy = random(N * OC);
   const Floats dx0 = random(N * IC), dw0 = random(OC * IC), db0 = random(OC);
   for (const bool with_dinp : {true, false}) {
-    float* dx = upload(dx0);
+    float* dx = with_dinp ? poisoned<float>(N * IC) : upload(dx0);
     float* dw = upload(dw0);
     float* db = upload(db0);
     matmul_backward(with_dinp ? dx : nullptr, dw, db, upload(dy), upload(x), upload(w), N, IC, OC);
-    Doubles ref_dx = widen(dx0), ref_dw = widen(dw0), ref_db = widen(db0);
+    Doubles ref_dx = with_dinp ? Doubles(N * IC, 0.0) : widen(dx0);
+    Doubles ref_dw = widen(dw0), ref_db = widen(db0);
     ref::matmul_backward(with_dinp ? ref_dx.data() : nullptr, ref_dw.data(), ref_db.data(),
                          widen(dy).data(), widen(x).data(), widen(w).data(), N, IC, OC);
     EXPECT_CLOSE(download_wide(dx, N * IC), ref_dx, kTolF32) << "dinp " << with_dinp;
@@ -286,9 +288,9 @@ TEST_F(CudaKernels, MatmulBackwardAddsIntoEachGradientAndSkipsNullOnes) {
     EXPECT_CLOSE(download_wide(db, OC), ref_db, kTolF32);
   }
   // Input gradient alone (a zero-bubble schedule's I pass).
-  float* dx = upload(dx0);
+  float* dx = poisoned<float>(N * IC);
   matmul_backward(dx, nullptr, nullptr, upload(dy), upload(x), upload(w), N, IC, OC);
-  Doubles ref_dx = widen(dx0);
+  Doubles ref_dx(N * IC, 0.0);
   ref::matmul_backward<double>(ref_dx.data(), nullptr, nullptr, widen(dy).data(), widen(x).data(),
                                widen(w).data(), N, IC, OC);
   EXPECT_CLOSE(download_wide(dx, N * IC), ref_dx, kTolF32);
@@ -296,7 +298,7 @@ TEST_F(CudaKernels, MatmulBackwardAddsIntoEachGradientAndSkipsNullOnes) {
 
 TEST_F(CudaKernels, PlainAttentionMatchesReference) {
   const int B = 2, T = 67, NH = 3, C = 3 * 24;
-  const Floats qkv = random(B * T * 3 * C), dy = random(B * T * C), dqkv0 = random(B * T * 3 * C);
+  const Floats qkv = random(B * T * 3 * C), dy = random(B * T * C);
   float* out = poisoned<float>(B * T * C);
   float* att = poisoned<float>(B * NH * T * T);
   float* qkv_d = upload(qkv);
@@ -307,9 +309,9 @@ TEST_F(CudaKernels, PlainAttentionMatchesReference) {
   EXPECT_CLOSE(download_wide(out, B * T * C), ref_out, kTolF32);
   EXPECT_CLOSE(widen(att_f), ref_att, kTolF32);
 
-  float* dqkv = upload(dqkv0);
+  float* dqkv = poisoned<float>(B * T * 3 * C);
   attention_backward(dqkv, upload(dy), qkv_d, att, B, T, C, NH);
-  Doubles ref_dqkv = widen(dqkv0);
+  Doubles ref_dqkv(B * T * 3 * C, 0.0);
   ref::attention_backward(ref_dqkv.data(), widen(dy).data(), widen(qkv).data(), widen(att_f).data(),
                           B, T, C, NH);
   EXPECT_CLOSE(download_wide(dqkv, B * T * 3 * C), ref_dqkv, kTolF32);
@@ -317,16 +319,16 @@ TEST_F(CudaKernels, PlainAttentionMatchesReference) {
 
 TEST_F(CudaKernels, GeluAndResidualMatchReference) {
   const int64_t n = 100003;
-  const Floats x = random(n, -4.f, 4.f), y = random(n), dy = random(n), d0 = random(n);
+  const Floats x = random(n, -4.f, 4.f), y = random(n), dy = random(n);
   float* out = poisoned<float>(n);
   gelu_forward(out, upload(x), n);
   Doubles ref(n);
   ref::gelu_forward(ref.data(), widen(x).data(), n);
   EXPECT_CLOSE(download_wide(out, n), ref, kTolF32);
 
-  float* dx = upload(d0);
+  float* dx = poisoned<float>(n);
   gelu_backward(dx, upload(x), upload(dy), n);
-  Doubles ref_dx = widen(d0);
+  Doubles ref_dx(n, 0.0);
   ref::gelu_backward(ref_dx.data(), widen(x).data(), widen(dy).data(), n);
   EXPECT_CLOSE(download_wide(dx, n), ref_dx, kTolF32);
 
@@ -335,10 +337,10 @@ TEST_F(CudaKernels, GeluAndResidualMatchReference) {
   ref::residual_forward(ref.data(), widen(x).data(), widen(y).data(), n);
   EXPECT_CLOSE(download_wide(sum, n), ref, kTolF32);
 
-  float* da = upload(d0);
-  float* db = upload(x);
+  float* da = poisoned<float>(n);
+  float* db = poisoned<float>(n);
   residual_backward(da, db, upload(dy), n);
-  Doubles ref_da = widen(d0), ref_db = widen(x);
+  Doubles ref_da(n, 0.0), ref_db(n, 0.0);
   ref::residual_backward(ref_da.data(), ref_db.data(), widen(dy).data(), n);
   EXPECT_CLOSE(download_wide(da, n), ref_da, kTolF32);
   EXPECT_CLOSE(download_wide(db, n), ref_db, kTolF32);

@@ -1,8 +1,8 @@
 // Tests of the reference kernels (weft/kernels/cpu/reference.h), instantiated with T = double.
 // The oracle for every backward kernel is central finite differences of its forward kernel:
 // with a random upstream gradient dout and L(x) = sum(dout * forward(x)), the backward kernel's
-// dL/dx (accumulated into zeroed buffers) must match (L(x + h) - L(x - h)) / 2h for every element
-// of every input and parameter.
+// dL/dx (into zeroed buffers, so it does not matter whether the kernel writes or adds) must match
+// (L(x + h) - L(x - h)) / 2h for every element of every input and parameter.
 
 #include "weft/kernels/cpu/reference.h"
 
@@ -407,28 +407,40 @@ TEST(ReferenceSoftmaxCrossEntropy, IgnoredTargetRowHasZeroLossAndZeroGradient) {
   EXPECT_LT(logits[Vp + 0], 0.0);  // the target column of the kept row
 }
 
-// ---- the += convention of every backward kernel ----------------------------------------------
+// ---- the gradient rule of every backward kernel (ops.inc) ----------------------------------
 
-// Runs `backward` into zeroed buffers once and twice; the second result must be twice the first.
-void expect_backward_accumulates(const std::string& name, std::vector<Vec*> grads,
-                                 const std::function<void()>& backward) {
+// Runs `backward` into zeroed buffers, then again after filling the `written` gradients with NaN
+// (the `added` ones keep the first result). A written gradient must come out the same as the
+// first time, bit for bit, whatever its buffer held; an added one must come out twice the first
+// result.
+void expect_gradient_rule(const std::string& name, std::vector<Vec*> written,
+                          std::vector<Vec*> added, const std::function<void()>& backward) {
   SCOPED_TRACE(name);
-  for (Vec* g : grads) std::fill(g->begin(), g->end(), 0.0);
+  for (Vec* g : written) std::fill(g->begin(), g->end(), 0.0);
+  for (Vec* g : added) std::fill(g->begin(), g->end(), 0.0);
   backward();
-  std::vector<Vec> once;
-  for (Vec* g : grads) once.push_back(*g);
+  std::vector<Vec> written_once, added_once;
+  for (Vec* g : written) written_once.push_back(*g);
+  for (Vec* g : added) added_once.push_back(*g);
+  for (Vec* g : written) std::fill(g->begin(), g->end(), std::nan(""));
   backward();
-  for (size_t k = 0; k < grads.size(); ++k) {
-    EXPECT_GT(max_abs(once[k]), 0.0) << "gradient " << k << " is all zero";
-    for (size_t i = 0; i < once[k].size(); ++i) {
+  for (size_t k = 0; k < written.size(); ++k) {
+    EXPECT_GT(max_abs(written_once[k]), 0.0) << "written gradient " << k << " is all zero";
+    // NaN != NaN: an element that kept or added to the NaN fails.
+    EXPECT_EQ(*written[k], written_once[k]) << "written gradient " << k << " depends on its buffer";
+  }
+  for (size_t k = 0; k < added.size(); ++k) {
+    EXPECT_GT(max_abs(added_once[k]), 0.0) << "added gradient " << k << " is all zero";
+    for (size_t i = 0; i < added_once[k].size(); ++i) {
       // Not bitwise: a gradient summed over several terms rounds differently on top of a
       // non-zero start.
-      EXPECT_NEAR((*grads[k])[i], 2 * once[k][i], 1e-14) << "gradient " << k << " element " << i;
+      EXPECT_NEAR((*added[k])[i], 2 * added_once[k][i], 1e-14)
+          << "added gradient " << k << " element " << i;
     }
   }
 }
 
-TEST(ReferenceBackward, EveryBackwardKernelAddsIntoItsGradients) {
+TEST(ReferenceBackward, ActivationGradientsAreWrittenAndParameterGradientsAdd) {
   const int B = 2, T = 3, C = 8, NH = 2, V = 7, N = B * T, OC = 6;
   std::mt19937 gen(14);
   const std::vector<int32_t> tokens = {1, 5, 1, 0, 6, 2};
@@ -437,21 +449,22 @@ TEST(ReferenceBackward, EveryBackwardKernelAddsIntoItsGradients) {
   const Vec ln_weight = random_vec(gen, C), qkv = random_vec(gen, N * 3 * C);
 
   Vec dwte(V * C), dwpe(T * C);
-  expect_backward_accumulates("embedding", {&dwte, &dwpe}, [&] {
+  expect_gradient_rule("embedding", {}, {&dwte, &dwpe}, [&] {
     ref::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
   });
 
+  // layernorm_backward's dinp adds: it is the residual stream's gradient.
   Vec out(N * C), mean(N), rstd(N);
   ref::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), ln_weight.data(),
                          ln_weight.data(), N, C);
   Vec dinp(N * C), dweight(C), dbias(C);
-  expect_backward_accumulates("layernorm", {&dinp, &dweight, &dbias}, [&] {
+  expect_gradient_rule("layernorm", {}, {&dinp, &dweight, &dbias}, [&] {
     ref::layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
                             ln_weight.data(), mean.data(), rstd.data(), N, C);
   });
 
   Vec dmm_inp(N * C), dmm_weight(OC * C), dmm_bias(OC);
-  expect_backward_accumulates("matmul", {&dmm_inp, &dmm_weight, &dmm_bias}, [&] {
+  expect_gradient_rule("matmul", {&dmm_inp}, {&dmm_weight, &dmm_bias}, [&] {
     ref::matmul_backward(dmm_inp.data(), dmm_weight.data(), dmm_bias.data(), dout_oc.data(),
                          inp.data(), weight.data(), N, C, OC);
   });
@@ -459,18 +472,17 @@ TEST(ReferenceBackward, EveryBackwardKernelAddsIntoItsGradients) {
   Vec att(B * NH * T * T);
   ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
   Vec dqkv(N * 3 * C);
-  expect_backward_accumulates("attention", {&dqkv}, [&] {
+  expect_gradient_rule("attention", {&dqkv}, {}, [&] {
     ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   });
 
   Vec dgelu(N * C);
-  expect_backward_accumulates(
-      "gelu", {&dgelu}, [&] { ref::gelu_backward(dgelu.data(), inp.data(), dout.data(), N * C); });
+  expect_gradient_rule("gelu", {&dgelu}, {},
+                       [&] { ref::gelu_backward(dgelu.data(), inp.data(), dout.data(), N * C); });
 
   Vec da(N * C), db(N * C);
-  expect_backward_accumulates("residual", {&da, &db}, [&] {
-    ref::residual_backward(da.data(), db.data(), dout.data(), N * C);
-  });
+  expect_gradient_rule("residual", {&da, &db}, {},
+                       [&] { ref::residual_backward(da.data(), db.data(), dout.data(), N * C); });
 }
 
 // ---- optimizer -------------------------------------------------------------------------------

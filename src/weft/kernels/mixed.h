@@ -13,10 +13,12 @@
 //     model is checked against.
 //
 // Conventions (those of kernels_cuda.h's mixed layer): every pointer is the backend's memory,
-// allocated by allocate(); row-major; N = B*T rows. bf16 activation gradients are WRITTEN (each
-// has one producer), except layernorm_backward's dinp, which ADDS into the residual stream's
-// gradient; fp32 parameter gradients ADD, so microbatches accumulate. Ops run in order; the calls
-// that return a host value (download, sum_squares) wait for everything before them.
+// allocated by allocate(); row-major; N = B*T rows. Gradients follow the one rule of every backend
+// (ops.inc; docs/training.md, "Gradients: written or accumulated", says why): bf16 activation
+// gradients are WRITTEN (each has one producer), except layernorm_backward's dinp, which ADDS into
+// the residual stream's gradient; fp32 parameter gradients ADD, so microbatches accumulate. Ops run
+// in order; the calls that return a host value (download, sum_squares) wait for everything before
+// them.
 
 #include <cstdint>
 #include <memory>

@@ -325,7 +325,6 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
     } else {
       kernels::vocab_ce::backward(logits, acts.ptr("ce.stats"), p.targets, dloss, N, V, v0, Vl);
     }
-    zero(d_ln, int64_t{N} * C);
     linear_backward(d_ln, "wte", false, logits, acts.ptr("ln_f"), N, C, Vl,
                     /*dout_kept_by_slot=*/true);
     zero(d_res, Ns * C);
@@ -359,12 +358,9 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
     }
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
     const float* d_out = gather_grad(d_res, N);
-    zero(d_fc_gelu, int64_t{N} * 4 * Cl);
     linear_backward(d_fc_gelu, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, N, 4 * Cl, C,
                     false);
-    zero(d_fc, int64_t{N} * 4 * Cl);
     k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * Cl);
-    zero(d_ln, int64_t{N} * C);
     linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, N, C, 4 * Cl, false);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
     k::layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
@@ -372,11 +368,8 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
                           w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
     const float* d_res_attn = gather_grad(d_res, N);
-    zero(d_atty, int64_t{N} * Cl);
     linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, N, Cl, C, false);
-    zero(d_qkv, int64_t{N} * 3 * Cl);
     k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, Cl, NHl);
-    zero(d_ln, int64_t{N} * C);
     linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, N, C, 3 * Cl, false);
     k::layernorm_backward(d_res, grad(layer_param(l, "ln_1.weight")),
                           grad(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,

@@ -4,6 +4,9 @@
 // glibc's), hence: nothing here may depend on inf or NaN. Causal attention loops run over j <= t
 // only and padded vocabulary columns are skipped explicitly.
 //
+// Gradients follow ops.inc's rule: activation gradients are written (GEMMs with beta = 0, which
+// never read C), layernorm_backward's dinp and every parameter gradient add.
+//
 // Determinism: every kernel gives bit-identical results run to run for a fixed thread count
 // (static schedules, no float atomics, fixed reduction orders). Reductions across rows
 // (LayerNorm's dweight/dbias, sum_squares) use fixed-size chunks combined in a fixed order, and
@@ -249,8 +252,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
-  // dinp[N,IC] += dout[N,OC] @ weight[OC,IC]
-  if (dinp != nullptr) linear_gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.f, dinp, IC);
+  // dinp[N,IC] = dout[N,OC] @ weight[OC,IC] (written: beta = 0)
+  if (dinp != nullptr) linear_gemm(false, false, N, IC, OC, dout, OC, weight, IC, 0.f, dinp, IC);
   // dweight[OC,IC] += dout^T @ inp[N,IC]
   if (dweight != nullptr) linear_gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.f, dweight, IC);
   if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
@@ -302,7 +305,8 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   }
 }
 
-// Relies on att holding exact zeros for j > t, as attention_forward writes it.
+// Relies on att holding exact zeros for j > t, as attention_forward writes it. dqkv is written:
+// each block of dq, dk and dv rows comes from one GEMM over every term it sums (beta = 0).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH) {
   WEFT_CHECK(NH > 0 && C % NH == 0, "C=", C, " is not divisible by NH=", NH);
@@ -338,19 +342,19 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
         for (int j = 0; j <= t; ++j) drow[j] = arow[j] * (drow[j] - dot);
         std::fill(drow + t + 1, drow + r1, 0.f);
       }
-      // dq[r0:r1] += scale * ds[r0:r1, 0:r1] @ k[0:r1]
-      sgemm(false, false, r1 - r0, HS, r1, scale, ds + int64_t{r0} * T, T, k, C3, 1.f, dq + r0 * C3,
+      // dq[r0:r1] = scale * ds[r0:r1, 0:r1] @ k[0:r1]
+      sgemm(false, false, r1 - r0, HS, r1, scale, ds + int64_t{r0} * T, T, k, C3, 0.f, dq + r0 * C3,
             C3);
     }
     // Key/value rows [c0, c1) receive from query rows t >= c0 only.
     for (int c0 = 0; c0 < T; c0 += kAttBlock) {
       const int c1 = std::min(T, c0 + kAttBlock);
       const int64_t corner = static_cast<int64_t>(c0) * T + c0;
-      // dv[c0:c1] += a[c0:T, c0:c1]^T @ dy[c0:T]
-      sgemm(true, false, c1 - c0, HS, T - c0, 1.f, a + corner, T, dy + c0 * C, C, 1.f, dv + c0 * C3,
+      // dv[c0:c1] = a[c0:T, c0:c1]^T @ dy[c0:T]
+      sgemm(true, false, c1 - c0, HS, T - c0, 1.f, a + corner, T, dy + c0 * C, C, 0.f, dv + c0 * C3,
             C3);
-      // dk[c0:c1] += scale * ds[c0:T, c0:c1]^T @ q[c0:T]
-      sgemm(true, false, c1 - c0, HS, T - c0, scale, ds + corner, T, q + c0 * C3, C3, 1.f,
+      // dk[c0:c1] = scale * ds[c0:T, c0:c1]^T @ q[c0:T]
+      sgemm(true, false, c1 - c0, HS, T - c0, scale, ds + corner, T, q + c0 * C3, C3, 0.f,
             dk + c0 * C3, C3);
     }
   }
@@ -386,7 +390,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     const float s = 1.f / (1.f + e);
     const float du_dx = kGeluK * (1.f + 3.f * kGeluA * x * x);
     const float grad = s + 2.f * x * s * (e * s) * du_dx;
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }
 
@@ -400,8 +404,9 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 void residual_backward(float* da, float* db, const float* dout, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
   for (int64_t i = 0; i < n; ++i) {
-    da[i] += dout[i];
-    db[i] += dout[i];
+    const float d = dout[i];
+    da[i] = d;
+    db[i] = d;
   }
 }
 

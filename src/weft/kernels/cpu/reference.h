@@ -6,7 +6,9 @@
 // tests/kernels/reference_test.cc.
 //
 // Conventions (see ops.inc): row-major; shape letters B, T, C, V, NH, HS = C/NH; N = B*T rows.
-// Every backward kernel ADDS (+=) into the gradients it writes; the caller zeroes them first.
+// The gradient rule (docs/training.md, "Gradients: written or accumulated"): an activation
+// gradient is WRITTEN (=), except layernorm_backward's dinp, which ADDS into the residual stream's
+// gradient; every parameter gradient ADDS (+=).
 //
 // The element type is the template parameter `T`, except in the functions that also take the
 // sequence length `int T` (embedding, attention): a parameter may not reuse a template
@@ -96,7 +98,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
   }
 }
 
-// dinp[N,C] +=, dweight[C] +=, dbias[C] +=
+// dinp[N,C] += (the one activation gradient that adds: it lands in the residual stream's gradient,
+// which already holds the residual branch's part), dweight[C] +=, dbias[C] +=
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 //   dbias   += dout
 //   dweight += dout * norm
@@ -149,21 +152,25 @@ void matmul_forward(T* out, const T* inp, const T* weight, Nondeduced<const T*> 
   }
 }
 
-// dinp[N,IC] += dout @ weight; dweight[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout (if bias)
-// dinp may be null (no input gradient needed, e.g. for a first layer).
+// dinp[N,IC] = dout @ weight (written); dweight[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout
+// (if bias). dinp may be null (no input gradient needed, e.g. for a first layer); dweight and dbias
+// may be null (weight gradients deferred).
 template <typename T>
-void matmul_backward(Nondeduced<T*> dinp, T* dweight, Nondeduced<T*> dbias, const T* dout,
-                     const T* inp, const T* weight, int N, int IC, int OC) {
+void matmul_backward(Nondeduced<T*> dinp, Nondeduced<T*> dweight, Nondeduced<T*> dbias,
+                     const T* dout, const T* inp, const T* weight, int N, int IC, int OC) {
   for (int n = 0; n < N; ++n) {
     const T* dy = dout + static_cast<int64_t>(n) * OC;  // [OC]
     const T* x = inp + static_cast<int64_t>(n) * IC;    // [IC]
-    for (int o = 0; o < OC; ++o) {
-      const T* w = weight + static_cast<int64_t>(o) * IC;  // [IC]
-      const T g = dy[o];
-      if (dinp != nullptr) {
-        T* dx = dinp + static_cast<int64_t>(n) * IC;  // [IC]
-        for (int i = 0; i < IC; ++i) dx[i] += g * w[i];
+    if (dinp != nullptr) {
+      T* dx = dinp + static_cast<int64_t>(n) * IC;  // [IC]
+      for (int i = 0; i < IC; ++i) {
+        T acc = 0;
+        for (int o = 0; o < OC; ++o) acc += dy[o] * weight[static_cast<int64_t>(o) * IC + i];
+        dx[i] = acc;
       }
+    }
+    for (int o = 0; o < OC; ++o) {
+      const T g = dy[o];
       if (dweight != nullptr) {
         T* dw = dweight + static_cast<int64_t>(o) * IC;  // [IC]
         for (int i = 0; i < IC; ++i) dw[i] += g * x[i];
@@ -219,17 +226,19 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
   }
 }
 
-// dqkv[B,T,3C] += gradient through the attention core, given the saved att probabilities.
-// With s[t,j] = scale * q_t . k_j, a = softmax_j(s), out_t = sum_j a[t,j] v_j:
-//   da[t,j]  = dout_t . v_j              dv_j += a[t,j] * dout_t
+// dqkv[B,T,3C] = gradient through the attention core (written), given the saved att
+// probabilities. With s[t,j] = scale * q_t . k_j, a = softmax_j(s), out_t = sum_j a[t,j] v_j:
+//   da[t,j]  = dout_t . v_j              dv_j = sum_{t>=j} a[t,j] * dout_t
 //   ds[t,j]  = a[t,j] * (da[t,j] - sum_{j'<=t} a[t,j'] da[t,j'])   (softmax Jacobian)
-//   dq_t    += scale * sum_j ds[t,j] k_j    dk_j += scale * ds[t,j] q_t
+//   dq_t     = scale * sum_j ds[t,j] k_j    dk_j = scale * sum_{t>=j} ds[t,j] q_t
+// Each of dq, dk, dv is a sum over positions, so dqkv is zeroed first and the terms added to it.
 template <typename Real>
 void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B,
                         int T, int C, int NH) {
   const int HS = C / NH;
   const int C3 = 3 * C;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
+  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * C3; ++i) dqkv[i] = 0;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
@@ -284,8 +293,8 @@ void gelu_forward(T* out, const T* inp, int64_t n) {
   }
 }
 
-// dinp += dout * d/dx[0.5 x (1 + tanh(u))]
-//       = dout * (0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx),  du/dx = k (1 + 3 0.044715 x^2)
+// dinp = dout * d/dx[0.5 x (1 + tanh(u))]   (written; dinp may be dout itself)
+//      = dout * (0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx),  du/dx = k (1 + 3 0.044715 x^2)
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   const T k = static_cast<T>(std::sqrt(2.0 / std::numbers::pi));
@@ -295,7 +304,7 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
     const T th = std::tanh(u);
     const T du_dx = k * (T(1) + T(3) * T(0.044715) * x * x);
     const T grad = T(0.5) * (T(1) + th) + T(0.5) * x * (T(1) - th * th) * du_dx;
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }
 
@@ -307,12 +316,14 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-// da += dout; db += dout
+// da = dout; db = dout (written; da or db may be dout itself). In a pre-LN block the residual
+// input's gradient then gets the LayerNorm branch's part added by layernorm_backward's dinp.
 template <typename T>
 void residual_backward(T* da, T* db, const T* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    da[i] += dout[i];
-    db[i] += dout[i];
+    const T d = dout[i];
+    da[i] = d;
+    db[i] = d;
   }
 }
 

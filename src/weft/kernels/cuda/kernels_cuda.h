@@ -2,18 +2,18 @@
 // weft's CUDA kernels (docs/cuda.md). Every pointer is device memory. Two layers:
 //
 // 1. ops.inc, op for op: the same signatures and semantics as the cpu backend (fp32, row-major,
-//    backward kernels ADD into gradients), launched on the default stream. Code written against
-//    the op list runs here unchanged, and the tests compare each op with the CPU reference.
+//    ops.inc's gradient rule), launched on the default stream. Code written against the op list
+//    runs here unchanged, and the tests compare each op with the CPU reference.
 //
 // 2. The mixed-precision kernels the GPU trainer uses (Micikevicius et al. 2018, "Mixed Precision
 //    Training"): activations and a copy of the weights in 16 bits (T16 = weft::BF16, or weft::F16
 //    with dynamic loss scaling), fp32 master weights, fp32 parameter gradients and fp32 AdamW
 //    state; every matrix product and every reduction accumulates in fp32 (sums of squares in
-//    double). Gradient convention of this layer: 16-bit activation gradients are WRITTEN (each
-//    has one producer), except LayerNorm's dinp, which ADDS into the residual stream's gradient;
-//    fp32 parameter gradients ADD, so microbatches accumulate. Kernels that need cuBLASLt or
-//    scratch memory take a Context (its stream); the others take the stream directly (default:
-//    the default stream).
+//    double). Gradients follow the same rule as layer 1 (docs/training.md): 16-bit activation
+//    gradients are WRITTEN (each has one producer), except LayerNorm's dinp, which ADDS into the
+//    residual stream's gradient; fp32 parameter gradients ADD, so microbatches accumulate.
+//    Kernels that need cuBLASLt or scratch memory take a Context (its stream); the others take the
+//    stream directly (default: the default stream).
 //
 // Shapes are checked on entry (WEFT_CHECK); flash attention also needs 16-byte aligned tensors and
 // a head size HS = C / NH of 64 or 128.

@@ -290,12 +290,11 @@ void linear_forward_impl(Context& ctx, T* out, T* pre_gelu, const T* inp, const 
   }
 }
 
-// dinp = beta dinp + (dout @ weight) [* gelu'(gelu_pre)]; dweight += dout^T @ inp;
-// dbias += column sums of dout.
+// dinp = (dout @ weight) [* gelu'(gelu_pre)] (written); dweight += dout^T @ inp; dbias += column
+// sums of dout (ops.inc's rule).
 template <typename T>
-void linear_backward_impl(Context& ctx, T* dinp, float dinp_beta, float* dweight, float* dbias,
-                          const T* dout, const T* inp, const T* weight, const T* gelu_pre, int N,
-                          int IC, int OC) {
+void linear_backward_impl(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
+                          const T* inp, const T* weight, const T* gelu_pre, int N, int IC, int OC) {
   check_linear_dims(N, IC, OC);
   if (N == 0) return;
   if (dinp != nullptr) {
@@ -311,7 +310,6 @@ void linear_backward_impl(Context& ctx, T* dinp, float dinp_beta, float* dweight
     g.ldd = IC;
     g.ab_type = data_type<T>();
     g.d_type = data_type<T>();
-    g.beta = dinp_beta;
     bool done = false;
     if (gelu_pre != nullptr && IC % 8 == 0) {  // DGELU's aux leading dimension: as forward's
       Gemm fused = g;
@@ -360,7 +358,7 @@ template <typename T16>
 void linear_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
                      const T16* inp, const T16* weight, const T16* gelu_pre, int N, int IC,
                      int OC) {
-  linear_backward_impl(ctx, dinp, 0.f, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
+  linear_backward_impl(ctx, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
 }
 
 template void linear_forward<BF16>(Context&, BF16*, BF16*, const BF16*, const BF16*, const BF16*,
@@ -381,8 +379,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC) {
-  linear_backward_impl<float>(default_context(), dinp, 1.f, dweight, dbias, dout, inp, weight,
-                              nullptr, N, IC, OC);
+  linear_backward_impl<float>(default_context(), dinp, dweight, dbias, dout, inp, weight, nullptr,
+                              N, IC, OC);
 }
 
 }  // namespace weft::kernels::cuda

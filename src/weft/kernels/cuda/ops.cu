@@ -386,13 +386,12 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   WEFT_GRID_STRIDE(i, n) { out[i] = from_float<T>(gelu(to_float(inp[i]))); }
 }
 
-// dinp = dout * gelu'(inp), or dinp += that with kAccumulate (ops.inc). In place (dout == dinp)
-// is fine: each element is read before it is written by the same thread.
-template <typename T, bool kAccumulate>
+// dinp = dout * gelu'(inp) (written, ops.inc's rule). In place (dout == dinp) is fine: each
+// element is read before it is written by the same thread.
+template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   WEFT_GRID_STRIDE(i, n) {
-    const float g = gelu_grad(to_float(inp[i])) * to_float(dout[i]);
-    dinp[i] = from_float<T>(kAccumulate ? to_float(dinp[i]) + g : g);
+    dinp[i] = from_float<T>(gelu_grad(to_float(inp[i])) * to_float(dout[i]));
   }
 }
 
@@ -403,8 +402,9 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
 
 __global__ void residual_backward_kernel(float* da, float* db, const float* dout, int64_t n) {
   WEFT_GRID_STRIDE(i, n) {
-    da[i] += dout[i];
-    db[i] += dout[i];
+    const float d = dout[i];
+    da[i] = d;
+    db[i] = d;
   }
 }
 
@@ -790,8 +790,8 @@ __global__ void attention_forward_plain_kernel(float* out, float* att, const flo
   }
 }
 
-// Row t: weighted[t] = sum_j a[t,j] (dout_t . v_j); dq_t += scale sum_j a[t,j] (da_tj - weighted)
-// k_j.
+// Row t: weighted[t] = sum_j a[t,j] (dout_t . v_j); dq_t = scale sum_j a[t,j] (da_tj - weighted)
+// k_j (written, ops.inc's rule).
 __global__ void attention_backward_rows_kernel(float* dqkv, float* weighted, const float* dout,
                                                const float* qkv, const float* att, int T_, int C,
                                                int NH) {
@@ -822,11 +822,12 @@ __global__ void attention_backward_rows_kernel(float* dqkv, float* weighted, con
   for (int d = threadIdx.x; d < HS; d += blockDim.x) {
     float acc = 0.f;
     for (int j = 0; j <= t; ++j) acc += ds[j] * qkv[(b * T_ + j) * C3 + C + h * HS + d];
-    dq[d] += acc;
+    dq[d] = acc;
   }
 }
 
-// Key row j: dv_j += sum_{t>=j} a[t,j] dout_t; dk_j += sum_t scale a[t,j] (da_tj - weighted_t) q_t.
+// Key row j: dv_j = sum_{t>=j} a[t,j] dout_t; dk_j = sum_t scale a[t,j] (da_tj - weighted_t) q_t
+// (written).
 __global__ void attention_backward_keys_kernel(float* dqkv, const float* weighted,
                                                const float* dout, const float* qkv,
                                                const float* att, int T_, int C, int NH) {
@@ -859,8 +860,8 @@ __global__ void attention_backward_keys_kernel(float* dqkv, const float* weighte
       acc_v += a[t] * dout[(b * T_ + t) * C + h * HS + d];
       acc_k += ds[t] * qkv[(b * T_ + t) * C3 + h * HS + d];
     }
-    dv[d] += acc_v;
-    dk[d] += acc_k;
+    dv[d] = acc_v;
+    dk[d] = acc_k;
   }
 }
 
@@ -887,9 +888,8 @@ void launch_bias_gelu(T* out, T* pre, const T* bias, int N, int OC, Stream strea
 template <typename T>
 void launch_gelu_backward_inplace(T* dinp, const T* pre, int64_t n, Stream stream) {
   if (n == 0) return;
-  gelu_backward_kernel<device_t<T>, false>
-      <<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dev(dinp), dev(pre), dev(dinp),
-                                                                  n);
+  gelu_backward_kernel<device_t<T>><<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      dev(dinp), dev(pre), dev(dinp), n);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -974,7 +974,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) { gelu_forward<float>
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   WEFT_CHECK(n >= 0, "negative element count ", n);
   if (n == 0) return;
-  detail::gelu_backward_kernel<float, true>
+  detail::gelu_backward_kernel<float>
       <<<elementwise_blocks(n), kElementwiseThreads>>>(dinp, inp, dout, n);
   WEFT_CUDA_CHECK_LAUNCH();
 }
@@ -1109,7 +1109,7 @@ template <typename T16>
 void gelu_backward(T16* dinp, const T16* inp, const T16* dout, int64_t n, Stream stream) {
   WEFT_CHECK(n >= 0, "negative element count ", n);
   if (n == 0) return;
-  detail::gelu_backward_kernel<detail::device_t<T16>, false>
+  detail::gelu_backward_kernel<detail::device_t<T16>>
       <<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
           detail::dev(dinp), detail::dev(inp), detail::dev(dout), n);
   WEFT_CUDA_CHECK_LAUNCH();
