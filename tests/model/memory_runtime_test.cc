@@ -56,7 +56,8 @@ TEST(TpCollectives, HoldLibnbcsMeasuredTemporary) {
   constexpr int64_t kActivation = 512 * 256 * 4;
   EXPECT_EQ(tp_collective_temporaries(kActivation, {1, false}), 0);
   EXPECT_EQ(tp_collective_temporaries(kActivation, {2, false}), 524288);  // MPI_Iallreduce
-  EXPECT_EQ(tp_collective_temporaries(kActivation, {2, true}), 1048576);  // reduce-scatter
+  // Sequence parallelism's reduce-scatter is weft's ring: one receive block, 1/tp of the input.
+  EXPECT_EQ(tp_collective_temporaries(kActivation, {2, true}), 262144);
   GptConfig cfg;
   cfg.n_layer = 4;
   cfg.n_embd = 256;
@@ -67,7 +68,7 @@ TEST(TpCollectives, HoldLibnbcsMeasuredTemporary) {
     const TpShape tp{2, sp};
     const MemoryEstimate m = estimate_training_memory(cfg, 8, 64, Recompute::None, 1, tp);
     EXPECT_EQ(m.workspace, gpt_grad_workspace_layout(cfg, 8, 64, tp).total() * 4 + 64 * 64 * 4 +
-                               (sp ? 1048576 : 524288))
+                               (sp ? 262144 : 524288))
         << "sp=" << sp;
   }
 }

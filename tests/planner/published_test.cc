@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "planner/test_paths.h"
 #include "weft/core/check.h"
 #include "weft/model/gpt_config.h"
@@ -25,15 +27,26 @@ struct Row {
   const char* model;
   int tp, pp, gpus, batch;
   double published;  // TFLOP/s per GPU
+  bool fits;         // in an A100's 80 GB under weft's device engine
 };
 
+// The memory is weft's device engine's (model/memory.h, the one memory model: what
+// runtime::DeviceTrainer allocates), not Megatron-LM's, which ran the paper's rows. The 1T row
+// (b = 1: 512 microbatches, 2 one-layer chunks per rank) does not fit it: rank 0 needs 191.2 GiB =
+// weights 11.0 + gradients 7.3 + AdamW 14.7 (18 bytes per parameter, as Megatron's) +
+// activations 56.2 (per slot in flight, the layer's input, the chunk's output and its gradient,
+// [2048, 25600] bf16 = 100 MiB each) + buffers 102.0 (the input gradient of each of the 512
+// microbatches, kept per chunk until the step ends: 2 x 512 x 100 MiB). The planner's former bf16
+// formula (Korthikanti's full recomputation, the layer input only, and no send buffers) gave
+// 66.0 GiB. Its step time is priced all the same: the time model is what this test checks.
 constexpr Row kRows[] = {
-    {"configs/models/ptdp-1.7b.toml", 1, 1, 32, 512, 137},
-    {"configs/models/ptdp-145.6b.toml", 8, 8, 1536, 2304, 148},
-    {"configs/models/ptdp-1t.toml", 8, 64, 3072, 3072, 163},
+    {"configs/models/ptdp-1.7b.toml", 1, 1, 32, 512, 137, true},
+    {"configs/models/ptdp-145.6b.toml", 8, 8, 1536, 2304, 148, true},
+    {"configs/models/ptdp-1t.toml", 8, 64, 3072, 3072, 163, false},
 };
 
-// The planner's pick for the row: the fastest predicted microbatch size that fits.
+// The planner's pick for the row: the fastest predicted microbatch size that fits in memory, or,
+// where none fits, the fastest at any size (priced all the same: Options::time_infeasible).
 Prediction predict_row(const Row& row) {
   const Cluster cluster = load_cluster(test::source_path("configs/clusters/dgx-a100.toml")).value();
   Job job;
@@ -53,8 +66,15 @@ Prediction predict_row(const Row& row) {
   Options options;
   options.pp_scatter_gather = true;
   const SearchResult found = search(cluster, job, space, /*keep=*/1, options);
-  WEFT_CHECK(!found.ranked.empty(), row.model, ": no microbatch size fits");
-  return found.ranked.front();
+  if (!found.ranked.empty()) return found.ranked.front();
+  std::optional<Prediction> best;
+  for (const ParallelConfig& c : enumerate(job, space)) {
+    const Prediction p = predict(cluster, job, c, options);
+    const bool priced = p.time.total > 0;
+    if (priced && (!best || p.time.total < best->time.total)) best = p;
+  }
+  WEFT_CHECK(best.has_value(), row.model, ": no microbatch size could be priced");
+  return *best;
 }
 
 TEST(Published, SeleneWeakScalingRowsArePredictedWithinFivePercent) {
@@ -68,7 +88,13 @@ TEST(Published, SeleneWeakScalingRowsArePredictedWithinFivePercent) {
         row.model, p.config.micro_batch, p.tflops_per_device, row.published, 100 * error,
         p.time.total, p.time.compute, p.time.bubble, p.time.tp_comm, p.time.pp_comm, p.time.dp_comm,
         p.time.optimizer, p.memory.total() / (1024.0 * 1024 * 1024));
-    EXPECT_TRUE(p.feasible) << row.model << ": " << (p.reasons.empty() ? "" : p.reasons[0]);
+    constexpr double kGiB = 1024.0 * 1024 * 1024;
+    fmt::print(
+        "  memory: weights {:.1f} grads {:.1f} optimizer {:.1f} activations {:.1f} buffers {:.1f} "
+        "GiB\n",
+        p.memory.weights / kGiB, p.memory.grads / kGiB, p.memory.optimizer / kGiB,
+        p.memory.activations / kGiB, p.memory.buffers / kGiB);
+    EXPECT_EQ(p.feasible, row.fits) << row.model << ": " << (p.reasons.empty() ? "" : p.reasons[0]);
     // The search chose only the microbatch size: the layout is the paper's.
     EXPECT_EQ(p.config.tp, row.tp) << row.model;
     EXPECT_EQ(p.config.pp, row.pp) << row.model;

@@ -49,7 +49,7 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
     available = -least;
   }
   if (available <= 0) return {};  // nothing to compare with: the launch goes ahead
-  const MemoryBreakdown m = peak_memory(run.job, run.config, in_flight(run.config, run.job));
+  const MemoryBreakdown m = peak_memory(run.job, run.config);
   const double each = available / local;
   if (m.total() <= each) return {};
   return Status::error(fmt::format(

@@ -4,7 +4,9 @@
 #include <map>
 #include <vector>
 
+#include "weft/core/check.h"
 #include "weft/model/activation_layout.h"
+#include "weft/model/mixed_layout.h"
 #include "weft/model/param_layout.h"
 #include "weft/tensor/zero_shards.h"
 
@@ -34,6 +36,13 @@ int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
 // where the pages stay resident after free: such temporaries count for the whole step. Larger ones
 // are mapped and unmapped per call, so they count only while their reduction is in flight.
 constexpr int64_t kHeapCeiling = int64_t{32} << 20;
+
+// What one pool buffer of `bytes` holds resident (tensor/unit_pool.cc): from 2 MiB on it starts
+// on a huge-page boundary and is advised as huge, and zeroing it faults in whole 2 MiB pages.
+int64_t pool_buffer_bytes(int64_t bytes) {
+  constexpr int64_t kHugePage = int64_t{2} << 20;
+  return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+}
 
 // From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers that all its chunks
 // share (tensor/unit_pool.h): a unit's full gradients from the first write of a backward pass until
@@ -81,7 +90,7 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
     const ParamUnit& unit = layout.units[u];
     const int64_t bytes =
         (zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp)) * kFloat;
-    buffer[u] = bytes >= kPage ? (bytes + kPage - 1) / kPage * kPage : bytes;  // AlignedBuffer
+    buffer[u] = pool_buffer_bytes(bytes);
     temporaries[u] = reduction_temporaries(bytes, zero);
     if (unit.name == "wte") {
       wte = u;
@@ -195,6 +204,76 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   }
 }
 
+// What kernels::MixedBackend::allocate hands out: blocks on 256-byte boundaries, each counted
+// rounded up (the CUDA arena and the host-bf16 backend's allocated_bytes() alike).
+constexpr int64_t kBackendBlock = 256;
+int64_t backend_block(int64_t bytes) {
+  return (bytes + kBackendBlock - 1) / kBackendBlock * kBackendBlock;
+}
+
+// Counts mixed_layout.h's buffers as the backend allocates them, without allocating.
+struct BlockCounter {
+  MemoryEstimate bytes;
+  template <typename T>
+  T* take(int64_t n, BufferKind kind) {
+    const int64_t b = backend_block(n * static_cast<int64_t>(sizeof(T)));
+    switch (kind) {
+      case BufferKind::Params:
+        bytes.params += b;
+        break;
+      case BufferKind::Grads:
+        bytes.grads += b;
+        break;
+      case BufferKind::Activations:
+        bytes.activations += b;
+        break;
+      case BufferKind::Workspace:
+        bytes.workspace += b;
+        break;
+    }
+    return nullptr;
+  }
+};
+
+// The device engine's rank (see memory.h): per chunk model::MixedGpt's buffers, the AdamW moments
+// and the input gradients kept until sent, as runtime::DeviceTrainer's constructor allocates them.
+MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
+                                  const std::vector<ChunkMemory>& chunks, int microbatches,
+                                  bool deferred_weight_grads, ZeroSharding zero) {
+  // What the device engine does not run (layout::support(Engine::Device), which refuses these
+  // layouts before anything is priced) has no allocation to predict.
+  WEFT_CHECK(!(tp.sequence_parallel && tp.tp > 1),
+             "the device engine's memory: no sequence parallelism on the device engine");
+  WEFT_CHECK(zero.stage == 0, "the device engine's memory: ZeRO-", zero.stage,
+             " requested; the device engine keeps whole replicas (ZeRO 0)");
+  WEFT_CHECK(!deferred_weight_grads,
+             "the device engine's memory: no deferred weight gradients (zb-h1) on the device");
+  const int64_t N = int64_t{B} * T;
+  MemoryEstimate m;
+  for (const ChunkMemory& c : chunks) {
+    const int64_t n = gpt_param_layout(cfg, tp.tp, 0, c.stage).buffer.total();
+    // Every slot takes the same buffers, so the walk over none and one slot gives all of them
+    // without running `slots` times (a gpipe candidate of the planner may keep thousands).
+    auto walk = [&](int slots) {
+      BlockCounter counter;
+      MixedBuffers unused;
+      std::vector<MixedSlot> slot_list(slots);
+      lay_out_mixed(counter, cfg, n, B, T, c.stage, mode, tp.tp, unused, slot_list);
+      return counter.bytes;
+    };
+    const MemoryEstimate none = walk(0), one = walk(1);
+    const int64_t k = c.slots;
+    m.params += none.params + k * (one.params - none.params);
+    m.grads += none.grads + k * (one.grads - none.grads);
+    m.activations += none.activations + k * (one.activations - none.activations);
+    m.workspace += none.workspace + k * (one.workspace - none.workspace);
+    m.optimizer += 2 * backend_block(n * kFloat);  // AdamW's m and v, fp32, laid out like params
+    // d(stage input) per microbatch, bf16 [N,C], kept from the backward until it is sent.
+    if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block(N * cfg.n_embd * 2);
+  }
+  return m;
+}
+
 }  // namespace
 
 int64_t tp_collective_temporaries(int64_t activation_bytes, TpShape tp) {
@@ -249,7 +328,11 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
-                                    ZeroSharding zero, int64_t runtime_bytes) {
+                                    ZeroSharding zero, int64_t runtime_bytes, Precision precision) {
+  if (precision == Precision::BF16Mixed) {
+    return device_rank_memory(cfg, B, T, mode, tp, chunks, microbatches, deferred_weight_grads,
+                              zero);
+  }
   const int64_t f = sizeof(float), N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   const bool sp = tp.sequence_parallel && t > 1;
   const int64_t boundary = (sp ? N / t : N) * C;  // a stage's input or output, [Ns, C]

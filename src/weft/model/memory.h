@@ -1,8 +1,17 @@
 #pragma once
-// Predicted memory of one training process (fp32 everything; one tensor-parallel rank's shards):
-// parameters, gradients, the two AdamW moments, saved activations and the backward workspace, each
-// from the same layouts the model allocates. Kernel scratch (per-thread attention rows) is counted
-// under workspace.
+// The one memory model (issue #19): what one training process of either precision allocates for
+// its model (one tensor-parallel rank's shards): parameters, gradients, the AdamW state, saved
+// activations and the backward workspace, each from the same list of buffers the model allocates
+// from, so the trainer's launch gate (the device arena's size, the host launch check) and the
+// planner (planner::peak_memory, for every precision) are told what is allocated.
+//   fp32       the host engine (model::Gpt, PipelineRunner, optim::DistributedOptimizer): the layouts of
+//              param_layout.h and activation_layout.h, with ZeRO's shards and transients, the MPI
+//              temporaries, kernel scratch (per-thread attention rows) under workspace, and the
+//              process's runtime (oneDNN's code and packing buffers).
+//   bf16-mixed the device engine (model::MixedGpt, runtime::DeviceTrainer): bf16 compute with fp32
+//              master weights, gradients and AdamW state (Micikevicius et al. 2018), exactly the
+//              backend allocations: mixed_layout.h's buffers, the moments and the input gradients
+//              kept until sent.
 
 #include <cstdint>
 #include <vector>
@@ -13,6 +22,10 @@
 #include "weft/model/recompute.h"
 
 namespace weft::model {
+
+// The precision policy of an engine (layout::Engine maps one to one: fp32 is the host engine's,
+// bf16-mixed the device engine's).
+enum class Precision { FP32, BF16Mixed };
 
 // The ZeRO stage and the data-parallel size it shards over.
 struct ZeroSharding {
@@ -74,14 +87,15 @@ struct ChunkMemory {
   bool sends_grads = false;  // its predecessor stage is on another rank
 };
 
-// What a pipeline rank of weft's trainer allocates for its chunks, exactly: per chunk the
-// parameters, gradients and both AdamW moments, `slots` microbatches of activations and a
-// backward workspace; `microbatches` input-gradient buffers per chunk that sends them; the
-// scatter/gather receive buffer (tp > 1 without sequence parallelism, pp > 1); the tensor-parallel
-// collectives' MPI temporary (tp_collective_temporaries); with deferred
-// weight gradients (ZB-H1) the kept output gradients of every slot; and the attention backward's
-// T x T row block per thread. With ZeRO (runtime/distributed_optimizer.h), per chunk and with S
-// its shard (1/dp of every unit, padded), the steady state:
+// What a pipeline rank of weft's trainer allocates for its chunks, exactly.
+//
+// Precision::FP32 (the host engine): per chunk the parameters, gradients and both AdamW moments,
+// `slots` microbatches of activations and a backward workspace; `microbatches` input-gradient
+// buffers per chunk that sends them; the scatter/gather receive buffer (tp > 1 without sequence
+// parallelism, pp > 1); the tensor-parallel collectives' MPI temporary (tp_collective_temporaries);
+// with deferred weight gradients (ZB-H1) the kept output gradients of every slot; and the
+// attention backward's T x T row block per thread. With ZeRO (optim/distributed_optimizer.h),
+// per chunk and with S its shard (1/dp of every unit, padded), the steady state:
 //   stage 1: + S reduced gradients; m, v and master weights 3S instead of m, v
 //   stage 2: gradients S + kZeroBucketsInFlight receive buffers; parameters whole; 3S
 //   stage 3: as 2, and parameters S (the master shard)
@@ -91,10 +105,22 @@ struct ChunkMemory {
 // MPI temporaries on the busiest rank (all-reduce: 1/dp of the unit; reduce-scatter: two copies,
 // one at dp = 2), those below glibc's mmap ceiling (32 MiB) kept on the heap for the whole step.
 // Under `runtime`: `runtime_bytes` and the largest chunk's resident GEMM packing buffers.
+//
+// Precision::BF16Mixed (the device engine), what runtime::DeviceTrainer takes from its backend,
+// each block rounded up to the backend's 256 bytes, as MixedBackend::allocated_bytes() counts:
+// per chunk model::MixedGpt's buffers for `slots` microbatches (mixed_layout.h: fp32 master
+// weights and their bf16 copy under params, fp32 gradients, activations, the workspace of one
+// layer's backward and, with full recomputation, of one layer's forward), the AdamW moments m and
+// v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16 input gradients
+// kept until sent. `runtime` is 0 (the arena's own blocks are DeviceTrainer::arena_bytes' margin);
+// `threads` and `pipelined` do not matter. The device engine has no sequence parallelism, ZeRO
+// or deferred weight gradients (layout::support, the rule book that refuses them first): asked
+// for one, this throws weft::Error.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
                                     ZeroSharding zero = {},
-                                    int64_t runtime_bytes = kDefaultRuntimeBytes);
+                                    int64_t runtime_bytes = kDefaultRuntimeBytes,
+                                    Precision precision = Precision::FP32);
 
 }  // namespace weft::model

@@ -9,122 +9,16 @@
 namespace weft::model {
 namespace {
 
-constexpr int64_t kAlign = 256;  // what MixedBackend::allocate aligns to
-
-enum class Kind { Params, Grads, Activations, Workspace };
-
-// Counts what a model of this shape allocates, without allocating.
-struct Counter {
-  MemoryEstimate bytes;
-  template <typename T>
-  T* take(int64_t n, Kind kind) {
-    const int64_t b = (n * static_cast<int64_t>(sizeof(T)) + kAlign - 1) / kAlign * kAlign;
-    switch (kind) {
-      case Kind::Params:
-        bytes.params += b;
-        break;
-      case Kind::Grads:
-        bytes.grads += b;
-        break;
-      case Kind::Activations:
-        bytes.activations += b;
-        break;
-      case Kind::Workspace:
-        bytes.workspace += b;
-        break;
-    }
-    return nullptr;
-  }
-};
-
-// Allocates it from the backend.
+// Allocates mixed_layout.h's buffers from the backend (the memory model counts the same list).
 struct Allocator {
   kernels::MixedBackend& backend;
   template <typename T>
-  T* take(int64_t n, Kind) {
+  T* take(int64_t n, BufferKind) {
     return backend.allocate<T>(n);
   }
 };
 
 }  // namespace
-
-// Every buffer of the model, in one list that both bytes() and the constructor walk (say it once:
-// the predicted and the allocated memory cannot drift apart).
-template <typename Sink>
-void MixedGpt::lay_out(Sink& s, const GptConfig& cfg, int64_t param_count, int B, int T,
-                       const StageSpec& stage, Recompute recompute, int tp, Buffers& b,
-                       std::vector<Slot>& slots) {
-  // This rank's widths: C and the vocabulary are whole in the replicated tensors, Cl = C/tp wide
-  // in the column-parallel ones (qkv, attention, fc), the logits Vp/tp.
-  const int64_t N = int64_t{B} * T, C = cfg.n_embd, Cl = C / tp, NHl = cfg.n_head / tp;
-  const int64_t Vl = cfg.padded_vocab() / tp;
-  b.params = s.template take<float>(param_count, Kind::Params);
-  b.params16 = s.template take<BF16>(param_count, Kind::Params);
-  b.grads = s.template take<float>(param_count, Kind::Grads);
-  const Kind a = Kind::Activations, w = Kind::Workspace;
-  // A layer's tensors after its input x: per layer and slot, or (full recomputation) one set that
-  // every layer of every slot shares, recomputed before each layer's backward.
-  auto take_layer = [&](Layer& l, Kind k) {
-    l.ln1 = s.template take<BF16>(N * C, k);
-    l.ln1_mean = s.template take<float>(N, k);
-    l.ln1_rstd = s.template take<float>(N, k);
-    l.qkv = s.template take<BF16>(N * 3 * Cl, k);
-    l.atty = s.template take<BF16>(N * Cl, k);
-    l.lse = s.template take<float>(NHl * N, k);
-    l.res_attn = s.template take<BF16>(N * C, k);
-    l.ln2 = s.template take<BF16>(N * C, k);
-    l.ln2_mean = s.template take<float>(N, k);
-    l.ln2_rstd = s.template take<float>(N, k);
-    l.fc_pre = s.template take<BF16>(N * 4 * Cl, k);
-    l.fc_gelu = s.template take<BF16>(N * 4 * Cl, k);
-  };
-  const bool full = recompute == Recompute::Full;
-  Layer shared{};
-  if (full) take_layer(shared, w);
-  for (Slot& slot : slots) {
-    slot.layers.resize(stage.end_layer(cfg) - stage.first_layer);
-    for (Layer& l : slot.layers) {
-      if (full) {
-        l = shared;
-      } else {
-        take_layer(l, a);
-      }
-      l.x = s.template take<BF16>(N * C, a);
-    }
-    slot.x_out = s.template take<BF16>(N * C, a);
-    if (stage.head) {
-      slot.lnf = s.template take<BF16>(N * C, a);
-      slot.lnf_mean = s.template take<float>(N, a);
-      slot.lnf_rstd = s.template take<float>(N, a);
-      slot.logits = s.template take<BF16>(N * Vl, a);
-      slot.losses = s.template take<float>(N, a);
-    } else {
-      slot.d_out = s.template take<BF16>(N * C, a);
-    }
-  }
-  b.scratch = s.template take<BF16>(N * C, w);
-  b.d_res = s.template take<BF16>(N * C, w);
-  b.d_ln = s.template take<BF16>(N * C, w);
-  b.d_atty = s.template take<BF16>(N * Cl, w);
-  b.d_wide = s.template take<BF16>(N * 4 * Cl, w);
-  b.tokens = s.template take<int32_t>(N, w);
-  b.targets = s.template take<int32_t>(N, w);
-  if (tp > 1) {
-    b.sum = s.template take<float>(N * C, w);
-    b.ce = s.template take<float>(N * 3, w);
-    b.ce_all = s.template take<float>(tp * N * 3, w);
-  }
-}
-
-MemoryEstimate MixedGpt::bytes(const GptConfig& cfg, int B, int T, StageSpec stage, int slots,
-                               Recompute recompute, int tp) {
-  Counter counter;
-  Buffers unused;
-  std::vector<Slot> slot_list(slots);
-  lay_out(counter, cfg, gpt_param_layout(cfg, tp, 0, stage).buffer.total(), B, T, stage, recompute,
-          tp, unused, slot_list);
-  return counter.bytes;
-}
 
 MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T,
                    StageSpec stage, int slots, Recompute recompute, comm::Communicator* tp)
@@ -148,7 +42,7 @@ MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, 
   layout_ = gpt_param_layout(cfg_, t_, r_, stage_);
   slots_.resize(slots);
   Allocator alloc{backend_};
-  lay_out(alloc, cfg_, layout_.buffer.total(), B, T, stage_, recompute_, t_, b_, slots_);
+  lay_out_mixed(alloc, cfg_, layout_.buffer.total(), B, T, stage_, recompute_, t_, b_, slots_);
   losses_host_.resize(static_cast<size_t>(B) * T);
   // Padding between slices is never written by a kernel: zero it once, so sums over the whole
   // buffers (the gradient norm) and the AdamW pass see zeros there.

@@ -10,8 +10,8 @@
 // A MixedGpt is one pipeline stage (the whole model by default) holding the activations of
 // `slots` microbatches, and this rank's tensor-parallel shards, like model::Gpt;
 // runtime/device_trainer.h moves the stage boundaries between ranks. Everything is allocated
-// once, at construction, from the backend (bytes() says how much beforehand); a step allocates
-// nothing.
+// once, at construction, from the backend, walking mixed_layout.h's list of buffers, the list
+// the memory model (memory.h, Precision::BF16Mixed) counts beforehand; a step allocates nothing.
 //
 // A block, with x the bf16 residual stream (llm.c's layout: each residual add fused into the
 // LayerNorm that follows it):
@@ -32,7 +32,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/kernels/mixed.h"
 #include "weft/model/gpt_config.h"
-#include "weft/model/memory.h"
+#include "weft/model/mixed_layout.h"
 #include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
 
@@ -59,14 +59,6 @@ class MixedGpt {
   // same batch and computes the replicated tensors identically. No sequence parallelism.
   MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
            int slots = 1, Recompute recompute = Recompute::None, comm::Communicator* tp = nullptr);
-
-  // What the constructor allocates from the backend, in bytes (each buffer rounded up to 256):
-  // for sizing a device arena before the model exists, and the memory prediction. params: fp32
-  // master weights + bf16 copy; grads: fp32; activations: per slot, bf16 activations, fp32
-  // LayerNorm statistics, lse and losses; workspace: one layer's activation gradients, tokens,
-  // targets.
-  static MemoryEstimate bytes(const GptConfig& cfg, int B, int T, StageSpec stage = {},
-                              int slots = 1, Recompute recompute = Recompute::None, int tp = 1);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
@@ -118,21 +110,10 @@ class MixedGpt {
   const BF16* input_grad() const { return input_grad_; }
 
  private:
-  // Pointers to one layer's activations (bf16 unless noted).
-  struct Layer {
-    BF16 *x, *ln1, *qkv, *atty, *res_attn, *ln2, *fc_pre, *fc_gelu;
-    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;  // fp32
-  };
-  // One microbatch's activations.
-  struct Slot {
-    std::vector<Layer> layers;  // the stage's
-    BF16* x_out = nullptr;      // [N,C] the stage's output: x_L on the last stage
-    BF16* lnf = nullptr;        // [N,C], the head's
-    float *lnf_mean = nullptr, *lnf_rstd = nullptr;
-    BF16* logits = nullptr;   // [N,Vp], overwritten by its gradient in the forward
-    float* losses = nullptr;  // [N]
-    BF16* d_out = nullptr;    // [N,C] the output's gradient, stages without the head
-    // The slot's last forward.
+  // The buffers, listed once for the constructor and the memory model (mixed_layout.h).
+  using Layer = MixedLayer;
+  // One microbatch's activations, and its last forward.
+  struct Slot : MixedSlot {
     const int32_t* tokens_host = nullptr;
     int B = 0, T = 0;
     bool backward_due = false;
@@ -155,23 +136,6 @@ class MixedGpt {
   // x[n] (bf16, this rank's partial sum) = the sum over the tp group, added in fp32.
   void sum_over_tp(BF16* x, int64_t n);
 
-  // Every buffer on the backend; lay_out() (mixed_gpt.cc) lists them once, for bytes() and for
-  // the constructor.
-  struct Buffers {
-    float* params = nullptr;
-    BF16* params16 = nullptr;
-    float* grads = nullptr;
-    BF16 *scratch, *d_res, *d_ln, *d_atty, *d_wide;  // [N,C] x 4, [N,4C] (d_fc, d_qkv in turn)
-    int32_t *tokens, *targets;                       // backend copies, [B*T]
-    float* sum = nullptr;     // tp > 1: [N,C] fp32, a partial sum being all-reduced
-    float* ce = nullptr;      // tp > 1: [N,3] this rank's cross-entropy statistics
-    float* ce_all = nullptr;  // tp > 1: [tp,N,3] every rank's
-  };
-  template <typename Sink>
-  static void lay_out(Sink& sink, const GptConfig& cfg, int64_t param_count, int B, int T,
-                      const StageSpec& stage, Recompute recompute, int tp, Buffers& b,
-                      std::vector<Slot>& slots);
-
   kernels::MixedBackend& backend_;
   GptConfig cfg_;
   int B_, T_;
@@ -180,7 +144,7 @@ class MixedGpt {
   comm::Communicator* tp_;
   int t_ = 1, r_ = 0;  // tp size and rank
   ParamLayout layout_;
-  Buffers b_;
+  MixedBuffers b_;
   std::vector<Weights> weights_;  // the stage's layers, in order
   std::vector<Slot> slots_;
   std::vector<float> losses_host_;

@@ -62,7 +62,7 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   p.in_flight = entry.in_flight;
 
   // Memory first: the search skips pricing what cannot fit.
-  p.memory = peak_memory(job, c, p.in_flight, cl.runtime_bytes);
+  p.memory = peak_memory(job, c, entry.schedule, cl.runtime_bytes);
   if (p.memory.total() > cl.usable_memory()) {
     p.feasible = false;
     p.reasons.push_back(fmt::format("needs {:.1f} GiB per device, has {:.0f} ({:.1f} usable)",

@@ -12,8 +12,6 @@
 namespace weft::runtime {
 namespace {
 
-int64_t rounded(int64_t bytes) { return (bytes + 255) / 256 * 256; }  // a backend block
-
 // This rank's lowered program and its chunks: stages and activation slots.
 struct Plan {
   schedule::Schedule schedule;
@@ -53,23 +51,17 @@ Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p
 model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, int T,
                                            int microbatches, const DeviceParallel& parallel,
                                            model::Recompute recompute) {
+  // The one memory model (model/memory.h), told this rank's chunks as the constructor builds them:
+  // the same stages and activation slots (plan()), and an input-gradient buffer per microbatch on
+  // every stage but the first.
   const Plan p = plan(cfg, microbatches, parallel);
-  model::MemoryEstimate total;
+  std::vector<model::ChunkMemory> chunks;
   for (size_t j = 0; j < p.stages.size(); ++j) {
-    const model::MemoryEstimate b =
-        model::MixedGpt::bytes(cfg, B, T, p.stages[j], p.slots[j], recompute, parallel.tp);
-    const int64_t n = model::gpt_param_layout(cfg, parallel.tp, 0, p.stages[j]).buffer.total();
-    total.params += b.params;
-    total.grads += b.grads;
-    total.activations += b.activations;
-    total.workspace += b.workspace;
-    total.optimizer += 2 * rounded(n * 4);  // m and v, allocated as in the constructor
-    // The input gradients sent back, one per microbatch, from every stage but the first.
-    if (!p.stages[j].embedding) {
-      total.workspace += microbatches * rounded(int64_t{B} * T * cfg.n_embd * 2);
-    }
+    chunks.push_back({p.stages[j], p.slots[j], !p.stages[j].embedding});
   }
-  return total;
+  return model::estimate_rank_memory(cfg, B, T, recompute, 1, {parallel.tp, false}, chunks,
+                                     microbatches, parallel.pp > 1, false, {}, 0,
+                                     model::Precision::BF16Mixed);
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,

@@ -24,6 +24,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/kernels/mixed.h"
+#include "weft/model/memory.h"
 #include "weft/model/mixed_gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/runtime/executor.h"
@@ -62,9 +63,12 @@ class DeviceTrainer : public StageRunner {
                 model::Recompute recompute = model::Recompute::None);
   ~DeviceTrainer() override;
 
-  // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`: the
-  // stage's buffers for as many microbatches as its program keeps in flight, the moments (fp32, one
-  // element per parameter each), and the input gradients it sends back.
+  // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`,
+  // exactly (MixedBackend::allocated_bytes() after construction; a step allocates nothing): the one
+  // memory model, model::estimate_rank_memory under Precision::BF16Mixed, told this rank's chunks
+  // (stages, activation slots: the peak its program keeps in flight), which counts each chunk's
+  // MixedGpt buffers from the list its constructor allocates from (model/mixed_layout.h), the
+  // moments (fp32, one element per parameter each) and the input gradients it sends back.
   static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
                                      int microbatches = 1, const DeviceParallel& parallel = {},
                                      model::Recompute recompute = model::Recompute::None);

@@ -60,5 +60,8 @@ std::vector<int> peak_in_flight(const Schedule& schedule);
 // The same for each model chunk j of `rank` (stage rank + j*pp): the activation slots the chunk
 // needs. Sums to at least peak_in_flight()[rank].
 std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank);
+// The same for every rank at once, [rank][chunk], checking the structure once (the planner's
+// memory asks for all of them per candidate).
+std::vector<std::vector<int>> peak_in_flight_per_chunk(const Schedule& schedule);
 
 }  // namespace weft::schedule

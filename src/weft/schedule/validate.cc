@@ -310,9 +310,10 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
   return peaks;
 }
 
-std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
+namespace {
+
+// peak_in_flight_per_chunk of one rank of a schedule whose structure was checked.
+std::vector<int> chunk_peaks(const Schedule& schedule, int rank) {
   const int vp = schedule.shape.vp;
   std::vector<int> live(vp, 0), peak(vp, 0);
   for (const Instr& in : schedule.programs.at(rank)) {
@@ -322,6 +323,24 @@ std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
     if (in.op == Op::Backward || in.op == Op::BackwardWeight) --live[j];
   }
   return peak;
+}
+
+}  // namespace
+
+std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
+  return chunk_peaks(schedule, rank);
+}
+
+std::vector<std::vector<int>> peak_in_flight_per_chunk(const Schedule& schedule) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
+  std::vector<std::vector<int>> peaks;
+  for (int r = 0; r < static_cast<int>(schedule.programs.size()); ++r) {
+    peaks.push_back(chunk_peaks(schedule, r));
+  }
+  return peaks;
 }
 
 }  // namespace weft::schedule

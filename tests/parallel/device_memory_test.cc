@@ -1,0 +1,167 @@
+// The one memory model (model/memory.h) is what the device engine allocates (issue #19): for each
+// layout, every rank (a thread of this process, comm/thread_communicator.h) builds a
+// runtime::DeviceTrainer on the host-bf16 backend (kernels/mixed.h, which counts its blocks as
+// the CUDA arena does) and the backend's allocated_bytes() must equal, to the byte,
+//   - DeviceTrainer::bytes, which sizes the CUDA arena and is the trainer's reported prediction;
+//   - the planner's weft_rank_memory for the same configuration in bf16-mixed (planner::
+//     peak_memory's per-rank figure), so what `weft plan` says fits is what is allocated.
+// Then a step runs and allocates nothing more. Layouts: tp 1/2, pp 1/2 (1f1b, gpipe, interleaved
+// vp=2), dp 2, tp2 x pp2, recomputation none and full, 1 to 8 microbatches.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/thread_ranks.h"
+#include "support/tiny_gpt.h"
+#include "weft/kernels/kernels.h"
+#include "weft/kernels/mixed.h"
+#include "weft/parallel/groups.h"
+#include "weft/planner/memory_model.h"
+#include "weft/runtime/device_trainer.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft {
+namespace {
+
+constexpr int kB = 2, kT = 32;
+
+model::GptConfig small_gpt() { return test::small_gpt_hs64(4, kT); }
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1;
+  schedule::Kind kind = schedule::Kind::OneFOneB;
+  int vp = 1;
+  int microbatches = 1;  // per replica
+  model::Recompute recompute = model::Recompute::None;
+  int world() const { return tp * pp * dp; }
+  std::string str() const {
+    return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
+           " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind)) +
+           " m=" + std::to_string(microbatches) +
+           " recompute=" + std::string(model::recompute_name(recompute));
+  }
+};
+
+// What one rank allocated and what it was told beforehand.
+struct RankMemory {
+  int pp_rank = 0;
+  int64_t allocated = 0, after_step = 0, trainer = 0, planner = 0;
+};
+
+RankMemory run_rank(const Layout& l, comm::Communicator& world) {
+  const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
+  parallel::ProcessGroups groups = parallel::make_groups(world, topo);
+  const parallel::Coord me = topo.coord(world.rank());
+  runtime::DeviceParallel par;
+  par.tp = l.tp;
+  par.pp = l.pp;
+  par.vp = l.vp;
+  par.pp_rank = me.pp;
+  par.schedule = l.kind;
+  par.model_group = groups.model.get();
+  par.tp_data = l.tp > 1 ? groups.tp.get() : nullptr;  // the host backend: the host groups
+  if (l.pp > 1) {
+    par.pp_group = par.pp_data = groups.pp.get();
+    par.embedding_data = groups.embedding.get();
+  }
+  if (l.dp > 1) par.dp_group = par.dp_data = groups.dp.get();
+
+  RankMemory r;
+  r.pp_rank = me.pp;
+  const model::GptConfig cfg = small_gpt();
+  r.trainer = runtime::DeviceTrainer::bytes(cfg, kB, kT, l.microbatches, par, l.recompute).total();
+  planner::Job job;
+  job.model = cfg;
+  job.seq_len = kT;
+  job.global_batch = kB * l.microbatches * l.dp;
+  job.world = l.world();
+  job.precision = planner::Precision::BF16Mixed;
+  const planner::ParallelConfig c{.tp = l.tp,
+                                  .pp = l.pp,
+                                  .dp = l.dp,
+                                  .vp = l.vp,
+                                  .micro_batch = kB,
+                                  .schedule = l.kind,
+                                  .recompute = l.recompute};
+  r.planner = planner::weft_rank_memory(job, c, me.pp).total();
+
+  const auto backend = kernels::make_host_mixed_backend();
+  runtime::DeviceTrainer t(*backend, cfg, kB, kT, l.microbatches, {}, par, l.recompute);
+  r.allocated = backend->allocated_bytes();
+  t.init(3);
+  const int per_replica = l.microbatches * kB * kT;
+  std::vector<int32_t> tokens(per_replica + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % 101);
+  t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
+  r.after_step = backend->allocated_bytes();
+  return r;
+}
+
+void expect_prediction_is_allocation(const Layout& l) {
+  const std::vector<RankMemory> ranks = test::run_thread_ranks<RankMemory>(
+      l.world(), l.str(), [&](comm::Communicator& world) { return run_rank(l, world); });
+  for (int r = 0; r < l.world(); ++r) {
+    const RankMemory& m = ranks[r];
+    EXPECT_EQ(m.trainer, m.allocated) << l.str() << " rank " << r << ": DeviceTrainer::bytes";
+    EXPECT_EQ(m.planner, m.allocated) << l.str() << " rank " << r << ": the planner's bf16";
+    EXPECT_EQ(m.after_step, m.allocated) << l.str() << " rank " << r << ": a step allocated";
+    std::printf(
+        "%-46s rank %d (pp %d): predicted %10lld B, allocated %10lld B, after a step %lld\n",
+        l.str().c_str(), r, m.pp_rank, static_cast<long long>(m.trainer),
+        static_cast<long long>(m.allocated), static_cast<long long>(m.after_step));
+  }
+}
+
+class DeviceMemory : public ::testing::Test {
+ protected:
+  // The ranks share the cores: one kernel thread each.
+  void SetUp() override { kernels::set_num_threads(1); }
+};
+
+TEST_F(DeviceMemory, OneRankAllocatesWhatTheModelPredicts) {
+  using model::Recompute;
+  for (const Layout& l : {Layout{}, Layout{.microbatches = 4},
+                          Layout{.microbatches = 4, .recompute = Recompute::Full},
+                          Layout{.microbatches = 2, .recompute = Recompute::Selective}}) {
+    expect_prediction_is_allocation(l);
+  }
+}
+
+TEST_F(DeviceMemory, EveryRankOfTwoAllocatesWhatTheModelPredicts) {
+  using model::Recompute;
+  using schedule::Kind;
+  for (const Layout& l : {
+           Layout{.tp = 2, .microbatches = 2},
+           Layout{.tp = 2, .microbatches = 2, .recompute = Recompute::Full},
+           Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 2},
+           Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 8},
+           Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 4, .recompute = Recompute::Full},
+           Layout{.pp = 2, .kind = Kind::GPipe, .microbatches = 4},
+           Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 2},
+           Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 6},
+           Layout{.pp = 2,
+           .kind = Kind::Interleaved,
+           .vp = 2,
+           .microbatches = 4,
+           .recompute = Recompute::Full},
+           Layout{.dp = 2, .microbatches = 2},
+       }) {
+    expect_prediction_is_allocation(l);
+  }
+}
+
+TEST_F(DeviceMemory, EveryRankOfFourAllocatesWhatTheModelPredicts) {
+  using schedule::Kind;
+  for (const Layout& l :
+       {Layout{.tp = 2, .pp = 2, .kind = Kind::OneFOneB, .microbatches = 4},
+        Layout{.tp = 2, .pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 4},
+        Layout{.pp = 2, .dp = 2, .kind = Kind::OneFOneB, .microbatches = 2}}) {
+    expect_prediction_is_allocation(l);
+  }
+}
+
+}  // namespace
+}  // namespace weft
