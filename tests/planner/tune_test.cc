@@ -103,6 +103,24 @@ TEST(TuneTest, TheFirstRoundRunsTheBestPredicted) {
   EXPECT_EQ(o.records[8].trials.size(), 0u);
 }
 
+// The first round takes the best-predicted layout of each tp x pp x dp shape before a second
+// variant of any: here the planner's top 6 are all tp=2, then two dp=2 and two pp=2 layouts.
+TEST(TuneTest, TheFirstRoundSpreadsOverTheShapes) {
+  std::vector<TuneCandidate> c = ranked(10);
+  for (int i = 0; i < 6; ++i) c[i].config.tp = 2;
+  for (int i = 6; i < 8; ++i) c[i].config.dp = 2;
+  for (int i = 8; i < 10; ++i) c[i].config.pp = 2;
+  EXPECT_EQ(first_round(c, 4), (std::vector<int>{0, 1, 6, 8}));
+  EXPECT_EQ(first_round(c, 2), (std::vector<int>{0, 6}));
+  EXPECT_EQ(first_round(c, 20).size(), 10u);
+  FakeMachine m{{1, 2, 3, 4, 5, 6, 7, 8, 0.5, 0.6}};
+  const TuneOutcome o =
+      successive_halving(c, {.initial = 4, .first_steps = 3}, m.runner(), m.clock());
+  // The pp=2 layout the planner ranked 9th measures fastest and wins.
+  EXPECT_EQ(winner_candidate(o), 8);
+  EXPECT_EQ(o.records[2].trials.size(), 0u);
+}
+
 TEST(TuneTest, AFailedLayoutIsRecordedAndTheSearchGoesOn) {
   // The measured fastest would be 1, but it fails (e.g. out of memory).
   FakeMachine m{{3, -1, 2, 4}};

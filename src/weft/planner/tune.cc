@@ -6,7 +6,9 @@
 #include <cmath>
 #include <limits>
 #include <regex>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "weft/core/xml.h"
 #include "weft/schedule/instr.h"
@@ -76,6 +78,31 @@ double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, 
 
 }  // namespace
 
+std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n) {
+  n = std::min<int>(n, static_cast<int>(ranked.size()));
+  std::vector<bool> taken(ranked.size(), false);
+  std::set<std::tuple<int, int, int>> shapes;
+  int count = 0;
+  for (size_t i = 0; i < ranked.size() && count < n; ++i) {  // the best of each shape
+    const ParallelConfig& c = ranked[i].config;
+    if (shapes.insert({c.tp, c.pp, c.dp}).second) {
+      taken[i] = true;
+      ++count;
+    }
+  }
+  for (size_t i = 0; i < ranked.size() && count < n; ++i) {  // then the best of the rest
+    if (!taken[i]) {
+      taken[i] = true;
+      ++count;
+    }
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (taken[i]) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
 TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const HalvingOptions& o,
                                const TrialRunner& run, const ElapsedClock& elapsed,
                                const std::function<bool()>& stop) {
@@ -85,8 +112,7 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
     out.records.back().candidate = c;
   }
   const int n = initial_candidates(static_cast<int>(ranked.size()), o);
-  std::vector<int> entrants;
-  for (int i = 0; i < n; ++i) entrants.push_back(i);
+  std::vector<int> entrants = first_round(ranked, n);
   int steps = o.grid ? final_round_steps(n, o.first_steps) : o.first_steps;
   for (int round = 0; !entrants.empty(); ++round) {
     out.finalists = entrants;

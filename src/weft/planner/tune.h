@@ -54,7 +54,12 @@ struct TrialResult {
 };
 
 struct HalvingOptions {
-  int initial = 16;        // R: the best-predicted candidates the first round runs (at most)
+  // R: the candidates the first round runs (at most): the best-predicted of each tp x pp x dp
+  // shape first, in the planner's order, then the best-predicted of the rest. The planner's error
+  // on an uncalibrated machine is tens of percent, and its top 16 are often ZeRO, recomputation
+  // and micro-batch variants of one or two shapes (this machine, 2 ranks: 14 of 16): a round
+  // spread over the shapes measures what the prediction is least sure of.
+  int initial = 16;
   int warmup = 2;          // untimed steps before each trial's timed ones
   int first_steps = 3;     // timed steps of the first round; doubled every round
   int max_trials = 0;      // the budget in trials; 0: none
@@ -109,6 +114,9 @@ int initial_candidates(int candidates, const HalvingOptions& o);
 // The winner is the fastest latest measurement among the entrants of the last round (when the
 // budget cuts a round short, its entrants not yet re-run compete with their previous round's
 // measurement). `stop` (optional) is asked before each trial.
+// The first round's entrants among `ranked` (the planner's order): `n` indices, ascending.
+std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n);
+
 TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const HalvingOptions& o,
                                const TrialRunner& run, const ElapsedClock& elapsed,
                                const std::function<bool()>& stop = {});
