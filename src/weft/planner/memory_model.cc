@@ -22,7 +22,7 @@ model::MemoryEstimate rank_memory(const Job& job, const ParallelConfig& c,
                                   int pp_rank, int threads, int64_t runtime_bytes) {
   std::vector<model::ChunkMemory> chunks;
   for (int j = 0; j < c.vp; ++j) {
-    const int stage = pp_rank + j * c.pp;
+    const int stage = shape.stage_of(pp_rank, j);
     chunks.push_back({model::pipeline_stage(job.model, stage, shape.num_stages()),
                       std::max(1, slots[j]), stage > 0 && shape.rank_of(stage - 1) != pp_rank});
   }

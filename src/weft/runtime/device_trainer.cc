@@ -40,7 +40,8 @@ Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p
           .value_or_throw("invalid device pipeline")));
   const std::vector<int> slots = schedule::peak_in_flight_per_chunk(r.schedule, p.pp_rank);
   for (int j = 0; j < p.vp; ++j) {
-    r.stages.push_back(model::pipeline_stage(cfg, p.pp_rank + j * p.pp, p.pp * p.vp));
+    const schedule::Shape& sh = r.schedule.shape;
+    r.stages.push_back(model::pipeline_stage(cfg, sh.stage_of(p.pp_rank, j), sh.num_stages()));
     r.slots.push_back(std::max(1, slots[j]));
   }
   return r;
@@ -140,9 +141,10 @@ void DeviceTrainer::init(uint64_t seed) {
 }
 
 DeviceTrainer::Chunk& DeviceTrainer::chunk(int stage) {
-  WEFT_CHECK(stage >= 0 && stage < S_ && stage % par_.pp == par_.pp_rank, "stage ", stage,
+  const schedule::Shape& sh = schedule_.shape;
+  WEFT_CHECK(stage >= 0 && stage < S_ && sh.rank_of(stage) == par_.pp_rank, "stage ", stage,
              " is not on pipeline rank ", par_.pp_rank);
-  return chunks_[stage / par_.pp];
+  return chunks_[sh.chunk_of(stage)];
 }
 
 int DeviceTrainer::tag(int stage, int mb, bool grad) const {

@@ -55,7 +55,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   const bool scatter = tp > 1 && !o_.tp.sequence_parallel && sh.pp > 1;
   for (int j = 0; j < sh.vp; ++j) {
     auto c = std::make_unique<Chunk>();
-    c->stage = o_.pp_rank + j * sh.pp;
+    c->stage = sh.stage_of(o_.pp_rank, j);
     c->model = std::make_unique<model::Gpt>(
         cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
         std::max(1, slots[j]), optim::DistributedOptimizer::storage(o_.zero, dp_size()));

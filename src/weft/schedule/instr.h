@@ -48,8 +48,11 @@ struct Shape {
   int vp = 1;            // model chunks (stages) per pipeline rank
   int microbatches = 1;  // m
   int num_stages() const { return pp * vp; }
+  // Where each stage lives (Narayanan et al. SC'21: rank r holds stages r, r + pp, ...), the one
+  // mapping every engine, checkpoint and planner uses.
   int rank_of(int stage) const { return stage % pp; }
   int chunk_of(int stage) const { return stage / pp; }
+  int stage_of(int rank, int chunk) const { return chunk * pp + rank; }
   bool operator==(const Shape&) const = default;
 };
 
