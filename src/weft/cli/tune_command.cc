@@ -20,6 +20,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -419,9 +420,15 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
       std::string target = o.calibrate_out;
       if (target.empty() && o.update_calibration) target = o.cluster;
       if (!target.empty() && leader) {
-        write_file_atomic(target, to_toml(fitted, fmt::format("refitted by weft tune {} on {} "
-                                                              "measured layouts",
-                                                              o.run, measured.size())))
+        // The preset's own header (what `weft calibrate` measured, and how) stays on top.
+        std::string header;
+        std::istringstream old(read_text_file(o.cluster).value_or(""));
+        for (std::string line; std::getline(old, line) && line.starts_with('#');) {
+          if (!line.starts_with("# refitted by weft tune")) header += line + "\n";
+        }
+        header +=
+            fmt::format("refitted by weft tune {} on {} measured layouts", o.run, measured.size());
+        write_file_atomic(target, to_toml(fitted, header))
             .throw_if_error("cannot write the refitted preset");
         fmt::print("wrote the refitted preset {}\n", target);
       } else if (target.empty()) {

@@ -77,6 +77,10 @@ std::vector<double> step_time_errors(const Cluster& cluster,
   return out;
 }
 
+namespace {
+constexpr double kMaxLogScale = 13.8;  // log(1e6)
+}  // namespace
+
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials) {
   check_trials(trials);
   ScheduleCache cache;
@@ -155,6 +159,12 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
         step[1] = -(m[0][0] * g[1] - m[1][0] * g[0]) / det;
       }
       std::array<double, 2> xn = {x[0] + step[0], std::max(0.0, x[1] + step[1])};
+      // A step off to a scale beyond 1e6 (or a singular system's NaN) is no fit: exp() of it
+      // overflows, and an infinite scale times a zero-byte term prices a pass at NaN. Damp more.
+      if (!(std::abs(xn[0]) < kMaxLogScale) || !std::isfinite(xn[1])) {
+        lambda *= 4;
+        continue;
+      }
       const std::vector<double> rn = residuals(xn);
       const double en = sse(rn);
       if (std::isfinite(en) && en < err) {

@@ -28,9 +28,10 @@ struct Link {
   double latency = 0;    // s per message (alpha)
   // Where a collective's implementation moves its bytes at another rate than the all-reduce
   // `bandwidth` was measured with (0: `bandwidth`), as `weft calibrate` measures on CPU ranks:
-  // weft's ring reduce-scatter and Open MPI's all-gather copy once through shared memory, while
-  // its all-reduce stages every segment through temporaries (this machine: 10.8 and 15.6 against
-  // 4.9 GB/s). Vendor presets leave them 0: NCCL's ring collectives run at the link's rate.
+  // weft's own ring reduce-scatter (comm/mpi_communicator.cc) and Open MPI's all-gather are other
+  // code than Open MPI's all-reduce (this machine, 2 ranks, three runs: reduce-scatter 7.3-7.7,
+  // all-gather 8.9-10.2, all-reduce 8.9-9.4 GB/s). Vendor presets leave them 0: NCCL's ring
+  // collectives run at the link's rate.
   double reduce_scatter_bandwidth = 0, all_gather_bandwidth = 0;
   bool present() const { return bandwidth > 0; }
 };

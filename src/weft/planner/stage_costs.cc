@@ -163,10 +163,11 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
       const GroupLink& dp = in.placement->dp;
       out[s].backward_weight.dp_comm +=
           collective_time(dp, Collective::ReduceScatter, params * pb.grad);
-      // The unit pool's buffer is zeroed before the pass writes it, and the reduced shard is
-      // added into the step's gradient shard (read both, write one): memory traffic per pass.
-      out[s].backward_weight.compute +=
-          memory_time(cl, params * pb.grad + 3 * params / cfg.dp * pb.grad);
+      // The unit pool's buffer is zeroed before each pass writes it: a write of the stage's
+      // gradients. (The shard's accumulation is left out: counted at memory bandwidth too, its
+      // three passes over the shard doubled ZeRO-2's predicted cost over ZeRO-1 against
+      // bench/zero/run.sh, where it runs mostly from cache.)
+      out[s].backward_weight.compute += memory_time(cl, params * pb.grad);
       if (cfg.zero < 3) continue;
       out[s].forward.dp_comm += collective_time(dp, Collective::AllGather, params * pb.weight);
       out[s].backward_input.dp_comm +=
