@@ -31,8 +31,9 @@ foreach(zero 0 1 2 3)
   string(JSON measured${zero} GET "${out}" mem_measured_mib)
   string(JSON ratio GET "${out}" mem_measured_over_predicted)
   string(APPEND table "${zero}     ${predicted${zero}}  ${measured${zero}}  ${ratio}\n")
-  # Measured 0.956-0.998 (2026-12-01), since the model counts the process's runtime (oneDNN's
-  # JIT kernels and code pages, 7.5 MiB, model::kDefaultRuntimeBytes; 1.012-1.064 without it).
+  # Measured 0.998-1.003 (2026-12-01, ZeRO 2/3's units in the unit pool, its buffers rounded to
+  # huge pages in the model); 0.956-0.998 before, when the model first counted the process's
+  # runtime (oneDNN's JIT kernels and code pages, 7.5 MiB; 1.012-1.064 without it).
   # The model this replaced (a reduce-scatter's temporaries fitted as 3 copies of the two largest
   # units, every transient term added as if at once) gave 0.75-0.94 here.
   if(ratio LESS 0.90 OR ratio GREATER 1.10)

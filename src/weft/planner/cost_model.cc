@@ -24,6 +24,11 @@ double gemm_time(const Cluster& c, double peak, int64_t M, int64_t N, int64_t K,
   return c.compute_scale * std::max(c.gemm.min_time, flops / rate);
 }
 
+double exposed_reduction(double reduce, double backward, double layers) {
+  if (reduce <= 0) return 0;
+  return std::max(reduce - backward * (1 - 1 / layers), reduce / layers);
+}
+
 double memory_time(const Cluster& c, double bytes) {
   return c.compute_scale * bytes / (c.memory_bandwidth * c.memory_efficiency);
 }

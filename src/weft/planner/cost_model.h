@@ -23,6 +23,11 @@ double gemm_shape_efficiency(const GemmModel& g, int64_t M, int64_t N, int64_t K
 
 // Seconds to stream `bytes` (read + written) through device memory.
 double memory_time(const Cluster& c, double bytes);
+// What a backward pass leaves exposed of its gradient reductions (`reduce` s in all), when each
+// layer's bucket goes out as soon as the layer's gradients are complete (PyTorch DDP, Li et al.
+// 2020; optim/distributed_optimizer.h): they overlap the rest of the pass (`backward` s over
+// `layers` layers), and the last layer's bucket (at least) is exposed.
+double exposed_reduction(double reduce, double backward, double layers);
 
 // Where a group's members sit and the link their traffic crosses.
 enum class Span { Device, Package, Node, Network };

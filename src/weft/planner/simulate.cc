@@ -72,7 +72,11 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   }
 
   p.placement = place(cl, c);
-  const StageCostInputs in{.cluster = &cl, .job = &job, .config = &c, .placement = &p.placement};
+  const StageCostInputs in{.cluster = &cl,
+                           .job = &job,
+                           .config = &c,
+                           .placement = &p.placement,
+                           .overlap_dp = options.overlap_dp};
   sim.stages = stage_costs(in);
 
   schedule::Costs costs;
@@ -119,12 +123,10 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   }
   const double dp_chunk = dp_step / c.vp;
   costs.reduce_grads = dp_chunk;
-  if (options.overlap_dp && dp_chunk > 0) {
-    // Buckets go out while the stage's last backward still runs; the last layer's bucket (at
-    // least) is exposed.
+  if (options.overlap_dp && dp_chunk > 0) {  // buckets go out while the last backward runs
     const double layers = static_cast<double>(job.model.n_layer) / (c.pp * c.vp);
     const double backward = sim.stages[c.pp * c.vp / 2].backward().total();
-    costs.reduce_grads = std::max(dp_chunk - backward * (1 - 1 / layers), dp_chunk / layers);
+    costs.reduce_grads = exposed_reduction(dp_chunk, backward, layers);
   }
   const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
   // The calibration's per-step overhead (hardware.h) runs where every rank's step ends.

@@ -153,16 +153,20 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   }
   // ZeRO-2 and 3 reduce-scatter a stage's gradients after each microbatch, ZeRO-3 also gathers
   // its weights before its forward and again before its backward (Rajbhandari et al. 2020, §5.2,
-  // §5.3; optim/distributed_optimizer.h). Charged to the passes: on the CPU the copies and sums
-  // run on the cores that compute (measured: bench/zero/run.sh), so they do not hide.
+  // §5.3; optim/distributed_optimizer.h), charged to the passes. A gather is needed before the
+  // pass can start: exposed whole.
   if (cfg.zero >= 2 && cfg.dp > 1) {
     const PrecisionBytes pb = precision_bytes(job.precision);
     for (int s = 0; s < stages; ++s) {
       const double params =
           static_cast<double>(local_parameters(job.model, cfg, s % cfg.pp)) / cfg.vp;
       const GroupLink& dp = in.placement->dp;
+      // Each pass's reduce-scatters overlap that pass's backward as ZeRO 0/1's final reductions
+      // overlap the last one (exposed_reduction).
+      const double reduce = collective_time(dp, Collective::ReduceScatter, params * pb.grad);
+      const double layers = static_cast<double>(job.model.n_layer) / stages;
       out[s].backward_weight.dp_comm +=
-          collective_time(dp, Collective::ReduceScatter, params * pb.grad);
+          in.overlap_dp ? exposed_reduction(reduce, out[s].backward().total(), layers) : reduce;
       // The unit pool's buffer is zeroed before each pass writes it: a write of the stage's
       // gradients. (The shard's accumulation is left out: counted at memory bandwidth too, its
       // three passes over the shard doubled ZeRO-2's predicted cost over ZeRO-1 against

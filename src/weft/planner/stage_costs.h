@@ -44,6 +44,7 @@ struct StageCostInputs {
   const Job* job = nullptr;
   const ParallelConfig* config = nullptr;
   const Placement* placement = nullptr;
+  bool overlap_dp = true;  // SimulateOptions::overlap_dp
 };
 
 // Costs of one transformer layer (the same on every stage).
