@@ -169,28 +169,12 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Coord me = topo.coord(world.rank());
   // The groups on the backend's memory, in the same order on every rank (splits are collective).
   std::vector<std::unique_ptr<comm::Communicator>> owned;
-  auto data = [&](comm::Communicator* host) -> comm::Communicator* {
-    if (host == nullptr) return nullptr;
-    owned.push_back(data_group(*host));
-    return owned.back() ? owned.back().get() : host;
+  auto data = [&](comm::Communicator& host) -> comm::Communicator* {
+    owned.push_back(data_group(host));
+    return owned.back() ? owned.back().get() : &host;
   };
-  runtime::DeviceParallel par;
-  par.tp = l.tp;
-  par.pp = l.pp;
-  par.vp = l.vp;
-  par.pp_rank = me.pp;
-  par.schedule = l.kind;
-  par.model_group = groups.model.get();
-  par.tp_data = l.tp > 1 ? data(groups.tp.get()) : nullptr;
-  if (l.pp > 1) {
-    par.pp_group = groups.pp.get();
-    par.pp_data = data(groups.pp.get());
-    par.embedding_data = data(groups.embedding.get());
-  }
-  if (l.dp > 1) {
-    par.dp_group = groups.dp.get();
-    par.dp_data = data(groups.dp.get());
-  }
+  const runtime::DeviceParallel par =
+      runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind, data);
   const auto backend = make_backend(kM, par);
   runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM, {}, par);
   t.init(4);

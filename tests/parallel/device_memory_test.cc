@@ -55,19 +55,10 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
-  runtime::DeviceParallel par;
-  par.tp = l.tp;
-  par.pp = l.pp;
-  par.vp = l.vp;
-  par.pp_rank = me.pp;
-  par.schedule = l.kind;
-  par.model_group = groups.model.get();
-  par.tp_data = l.tp > 1 ? groups.tp.get() : nullptr;  // the host backend: the host groups
-  if (l.pp > 1) {
-    par.pp_group = par.pp_data = groups.pp.get();
-    par.embedding_data = groups.embedding.get();
-  }
-  if (l.dp > 1) par.dp_group = par.dp_data = groups.dp.get();
+  // The host backend: the host groups are the data groups.
+  const runtime::DeviceParallel par =
+      runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind,
+                               [](comm::Communicator& host) { return &host; });
 
   RankMemory r;
   r.pp_rank = me.pp;

@@ -246,8 +246,9 @@ class RingReduceScatter {
       : op_(op), comm_(comm), tag_(tag), out_(out), in_(in), n_(n), timeout_s_(timeout_s) {
     const int p = op.group->size, r = op.group->rank;
     bytes_ = n * static_cast<int64_t>(dtype_size(op.dtype));
-    recv_buf_.resize(static_cast<size_t>(bytes_));
-    if (p > 2) sum_buf_.resize(static_cast<size_t>(bytes_));
+    // Not zero-filled: the receive and the sums write them whole before they are read.
+    recv_buf_ = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(bytes_));
+    if (p > 2) sum_buf_ = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(bytes_));
     next_ = (r + 1) % p;
     prev_ = (r + p - 1) % p;
     post(block(r - 1));  // step 0 sends this rank's own input block
@@ -296,7 +297,7 @@ class RingReduceScatter {
     send_ = std::make_unique<Pending>(s, timeout_s_);
     recv_ = std::make_unique<Pending>(rv, timeout_s_);
     s.check(MPI_Isend(data, count, mpi_type(op_.dtype), next_, tag_, comm_, send_->request()));
-    rv.check(MPI_Irecv(recv_buf_.data(), count, mpi_type(op_.dtype), prev_, tag_, comm_,
+    rv.check(MPI_Irecv(recv_buf_.get(), count, mpi_type(op_.dtype), prev_, tag_, comm_,
                        recv_->request()));
   }
   // The step's messages are complete: add this rank's input to the received block, into the
@@ -305,10 +306,10 @@ class RingReduceScatter {
   void advance() {
     const char* own = block(op_.group->rank - step_ - 2);
     ++step_;
-    void* dst = done() ? out_ : sum_buf_.data();
+    void* dst = done() ? out_ : sum_buf_.get();
     if (dst != own) std::memcpy(dst, own, static_cast<size_t>(bytes_));
-    add_into(dst, recv_buf_.data(), n_, op_.dtype);
-    if (!done()) post(sum_buf_.data());
+    add_into(dst, recv_buf_.get(), n_, op_.dtype);
+    if (!done()) post(sum_buf_.get());
   }
 
   Op op_;
@@ -319,7 +320,7 @@ class RingReduceScatter {
   int64_t n_, bytes_ = 0;
   double timeout_s_;
   int next_ = 0, prev_ = 0, step_ = 0;
-  std::vector<char> recv_buf_, sum_buf_;
+  std::unique_ptr<char[]> recv_buf_, sum_buf_;
   std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
 };
 

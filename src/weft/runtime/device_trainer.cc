@@ -140,6 +140,31 @@ void DeviceTrainer::init(uint64_t seed) {
   for (Chunk& c : chunks_) c.model->init(seed);
 }
 
+DeviceParallel device_parallel(
+    const parallel::ProcessGroups& groups, int tp, int pp, int dp, int pp_rank, int vp,
+    schedule::Kind schedule, const std::function<comm::Communicator*(comm::Communicator&)>& data) {
+  auto on_backend = [&](comm::Communicator* host) -> comm::Communicator* {
+    return host != nullptr && host->size() > 1 ? data(*host) : nullptr;
+  };
+  auto host_group = [](comm::Communicator* g) {
+    return g != nullptr && g->size() > 1 ? g : nullptr;
+  };
+  DeviceParallel p;
+  p.tp = tp;
+  p.pp = pp;
+  p.vp = vp;
+  p.pp_rank = pp_rank;
+  p.schedule = schedule;
+  p.pp_group = pp > 1 ? host_group(groups.pp.get()) : nullptr;
+  p.dp_group = dp > 1 ? host_group(groups.dp.get()) : nullptr;
+  p.model_group = host_group(groups.model.get());
+  p.tp_data = tp > 1 ? on_backend(groups.tp.get()) : nullptr;
+  p.pp_data = on_backend(p.pp_group);
+  p.dp_data = on_backend(p.dp_group);
+  p.embedding_data = pp > 1 ? on_backend(groups.embedding.get()) : nullptr;
+  return p;
+}
+
 DeviceTrainer::Chunk& DeviceTrainer::chunk(int stage) {
   const schedule::Shape& sh = schedule_.shape;
   WEFT_CHECK(stage >= 0 && stage < S_ && sh.rank_of(stage) == par_.pp_rank, "stage ", stage,

@@ -19,6 +19,7 @@
 // use, so any communicator's stream is correctly ordered against the kernels.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "weft/model/memory.h"
 #include "weft/model/mixed_gpt.h"
 #include "weft/optim/adamw.h"
+#include "weft/parallel/groups.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/microbatch_slots.h"
 #include "weft/runtime/train_step.h"
@@ -53,6 +55,16 @@ struct DeviceParallel {
   comm::Communicator* dp_data = nullptr;
   comm::Communicator* embedding_data = nullptr;
 };
+
+// This rank's DeviceParallel in a job of tp x pp x dp ranks, from the groups parallel::make_groups
+// made (all null in one process): pipeline rank `pp_rank`, vp chunks per rank under `schedule`.
+// `data(host)` gives the group on the backend's memory with host's ranks (the caller owns it; the
+// host backend may return `host` itself); it is asked only for groups of more than one rank, in
+// the same order on every rank (a split is collective). The one way the trainer and the tests
+// wire a device job.
+DeviceParallel device_parallel(const parallel::ProcessGroups& groups, int tp, int pp, int dp,
+                               int pp_rank, int vp, schedule::Kind schedule,
+                               const std::function<comm::Communicator*(comm::Communicator&)>& data);
 
 class DeviceTrainer : public StageRunner {
  public:

@@ -236,26 +236,16 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
                const parallel::ProcessGroups& groups, const EngineDevice& device)
       : cfg_(cfg), me_(me), world_(world), backend_(*device.backend) {
     // This rank's groups on the device's memory: the same ranks as the host groups.
-    auto data_group = [&](comm::Communicator* host) -> comm::Communicator* {
-      if (host == nullptr || host->size() == 1) return nullptr;
-      device_groups_.push_back(device.group ? device.group(*host)
-                                            : host->split(0, host->rank(), host->name()));
+    auto data_group = [&](comm::Communicator& host) -> comm::Communicator* {
+      device_groups_.push_back(device.group ? device.group(host)
+                                            : host.split(0, host.rank(), host.name()));
       return device_groups_.back().get();
     };
     const int b = cfg.train.micro_batch, T = cfg.train.seq_len, m = cfg.microbatches();
-    DeviceParallel dp;
-    dp.tp = cfg.parallel.tp;
-    dp.pp = cfg.parallel.pp;
-    dp.vp = cfg.parallel.vp;
-    dp.pp_rank = me.pp;
-    dp.schedule = schedule::parse_kind(cfg.parallel.schedule).value();
-    dp.pp_group = dp.pp > 1 ? groups.pp.get() : nullptr;
-    dp.dp_group = cfg.parallel.dp > 1 ? groups.dp.get() : nullptr;
-    dp.model_group = world != nullptr && world->size() > 1 ? groups.model.get() : nullptr;
-    dp.tp_data = data_group(dp.tp > 1 ? groups.tp.get() : nullptr);
-    dp.pp_data = data_group(dp.pp_group);
-    dp.dp_data = data_group(dp.dp_group);
-    dp.embedding_data = data_group(groups.embedding.get());
+    const auto& par = cfg.parallel;
+    const DeviceParallel dp =
+        device_parallel(groups, par.tp, par.pp, par.dp, me.pp, par.vp,
+                        schedule::parse_kind(par.schedule).value(), data_group);
     predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
     trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
                                                cfg.recompute());
