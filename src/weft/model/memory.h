@@ -4,7 +4,8 @@
 // activations and the backward workspace, each from the same list of buffers the model allocates
 // from, so the trainer's launch gate (the device arena's size, the host launch check) and the
 // planner (planner::peak_memory, for every precision) are told what is allocated.
-//   fp32       the host engine (model::Gpt, PipelineRunner, optim::DistributedOptimizer): the layouts of
+//   fp32       the host engine (model::Gpt, PipelineRunner, optim::DistributedOptimizer): the
+//   layouts of
 //              param_layout.h and activation_layout.h, with ZeRO's shards and transients, the MPI
 //              temporaries, kernel scratch (per-thread attention rows) under workspace, and the
 //              process's runtime (oneDNN's code and packing buffers).
