@@ -5,10 +5,9 @@
 // from, so the trainer's launch gate (the device arena's size, the host launch check) and the
 // planner (planner::peak_memory, for every precision) are told what is allocated.
 //   fp32       the host engine (model::Gpt, PipelineRunner, optim::DistributedOptimizer): the
-//   layouts of
-//              param_layout.h and activation_layout.h, with ZeRO's shards and transients, the MPI
-//              temporaries, kernel scratch (per-thread attention rows) under workspace, and the
-//              process's runtime (oneDNN's code and packing buffers).
+//              layouts of param_layout.h and activation_layout.h, with ZeRO's shards and
+//              transients, the MPI temporaries, kernel scratch (per-thread attention rows) under
+//              workspace, and the process's runtime (oneDNN's code and packing buffers).
 //   bf16-mixed the device engine (model::MixedGpt, runtime::DeviceTrainer): bf16 compute with fp32
 //              master weights, gradients and AdamW state (Micikevicius et al. 2018), exactly the
 //              backend allocations: mixed_layout.h's buffers, the moments and the input gradients
