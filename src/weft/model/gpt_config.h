@@ -18,8 +18,8 @@ struct GptConfig {
   int max_seq_len = 0;     // size of the learned position table
 
   int head_size() const { return n_embd / n_head; }  // HS
-  int padded_vocab() const {                         // Vp
-    return (vocab_size + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to;
+  int padded_vocab() const {  // Vp; in int64 until rounded (validate: the result fits an int)
+    return static_cast<int>((int64_t{vocab_size} + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to);
   }
 };
 
