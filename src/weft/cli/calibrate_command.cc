@@ -174,34 +174,28 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
   for (int64_t n : sizes) {
     std::vector<float> buf(n, 1.0f);
     const int reps = n >= (1 << 20) ? 5 : 50;
-    world.all_reduce(buf.data(), n);
-    world.barrier();
-    auto t0 = clock_type::now();
-    for (int i = 0; i < reps; ++i) world.all_reduce(buf.data(), n);
-    const double t = seconds_since(t0) / reps;
-    xs.push_back(2.0 * (p - 1) / p * n * 4);
-    ys.push_back(t);
-    // Reduce-scatter of a buffer into 1/p of it, and all-gather of 1/p into a buffer, on the
-    // memory ZeRO runs them on: unit pool buffers (tensor/unit_pool.h, on huge pages, which the
-    // peer's single-copy read pins 512x fewer of; measured: ZeRO-3's unit all-gathers ran ~3x
-    // faster than the same collective on a std::vector).
-    const int64_t part = n / p;
-    UnitPool pool;
-    float* full = pool.acquire(part * p, /*zeroed=*/true);
-    float* shard = pool.acquire(part, /*zeroed=*/true);
-    auto timed = [&](auto&& op) {
+    auto timed = [&](auto&& op) {  // seconds per call, after one untimed call
       op();
       world.barrier();
       const auto start = clock_type::now();
       for (int i = 0; i < reps; ++i) op();
       return seconds_since(start) / reps;
     };
+    xs.push_back(2.0 * (p - 1) / p * n * 4);
+    ys.push_back(timed([&] { world.all_reduce(buf.data(), n); }));
+    // Reduce-scatter of a buffer into 1/p of it, and all-gather of 1/p into a buffer, on the
+    // memory ZeRO runs them on: unit pool buffers (tensor/unit_pool.h, on huge pages, which the
+    // peer's single-copy read pins 512x fewer of than a std::vector's).
+    const int64_t part = n / p;
+    UnitPool pool;
+    float* full = pool.acquire(part * p, /*zeroed=*/true);
+    float* shard = pool.acquire(part, /*zeroed=*/true);
     cx.push_back(static_cast<double>(p - 1) / p * part * p * 4);
     rsy.push_back(timed([&] { world.reduce_scatter(shard, full, part); }));
     agy.push_back(timed([&] { world.all_gather(full, shard, part); }));
     // Ping-pong between ranks 0 and 1: half the round trip.
     world.barrier();
-    t0 = clock_type::now();
+    const auto t0 = clock_type::now();
     for (int i = 0; i < reps; ++i) {
       if (world.rank() == 0) {
         world.send(buf.data(), n, 1);

@@ -44,6 +44,33 @@ std::string_view dtype_name(DataType t) {
   WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
 }
 
+namespace {
+template <typename T>
+void reduce_as(T* dst, const T* src, int64_t n, ReduceOp op) {
+  if (op == ReduceOp::Sum) {
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
+  }
+}
+}  // namespace
+
+void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op) {
+  switch (t) {
+    case DataType::F32:
+      return reduce_as(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+    case DataType::F64:
+      return reduce_as(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+    case DataType::I32:
+      return reduce_as(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+    case DataType::I64:
+      return reduce_as(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DataType::U8:
+      break;
+  }
+  WEFT_CHECK(false, "cannot reduce ", dtype_name(t));
+}
+
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:

@@ -26,6 +26,9 @@ std::string_view dtype_name(DataType t);
 
 enum class ReduceOp { Sum, Max };
 std::string_view reduce_op_name(ReduceOp op);
+// dst[i] = dst[i] op src[i] for n elements of a reducible type (not U8): the arithmetic of every
+// host-memory reduction (the thread communicator's collectives, the MPI ring reduce-scatter).
+void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op);
 
 template <typename T>
 constexpr DataType data_type_of();

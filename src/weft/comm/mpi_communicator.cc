@@ -209,26 +209,6 @@ class Pending {
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
-// dst[i] += src[i] for a reducible DataType.
-void add_into(void* dst, const void* src, int64_t n, DataType t) {
-  auto add = [n](auto* d, const auto* s) {
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
-  };
-  switch (t) {
-    case DataType::F32:
-      return add(static_cast<float*>(dst), static_cast<const float*>(src));
-    case DataType::F64:
-      return add(static_cast<double*>(dst), static_cast<const double*>(src));
-    case DataType::I32:
-      return add(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src));
-    case DataType::I64:
-      return add(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src));
-    case DataType::U8:
-      break;
-  }
-  WEFT_CHECK(false, "cannot add ", dtype_name(t));
-}
-
 // A sum reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first
 // half of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
 // (r-k-1) mod p to rank r+1 (its own input block at k = 0, else the sum it completed in step k-1)
@@ -308,7 +288,7 @@ class RingReduceScatter {
     ++step_;
     void* dst = done() ? out_ : sum_buf_.get();
     if (dst != own) std::memcpy(dst, own, static_cast<size_t>(bytes_));
-    add_into(dst, recv_buf_.get(), n_, op_.dtype);
+    reduce_into(dst, recv_buf_.get(), n_, op_.dtype, ReduceOp::Sum);
     if (!done()) post(sum_buf_.get());
   }
 

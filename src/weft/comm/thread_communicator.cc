@@ -201,32 +201,6 @@ class PendingRecv {
   double timeout_s_;
 };
 
-template <typename T>
-void combine_as(T* dst, const T* src, int64_t n, ReduceOp op) {
-  if (op == ReduceOp::Sum) {
-    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
-  }
-}
-
-// dst[i] = dst[i] op src[i]. U8 never gets here: the round's check rejects it first.
-void combine(void* dst, const void* src, int64_t n, DataType t, ReduceOp op) {
-  switch (t) {
-    case DataType::F32:
-      return combine_as(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
-    case DataType::F64:
-      return combine_as(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
-    case DataType::I32:
-      return combine_as(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
-    case DataType::I64:
-      return combine_as(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
-    case DataType::U8:
-      break;
-  }
-  WEFT_CHECK(false, "cannot reduce ", dtype_name(t));
-}
-
 // Why the ranks' posts of one collective cannot run together; "" when they can.
 std::string check_round(const std::vector<Post>& posts) {
   const Post& a = posts[0];
@@ -306,7 +280,7 @@ class ThreadCommunicator final : public Communicator {
       const size_t off = static_cast<size_t>(j) * es, bytes = static_cast<size_t>(c) * es;
       std::memcpy(tile, static_cast<const std::byte*>(posts[0].in) + off, bytes);
       for (size_t q = 1; q < posts.size(); ++q) {
-        combine(tile, static_cast<const std::byte*>(posts[q].in) + off, c, t, op);
+        reduce_into(tile, static_cast<const std::byte*>(posts[q].in) + off, c, t, op);
       }
       for (const Post& p : posts) std::memcpy(static_cast<std::byte*>(p.out) + off, tile, bytes);
     }
@@ -326,7 +300,8 @@ class ThreadCommunicator final : public Communicator {
     if (!sum.empty()) {
       std::memcpy(sum.data(), static_cast<const std::byte*>(posts[0].in) + off, sum.size());
       for (size_t q = 1; q < posts.size(); ++q) {
-        combine(sum.data(), static_cast<const std::byte*>(posts[q].in) + off, n, t, ReduceOp::Sum);
+        reduce_into(sum.data(), static_cast<const std::byte*>(posts[q].in) + off, n, t,
+                    ReduceOp::Sum);
       }
     }
     leave();

@@ -8,6 +8,7 @@
 #include "weft/model/activation_layout.h"
 #include "weft/model/mixed_layout.h"
 #include "weft/model/param_layout.h"
+#include "weft/tensor/aligned_buffer.h"
 #include "weft/tensor/zero_shards.h"
 
 namespace weft::model {
@@ -15,7 +16,6 @@ namespace weft::model {
 namespace {
 
 constexpr int64_t kFloat = sizeof(float);
-constexpr int64_t kPage = 4096;
 
 // The MPI temporaries of one unit's gradient reduction on the busiest rank, in bytes (Open
 // MPI 4.1's nonblocking collectives; measured with MPI_Iallreduce on 2, 4 and 8 ranks of this
@@ -37,11 +37,10 @@ int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
 // are mapped and unmapped per call, so they count only while their reduction is in flight.
 constexpr int64_t kHeapCeiling = int64_t{32} << 20;
 
-// What one pool buffer of `bytes` holds resident (tensor/unit_pool.cc): from 2 MiB on it starts
-// on a huge-page boundary and is advised as huge, and zeroing it faults in whole 2 MiB pages.
+// What one pool buffer of `bytes` holds resident (tensor/unit_pool.h: zeroed, on huge pages from
+// 2 MiB on, so whole 2 MiB pages fault in).
 int64_t pool_buffer_bytes(int64_t bytes) {
-  constexpr int64_t kHugePage = int64_t{2} << 20;
-  return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+  return AlignedBuffer<float>::allocated_bytes(bytes, AlignedBuffer<float>::Pages::Huge);
 }
 
 // From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers that all its chunks

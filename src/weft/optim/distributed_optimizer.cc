@@ -144,13 +144,10 @@ void DistributedOptimizer::grads_ready(int u) {
           {u, -1,
            dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
       return;
-    case 1:  // the reduced shard is the step's gradient: straight into place
-      pending_.push_back({u, -1,
-                          dp_->reduce_scatter_async(grad_shard_.data() + sh->offset, g, sh->size,
-                                                    comm::DataType::F32)});
-      return;
     default: {
-      if (!shard_started_[u]) {  // the step's first pass: straight into the shard, nothing to add
+      // ZeRO 1's one reduction, and ZeRO 2/3's first of the step: the reduced shard is the step's
+      // gradient so far, straight into place. Later passes arrive in tmp_ and are added.
+      if (zero_ == 1 || !shard_started_[u]) {
         shard_started_[u] = true;
         pending_.push_back({u, -1,
                             dp_->reduce_scatter_async(grad_shard_.data() + sh->offset, g, sh->size,
@@ -252,10 +249,9 @@ void DistributedOptimizer::step(float lr) {
   }
   adam_->step(master_.data(), grad_shard_.data(), lr);
   if (zero_ <= 2) gather_all();
-  if (zero_ >= 2) {  // accumulated afresh over the next step's microbatches
-    grad_shard_.zero();
-    shard_started_.assign(shard_started_.size(), false);
-  }
+  // Accumulated afresh over the next step's microbatches: each unit's first reduction overwrites
+  // its range of the shard.
+  if (zero_ >= 2) shard_started_.assign(shard_started_.size(), false);
 }
 
 DistributedOptimizer::StateView DistributedOptimizer::state() {

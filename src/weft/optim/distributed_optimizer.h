@@ -142,8 +142,8 @@ class DistributedOptimizer final : public model::ParamHooks {
   std::unique_ptr<UnitPool> own_pool_;
   UnitPool* pool_;
   std::vector<float*> grad_slot_, param_slot_;
-  // ZeRO 2/3: whether a unit's gradient shard has received this step's first reduction (which
-  // goes straight into it; later ones arrive in tmp_ and are added).
+  // ZeRO 1-3: whether a unit's gradient shard has received this step's first reduction (which
+  // goes straight into it; from ZeRO 2 on later ones arrive in tmp_ and are added).
   std::vector<bool> shard_started_;
   double wait_seconds_ = 0;
 };

@@ -14,9 +14,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <utility>
 #include <vector>
+
+#include "weft/tensor/aligned_buffer.h"
 
 namespace weft {
 
@@ -29,31 +29,9 @@ class UnitPool {
   // Gives back a buffer acquire() returned.
   void release(float* p);
 
-  // Floats held, in use or free: what the pool keeps resident.
-  int64_t held() const;
-  int in_use() const;
-
  private:
-  class HugeBuffer {  // zeroed, on huge pages where it spans one (unit_pool.cc)
-   public:
-    explicit HugeBuffer(int64_t n);
-    HugeBuffer(HugeBuffer&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-    HugeBuffer& operator=(HugeBuffer&& o) noexcept {
-      std::swap(data_, o.data_);
-      std::swap(n_, o.n_);
-      return *this;
-    }
-    ~HugeBuffer() { std::free(data_); }
-    float* data() const { return data_; }
-    int64_t size() const { return n_; }
-
-   private:
-    float* data_ = nullptr;
-    int64_t n_ = 0;
-  };
   struct Slot {
-    HugeBuffer buf;
+    AlignedBuffer<float> buf;  // Pages::Huge
     bool in_use = false;
   };
   std::vector<Slot> slots_;
