@@ -1,6 +1,6 @@
-// The CUDA MixedBackend (kernels/cuda/mixed_backend.h) against the host one
-// (kernels::make_host_mixed_backend, the reference the GPU model is checked against): every op of
-// kernels/mixed.h gets the same random bf16/fp32 inputs (the same bits) on both backends; outputs
+// The CUDA Backend (kernels/cuda/mixed_backend.h) against the host one
+// (kernels::make_host_backend(Precision::BF16Mixed), the reference the GPU model is checked against): every op of
+// kernels/backend.h gets the same random bf16/fp32 inputs (the same bits) on both backends; outputs
 // are poisoned with NaN before the call (an element an op forgets fails), gradients that ops add
 // into start from random values, and the results are compared:
 //   bf16 outputs in ulps (support/bf16_ulp.h, kGpuRounding): both round the fp32 result once, at
@@ -41,13 +41,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "support/backend_ops.h"
 #include "support/bf16_ulp.h"
 #include "support/rel_error.h"
 #include "weft/core/dtype.h"
 #include "weft/core/rng.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/cuda/arena.h"
 #include "weft/kernels/cuda/mixed_backend.h"
-#include "weft/kernels/mixed.h"
 
 namespace weft::kernels {
 namespace {
@@ -96,7 +97,7 @@ class MixedCuda : public ::testing::Test {
     seed_ = std::random_device{}();
     trace_ = std::make_unique<::testing::ScopedTrace>(__FILE__, __LINE__,
                                                       "random seed " + std::to_string(seed_));
-    host_ = make_host_mixed_backend();
+    host_ = make_host_backend(Precision::BF16Mixed);
     gpu_ = cuda::make_mixed_backend(int64_t{256} << 20);
   }
   void TearDown() override {
@@ -142,7 +143,7 @@ class MixedCuda : public ::testing::Test {
     return put(x);
   }
   template <typename T>
-  std::vector<T> get(MixedBackend& backend, const T* p, int64_t n) {
+  std::vector<T> get(Backend& backend, const T* p, int64_t n) {
     std::vector<T> x(static_cast<size_t>(n));
     backend.download(x.data(), p, n * static_cast<int64_t>(sizeof(T)));
     return x;
@@ -169,8 +170,8 @@ class MixedCuda : public ::testing::Test {
   uint32_t seed_ = 0;
   uint64_t draws_ = 0;
   std::unique_ptr<::testing::ScopedTrace> trace_;
-  std::unique_ptr<MixedBackend> host_;
-  std::unique_ptr<MixedBackend> gpu_;
+  std::unique_ptr<Backend> host_;
+  std::unique_ptr<Backend> gpu_;
 };
 
 #define EXPECT_AGREE(both, tol) EXPECT_LE(error(both), (tol)) << #both
@@ -203,8 +204,8 @@ TEST_F(MixedCuda, ConvertRoundsLikeTheHost) {
   const int64_t n = 100003;
   const Both<float> in = put(random(n, -100.f, 100.f));
   const Both<BF16> out = poisoned<BF16>(n);
-  host_->convert(out.host, in.host, n);
-  gpu_->convert(out.gpu, in.gpu, n);
+  weft::test::act_op(&kernels::Backend::convert, *host_, out.host, in.host, n);
+  weft::test::act_op(&kernels::Backend::convert, *gpu_, out.gpu, in.gpu, n);
   const Bf16s g = get(*gpu_, out.gpu, n), h = get(*host_, out.host, n);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(g[i].bits, h[i].bits) << "element " << i;
 }
@@ -214,8 +215,10 @@ TEST_F(MixedCuda, EmbeddingForwardAgrees) {
   const Both<int32_t> tokens = put(random_tokens(B * T, V));
   const Both<BF16> wte = put(random16(V * C)), wpe = put(random16(T * C));
   const Both<BF16> out = poisoned<BF16>(B * T * C);
-  host_->embedding_forward(out.host, tokens.host, wte.host, wpe.host, B, T, C);
-  gpu_->embedding_forward(out.gpu, tokens.gpu, wte.gpu, wpe.gpu, B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *host_, out.host, tokens.host, wte.host,
+                     wpe.host, B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *gpu_, out.gpu, tokens.gpu, wte.gpu,
+                     wpe.gpu, B, T, C);
   EXPECT_BF16_AGREE(out);
 }
 
@@ -224,8 +227,10 @@ TEST_F(MixedCuda, EmbeddingBackwardAddsAlike) {
   const std::vector<int32_t> tokens = random_tokens(B * T, V);
   const Both<BF16> dout = put(random16(B * T * C));
   const Both<float> dwte = put(random(V * C)), dwpe = put(random(T * C));
-  host_->embedding_backward(dwte.host, dwpe.host, dout.host, tokens.data(), B, T, C);
-  gpu_->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.data(), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *host_, dwte.host, dwpe.host, dout.host,
+                     tokens.data(), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *gpu_, dwte.gpu, dwpe.gpu, dout.gpu,
+                     tokens.data(), B, T, C);
   EXPECT_AGREE(dwte, kTolF32);
   EXPECT_AGREE(dwpe, kTolF32);
 }
@@ -234,8 +239,8 @@ TEST_F(MixedCuda, ResidualForwardRoundsLikeTheHost) {
   const int64_t n = 100003;
   const Both<BF16> a = put(random16(n)), b = put(random16(n, -3.f, 3.f));
   const Both<BF16> out = poisoned<BF16>(n);
-  host_->residual_forward(out.host, a.host, b.host, n);
-  gpu_->residual_forward(out.gpu, a.gpu, b.gpu, n);
+  weft::test::act_op(&kernels::Backend::residual_forward, *host_, out.host, a.host, b.host, n);
+  weft::test::act_op(&kernels::Backend::residual_forward, *gpu_, out.gpu, a.gpu, b.gpu, n);
   // The fp32 sum rounded to bf16, on both: the same bits.
   EXPECT_EQ(error(out), 0.0);
 }
@@ -248,9 +253,10 @@ TEST_F(MixedCuda, LayerNormForwardAgrees) {
     const Both<BF16> weight = put(random16(C)), bias = put(random16(C));
     const Both<BF16> out = poisoned<BF16>(N * C);
     const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
-    host_->layernorm_forward(out.host, mean.host, rstd.host, inp.host, weight.host, bias.host, N,
-                             C);
-    gpu_->layernorm_forward(out.gpu, mean.gpu, rstd.gpu, inp.gpu, weight.gpu, bias.gpu, N, C);
+    weft::test::act_op(&kernels::Backend::layernorm_forward, *host_, out.host, mean.host, rstd.host,
+                       inp.host, weight.host, bias.host, N, C);
+    weft::test::act_op(&kernels::Backend::layernorm_forward, *gpu_, out.gpu, mean.gpu, rstd.gpu,
+                       inp.gpu, weight.gpu, bias.gpu, N, C);
     EXPECT_BF16_AGREE(out);
     EXPECT_AGREE(mean, kTolF32);
     EXPECT_AGREE(rstd, kTolF32);
@@ -263,10 +269,10 @@ TEST_F(MixedCuda, FusedResidualLayerNormForwardAgrees) {
   const Both<BF16> weight = put(random16(C)), bias = put(random16(C));
   const Both<BF16> residual = poisoned<BF16>(N * C), out = poisoned<BF16>(N * C);
   const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
-  host_->fused_residual_layernorm_forward(residual.host, out.host, mean.host, rstd.host, a.host,
-                                          b.host, weight.host, bias.host, N, C);
-  gpu_->fused_residual_layernorm_forward(residual.gpu, out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu,
-                                         weight.gpu, bias.gpu, N, C);
+  weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *host_, residual.host,
+                     out.host, mean.host, rstd.host, a.host, b.host, weight.host, bias.host, N, C);
+  weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *gpu_, residual.gpu,
+                     out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu, weight.gpu, bias.gpu, N, C);
   // a + b rounded once: the same bits on both.
   EXPECT_EQ(error(residual), 0.0);
   EXPECT_BF16_AGREE(out);
@@ -281,17 +287,18 @@ TEST_F(MixedCuda, LayerNormBackwardAddsAlike) {
   // The statistics both backwards read: the host forward's, the same bits on both.
   Both<BF16> out = poisoned<BF16>(N * C);
   Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
-  host_->layernorm_forward(out.host, mean.host, rstd.host, inp.host, weight.host, bias.host, N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_forward, *host_, out.host, mean.host, rstd.host,
+                     inp.host, weight.host, bias.host, N, C);
   mean = put(get(*host_, mean.host, N));
   rstd = put(get(*host_, rstd.host, N));
 
   const Both<BF16> dout = put(random16(N * C));
   const Both<BF16> dinp = put(random16(N * C));  // the residual stream's gradient, added into
   const Both<float> dweight = put(random(C)), dbias = put(random(C));
-  host_->layernorm_backward(dinp.host, dweight.host, dbias.host, dout.host, inp.host, weight.host,
-                            mean.host, rstd.host, N, C);
-  gpu_->layernorm_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
-                           mean.gpu, rstd.gpu, N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_backward, *host_, dinp.host, dweight.host,
+                     dbias.host, dout.host, inp.host, weight.host, mean.host, rstd.host, N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_backward, *gpu_, dinp.gpu, dweight.gpu, dbias.gpu,
+                     dout.gpu, inp.gpu, weight.gpu, mean.gpu, rstd.gpu, N, C);
   EXPECT_BF16_AGREE(dinp);
   EXPECT_AGREE(dweight, kTolF32);
   EXPECT_AGREE(dbias, kTolF32);
@@ -306,10 +313,12 @@ TEST_F(MixedCuda, LinearForwardAgreesWithAndWithoutBiasAndGelu) {
       SCOPED_TRACE(std::string("bias ") + (with_bias ? "yes" : "no") + ", gelu " +
                    (with_gelu ? "yes" : "no"));
       const Both<BF16> out = poisoned<BF16>(N * OC), pre = poisoned<BF16>(N * OC);
-      host_->linear_forward(out.host, with_gelu ? pre.host : nullptr, inp.host, weight.host,
-                            with_bias ? bias.host : nullptr, N, IC, OC);
-      gpu_->linear_forward(out.gpu, with_gelu ? pre.gpu : nullptr, inp.gpu, weight.gpu,
-                           with_bias ? bias.gpu : nullptr, N, IC, OC);
+      weft::test::act_op(&kernels::Backend::linear_forward, *host_, out.host,
+                         with_gelu ? pre.host : nullptr, inp.host, weight.host,
+                         with_bias ? bias.host : nullptr, N, IC, OC);
+      weft::test::act_op(&kernels::Backend::linear_forward, *gpu_, out.gpu,
+                         with_gelu ? pre.gpu : nullptr, inp.gpu, weight.gpu,
+                         with_bias ? bias.gpu : nullptr, N, IC, OC);
       EXPECT_BF16_AGREE(out);
       if (with_gelu) {
         EXPECT_BF16_AGREE(pre);
@@ -326,27 +335,29 @@ TEST_F(MixedCuda, LinearBackwardAgreesAndSkipsNullOutputs) {
     SCOPED_TRACE(std::string("gelu ") + (with_gelu ? "yes" : "no"));
     const Both<BF16> dinp = poisoned<BF16>(N * IC);
     const Both<float> dweight = put(random(OC * IC)), dbias = put(random(OC));
-    host_->linear_backward(dinp.host, dweight.host, dbias.host, dout.host, inp.host, weight.host,
-                           with_gelu ? gelu_pre.host : nullptr, N, IC, OC);
-    gpu_->linear_backward(dinp.gpu, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu,
-                          with_gelu ? gelu_pre.gpu : nullptr, N, IC, OC);
+    weft::test::act_op(&kernels::Backend::linear_backward, *host_, dinp.host, dweight.host,
+                       dbias.host, dout.host, inp.host, weight.host,
+                       with_gelu ? gelu_pre.host : nullptr, N, IC, OC);
+    weft::test::act_op(&kernels::Backend::linear_backward, *gpu_, dinp.gpu, dweight.gpu, dbias.gpu,
+                       dout.gpu, inp.gpu, weight.gpu, with_gelu ? gelu_pre.gpu : nullptr, N, IC,
+                       OC);
     EXPECT_BF16_AGREE(dinp);
     EXPECT_AGREE(dweight, kTolGemmGrad);
     EXPECT_AGREE(dbias, kTolGemmGrad);
   }
   // The input gradient alone (a zero-bubble schedule's I pass), then the weight gradients alone.
   const Both<BF16> dinp = poisoned<BF16>(N * IC);
-  host_->linear_backward(dinp.host, nullptr, nullptr, dout.host, inp.host, weight.host, nullptr, N,
-                         IC, OC);
-  gpu_->linear_backward(dinp.gpu, nullptr, nullptr, dout.gpu, inp.gpu, weight.gpu, nullptr, N, IC,
-                        OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *host_, dinp.host, nullptr, nullptr,
+                     dout.host, inp.host, weight.host, nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *gpu_, dinp.gpu, nullptr, nullptr,
+                     dout.gpu, inp.gpu, weight.gpu, nullptr, N, IC, OC);
   EXPECT_BF16_AGREE(dinp);
   const Floats dweight0 = random(OC * IC);
   const Both<float> dweight = put(dweight0), dbias = put(random(OC));
-  host_->linear_backward(nullptr, dweight.host, dbias.host, dout.host, inp.host, weight.host,
-                         nullptr, N, IC, OC);
-  gpu_->linear_backward(nullptr, dweight.gpu, dbias.gpu, dout.gpu, inp.gpu, weight.gpu, nullptr, N,
-                        IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *host_, nullptr, dweight.host, dbias.host,
+                     dout.host, inp.host, weight.host, nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *gpu_, nullptr, dweight.gpu, dbias.gpu,
+                     dout.gpu, inp.gpu, weight.gpu, nullptr, N, IC, OC);
   EXPECT_AGREE(dweight, kTolGemmGrad);
   EXPECT_AGREE(dbias, kTolGemmGrad);
 }
@@ -360,8 +371,10 @@ TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
     const Both<BF16> qkv = put(random16(int64_t{B} * T * 3 * C, -2.f, 2.f));
     const Both<BF16> out = poisoned<BF16>(int64_t{B} * T * C);
     const Both<float> lse = poisoned<float>(int64_t{B} * NH * T);
-    host_->attention_forward(out.host, lse.host, qkv.host, B, T, C, NH);
-    gpu_->attention_forward(out.gpu, lse.gpu, qkv.gpu, B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_forward, *host_, out.host, lse.host, qkv.host,
+                       B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_forward, *gpu_, out.gpu, lse.gpu, qkv.gpu, B, T,
+                       C, NH);
     EXPECT_BF16_AGREE(out);
     EXPECT_AGREE(lse, kTolF32);
 
@@ -370,9 +383,10 @@ TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
     const Both<float> lse_ref = put(get(*host_, lse.host, lse.n));
     const Both<BF16> dout = put(random16(int64_t{B} * T * C));
     const Both<BF16> dqkv = poisoned<BF16>(int64_t{B} * T * 3 * C);
-    host_->attention_backward(dqkv.host, dout.host, qkv.host, out_ref.host, lse_ref.host, B, T, C,
-                              NH);
-    gpu_->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, out_ref.gpu, lse_ref.gpu, B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_backward, *host_, dqkv.host, dout.host,
+                       qkv.host, out_ref.host, lse_ref.host, B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_backward, *gpu_, dqkv.gpu, dout.gpu, qkv.gpu,
+                       out_ref.gpu, lse_ref.gpu, B, T, C, NH);
     EXPECT_BF16_AGREE(dqkv);
   }
 }
@@ -386,8 +400,10 @@ TEST_F(MixedCuda, SoftmaxCrossEntropyAgreesOverAPaddedVocabulary) {
   const Both<BF16> logits = put(random16(int64_t{N} * Vp, -5.f, 5.f));
   const Both<float> losses = poisoned<float>(N);
   const float dloss = 1.f / N;
-  host_->softmax_cross_entropy(losses.host, logits.host, targets.host, dloss, N, V, Vp);
-  gpu_->softmax_cross_entropy(losses.gpu, logits.gpu, targets.gpu, dloss, N, V, Vp);
+  weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *host_, losses.host, logits.host,
+                     targets.host, dloss, N, V, Vp);
+  weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *gpu_, losses.gpu, logits.gpu,
+                     targets.gpu, dloss, N, V, Vp);
   EXPECT_AGREE(losses, kTolF32);
   EXPECT_BF16_AGREE(logits);
   const Bf16s g = get(*gpu_, logits.gpu, logits.n);
@@ -415,8 +431,8 @@ TEST_F(MixedCuda, WidenIsExact) {
   const int64_t n = 100003;
   const Both<BF16> in = put(random16(n, -100.f, 100.f));
   const Both<float> out = poisoned<float>(n);
-  host_->widen(out.host, in.host, n);
-  gpu_->widen(out.gpu, in.gpu, n);
+  weft::test::act_op(&kernels::Backend::widen, *host_, out.host, in.host, n);
+  weft::test::act_op(&kernels::Backend::widen, *gpu_, out.gpu, in.gpu, n);
   EXPECT_EQ(get(*gpu_, out.gpu, n), get(*host_, out.host, n));
 }
 
@@ -428,10 +444,10 @@ TEST_F(MixedCuda, EmbeddingForwardShardRoundsLikeTheHost) {
     SCOPED_TRACE("v0=" + std::to_string(sh.v0));
     const Both<BF16> out = poisoned<BF16>(B * T * C);
     const int64_t at = int64_t{sh.v0} * C;
-    host_->embedding_forward_shard(out.host, tokens.host, wte.host + at,
-                                   sh.v0 == 0 ? wpe.host : nullptr, B, T, C, sh.v0, sh.Vl);
-    gpu_->embedding_forward_shard(out.gpu, tokens.gpu, wte.gpu + at, sh.v0 == 0 ? wpe.gpu : nullptr,
-                                  B, T, C, sh.v0, sh.Vl);
+    weft::test::act_op(&kernels::Backend::embedding_forward_shard, *host_, out.host, tokens.host,
+                       wte.host + at, sh.v0 == 0 ? wpe.host : nullptr, B, T, C, sh.v0, sh.Vl);
+    weft::test::act_op(&kernels::Backend::embedding_forward_shard, *gpu_, out.gpu, tokens.gpu,
+                       wte.gpu + at, sh.v0 == 0 ? wpe.gpu : nullptr, B, T, C, sh.v0, sh.Vl);
     EXPECT_EQ(error(out), 0.0);  // one fp32 sum rounded once, on both
   }
 }
@@ -447,10 +463,12 @@ TEST_F(MixedCuda, EmbeddingBackwardShardAddsAlike) {
       SCOPED_TRACE("V=" + std::to_string(V) + " v0=" + std::to_string(sh.v0));
       const Both<float> dwte = put(random(int64_t{sh.Vl} * C)), dwpe = put(random(T * C));
       const bool with_dwpe = sh.v0 == 0;  // as the model: tp rank 0 owns wpe
-      host_->embedding_backward_shard(dwte.host, with_dwpe ? dwpe.host : nullptr, dout.host,
-                                      tokens.data(), B, T, C, sh.v0, sh.Vl);
-      gpu_->embedding_backward_shard(dwte.gpu, with_dwpe ? dwpe.gpu : nullptr, dout.gpu,
-                                     tokens.data(), B, T, C, sh.v0, sh.Vl);
+      weft::test::act_op(&kernels::Backend::embedding_backward_shard, *host_, dwte.host,
+                         with_dwpe ? dwpe.host : nullptr, dout.host, tokens.data(), B, T, C, sh.v0,
+                         sh.Vl);
+      weft::test::act_op(&kernels::Backend::embedding_backward_shard, *gpu_, dwte.gpu,
+                         with_dwpe ? dwpe.gpu : nullptr, dout.gpu, tokens.data(), B, T, C, sh.v0,
+                         sh.Vl);
       EXPECT_AGREE(dwte, kTolF32);
       EXPECT_AGREE(dwpe, kTolF32);  // untouched on both without it
     }
@@ -478,9 +496,10 @@ TEST_F(MixedCuda, VocabParallelCrossEntropyAgrees) {
       const VocabShard& sh = shards[r];
       logits.push_back(put(random16(int64_t{N} * Vl, -5.f, 5.f)));
       const Both<float> stats = poisoned<float>(int64_t{N} * 3);
-      host_->cross_entropy_shard_stats(stats.host, logits[r].host, targets.host, N, Vl, sh.Vv,
-                                       sh.v0);
-      gpu_->cross_entropy_shard_stats(stats.gpu, logits[r].gpu, targets.gpu, N, Vl, sh.Vv, sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *host_, stats.host,
+                         logits[r].host, targets.host, N, Vl, sh.Vv, sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *gpu_, stats.gpu,
+                         logits[r].gpu, targets.gpu, N, Vl, sh.Vv, sh.v0);
       if (sh.Vv > 0) {
         EXPECT_AGREE(stats, kTolF32);
       } else {  // all padding: no maximum, nothing to sum, no target
@@ -499,10 +518,12 @@ TEST_F(MixedCuda, VocabParallelCrossEntropyAgrees) {
       const VocabShard& sh = shards[r];
       SCOPED_TRACE("rank " + std::to_string(r));
       const Both<float> losses = poisoned<float>(N);
-      host_->cross_entropy_shard_finish(losses.host, logits[r].host, all_stats.host, t,
-                                        targets.host, dloss, N, V, Vl, sh.Vv, sh.v0);
-      gpu_->cross_entropy_shard_finish(losses.gpu, logits[r].gpu, all_stats.gpu, t, targets.gpu,
-                                       dloss, N, V, Vl, sh.Vv, sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *host_, losses.host,
+                         logits[r].host, all_stats.host, t, targets.host, dloss, N, V, Vl, sh.Vv,
+                         sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *gpu_, losses.gpu,
+                         logits[r].gpu, all_stats.gpu, t, targets.gpu, dloss, N, V, Vl, sh.Vv,
+                         sh.v0);
       EXPECT_AGREE(losses, kTolF32);
       EXPECT_BF16_AGREE(logits[r]);
       const Bf16s g = get(*gpu_, logits[r].gpu, logits[r].n);
@@ -528,10 +549,12 @@ TEST_F(MixedCuda, OneShardCrossEntropyIsSoftmaxCrossEntropy) {
   const Both<float> fused_losses = poisoned<float>(N), losses = poisoned<float>(N);
   const Both<float> stats = poisoned<float>(int64_t{N} * 3);
   const float dloss = 1.f / N;
-  gpu_->softmax_cross_entropy(fused_losses.gpu, fused.gpu, targets.gpu, dloss, N, V, Vp);
-  gpu_->cross_entropy_shard_stats(stats.gpu, sharded.gpu, targets.gpu, N, Vp, V, 0);
-  gpu_->cross_entropy_shard_finish(losses.gpu, sharded.gpu, stats.gpu, 1, targets.gpu, dloss, N, V,
-                                   Vp, V, 0);
+  weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *gpu_, fused_losses.gpu, fused.gpu,
+                     targets.gpu, dloss, N, V, Vp);
+  weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *gpu_, stats.gpu, sharded.gpu,
+                     targets.gpu, N, Vp, V, 0);
+  weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *gpu_, losses.gpu, sharded.gpu,
+                     stats.gpu, 1, targets.gpu, dloss, N, V, Vp, V, 0);
   EXPECT_EQ(get(*gpu_, losses.gpu, N), get(*gpu_, fused_losses.gpu, N));
   const Bf16s a = get(*gpu_, sharded.gpu, sharded.n), b = get(*gpu_, fused.gpu, fused.n);
   for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i].bits, b[i].bits) << "element " << i;
@@ -553,7 +576,7 @@ TEST_F(MixedCuda, AdamWPlanOverOddSegmentsAgrees) {
   const std::vector<float> decay = {0.1f, 0.f, 0.1f};
   std::vector<Both<float>> params, grads, m, v;
   std::vector<Both<BF16>> copies;
-  std::vector<MixedBackend::AdamWSegment> host_segments, gpu_segments;
+  std::vector<Backend::AdamWSegment> host_segments, gpu_segments;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const int64_t n = sizes[i];
     params.push_back(put(random(n)));

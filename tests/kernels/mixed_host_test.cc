@@ -1,4 +1,4 @@
-// The host MixedBackend (kernels/cpu/mixed_host.cc) against the reference templates
+// The host Backend (kernels/cpu/host_bf16.cc) against the reference templates
 // (weft::kernels::ref, run in double on the same bf16-rounded inputs) and the fp32 CPU AdamW, at
 // odd sizes above a warp. Each bf16 output twice: within ||out - ref|| / ||ref|| <= 4e-3 of the
 // double result, and in ulps (support/bf16_ulp.h) against that result rounded to the nearest
@@ -10,9 +10,10 @@
 // rounded sum and normalizes that, the cross-entropy gradient is exactly 0 in the padding and in
 // ignored rows, and the bf16 weight copy is the rounded master weight.
 
+#include "support/backend_ops.h"
 #include "support/bf16_ulp.h"
 #include "support/rel_error.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 
 #include <gtest/gtest.h>
 
@@ -114,7 +115,7 @@ bool same_bits(const Bf16s& a, const Bf16s& b) {
 
 // Every pointer an op gets is the backend's memory: put() uploads a host vector, poisoned()
 // allocates n elements of NaN, get() downloads.
-class HostMixedBackendTest : public ::testing::Test {
+class HostBf16BackendTest : public ::testing::Test {
  protected:
   template <typename T>
   T* put(const std::vector<T>& x) {
@@ -134,10 +135,10 @@ class HostMixedBackendTest : public ::testing::Test {
     return x;
   }
 
-  std::unique_ptr<MixedBackend> backend_ = make_host_mixed_backend();
+  std::unique_ptr<Backend> backend_ = make_host_backend(Precision::BF16Mixed);
 };
 
-TEST_F(HostMixedBackendTest, AllocatesAlignedMemoryAndCountsItsBytes) {
+TEST_F(HostBf16BackendTest, AllocatesAlignedMemoryAndCountsItsBytes) {
   EXPECT_EQ(backend_->name(), "host");
   int64_t total = 0;
   for (int64_t bytes : {1, 1000, 77, 0, 4096}) {
@@ -155,14 +156,14 @@ TEST_F(HostMixedBackendTest, AllocatesAlignedMemoryAndCountsItsBytes) {
   EXPECT_EQ(get(d, 77), Floats(77, 0.f));
 }
 
-TEST_F(HostMixedBackendTest, ConvertRoundsEachValueToTheNearestEvenBf16) {
+TEST_F(HostBf16BackendTest, ConvertRoundsEachValueToTheNearestEvenBf16) {
   Floats x = uniform(1001, "convert", -100.f, 100.f);
   x.push_back(1.f + 0x1p-8f);      // a tie: down to the even 1.0
   x.push_back(1.f + 3 * 0x1p-8f);  // a tie: up to the even 1 + 2^-6
   x.push_back(kNaN);
   const int64_t n = static_cast<int64_t>(x.size());
   BF16* out = poisoned_bf16(n);
-  backend_->convert(out, put(x), n);
+  weft::test::act_op(&kernels::Backend::convert, *backend_, out, put(x), n);
   const Bf16s got = get(out, n);
   EXPECT_TRUE(
       same_bits(Bf16s(got.begin(), got.end() - 1), round_all(Floats(x.begin(), x.end() - 1))));
@@ -198,13 +199,14 @@ TEST(Bf16Ulps, RoundToBf16RoundsADoubleOnceToTheNearestEven) {
   EXPECT_FALSE(bf16_ulps_within(toward_zero, ref, kSameRounding));
 }
 
-TEST_F(HostMixedBackendTest, EmbeddingForwardRoundsTheSumOfTokenAndPositionRowsOnce) {
+TEST_F(HostBf16BackendTest, EmbeddingForwardRoundsTheSumOfTokenAndPositionRowsOnce) {
   const int B = 3, T = 37, C = 77, V = 101;
   const Bf16s wte = uniform_bf16(static_cast<int64_t>(V) * C, "wte");
   const Bf16s wpe = uniform_bf16(static_cast<int64_t>(T) * C, "wpe");
   const std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
   BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
-  backend_->embedding_forward(out, put(tokens), put(wte), put(wpe), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *backend_, out, put(tokens), put(wte),
+                     put(wpe), B, T, C);
   const Bf16s got = get(out, static_cast<int64_t>(B) * T * C);
   Bf16s expected(got.size());
   for (int n = 0; n < B * T; ++n) {
@@ -216,7 +218,7 @@ TEST_F(HostMixedBackendTest, EmbeddingForwardRoundsTheSumOfTokenAndPositionRowsO
   EXPECT_TRUE(same_bits(got, expected));
 }
 
-TEST_F(HostMixedBackendTest, EmbeddingBackwardAddsEachRowToItsTokenAndPosition) {
+TEST_F(HostBf16BackendTest, EmbeddingBackwardAddsEachRowToItsTokenAndPosition) {
   const int B = 3, T = 37, C = 77, V = 11;  // few tokens: many repeats
   const Bf16s dout = uniform_bf16(static_cast<int64_t>(B) * T * C, "dout");
   const std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
@@ -224,7 +226,8 @@ TEST_F(HostMixedBackendTest, EmbeddingBackwardAddsEachRowToItsTokenAndPosition) 
   const Floats dwpe0 = uniform(static_cast<int64_t>(T) * C, "dwpe0");
   float* dwte = put(dwte0);
   float* dwpe = put(dwpe0);
-  backend_->embedding_backward(dwte, dwpe, put(dout), tokens.data(), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *backend_, dwte, dwpe, put(dout),
+                     tokens.data(), B, T, C);
 
   Doubles ref_dwte = to_double(dwte0);
   Doubles ref_dwpe = to_double(dwpe0);
@@ -242,13 +245,14 @@ struct LayerNormInputs {
   Bf16s bias = uniform_bf16(C, "ln_bias");
 };
 
-TEST_F(HostMixedBackendTest, LayernormForwardMatchesTheReference) {
+TEST_F(HostBf16BackendTest, LayernormForwardMatchesTheReference) {
   const LayerNormInputs in;
   const int N = in.N, C = in.C;
   BF16* out = poisoned_bf16(static_cast<int64_t>(N) * C);
   float* mean = poisoned_floats(N);
   float* rstd = poisoned_floats(N);
-  backend_->layernorm_forward(out, mean, rstd, put(in.inp), put(in.weight), put(in.bias), N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, out, mean, rstd, put(in.inp),
+                     put(in.weight), put(in.bias), N, C);
 
   Doubles ref_out(static_cast<size_t>(N) * C), ref_mean(N), ref_rstd(N);
   ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), to_double(in.inp).data(),
@@ -260,12 +264,12 @@ TEST_F(HostMixedBackendTest, LayernormForwardMatchesTheReference) {
   EXPECT_F32_CLOSE(get(rstd, N), ref_rstd);
 }
 
-TEST_F(HostMixedBackendTest, ResidualForwardRoundsTheSumOnceAndCopyMovesBytes) {
+TEST_F(HostBf16BackendTest, ResidualForwardRoundsTheSumOnceAndCopyMovesBytes) {
   const int64_t n = 1001;
   const Bf16s a = uniform_bf16(n, "plain_residual_a", 1.f, 3.f);
   const Bf16s b = uniform_bf16(n, "plain_residual_b");
   BF16* out = poisoned_bf16(n);
-  backend_->residual_forward(out, put(a), put(b), n);
+  weft::test::act_op(&kernels::Backend::residual_forward, *backend_, out, put(a), put(b), n);
   Bf16s expected(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) expected[i] = BF16::from_float(a[i].to_float() + b[i].to_float());
   EXPECT_TRUE(same_bits(get(out, n), expected));
@@ -274,7 +278,7 @@ TEST_F(HostMixedBackendTest, ResidualForwardRoundsTheSumOnceAndCopyMovesBytes) {
   EXPECT_TRUE(same_bits(get(moved, n), expected));
 }
 
-TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
+TEST_F(HostBf16BackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   const LayerNormInputs in;
   const int N = in.N, C = in.C;
   const int64_t NC = static_cast<int64_t>(N) * C;
@@ -286,8 +290,8 @@ TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   float* rstd = poisoned_floats(N);
   const BF16* weight = put(in.weight);
   const BF16* bias = put(in.bias);
-  backend_->fused_residual_layernorm_forward(residual, out, mean, rstd, put(a), put(b), weight,
-                                             bias, N, C);
+  weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *backend_, residual, out,
+                     mean, rstd, put(a), put(b), weight, bias, N, C);
   const Bf16s got_residual = get(residual, NC);
   Bf16s expected_residual(static_cast<size_t>(NC));
   for (int64_t i = 0; i < NC; ++i) {
@@ -298,8 +302,8 @@ TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   BF16* plain_out = poisoned_bf16(NC);
   float* plain_mean = poisoned_floats(N);
   float* plain_rstd = poisoned_floats(N);
-  backend_->layernorm_forward(plain_out, plain_mean, plain_rstd, put(got_residual), weight, bias, N,
-                              C);
+  weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, plain_out, plain_mean,
+                     plain_rstd, put(got_residual), weight, bias, N, C);
   const Bf16s got_out = get(out, NC);
   EXPECT_TRUE(same_bits(got_out, get(plain_out, NC)));
   EXPECT_EQ(get(mean, N), get(plain_mean, N));
@@ -313,7 +317,7 @@ TEST_F(HostMixedBackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   EXPECT_BF16_ULPS(got_out, ref_out);
 }
 
-TEST_F(HostMixedBackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGradients) {
+TEST_F(HostBf16BackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGradients) {
   const LayerNormInputs in;
   const int N = in.N, C = in.C;
   const int64_t NC = static_cast<int64_t>(N) * C;
@@ -326,11 +330,13 @@ TEST_F(HostMixedBackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGra
   BF16* out = poisoned_bf16(NC);
   float* mean = poisoned_floats(N);
   float* rstd = poisoned_floats(N);
-  backend_->layernorm_forward(out, mean, rstd, inp, weight, put(in.bias), N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, out, mean, rstd, inp, weight,
+                     put(in.bias), N, C);
   BF16* dinp = put(dinp0);
   float* dweight = put(dweight0);
   float* dbias = put(dbias0);
-  backend_->layernorm_backward(dinp, dweight, dbias, put(dout), inp, weight, mean, rstd, N, C);
+  weft::test::act_op(&kernels::Backend::layernorm_backward, *backend_, dinp, dweight, dbias,
+                     put(dout), inp, weight, mean, rstd, N, C);
 
   Doubles ref_out(static_cast<size_t>(NC)), ref_mean(N), ref_rstd(N);
   const Doubles inp_d = to_double(in.inp);
@@ -358,15 +364,15 @@ struct LinearInputs {
   Bf16s dout = uniform_bf16(static_cast<int64_t>(N) * OC, "lin_dout");
 };
 
-TEST_F(HostMixedBackendTest, LinearForwardMatchesTheReferenceWithAndWithoutBias) {
+TEST_F(HostBf16BackendTest, LinearForwardMatchesTheReferenceWithAndWithoutBias) {
   const LinearInputs in;
   const int N = in.N, IC = in.IC, OC = in.OC;
   const int64_t size = static_cast<int64_t>(N) * OC;
   for (const bool with_bias : {true, false}) {
     SCOPED_TRACE(with_bias ? "with bias" : "without bias");
     BF16* out = poisoned_bf16(size);
-    backend_->linear_forward(out, nullptr, put(in.inp), put(in.weight),
-                             with_bias ? put(in.bias) : nullptr, N, IC, OC);
+    weft::test::act_op(&kernels::Backend::linear_forward, *backend_, out, nullptr, put(in.inp),
+                       put(in.weight), with_bias ? put(in.bias) : nullptr, N, IC, OC);
     Doubles ref_out(static_cast<size_t>(size));
     ref::matmul_forward(ref_out.data(), to_double(in.inp).data(), to_double(in.weight).data(),
                         with_bias ? to_double(in.bias).data() : nullptr, N, IC, OC);
@@ -376,13 +382,14 @@ TEST_F(HostMixedBackendTest, LinearForwardMatchesTheReferenceWithAndWithoutBias)
   }
 }
 
-TEST_F(HostMixedBackendTest, LinearForwardWithGeluSavesThePreActivationAndItsGelu) {
+TEST_F(HostBf16BackendTest, LinearForwardWithGeluSavesThePreActivationAndItsGelu) {
   const LinearInputs in;
   const int N = in.N, IC = in.IC, OC = in.OC;
   const int64_t size = static_cast<int64_t>(N) * OC;
   BF16* out = poisoned_bf16(size);
   BF16* pre = poisoned_bf16(size);
-  backend_->linear_forward(out, pre, put(in.inp), put(in.weight), put(in.bias), N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_forward, *backend_, out, pre, put(in.inp),
+                     put(in.weight), put(in.bias), N, IC, OC);
   Doubles ref_pre(static_cast<size_t>(size)), ref_out(static_cast<size_t>(size));
   ref::matmul_forward(ref_pre.data(), to_double(in.inp).data(), to_double(in.weight).data(),
                       to_double(in.bias).data(), N, IC, OC);
@@ -394,7 +401,7 @@ TEST_F(HostMixedBackendTest, LinearForwardWithGeluSavesThePreActivationAndItsGel
   EXPECT_BF16_ULPS(got_out, ref_out);
 }
 
-TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGradients) {
+TEST_F(HostBf16BackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGradients) {
   const LinearInputs in;
   const int N = in.N, IC = in.IC, OC = in.OC;
   const int64_t in_size = static_cast<int64_t>(N) * IC;
@@ -403,8 +410,8 @@ TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGrad
   BF16* dinp = poisoned_bf16(in_size);
   float* dweight = put(dweight0);
   float* dbias = put(dbias0);
-  backend_->linear_backward(dinp, dweight, dbias, put(in.dout), put(in.inp), put(in.weight),
-                            nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *backend_, dinp, dweight, dbias,
+                     put(in.dout), put(in.inp), put(in.weight), nullptr, N, IC, OC);
 
   Doubles ref_dinp(static_cast<size_t>(in_size), 0.0);
   Doubles ref_dweight = to_double(dweight0);
@@ -419,13 +426,13 @@ TEST_F(HostMixedBackendTest, LinearBackwardWritesDinpAndAddsIntoTheParameterGrad
   EXPECT_F32_CLOSE(get(dbias, OC), ref_dbias);
 }
 
-TEST_F(HostMixedBackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
+TEST_F(HostBf16BackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
   const LinearInputs in;
   const int N = in.N, IC = in.IC, OC = in.OC;
   const Floats dbias0 = uniform(OC, "lin_dbias0");
   float* dbias = put(dbias0);
-  backend_->linear_backward(nullptr, nullptr, dbias, put(in.dout), put(in.inp), put(in.weight),
-                            nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *backend_, nullptr, nullptr, dbias,
+                     put(in.dout), put(in.inp), put(in.weight), nullptr, N, IC, OC);
   Doubles ref_dbias = to_double(dbias0);
   for (int n = 0; n < N; ++n) {
     for (int o = 0; o < OC; ++o) ref_dbias[o] += in.dout[n * OC + o].to_float();
@@ -434,8 +441,8 @@ TEST_F(HostMixedBackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
 
   // The input gradient alone (a zero-bubble schedule's I pass).
   BF16* dinp = poisoned_bf16(static_cast<int64_t>(N) * IC);
-  backend_->linear_backward(dinp, nullptr, nullptr, put(in.dout), put(in.inp), put(in.weight),
-                            nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *backend_, dinp, nullptr, nullptr,
+                     put(in.dout), put(in.inp), put(in.weight), nullptr, N, IC, OC);
   Doubles ref_dinp(static_cast<size_t>(N) * IC, 0.0);
   ref::matmul_backward(ref_dinp.data(), static_cast<double*>(nullptr), nullptr,
                        to_double(in.dout).data(), to_double(in.inp).data(),
@@ -445,14 +452,14 @@ TEST_F(HostMixedBackendTest, LinearBackwardComputesOnlyTheGradientsItIsGiven) {
   EXPECT_BF16_ULPS(got_dinp, ref_dinp);
 }
 
-TEST_F(HostMixedBackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivative) {
+TEST_F(HostBf16BackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivative) {
   const LinearInputs in;
   const int N = in.N, IC = in.IC, OC = in.OC;
   const int64_t in_size = static_cast<int64_t>(N) * IC;
   const Bf16s gelu_pre = uniform_bf16(in_size, "gelu_pre", -3.f, 3.f);
   BF16* dinp = poisoned_bf16(in_size);
-  backend_->linear_backward(dinp, nullptr, nullptr, put(in.dout), put(in.inp), put(in.weight),
-                            put(gelu_pre), N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_backward, *backend_, dinp, nullptr, nullptr,
+                     put(in.dout), put(in.inp), put(in.weight), put(gelu_pre), N, IC, OC);
   Doubles product(static_cast<size_t>(in_size), 0.0);  // dout @ weight
   ref::matmul_backward(product.data(), static_cast<double*>(nullptr), nullptr,
                        to_double(in.dout).data(), to_double(in.inp).data(),
@@ -471,7 +478,7 @@ struct AttentionShape {
 // An odd head size (25) and the GPT-2 one (64).
 constexpr AttentionShape kAttentionShapes[] = {{2, 67, 75, 3}, {1, 40, 128, 2}};
 
-TEST_F(HostMixedBackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsumexp) {
+TEST_F(HostBf16BackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsumexp) {
   for (const AttentionShape& s : kAttentionShapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
@@ -480,7 +487,8 @@ TEST_F(HostMixedBackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsu
     const Bf16s qkv = uniform_bf16(static_cast<int64_t>(B) * T * 3 * C, "qkv", -2.f, 2.f);
     BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
     float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
-    backend_->attention_forward(out, lse, put(qkv), B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_forward, *backend_, out, lse, put(qkv), B, T, C,
+                       NH);
 
     const Doubles qkv_d = to_double(qkv);
     Doubles ref_out(static_cast<size_t>(B) * T * C);
@@ -559,7 +567,7 @@ Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const 
   return dqkv;
 }
 
-TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
+TEST_F(HostBf16BackendTest, AttentionBackwardMatchesTheReference) {
   for (const AttentionShape& s : kAttentionShapes) {
     SCOPED_TRACE(testing::Message()
                  << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
@@ -571,9 +579,11 @@ TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
     const BF16* qkv_dev = put(qkv);
     BF16* out = poisoned_bf16(out_size);
     float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
-    backend_->attention_forward(out, lse, qkv_dev, B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_forward, *backend_, out, lse, qkv_dev, B, T, C,
+                       NH);
     BF16* dqkv = poisoned_bf16(qkv_size);
-    backend_->attention_backward(dqkv, put(dout), qkv_dev, out, lse, B, T, C, NH);
+    weft::test::act_op(&kernels::Backend::attention_backward, *backend_, dqkv, put(dout), qkv_dev,
+                       out, lse, B, T, C, NH);
 
     const Doubles qkv_d = to_double(qkv);
     Doubles ref_out(static_cast<size_t>(out_size));
@@ -590,7 +600,7 @@ TEST_F(HostMixedBackendTest, AttentionBackwardMatchesTheReference) {
   }
 }
 
-TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddingAndIgnoredRows) {
+TEST_F(HostBf16BackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddingAndIgnoredRows) {
   const int N = 67, V = 1001, Vp = 1024;
   const int64_t size = static_cast<int64_t>(N) * Vp;
   Floats logits = uniform(size, "logits", -4.f, 4.f);
@@ -603,7 +613,8 @@ TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddi
   const float dloss = 1.f / N;
   float* losses = poisoned_floats(N);
   BF16* grad = put(logits16);
-  backend_->softmax_cross_entropy(losses, grad, put(targets), dloss, N, V, Vp);
+  weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *backend_, losses, grad,
+                     put(targets), dloss, N, V, Vp);
 
   Doubles ref_losses(N);
   Doubles ref_grad = to_double(logits16);
@@ -625,13 +636,14 @@ TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyMatchesTheReferenceWithZeroPaddi
   }
 }
 
-TEST_F(HostMixedBackendTest, SoftmaxCrossEntropyGivesNanForATargetOutsideTheVocabulary) {
+TEST_F(HostBf16BackendTest, SoftmaxCrossEntropyGivesNanForATargetOutsideTheVocabulary) {
   const int N = 3, V = 40, Vp = 48;
   const Bf16s logits = uniform_bf16(static_cast<int64_t>(N) * Vp, "bad_logits");
   const std::vector<int32_t> targets = {5, V, 7};
   float* losses = poisoned_floats(N);
   BF16* grad = put(logits);
-  backend_->softmax_cross_entropy(losses, grad, put(targets), 1.f, N, V, Vp);
+  weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *backend_, losses, grad,
+                     put(targets), 1.f, N, V, Vp);
   const Floats got_losses = get(losses, N);
   const Bf16s got_grad = get(grad, static_cast<int64_t>(N) * Vp);
   EXPECT_TRUE(std::isfinite(got_losses[0]));
@@ -662,12 +674,12 @@ std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
   return out;
 }
 
-TEST_F(HostMixedBackendTest, WidenIsExact) {
+TEST_F(HostBf16BackendTest, WidenIsExact) {
   Bf16s x = uniform_bf16(1001, "widen", -100.f, 100.f);
   x.push_back(BF16::from_float(kNaN));
   const int64_t n = static_cast<int64_t>(x.size());
   float* out = poisoned_floats(n);
-  backend_->widen(out, put(x), n);
+  weft::test::act_op(&kernels::Backend::widen, *backend_, out, put(x), n);
   const Floats got = get(out, n);
   for (int64_t i = 0; i + 1 < n; ++i) ASSERT_EQ(got[i], x[i].to_float()) << i;
   EXPECT_TRUE(std::isnan(got[n - 1]));
@@ -675,7 +687,7 @@ TEST_F(HostMixedBackendTest, WidenIsExact) {
 
 // The ranks' partials (rank 0 with wpe, the others without), summed in fp32 and rounded, are
 // embedding_forward's output, bit for bit.
-TEST_F(HostMixedBackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {
+TEST_F(HostBf16BackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {
   const int B = 3, T = 37, C = 77, V = 1001, Vp = 1008;
   const Bf16s wte = uniform_bf16(static_cast<int64_t>(Vp) * C, "wte");
   const Bf16s wpe = uniform_bf16(static_cast<int64_t>(T) * C, "wpe");
@@ -689,15 +701,17 @@ TEST_F(HostMixedBackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {
   const int32_t* d_tokens = put(tokens);
   const BF16* d_wte = put(wte);
   const BF16* d_wpe = put(wpe);
-  backend_->embedding_forward(full, d_tokens, d_wte, d_wpe, B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *backend_, full, d_tokens, d_wte, d_wpe,
+                     B, T, C);
   const Bf16s expected = get(full, size);
   for (const int t : {2, 3}) {
     SCOPED_TRACE(testing::Message() << t << " shards");
     Floats sum(static_cast<size_t>(size), 0.f);
     for (const VocabShard& sh : vocab_shards(V, Vp, t)) {
       BF16* out = poisoned_bf16(size);
-      backend_->embedding_forward_shard(out, d_tokens, d_wte + static_cast<int64_t>(sh.v0) * C,
-                                        sh.v0 == 0 ? d_wpe : nullptr, B, T, C, sh.v0, sh.Vl);
+      weft::test::act_op(&kernels::Backend::embedding_forward_shard, *backend_, out, d_tokens,
+                         d_wte + static_cast<int64_t>(sh.v0) * C, sh.v0 == 0 ? d_wpe : nullptr, B,
+                         T, C, sh.v0, sh.Vl);
       const Bf16s part = get(out, size);
       for (int64_t i = 0; i < size; ++i) sum[i] += part[i].to_float();
     }
@@ -707,7 +721,7 @@ TEST_F(HostMixedBackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {
 
 // Each rank's dwte is its rows of embedding_backward's dwte, bit for bit (the same per-token sums
 // in the same order), and every rank's dwpe is embedding_backward's dwpe.
-TEST_F(HostMixedBackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGradient) {
+TEST_F(HostBf16BackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGradient) {
   const int B = 4, T = 37, C = 77, V = 1001, Vp = 1008;
   const Bf16s dout = uniform_bf16(static_cast<int64_t>(B) * T * C, "dout");
   std::vector<int32_t> tokens = random_tokens(B * T, 40, "tokens");
@@ -718,7 +732,8 @@ TEST_F(HostMixedBackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGra
   const BF16* d_dout = put(dout);
   float* full_dwte = put(dwte0);
   float* full_dwpe = put(dwpe0);
-  backend_->embedding_backward(full_dwte, full_dwpe, d_dout, tokens.data(), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *backend_, full_dwte, full_dwpe, d_dout,
+                     tokens.data(), B, T, C);
   const Floats expected_dwte = get(full_dwte, static_cast<int64_t>(Vp) * C);
   const Floats expected_dwpe = get(full_dwpe, static_cast<int64_t>(T) * C);
   for (const int t : {1, 2, 3}) {
@@ -729,15 +744,16 @@ TEST_F(HostMixedBackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGra
       float* dwte = put(
           Floats(dwte0.begin() + int64_t{sh.v0} * C, dwte0.begin() + int64_t{sh.v0} * C + rows));
       float* dwpe = put(dwpe0);
-      backend_->embedding_backward_shard(dwte, dwpe, d_dout, tokens.data(), B, T, C, sh.v0, sh.Vl);
+      weft::test::act_op(&kernels::Backend::embedding_backward_shard, *backend_, dwte, dwpe, d_dout,
+                         tokens.data(), B, T, C, sh.v0, sh.Vl);
       const Floats part = get(dwte, rows);
       joined.insert(joined.end(), part.begin(), part.end());
       EXPECT_EQ(get(dwpe, static_cast<int64_t>(T) * C), expected_dwpe) << "dwpe of v0=" << sh.v0;
       // Without dwpe: the same dwte rows again, nothing else touched.
       float* again = put(
           Floats(dwte0.begin() + int64_t{sh.v0} * C, dwte0.begin() + int64_t{sh.v0} * C + rows));
-      backend_->embedding_backward_shard(again, nullptr, d_dout, tokens.data(), B, T, C, sh.v0,
-                                         sh.Vl);
+      weft::test::act_op(&kernels::Backend::embedding_backward_shard, *backend_, again, nullptr,
+                         d_dout, tokens.data(), B, T, C, sh.v0, sh.Vl);
       EXPECT_EQ(get(again, rows), part) << "dwte of v0=" << sh.v0 << " without dwpe";
     }
     EXPECT_EQ(joined, expected_dwte);
@@ -748,7 +764,7 @@ TEST_F(HostMixedBackendTest, EmbeddingBackwardShardsConcatenateToTheEmbeddingGra
 // rank) against softmax_cross_entropy over the whole padded row: every rank's losses within
 // 1e-6 (relative), the concatenated gradients within kSameRounding's ulps; exactly the same bits
 // for t = 1. Padding columns (100, which must not count) and ignored rows come out exactly 0.
-class VocabParallelCrossEntropy : public HostMixedBackendTest {
+class VocabParallelCrossEntropy : public HostBf16BackendTest {
  protected:
   void check(int V, int Vp, int t, std::string_view tag) {
     SCOPED_TRACE(testing::Message() << "V=" << V << " Vp=" << Vp << " t=" << t);
@@ -768,7 +784,8 @@ class VocabParallelCrossEntropy : public HostMixedBackendTest {
 
     float* ref_losses_d = poisoned_floats(N);
     BF16* ref_grad_d = put(logits16);
-    backend_->softmax_cross_entropy(ref_losses_d, ref_grad_d, d_targets, dloss, N, V, Vp);
+    weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *backend_, ref_losses_d,
+                       ref_grad_d, d_targets, dloss, N, V, Vp);
     const Floats ref_losses = get(ref_losses_d, N);
     const Bf16s ref_grad = get(ref_grad_d, size);
 
@@ -783,8 +800,8 @@ class VocabParallelCrossEntropy : public HostMixedBackendTest {
       }
       shard_logits.push_back(put(cols));
       float* stats = poisoned_floats(static_cast<int64_t>(N) * 3);
-      backend_->cross_entropy_shard_stats(stats, shard_logits.back(), d_targets, N, Vl, sh.Vv,
-                                          sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *backend_, stats,
+                         shard_logits.back(), d_targets, N, Vl, sh.Vv, sh.v0);
       const Floats got = get(stats, static_cast<int64_t>(N) * 3);
       all_stats.insert(all_stats.end(), got.begin(), got.end());
     }
@@ -794,8 +811,8 @@ class VocabParallelCrossEntropy : public HostMixedBackendTest {
     for (int r = 0; r < t; ++r) {
       const VocabShard& sh = shards[r];
       float* losses = poisoned_floats(N);
-      backend_->cross_entropy_shard_finish(losses, shard_logits[r], d_all_stats, t, d_targets,
-                                           dloss, N, V, Vl, sh.Vv, sh.v0);
+      weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *backend_, losses,
+                         shard_logits[r], d_all_stats, t, d_targets, dloss, N, V, Vl, sh.Vv, sh.v0);
       const Floats got_losses = get(losses, N);
       for (int n = 0; n < N; ++n) {
         if (t == 1) {
@@ -857,7 +874,8 @@ TEST_F(VocabParallelCrossEntropy, AnAllPaddingShardReportsNoMaximum) {
   const Bf16s logits = uniform_bf16(N * Vl, "pad_stats");
   const std::vector<int32_t> targets = {3, -1};
   float* stats = poisoned_floats(N * 3);
-  backend_->cross_entropy_shard_stats(stats, put(logits), put(targets), N, Vl, 0, 16);
+  weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *backend_, stats, put(logits),
+                     put(targets), N, Vl, 0, 16);
   const Floats got = get(stats, N * 3);
   for (int n = 0; n < N; ++n) {
     EXPECT_EQ(got[n * 3], -std::numeric_limits<float>::infinity()) << n;
@@ -880,7 +898,8 @@ TEST_F(VocabParallelCrossEntropy, GivesNanOnEveryRankForATargetOutsideTheVocabul
     }
     parts.push_back(put(cols));
     float* stats = poisoned_floats(N * 3);
-    backend_->cross_entropy_shard_stats(stats, parts.back(), d_targets, N, Vl, sh.Vv, sh.v0);
+    weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *backend_, stats, parts.back(),
+                       d_targets, N, Vl, sh.Vv, sh.v0);
     const Floats got = get(stats, N * 3);
     all_stats.insert(all_stats.end(), got.begin(), got.end());
   }
@@ -889,8 +908,8 @@ TEST_F(VocabParallelCrossEntropy, GivesNanOnEveryRankForATargetOutsideTheVocabul
     SCOPED_TRACE(testing::Message() << "v0=" << sh.v0);
     float* losses = poisoned_floats(N);
     BF16* grad = parts[static_cast<size_t>(sh.v0 / Vl)];
-    backend_->cross_entropy_shard_finish(losses, grad, d_all_stats, t, d_targets, 1.f, N, V, Vl,
-                                         sh.Vv, sh.v0);
+    weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *backend_, losses, grad,
+                       d_all_stats, t, d_targets, 1.f, N, V, Vl, sh.Vv, sh.v0);
     const Floats got_losses = get(losses, N);
     EXPECT_TRUE(std::isfinite(got_losses[0]));
     EXPECT_TRUE(std::isnan(got_losses[1]));
@@ -907,24 +926,29 @@ TEST_F(VocabParallelCrossEntropy, GivesNanOnEveryRankForATargetOutsideTheVocabul
   }
 }
 
-TEST_F(HostMixedBackendTest, RejectsInconsistentVocabularyShards) {
+TEST_F(HostBf16BackendTest, RejectsInconsistentVocabularyShards) {
   // Vv must be max(0, min(Vl, V - v0)), and tp >= 1.
-  EXPECT_THROW(backend_->cross_entropy_shard_stats(nullptr, nullptr, nullptr, 1, 8, 9, 0), Error);
-  EXPECT_THROW(backend_->cross_entropy_shard_stats(nullptr, nullptr, nullptr, 1, 8, -1, 0), Error);
-  EXPECT_THROW(backend_->cross_entropy_shard_finish(nullptr, nullptr, nullptr, 0, nullptr, 1.f, 1,
-                                                    16, 8, 8, 0),
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *backend_, nullptr,
+                                  nullptr, nullptr, 1, 8, 9, 0),
                Error);
-  EXPECT_THROW(backend_->cross_entropy_shard_finish(nullptr, nullptr, nullptr, 2, nullptr, 1.f, 1,
-                                                    12, 8, 8, 8),
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::cross_entropy_shard_stats, *backend_, nullptr,
+                                  nullptr, nullptr, 1, 8, -1, 0),
                Error);
-  EXPECT_THROW(
-      backend_->embedding_forward_shard(nullptr, nullptr, nullptr, nullptr, 1, 1, 4, -1, 8), Error);
-  EXPECT_THROW(
-      backend_->embedding_backward_shard(nullptr, nullptr, nullptr, nullptr, 1, 1, 4, 0, -8),
-      Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *backend_, nullptr,
+                                  nullptr, nullptr, 0, nullptr, 1.f, 1, 16, 8, 8, 0),
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::cross_entropy_shard_finish, *backend_, nullptr,
+                                  nullptr, nullptr, 2, nullptr, 1.f, 1, 12, 8, 8, 8),
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::embedding_forward_shard, *backend_, nullptr,
+                                  nullptr, nullptr, nullptr, 1, 1, 4, -1, 8),
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::embedding_backward_shard, *backend_, nullptr,
+                                  nullptr, nullptr, nullptr, 1, 1, 4, 0, -8),
+               Error);
 }
 
-TEST_F(HostMixedBackendTest, SumSquaresAccumulatesInDouble) {
+TEST_F(HostBf16BackendTest, SumSquaresAccumulatesInDouble) {
   const int64_t n = 100003;
   const Floats x = uniform(n, "sum_squares", -3.f, 3.f);
   const double got = backend_->sum_squares(put(x), n);
@@ -932,12 +956,12 @@ TEST_F(HostMixedBackendTest, SumSquaresAccumulatesInDouble) {
   EXPECT_NEAR(got, expected, 1e-12 * expected);
 }
 
-TEST_F(HostMixedBackendTest, AdamwStepMatchesTheCpuUpdateAndRoundsTheBf16Copy) {
+TEST_F(HostBf16BackendTest, AdamwStepMatchesTheCpuUpdateAndRoundsTheBf16Copy) {
   // Two segments of different sizes and weight decays; only the first has a bf16 copy.
   const int64_t sizes[] = {1001, 77};
   const float decays[] = {0.1f, 0.f};
   const float grad_scale = 0.5f;  // a power of two: the reference gets exactly scaled gradients
-  std::vector<MixedBackend::AdamWSegment> segments;
+  std::vector<Backend::AdamWSegment> segments;
   std::vector<Floats> params, grads, m, v;
   for (int s = 0; s < 2; ++s) {
     const std::string tag = "adamw" + std::to_string(s);
@@ -948,7 +972,7 @@ TEST_F(HostMixedBackendTest, AdamwStepMatchesTheCpuUpdateAndRoundsTheBf16Copy) {
     segments.push_back({put(params[s]), put(grads[s]), put(m[s]), put(v[s]),
                         s == 0 ? poisoned_bf16(sizes[s]) : nullptr, sizes[s], decays[s]});
   }
-  const std::unique_ptr<MixedBackend::AdamW> adamw = backend_->plan_adamw(segments);
+  const std::unique_ptr<Backend::AdamW> adamw = backend_->plan_adamw(segments);
   const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   for (int t = 1; t <= 2; ++t) {
     adamw->step(lr, beta1, beta2, eps, t, grad_scale);
@@ -971,7 +995,7 @@ TEST_F(HostMixedBackendTest, AdamwStepMatchesTheCpuUpdateAndRoundsTheBf16Copy) {
   }
 }
 
-TEST_F(HostMixedBackendTest, LinearForwardSecondsMeasuresAPositiveTime) {
+TEST_F(HostBf16BackendTest, LinearForwardSecondsMeasuresAPositiveTime) {
   const int64_t before = backend_->allocated_bytes();
   const double seconds = backend_->linear_forward_seconds(67, 77, 101, 3);
   EXPECT_GT(seconds, 0.0);
@@ -979,10 +1003,14 @@ TEST_F(HostMixedBackendTest, LinearForwardSecondsMeasuresAPositiveTime) {
   EXPECT_EQ(backend_->allocated_bytes(), before);  // its buffers are its own
 }
 
-TEST_F(HostMixedBackendTest, RejectsShapesThatDoNotDivide) {
+TEST_F(HostBf16BackendTest, RejectsShapesThatDoNotDivide) {
   EXPECT_FALSE(backend_->attention_supports(77, 3));
-  EXPECT_THROW(backend_->attention_forward(nullptr, nullptr, nullptr, 1, 4, 77, 3), Error);
-  EXPECT_THROW(backend_->softmax_cross_entropy(nullptr, nullptr, nullptr, 1.f, 1, 10, 8), Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::attention_forward, *backend_, nullptr, nullptr,
+                                  nullptr, 1, 4, 77, 3),
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *backend_, nullptr,
+                                  nullptr, nullptr, 1.f, 1, 10, 8),
+               Error);
 }
 
 }  // namespace

@@ -3,15 +3,16 @@
 
 #include <vector>
 
+#include "support/backend_ops.h"
 #include "weft/core/dtype.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/profiling_backend.h"
 
 namespace weft::kernels {
 namespace {
 
 TEST(ProfilingBackend, TimesTheOpsRunWhileEnabledAndChangesNoResult) {
-  auto host = make_host_mixed_backend();
+  auto host = make_host_backend(Precision::BF16Mixed);
   ProfilingBackend p(*host);
   const int N = 37, IC = 48, OC = 80;
   std::vector<BF16> x(N * IC), w(OC * IC);
@@ -26,12 +27,16 @@ TEST(ProfilingBackend, TimesTheOpsRunWhileEnabledAndChangesNoResult) {
   EXPECT_TRUE(p.times().empty());
 
   p.set_enabled(true);
-  p.linear_forward(out, nullptr, dx, dw, nullptr, N, IC, OC);
-  p.linear_forward(out, nullptr, dx, dw, nullptr, N, IC, OC);
-  p.residual_forward(out, out, out, 8);
+  weft::test::act_op(&kernels::Backend::linear_forward, p, out, nullptr, dx, dw, nullptr, N, IC,
+                     OC);
+  weft::test::act_op(&kernels::Backend::linear_forward, p, out, nullptr, dx, dw, nullptr, N, IC,
+                     OC);
+  weft::test::act_op(&kernels::Backend::residual_forward, p, out, out, out, 8);
   p.set_enabled(false);
-  p.linear_forward(out, nullptr, dx, dw, nullptr, N, IC, OC);  // not counted
-  host->linear_forward(ref, nullptr, dx, dw, nullptr, N, IC, OC);
+  weft::test::act_op(&kernels::Backend::linear_forward, p, out, nullptr, dx, dw, nullptr, N, IC,
+                     OC);  // not counted
+  weft::test::act_op(&kernels::Backend::linear_forward, *host, ref, nullptr, dx, dw, nullptr, N, IC,
+                     OC);
 
   const auto times = p.times();
   ASSERT_EQ(times.size(), 2u);

@@ -63,15 +63,15 @@ TEST(Gpt, DeferredWeightGradientsEqualTheFullBackward) {
   whole.init(5);
   split.init(5);
   for (Gpt* g : {&whole, &split}) g->zero_grad();
-  whole.forward(b.tokens.data(), b.targets.data(), 2, 16);
-  whole.backward(0.5f);
-  whole.forward(b.targets.data(), b.tokens.data(), 2, 16);
-  whole.backward(0.5f);
-  split.forward(b.tokens.data(), b.targets.data(), 2, 16, 0);
-  split.forward(b.targets.data(), b.tokens.data(), 2, 16, 1);
-  split.backward(0.5f, 0, /*defer_weight_grads=*/true);
+  whole.forward(b.tokens.data(), b.targets.data(), 2, 16, 0, 0.5f);
+  whole.backward();
+  whole.forward(b.targets.data(), b.tokens.data(), 2, 16, 0, 0.5f);
+  whole.backward();
+  split.forward(b.tokens.data(), b.targets.data(), 2, 16, 0, 0.5f);
+  split.forward(b.targets.data(), b.tokens.data(), 2, 16, 1, 0.5f);
+  split.backward(0, /*defer_weight_grads=*/true);
   split.backward_weights(0);
-  split.backward(0.5f, 1, /*defer_weight_grads=*/true);
+  split.backward(1, /*defer_weight_grads=*/true);
   EXPECT_THROW(split.forward(b.tokens.data(), b.targets.data(), 2, 16, 1), weft::Error);
   split.backward_weights(1);
   EXPECT_EQ(
@@ -84,14 +84,14 @@ TEST(Gpt, GradientsAccumulateAcrossBackwardCalls) {
   gpt.init(3);
   auto b = batch(2, 16, 61);
   gpt.zero_grad();
-  gpt.forward(b.tokens.data(), b.targets.data(), 2, 16);
-  gpt.backward(0.5f);
-  gpt.forward(b.tokens.data(), b.targets.data(), 2, 16);
-  gpt.backward(0.5f);
+  gpt.forward(b.tokens.data(), b.targets.data(), 2, 16, 0, 0.5f);
+  gpt.backward();
+  gpt.forward(b.tokens.data(), b.targets.data(), 2, 16, 0, 0.5f);
+  gpt.backward();
   std::vector<float> twice(gpt.grads().data(), gpt.grads().data() + gpt.grads().size());
   gpt.zero_grad();
   gpt.forward(b.tokens.data(), b.targets.data(), 2, 16);
-  gpt.backward(1.0f);
+  gpt.backward();
   for (size_t i = 0; i < twice.size(); ++i) {
     ASSERT_NEAR(twice[i], gpt.grads().data()[i], 1e-6f * (1 + std::abs(twice[i]))) << i;
   }

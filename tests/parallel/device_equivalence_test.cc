@@ -28,8 +28,8 @@
 #include "support/tiny_gpt.h"
 #include "weft/comm/thread_communicator.h"
 #include "weft/core/rng.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
-#include "weft/kernels/mixed.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/device_trainer.h"
 #include "weft/schedule/schedule.h"
@@ -47,15 +47,14 @@ model::GptConfig small_gpt() { return test::small_gpt_hs64(4, 32); }
 
 constexpr int kB = 2, kT = 32, kSteps = 10, kM = 4;  // kM microbatches per replica
 
-std::unique_ptr<kernels::MixedBackend> make_backend(int microbatches,
-                                                    const runtime::DeviceParallel& p) {
+std::unique_ptr<kernels::Backend> make_backend(int microbatches, const runtime::DeviceParallel& p) {
 #ifdef WEFT_TEST_CUDA
   return kernels::cuda::make_mixed_backend(
       runtime::DeviceTrainer::arena_bytes(small_gpt(), kB, kT, microbatches, p));
 #else
   (void)microbatches;
   (void)p;
-  return kernels::make_host_mixed_backend();
+  return kernels::make_host_backend(Precision::BF16Mixed);
 #endif
 }
 

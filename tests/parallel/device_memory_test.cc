@@ -16,8 +16,8 @@
 
 #include "support/thread_ranks.h"
 #include "support/tiny_gpt.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
-#include "weft/kernels/mixed.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/memory_model.h"
 #include "weft/runtime/device_trainer.h"
@@ -79,7 +79,7 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
                                   .recompute = l.recompute};
   r.planner = planner::weft_rank_memory(job, c, me.pp).total();
 
-  const auto backend = kernels::make_host_mixed_backend();
+  const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   runtime::DeviceTrainer t(*backend, cfg, kB, kT, l.microbatches, {}, par, l.recompute);
   r.allocated = backend->allocated_bytes();
   t.init(3);

@@ -12,7 +12,7 @@
 #include "support/tiny_gpt.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/comm_volume.h"
 #include "weft/runtime/device_trainer.h"
@@ -137,7 +137,7 @@ void expect_device_tp_volume(int tp, int dp) {
   par.tp_data = &tp_comm;
   par.model_group = groups.model.get();
   if (dp > 1) par.dp_group = par.dp_data = groups.dp.get();
-  const auto backend = kernels::make_host_mixed_backend();
+  const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   runtime::DeviceTrainer trainer(*backend, tiny(), B, T, m, {}, par);
   trainer.init(3);
   std::vector<int32_t> tokens(m * B * T + 1);

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "weft/core/memory_usage.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
-#include "weft/kernels/mixed.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/engine.h"
 
@@ -79,7 +79,7 @@ TEST(CheckpointMemory, ADeviceEngineSavesAndLoadsThroughItsBufferNotACopyOfTheSt
   const RunConfig cfg =
       parse_run_config(kRun, "wide.toml", {"run.out_dir=" + dir}).value_or_throw("config");
   kernels::set_num_threads(2);
-  auto backend = kernels::make_host_mixed_backend();
+  auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   const EngineDevice device{backend.get(), {}, kStagingBytes};
   parallel::ProcessGroups none;
 
@@ -153,7 +153,7 @@ TEST(CheckpointMemory, CheckpointsGoFromTheCpuToTheDeviceAndBackBitForBit) {
                                           "model.vocab_size=300"})
                             .value_or_throw("config");
   kernels::set_num_threads(2);
-  auto backend = kernels::make_host_mixed_backend();
+  auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   parallel::ProcessGroups none;
   auto cpu = make_engine(cfg, none, nullptr, {}).value_or_throw("cpu engine");
   cpu->init(7);

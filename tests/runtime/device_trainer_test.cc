@@ -13,7 +13,7 @@
 #include "support/param_compare.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
 #include "weft/model/mixed_gpt.h"
 #include "weft/optim/distributed_optimizer.h"
@@ -31,12 +31,12 @@ namespace {
 model::GptConfig small_gpt() { return test::small_gpt_hs64(2, 64); }
 constexpr int kB = 2, kT = 48;
 
-std::unique_ptr<kernels::MixedBackend> make_backend(const model::GptConfig& cfg) {
+std::unique_ptr<kernels::Backend> make_backend(const model::GptConfig& cfg) {
 #ifdef WEFT_TEST_CUDA
   return kernels::cuda::make_mixed_backend(runtime::DeviceTrainer::arena_bytes(cfg, kB, kT));
 #else
   (void)cfg;
-  return kernels::make_host_mixed_backend();
+  return kernels::make_host_backend(Precision::BF16Mixed);
 #endif
 }
 
@@ -50,7 +50,7 @@ class DeviceTrainerTest : public ::testing::Test {
     backend_ = make_backend(cfg_);
   }
   model::GptConfig cfg_ = small_gpt();
-  std::unique_ptr<kernels::MixedBackend> backend_;
+  std::unique_ptr<kernels::Backend> backend_;
 };
 
 // Tokens with structure a model can learn in a few steps: each sequence counts up from a random
@@ -85,8 +85,8 @@ TEST_F(DeviceTrainerTest, TheLossAndEveryTensorsGradientMatchTheFp32Model) {
   model::Gpt ref(cfg_, kB, kT);
   ref.init(7);
   ref.zero_grad();
-  const float ref_loss = ref.forward(t.data(), targets.data(), kB, kT);
-  ref.backward(0.5f);
+  const float ref_loss = ref.forward(t.data(), targets.data(), kB, kT, 0, 0.5f);
+  ref.backward();
 
   model::MixedGpt mixed(*backend_, cfg_, kB, kT);
   mixed.init(7);

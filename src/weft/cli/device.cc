@@ -48,9 +48,9 @@ layout::Engine engine_of_device(const std::string& device) {
   return device == "cpu" ? layout::Engine::Host : layout::Engine::Device;
 }
 
-std::unique_ptr<kernels::MixedBackend> make_device(const std::string& device, int64_t arena_bytes) {
+std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes) {
   if (device == "cpu") return nullptr;
-  if (device == "host-bf16") return kernels::make_host_mixed_backend();
+  if (device == "host-bf16") return kernels::make_host_backend(Precision::BF16Mixed);
   if (is_cuda(device)) {
 #ifdef WEFT_HAVE_CUDA
     const int visible = kernels::cuda::device_count();

@@ -2,10 +2,10 @@
 // --device of `weft train` and `weft bench step`:
 //   cpu        (default) fp32 on the CPU kernels, any tp x pp x dp layout;
 //   cuda[:N]   the GPU (device N; plain cuda: by local rank) in bf16 mixed precision:
-//              kernels/cuda through kernels::MixedBackend; tp x pp x dp on GPU ranks, no
+//              kernels/cuda through kernels::Backend; tp x pp x dp on GPU ranks, no
 //              sequence parallelism or ZeRO (docs/cuda.md);
 //   host-bf16  the GPU trainer's code path on the CPU, with the GPU's bf16 rounding points
-//              (kernels::make_host_mixed_backend): slow, for checking that path without a GPU.
+//              (kernels::make_host_backend(Precision::BF16Mixed)): slow, for checking that path without a GPU.
 
 #include <cstdint>
 #include <functional>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/layout/validate.h"
 #include "weft/model/recompute.h"
 
@@ -25,7 +25,7 @@ namespace weft::cli {
 // local rank % visible devices (one process per GPU; ranks share GPUs when there are fewer).
 // Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
 // is visible.
-std::unique_ptr<kernels::MixedBackend> make_device(const std::string& device, int64_t arena_bytes);
+std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes);
 
 // The engine a --device name trains on (layout/validate.h): cpu the host engine, cuda[:N] and
 // host-bf16 the device engine (model::MixedGpt, runtime::DeviceTrainer). Its layout rules are

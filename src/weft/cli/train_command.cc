@@ -112,7 +112,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
   options.tokenizer_spec = in.tokenizer_spec;
   options.world = world;
   // The device's memory is taken before the first step: a CUDA arena of this rank's size.
-  std::unique_ptr<kernels::MixedBackend> device;
+  std::unique_ptr<kernels::Backend> device;
   if (o.device != "cpu") {
     const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
     runtime::DeviceParallel layout;

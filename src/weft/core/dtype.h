@@ -11,6 +11,11 @@
 
 namespace weft {
 
+// A training run's precision policy, one enum for the backends (kernels/backend.h), the memory
+// model and the planner: FP32 everywhere, or bf16 activations and GEMM inputs with fp32 master
+// weights, gradients and AdamW state (Micikevicius et al. 2018, "Mixed Precision Training").
+enum class Precision { FP32, BF16Mixed };
+
 enum class DType : uint8_t { F32, BF16, F16, I32, U16 };
 
 inline constexpr int64_t dtype_size(DType t) {

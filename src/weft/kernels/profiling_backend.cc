@@ -53,90 +53,90 @@ void ProfilingBackend::zero(void* p, int64_t bytes) {
 void ProfilingBackend::copy(void* dst, const void* src, int64_t bytes) {
   timed("copy", [&] { inner_.copy(dst, src, bytes); });
 }
-void ProfilingBackend::convert(BF16* out, const float* in, int64_t n) {
+void ProfilingBackend::convert(Act* out, const float* in, int64_t n) {
   timed("convert", [&] { inner_.convert(out, in, n); });
 }
-void ProfilingBackend::widen(float* out, const BF16* in, int64_t n) {
+void ProfilingBackend::widen(float* out, const Act* in, int64_t n) {
   timed("widen", [&] { inner_.widen(out, in, n); });
 }
-void ProfilingBackend::embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte,
-                                         const BF16* wpe, int B, int T, int C) {
+void ProfilingBackend::embedding_forward(Act* out, const int32_t* tokens, const Act* wte,
+                                         const Act* wpe, int B, int T, int C) {
   timed("embedding_forward", [&] { inner_.embedding_forward(out, tokens, wte, wpe, B, T, C); });
 }
-void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const BF16* dout,
+void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const Act* dout,
                                           const int32_t* tokens_host, int B, int T, int C) {
   timed("embedding_backward",
         [&] { inner_.embedding_backward(dwte, dwpe, dout, tokens_host, B, T, C); });
 }
-void ProfilingBackend::embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte,
-                                               const BF16* wpe, int B, int T, int C, int v0,
+void ProfilingBackend::embedding_forward_shard(Act* out, const int32_t* tokens, const Act* wte,
+                                               const Act* wpe, int B, int T, int C, int v0,
                                                int Vl) {
   timed("embedding_forward_shard",
         [&] { inner_.embedding_forward_shard(out, tokens, wte, wpe, B, T, C, v0, Vl); });
 }
-void ProfilingBackend::embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+void ProfilingBackend::embedding_backward_shard(float* dwte, float* dwpe, const Act* dout,
                                                 const int32_t* tokens_host, int B, int T, int C,
                                                 int v0, int Vl) {
   timed("embedding_backward_shard",
         [&] { inner_.embedding_backward_shard(dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl); });
 }
-void ProfilingBackend::residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
+void ProfilingBackend::residual_forward(Act* out, const Act* a, const Act* b, int64_t n) {
   timed("residual_forward", [&] { inner_.residual_forward(out, a, b, n); });
 }
-void ProfilingBackend::layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp,
-                                         const BF16* weight, const BF16* bias, int N, int C) {
+void ProfilingBackend::layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
+                                         const Act* weight, const Act* bias, int N, int C) {
   timed("layernorm_forward",
         [&] { inner_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
 }
-void ProfilingBackend::fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean,
-                                                        float* rstd, const BF16* a, const BF16* b,
-                                                        const BF16* weight, const BF16* bias, int N,
+void ProfilingBackend::fused_residual_layernorm_forward(Act* residual, Act* out, float* mean,
+                                                        float* rstd, const Act* a, const Act* b,
+                                                        const Act* weight, const Act* bias, int N,
                                                         int C) {
   timed("fused_residual_layernorm_forward", [&] {
     inner_.fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
   });
 }
-void ProfilingBackend::layernorm_backward(BF16* dinp, float* dweight, float* dbias,
-                                          const BF16* dout, const BF16* inp, const BF16* weight,
-                                          const float* mean, const float* rstd, int N, int C) {
+void ProfilingBackend::layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                                          const Act* inp, const Act* weight, const float* mean,
+                                          const float* rstd, int N, int C) {
   timed("layernorm_backward", [&] {
     inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   });
 }
-void ProfilingBackend::linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp,
-                                      const BF16* weight, const BF16* bias, int N, int IC, int OC) {
+void ProfilingBackend::linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight,
+                                      const Act* bias, int N, int IC, int OC) {
   timed(linear_name("linear_forward", N, IC, OC, pre_gelu != nullptr),
         [&] { inner_.linear_forward(out, pre_gelu, inp, weight, bias, N, IC, OC); });
 }
-void ProfilingBackend::linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
-                                       const BF16* inp, const BF16* weight, const BF16* gelu_pre,
+void ProfilingBackend::linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                                       const Act* inp, const Act* weight, const Act* gelu_pre,
                                        int N, int IC, int OC) {
   timed(linear_name("linear_backward", N, IC, OC, gelu_pre != nullptr), [&] {
     inner_.linear_backward(dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
   });
 }
-void ProfilingBackend::attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T,
+void ProfilingBackend::attention_forward(Act* out, float* saved, const Act* qkv, int B, int T,
                                          int C, int NH) {
-  timed("attention_forward", [&] { inner_.attention_forward(out, lse, qkv, B, T, C, NH); });
+  timed("attention_forward", [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH); });
 }
-void ProfilingBackend::attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv,
-                                          const BF16* out, const float* lse, int B, int T, int C,
+void ProfilingBackend::attention_backward(Act* dqkv, const Act* dout, const Act* qkv,
+                                          const Act* out, const float* saved, int B, int T, int C,
                                           int NH) {
   timed("attention_backward",
-        [&] { inner_.attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); });
+        [&] { inner_.attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH); });
 }
-void ProfilingBackend::softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets,
+void ProfilingBackend::softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets,
                                              float dloss, int N, int V, int Vp) {
   timed("softmax_cross_entropy",
         [&] { inner_.softmax_cross_entropy(losses, logits, targets, dloss, N, V, Vp); });
 }
-void ProfilingBackend::cross_entropy_shard_stats(float* stats, const BF16* logits,
+void ProfilingBackend::cross_entropy_shard_stats(float* stats, const Act* logits,
                                                  const int32_t* targets, int N, int Vl, int Vv,
                                                  int v0) {
   timed("cross_entropy_shard_stats",
         [&] { inner_.cross_entropy_shard_stats(stats, logits, targets, N, Vl, Vv, v0); });
 }
-void ProfilingBackend::cross_entropy_shard_finish(float* losses, BF16* logits,
+void ProfilingBackend::cross_entropy_shard_finish(float* losses, Act* logits,
                                                   const float* all_stats, int tp,
                                                   const int32_t* targets, float dloss, int N, int V,
                                                   int Vl, int Vv, int v0) {
@@ -152,7 +152,7 @@ double ProfilingBackend::sum_squares(const float* x, int64_t n) {
 }
 
 // The plan's step is an op too: AdamW over every tensor in one launch.
-std::unique_ptr<MixedBackend::AdamW> ProfilingBackend::plan_adamw(
+std::unique_ptr<Backend::AdamW> ProfilingBackend::plan_adamw(
     std::span<const AdamWSegment> segments) {
   class Timed final : public AdamW {
    public:

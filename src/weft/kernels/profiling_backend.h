@@ -1,5 +1,5 @@
 #pragma once
-// A MixedBackend that forwards to another one and, while enabled, times every op: it waits for
+// A Backend that forwards to another one and, while enabled, times every op: it waits for
 // the op to finish (inner.synchronize()) and adds the wall time to the op's entry, keyed by the
 // op's name and, for the linear layers, its shape ("linear_forward 768->2304 (N=32768)"). With
 // one synchronization per op the times are each op's own device time plus its launch, so the
@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 
 namespace weft::kernels {
 
-class ProfilingBackend final : public MixedBackend {
+class ProfilingBackend final : public Backend {
  public:
-  explicit ProfilingBackend(MixedBackend& inner) : inner_(inner) {}
+  explicit ProfilingBackend(Backend& inner) : inner_(inner) {}
 
   // Off: every call is forwarded untimed (a step runs as without the wrapper).
   void set_enabled(bool on);
@@ -37,7 +37,8 @@ class ProfilingBackend final : public MixedBackend {
   std::vector<OpTime> times() const;
 
   std::string name() const override { return inner_.name(); }
-  using MixedBackend::allocate;
+  Precision precision() const override { return inner_.precision(); }
+  using Backend::allocate;
   void* allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   int64_t allocated_bytes() const override { return inner_.allocated_bytes(); }
   void upload(void* dst, const void* src, int64_t bytes) override;
@@ -46,40 +47,43 @@ class ProfilingBackend final : public MixedBackend {
   void copy(void* dst, const void* src, int64_t bytes) override;
   void synchronize() override { inner_.synchronize(); }
 
-  void convert(BF16* out, const float* in, int64_t n) override;
-  void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
+  void convert(Act* out, const float* in, int64_t n) override;
+  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int B,
                          int T, int C) override;
-  void widen(float* out, const BF16* in, int64_t n) override;
-  void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
+  void widen(float* out, const Act* in, int64_t n) override;
+  void embedding_backward(float* dwte, float* dwpe, const Act* dout, const int32_t* tokens_host,
                           int B, int T, int C) override;
-  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+  void embedding_forward_shard(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe,
                                int B, int T, int C, int v0, int Vl) override;
-  void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
+  void embedding_backward_shard(float* dwte, float* dwpe, const Act* dout,
                                 const int32_t* tokens_host, int B, int T, int C, int v0,
                                 int Vl) override;
-  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override;
-  void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                         const BF16* bias, int N, int C) override;
-  void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
-                                        const BF16* a, const BF16* b, const BF16* weight,
-                                        const BF16* bias, int N, int C) override;
-  void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
-                          const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                          int N, int C) override;
-  void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
-                      const BF16* bias, int N, int IC, int OC) override;
-  void linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout, const BF16* inp,
-                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) override;
-  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C,
+  void residual_forward(Act* out, const Act* a, const Act* b, int64_t n) override;
+  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                         const Act* bias, int N, int C) override;
+  void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
+                                        const Act* a, const Act* b, const Act* weight,
+                                        const Act* bias, int N, int C) override;
+  void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                          const Act* weight, const float* mean, const float* rstd, int N,
+                          int C) override;
+  void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight, const Act* bias,
+                      int N, int IC, int OC) override;
+  void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                       const Act* weight, const Act* gelu_pre, int N, int IC, int OC) override;
+  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
                          int NH) override;
-  void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
-                          const float* lse, int B, int T, int C, int NH) override;
+  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
+                          const float* saved, int B, int T, int C, int NH) override;
   bool attention_supports(int C, int NH) const override { return inner_.attention_supports(C, NH); }
-  void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
-                             int N, int V, int Vp) override;
-  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
+  int64_t attention_saved_floats(int B, int T, int NH) const override {
+    return inner_.attention_saved_floats(B, T, NH);
+  }
+  void softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets, float dloss, int N,
+                             int V, int Vp) override;
+  void cross_entropy_shard_stats(float* stats, const Act* logits, const int32_t* targets, int N,
                                  int Vl, int Vv, int v0) override;
-  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
+  void cross_entropy_shard_finish(float* losses, Act* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) override;
   double sum_squares(const float* x, int64_t n) override;
@@ -94,7 +98,7 @@ class ProfilingBackend final : public MixedBackend {
   template <typename F>
   void timed(const std::string& op, F&& f);
 
-  MixedBackend& inner_;
+  Backend& inner_;
   bool enabled_ = false;
   std::map<std::string, OpTime> times_;
 };

@@ -1,6 +1,6 @@
 #pragma once
 // The vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019, §3): the ONE algorithm
-// both engines run (model::Gpt in fp32 on the host, model::MixedGpt on any kernels::MixedBackend),
+// every backend runs (kernels/backend.h: cross_entropy_shard_stats and _finish),
 // and the arithmetic on its statistics, written once here for the host and the CUDA kernels
 // (kernels/cuda/ops.cu includes this header; __CUDACC__ makes the functions __host__ __device__).
 //
@@ -115,46 +115,45 @@ void row_stats(float* out, const T* z, int64_t Vv, int64_t y, ToFloat to_float) 
   out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
 }
 
-// The fp32 host engine's (model::Gpt's) forward: logits_local[N, Vl] holds global columns
-// [v0, v0 + Vl) (those >= V are padding). Steps 1-3, the exchange done by
-// all_gather(float* all[tp * 3N], const float* mine[3N], int64_t 3N) over the tp group. Writes
-// losses[N] (0 for targets < 0) and max_sum[2N] = (M | S) per row for backward().
-template <typename AllGather>
-void forward(float* losses, float* max_sum, const float* logits_local, const int32_t* targets,
-             int N, int64_t V, int64_t v0, int64_t Vl, int tp, AllGather&& all_gather) {
-  const int64_t Vv = real_columns(V, v0, Vl), n3 = int64_t{kStats} * N;
-  std::vector<float> mine(n3), all(tp * n3);
-#pragma omp parallel for schedule(static)
+// Steps 1 and 3 on the host for rows of any element type T (float or BF16): the two ops of
+// Backend (backend.h) that the host backends run, reading through to_float and writing the
+// gradient through from_float.
+// stats[N,3] = row_stats of each row's Vv real columns.
+template <typename T, typename ToFloat>
+void host_stats(float* stats, const T* logits, const int32_t* targets, int N, int Vl, int Vv,
+                int v0, ToFloat to_float) {
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= (int64_t{1} << 15))
   for (int n = 0; n < N; ++n) {
-    row_stats(mine.data() + int64_t{kStats} * n, logits_local + int64_t{n} * Vl, Vv,
-              int64_t{targets[n]} - v0, [](float x) { return x; });
-  }
-  all_gather(all.data(), mine.data(), n3);
-  for (int n = 0; n < N; ++n) {
-    const Totals t = totals(all.data() + int64_t{kStats} * n, n3, tp);
-    max_sum[n] = t.max;
-    max_sum[N + n] = t.sum;
-    losses[n] = targets[n] < 0 ? 0.0f : loss(t);
+    row_stats(stats + int64_t{kStats} * n, logits + int64_t{n} * Vl, Vv, int64_t{targets[n]} - v0,
+              to_float);
   }
 }
 
-// Its backward, no communication: OVERWRITES logits_local with grad() from forward()'s
-// max_sum (0 in padding columns and ignored rows), as kernels::cpu::softmax_cross_entropy_fused
-// does for the whole vocabulary.
-inline void backward(float* logits_local, const float* max_sum, const int32_t* targets, float dloss,
-                     int N, int64_t V, int64_t v0, int64_t Vl) {
-  const int64_t Vv = real_columns(V, v0, Vl);
-#pragma omp parallel for schedule(static)
+// totals() of every rank's stats (all_stats[tp,N,3]), then losses[N] and the logits[N,Vl]
+// OVERWRITTEN with grad() in the Vv real columns, 0 in the padding; an ignored row (target < 0)
+// gets loss 0 and gradient 0, a target >= V NaN (visible).
+template <typename T, typename ToFloat, typename FromFloat>
+void host_finish(float* losses, T* logits, const float* all_stats, int tp, const int32_t* targets,
+                 float dloss, int N, int V, int Vl, int Vv, int v0, ToFloat to_float,
+                 FromFloat from_float) {
+  const int64_t stride = int64_t{kStats} * N;  // between ranks in all_stats
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= (int64_t{1} << 15))
   for (int n = 0; n < N; ++n) {
-    float* z = logits_local + int64_t{n} * Vl;  // [Vl]; becomes the gradient
-    if (targets[n] < 0) {
-      std::fill(z, z + Vl, 0.0f);
+    T* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
+    const int32_t y = targets[n];
+    if (y < 0 || y >= V) {
+      const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
+      losses[n] = fill;
+      for (int j = 0; j < Vl; ++j) z[j] = from_float(j < Vv ? fill : 0.f);
       continue;
     }
-    const float m = max_sum[n], inv_s = 1.0f / max_sum[N + n];
-    const int64_t y = int64_t{targets[n]} - v0;
-    for (int64_t j = 0; j < Vv; ++j) z[j] = grad(z[j], m, inv_s, dloss, j == y);
-    std::fill(z + Vv, z + Vl, 0.0f);
+    const Totals t = totals(all_stats + int64_t{kStats} * n, stride, tp);
+    losses[n] = loss(t);
+    const float inv_s = 1.f / t.sum;
+    const int64_t local_y = static_cast<int64_t>(y) - v0;
+    for (int j = 0; j < Vv; ++j)
+      z[j] = from_float(grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y));
+    for (int j = Vv; j < Vl; ++j) z[j] = from_float(0.f);
   }
 }
 #endif

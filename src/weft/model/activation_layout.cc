@@ -66,7 +66,10 @@ BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute
     a.add("ln_f.rstd", {Ns});
     a.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
     a.add("losses", {B, T});
-    if (tp.tp > 1) a.add("ce.stats", {2, B, T});  // vocabulary-parallel softmax: max, sum of exp
+    if (tp.tp > 1) {  // the vocabulary-parallel cross-entropy's statistics: this rank's, everyone's
+      a.add("ce.stats", {B, T, 3});
+      a.add("ce.all", {tp.tp, B, T, 3});
+    }
   } else {
     a.add("d.output", {Ns, C});
   }
@@ -84,7 +87,6 @@ BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpSha
   w.add("d.ln", {B, T, C});
   w.add("d.atty", {B, T, C / t});
   w.add("d.qkv", {B, T, 3 * C / t});
-  w.add("d.fc_gelu", {B, T, 4 * C / t});
   w.add("d.fc", {B, T, 4 * C / t});
   if (tp.sequence_parallel && tp.tp > 1) {
     w.add("d.gathered", {B, T, C});

@@ -18,8 +18,8 @@
 // (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather), and two
 // scratch tensors hold a LayerNorm's local rows before the all-gather (sp.ln [N/t,C]) and a
 // row-parallel GEMM's partial sum before the reduce-scatter (sp.partial [B,T,C]). With t > 1 the
-// vocabulary-parallel cross-entropy keeps each row's max and sum of exponentials (ce.stats
-// [2,B,T]).
+// vocabulary-parallel cross-entropy's statistics (kernels/vocab_parallel_ce.h): this rank's
+// (ce.stats [B,T,3]) and every rank's, all-gathered (ce.all [t,B,T,3]).
 
 #include <string>
 #include <vector>
@@ -52,7 +52,8 @@ BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute
 
 // Gradients of activations for the layer being back-propagated (reused across layers):
 // d.residual [B,T,C] (gradient of the residual stream; N/t rows with sequence parallelism),
-// d.ln [B,T,C], d.atty [B,T,C/t], d.qkv [B,T,3C/t], d.fc_gelu [B,T,4C/t], d.fc [B,T,4C/t];
+// d.ln [B,T,C], d.atty [B,T,C/t], d.qkv [B,T,3C/t], d.fc [B,T,4C/t] (the MLP projection's input
+// gradient, times gelu' in place: backend.h's linear_backward with gelu_pre);
 // with sequence parallelism also d.gathered [B,T,C] (the all-gathered d.residual) and
 // d.ln_local [N/t,C] (the reduce-scattered d.ln).
 BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpShape tp = {});

@@ -5,13 +5,18 @@
 #include <vector>
 
 #include "weft/core/check.h"
-#include "weft/kernels/kernels.h"
 #include "weft/kernels/vocab_parallel_ce.h"
 #include "weft/model/activation_layout.h"
 
 namespace weft::model {
 
-namespace k = weft::kernels::cpu;
+namespace {
+// The model's buffers are host fp32 (FlatBuffer) and its backend an FP32 one (checked at
+// construction), whose Act is float.
+using kernels::Act;
+Act* A(float* p) { return reinterpret_cast<Act*>(p); }
+const Act* A(const float* p) { return reinterpret_cast<const Act*>(p); }
+}  // namespace
 
 // Pointers to one layer's activations: into its own slices when kept, else into the scratch.
 struct Gpt::LayerActs {
@@ -20,11 +25,22 @@ struct Gpt::LayerActs {
 };
 
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
-         StageSpec stage, int slots, ParamStorage storage)
-    : cfg_(cfg), B_(B), T_(T), recompute_(recompute), tp_(tp), stage_(stage) {
+         StageSpec stage, int slots, ParamStorage storage, kernels::Backend* backend)
+    : cfg_(cfg),
+      be_(backend != nullptr ? *backend : kernels::host_fp32()),
+      B_(B),
+      T_(T),
+      recompute_(recompute),
+      tp_(tp),
+      stage_(stage) {
   Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
   s.throw_if_error("invalid model config '" + cfg.name + "'");
+  WEFT_CHECK(be_.precision() == Precision::FP32 &&
+                 be_.attention_saved_floats(B, T, cfg.n_head / tp.size()) ==
+                     int64_t{B} * (cfg.n_head / tp.size()) * T * T,
+             "model::Gpt runs on an fp32 backend that keeps attention probabilities; ", be_.name(),
+             " is not one");
   sp_ = tp.sequence_parallel && tp.size() > 1;
   const TpShape shape{tp.size(), sp_};
   layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage, storage.unit_align);
@@ -105,12 +121,12 @@ void Gpt::layernorm_gathered(float* full, float* mean, float* rstd, const float*
                              const float* b, int N, FlatBuffer& acts) {
   const int C = cfg_.n_embd;
   if (!sp_) {
-    k::layernorm_forward(full, mean, rstd, in, w, b, N, C);
+    be_.layernorm_forward(A(full), mean, rstd, A(in), A(w), A(b), N, C);
     return;
   }
   const int Ns = N / tp_.size();
   float* local = acts.ptr("sp.ln");
-  k::layernorm_forward(local, mean, rstd, in, w, b, Ns, C);
+  be_.layernorm_forward(A(local), mean, rstd, A(in), A(w), A(b), Ns, C);
   tp_.comm->all_gather(full, local, int64_t{Ns} * C);
 }
 
@@ -165,21 +181,25 @@ void Gpt::layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& 
 
   layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N,
                      acts);
-  k::matmul_forward(a.qkv, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C, 3 * Cl);
-  k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  be_.linear_forward(A(a.qkv), nullptr, A(a.ln_1), A(w("attn.qkv.weight")), A(w("attn.qkv.bias")),
+                     N, C, 3 * Cl);
+  be_.attention_forward(A(a.atty), a.att, A(a.qkv), B, T, Cl, NHl);
   float* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
-  k::matmul_forward(proj, a.atty, w("attn.proj.weight"), row_bias("attn.proj.bias"), N, Cl, C);
+  be_.linear_forward(A(proj), nullptr, A(a.atty), A(w("attn.proj.weight")),
+                     A(row_bias("attn.proj.bias")), N, Cl, C);
   reduce_partial(a.res_attn, proj, N);
-  k::residual_forward(a.res_attn, a.res_attn, in, Ns * C);
+  be_.residual_forward(A(a.res_attn), A(a.res_attn), A(in), Ns * C);
 
   layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"), w("ln_2.bias"),
                      N, acts);
-  k::matmul_forward(a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * Cl);
-  k::gelu_forward(a.fc_gelu, a.fc, int64_t{N} * 4 * Cl);
+  // fc_gelu = gelu(fc), fc = ln_2 Wfc^T + b
+  be_.linear_forward(A(a.fc_gelu), A(a.fc), A(a.ln_2), A(w("mlp.fc.weight")), A(w("mlp.fc.bias")),
+                     N, C, 4 * Cl);
   proj = sp_ ? partial : a.out;
-  k::matmul_forward(proj, a.fc_gelu, w("mlp.proj.weight"), row_bias("mlp.proj.bias"), N, 4 * Cl, C);
+  be_.linear_forward(A(proj), nullptr, A(a.fc_gelu), A(w("mlp.proj.weight")),
+                     A(row_bias("mlp.proj.bias")), N, 4 * Cl, C);
   reduce_partial(a.out, proj, N);
-  k::residual_forward(a.out, a.out, a.res_attn, Ns * C);
+  be_.residual_forward(A(a.out), A(a.out), A(a.res_attn), Ns * C);
 }
 
 const float* Gpt::stage_output(int slot) const {
@@ -187,7 +207,8 @@ const float* Gpt::stage_output(int slot) const {
   return acts_.at(slot).ptr("h." + std::to_string(stage_.end_layer(cfg_) - 1) + ".out");
 }
 
-float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot) {
+float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot,
+                   float loss_scale) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
@@ -214,11 +235,12 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
                  " is outside the vocabulary of ", V);
     }
     if (t == 1) {
-      k::embedding_forward(x, tokens, param("wte"), param("wpe"), B, T, C);
+      be_.embedding_forward(A(x), tokens, A(param("wte")), A(param("wpe")), B, T, C);
     } else {
       float* partial = sp_ ? acts.ptr("sp.partial") : x;
-      parallel::vocab_parallel_embedding_forward(partial, tokens, param("wte"), param("wpe"),
-                                                 tp_.rank() == 0, B, T, C, v0, Vl);
+      be_.embedding_forward_shard(A(partial), tokens, A(param("wte")),
+                                  tp_.rank() == 0 ? A(param("wpe")) : nullptr, B, T, C,
+                                  static_cast<int>(v0), static_cast<int>(Vl));
       reduce_partial(x, partial, N);
     }
     release(wpe_unit_);
@@ -240,34 +262,41 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x, param("ln_f.weight"),
                      param("ln_f.bias"), N, acts);
   float* logits = acts.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
-  k::matmul_forward(logits, lnf, param("wte"), nullptr, N, C, Vl);  // tied embedding
+  be_.linear_forward(A(logits), nullptr, A(lnf), A(param("wte")), nullptr, N, C,
+                     static_cast<int>(Vl));  // tied embedding
   release(wte_unit_);
   release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
 
+  for (int i = 0; i < N; ++i) {
+    WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
+    p.valid_targets += targets[i] >= 0;
+  }
+  // The losses, and the logits overwritten with the gradient of loss_scale * the mean loss.
+  const float dloss = p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
   float* losses = acts.ptr("losses");
   if (t == 1) {
-    k::softmax_cross_entropy_forward(losses, logits, targets, N, V, Vl);
+    be_.softmax_cross_entropy(losses, A(logits), targets, dloss, N, V, static_cast<int>(Vl));
   } else {
-    // Vocabulary-parallel: three statistics per row gathered over tp, never the logits.
-    auto gather = [&](float* all, const float* mine, int64_t n) {
-      tp_.comm->all_gather(all, mine, n);
-    };
-    kernels::vocab_ce::forward(losses, acts.ptr("ce.stats"), logits, targets, N, V, v0, Vl, t,
-                               gather);
+    // Vocabulary-parallel (kernels/vocab_parallel_ce.h): three statistics per row gathered over
+    // tp, never the logits.
+    const int Vv = static_cast<int>(kernels::vocab_ce::real_columns(V, v0, Vl));
+    float* stats = acts.ptr("ce.stats");
+    float* all = acts.ptr("ce.all");
+    be_.cross_entropy_shard_stats(stats, A(logits), targets, N, static_cast<int>(Vl), Vv,
+                                  static_cast<int>(v0));
+    tp_.comm->all_gather(all, stats, int64_t{kernels::vocab_ce::kStats} * N);
+    be_.cross_entropy_shard_finish(losses, A(logits), all, t, targets, dloss, N, V,
+                                   static_cast<int>(Vl), Vv, static_cast<int>(v0));
   }
   double sum = 0.0;
   for (int i = 0; i < N; ++i) {
-    WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
-    if (targets[i] >= 0) {
-      sum += losses[i];
-      ++p.valid_targets;
-    }
+    if (targets[i] >= 0) sum += losses[i];
   }
   return p.valid_targets > 0 ? static_cast<float>(sum / p.valid_targets) : 0.0f;
 }
 
-void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
+void Gpt::backward(int slot, bool defer_weight_grads) {
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
   Pending& p = pending_[slot];
   WEFT_CHECK(p.backward_due && (!stage_.head || p.targets != nullptr),
@@ -277,33 +306,34 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
              "selective, not full)");
   FlatBuffer& acts = acts_[slot];
   const int B = p.B, T = p.T, N = B * T, t = tp_.size();
-  const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, V = cfg_.vocab_size;
-  const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl, Ns = sp_ ? N / t : N;
+  const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t;
+  const int64_t Vl = cfg_.padded_vocab() / t, Ns = sp_ ? N / t : N;
   const int first = stage_.first_layer, end = stage_.end_layer(cfg_);
   float* d_res = work_.ptr("d.residual");  // [Ns, C]
   float* d_ln = work_.ptr("d.ln");         // [N, C]
   float* d_atty = work_.ptr("d.atty");
   float* d_qkv = work_.ptr("d.qkv");
-  float* d_fc_gelu = work_.ptr("d.fc_gelu");
   float* d_fc = work_.ptr("d.fc");
-  auto zero = [](float* q, int64_t n) { std::fill(q, q + n, 0.0f); };
   auto w = [&](int l, const char* n) { return param(layer_param(l, n)); };
   auto layer_input = [&](int l) {
     return l == first ? acts.ptr("embed") : acts.ptr("h." + std::to_string(l - 1) + ".out");
   };
   // A linear layer's backward (weight `name`.weight, bias `name`.bias unless `bias` is false): the
-  // input gradient now; the weight and bias gradients now, or (deferred) by backward_weights()
-  // from a copy of dout unless the slot keeps dout itself.
+  // input gradient now (times gelu'(gelu_pre) when the layer's input was a GeLU's output); the
+  // weight and bias gradients now, or (deferred) by backward_weights() from a copy of dout unless
+  // the slot keeps dout itself.
   auto linear_backward = [&](float* dinp, const std::string& name, bool bias, const float* dout,
-                             const float* inp, int n, int ic, int oc, bool dout_kept_by_slot) {
+                             const float* inp, const float* gelu_pre, int n, int ic, int oc,
+                             bool dout_kept_by_slot) {
     const std::string wname = bias ? name + ".weight" : name, bname = bias ? name + ".bias" : "";
     const float* weight = param(wname);
     if (!defer_weight_grads) {
-      k::matmul_backward(dinp, grad(wname), bias ? grad(bname) : nullptr, dout, inp, weight, n, ic,
-                         oc);
+      be_.linear_backward(A(dinp), grad(wname), bias ? grad(bname) : nullptr, A(dout), A(inp),
+                          A(weight), A(gelu_pre), n, ic, oc);
       return;
     }
-    k::matmul_backward(dinp, nullptr, nullptr, dout, inp, weight, n, ic, oc);
+    be_.linear_backward(A(dinp), nullptr, nullptr, A(dout), A(inp), A(weight), A(gelu_pre), n, ic,
+                        oc);
     Deferred d{wname, bname, inp, {}, dout, n, ic, oc};
     if (!dout_kept_by_slot) {
       d.dout_copy.assign(dout, dout + int64_t{n} * oc);
@@ -314,23 +344,17 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
   p.deferred.clear();
 
   if (stage_.head) {
-    // Head: dlogits in place of the logits, then the tied-embedding GEMM and ln_f.
+    // Head: the forward left dlogits in place of the logits; the tied-embedding GEMM and ln_f.
     gather(ln_f_unit_);
     gather(wte_unit_);
     float* logits = acts.ptr("logits");
-    const float dloss =
-        p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
-    if (t == 1) {
-      k::softmax_cross_entropy_fused(acts.ptr("losses"), logits, p.targets, dloss, N, V, Vl);
-    } else {
-      kernels::vocab_ce::backward(logits, acts.ptr("ce.stats"), p.targets, dloss, N, V, v0, Vl);
-    }
-    linear_backward(d_ln, "wte", false, logits, acts.ptr("ln_f"), N, C, Vl,
-                    /*dout_kept_by_slot=*/true);
-    zero(d_res, Ns * C);
-    k::layernorm_backward(d_res, grad("ln_f.weight"), grad("ln_f.bias"), reduce_grad(d_ln, N),
-                          layer_acts(acts, end - 1).out, param("ln_f.weight"),
-                          acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), Ns, C);
+    linear_backward(d_ln, "wte", false, logits, acts.ptr("ln_f"), nullptr, N, C,
+                    static_cast<int>(Vl), /*dout_kept_by_slot=*/true);
+    be_.zero(d_res, Ns * C * static_cast<int64_t>(sizeof(float)));
+    be_.layernorm_backward(A(d_res), grad("ln_f.weight"), grad("ln_f.bias"),
+                           A(reduce_grad(d_ln, N)), A(layer_acts(acts, end - 1).out),
+                           A(param("ln_f.weight")), acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"),
+                           static_cast<int>(Ns), C);
     release(wte_unit_);
     release(ln_f_unit_);
     if (!defer_weight_grads) {
@@ -339,8 +363,7 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
     }
   } else {
     // The next stage sent the gradient of this stage's output (already scaled by its loss_scale).
-    const float* d_out = acts.ptr("d.output");
-    std::copy(d_out, d_out + Ns * C, d_res);
+    be_.copy(d_res, acts.ptr("d.output"), Ns * C * static_cast<int64_t>(sizeof(float)));
   }
 
   for (int l = end - 1; l >= first; --l) {
@@ -354,26 +377,30 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
       r.out = d_ln;
       layer_forward(l, in, r, acts, B, T);
     } else if (recompute_ == Recompute::Selective) {
-      k::attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+      be_.attention_forward(A(a.atty), a.att, A(a.qkv), B, T, Cl, NHl);
     }
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
     const float* d_out = gather_grad(d_res, N);
-    linear_backward(d_fc_gelu, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, N, 4 * Cl, C,
+    linear_backward(d_fc, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, a.fc, N, 4 * Cl, C,
                     false);
-    k::gelu_backward(d_fc, a.fc, d_fc_gelu, int64_t{N} * 4 * Cl);
-    linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, N, C, 4 * Cl, false);
+    linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, nullptr, N, C, 4 * Cl,
+                    false);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
-    k::layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
-                          grad(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N), a.res_attn,
-                          w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
+    be_.layernorm_backward(A(d_res), grad(layer_param(l, "ln_2.weight")),
+                           grad(layer_param(l, "ln_2.bias")), A(reduce_grad(d_ln, N)),
+                           A(a.res_attn), A(w(l, "ln_2.weight")), a.ln_2_mean, a.ln_2_rstd,
+                           static_cast<int>(Ns), C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
     const float* d_res_attn = gather_grad(d_res, N);
-    linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, N, Cl, C, false);
-    k::attention_backward(d_qkv, d_atty, a.qkv, a.att, B, T, Cl, NHl);
-    linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, N, C, 3 * Cl, false);
-    k::layernorm_backward(d_res, grad(layer_param(l, "ln_1.weight")),
-                          grad(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,
-                          w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
+    linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, nullptr, N, Cl,
+                    C, false);
+    be_.attention_backward(A(d_qkv), A(d_atty), A(a.qkv), A(a.atty), a.att, B, T, Cl, NHl);
+    linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, nullptr, N, C, 3 * Cl,
+                    false);
+    be_.layernorm_backward(A(d_res), grad(layer_param(l, "ln_1.weight")),
+                           grad(layer_param(l, "ln_1.bias")), A(reduce_grad(d_ln, N)), A(in),
+                           A(w(l, "ln_1.weight")), a.ln_1_mean, a.ln_1_rstd, static_cast<int>(Ns),
+                           C);
     release(layer_unit(l));
     if (!defer_weight_grads) grads_ready(layer_unit(l));
   }
@@ -396,11 +423,11 @@ void Gpt::backward(float loss_scale, int slot, bool defer_weight_grads) {
 void Gpt::embedding_weight_grads(const Pending& p, const float* d_embed) {
   const int C = cfg_.n_embd, t = tp_.size();
   if (t == 1) {
-    k::embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C);
+    be_.embedding_backward(grad("wte"), grad("wpe"), A(d_embed), p.tokens, p.B, p.T, C);
   } else {
-    const int64_t Vl = cfg_.padded_vocab() / t;
-    parallel::vocab_parallel_embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B,
-                                                p.T, C, tp_.rank() * Vl, Vl);
+    const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
+    be_.embedding_backward_shard(grad("wte"), grad("wpe"), A(d_embed), p.tokens, p.B, p.T, C,
+                                 tp_.rank() * Vl, Vl);
   }
 }
 
@@ -411,8 +438,8 @@ void Gpt::backward_weights(int slot) {
              slot);
   for (const Deferred& d : p.deferred) {
     const float* dout = d.dout != nullptr ? d.dout : d.dout_copy.data();
-    k::matmul_backward(nullptr, grad(d.dweight), d.dbias.empty() ? nullptr : grad(d.dbias), dout,
-                       d.inp, nullptr, d.N, d.IC, d.OC);
+    be_.linear_backward(nullptr, grad(d.dweight), d.dbias.empty() ? nullptr : grad(d.dbias),
+                        A(dout), A(d.inp), nullptr, nullptr, d.N, d.IC, d.OC);
   }
   p.deferred.clear();
   if (stage_.embedding) {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/kernels/backend.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_hooks.h"
 #include "weft/model/param_layout.h"
@@ -53,9 +54,11 @@ class Gpt {
  public:
   // Allocates for batches up to B x T (validated first, including the split across tp: throws
   // weft::Error listing every problem).
+  // Its ops run on `backend` (kernels/backend.h; null: the process's host fp32 backend), which
+  // must be an FP32 one for now and outlive the model: the model's buffers are host memory.
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
       parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1,
-      ParamStorage storage = {});
+      ParamStorage storage = {}, kernels::Backend* backend = nullptr);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
@@ -84,16 +87,24 @@ class Gpt {
   // A stage without the embedding reads stage_input(slot) instead of tokens (tokens may be null);
   // a stage without the head leaves its output in stage_output(slot), ignores targets and
   // returns 0. Both arrays must stay valid until the slot's backward.
-  float forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot = 0);
-  // Back-propagates the slot's forward: grads += loss_scale * d(mean loss)/d(params). Pass
-  // loss_scale = 1/k to average over k accumulated microbatches. A stage without the head
-  // starts from output_grad(slot) (already scaled) instead; one without the embedding leaves the
-  // gradient of its input in input_grad().
+  // `loss_scale` is the scale of the backward() that may follow (1/k to average over k
+  // accumulated microbatches): the fused softmax + cross-entropy (backend.h) writes
+  // d(loss_scale * mean loss)/d(logits) over the logits here, in the forward, as llm.c and
+  // Megatron's fused kernels do, so the logits are read once.
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot = 0,
+                float loss_scale = 1.0f);
+  // Back-propagates the slot's forward: grads += loss_scale * d(mean loss)/d(params), with the
+  // forward's loss_scale. A stage without the head starts from output_grad(slot) (already scaled)
+  // instead; one without the embedding leaves the gradient of its input in input_grad().
   // With defer_weight_grads only the input gradients are computed (a zero-bubble schedule's I
   // pass); backward_weights(slot) then adds the weight gradients (its W pass). Deferring keeps
   // copies of the linear layers' output gradients until then, and needs each layer's inputs kept
   // (recompute none or selective).
-  void backward(float loss_scale = 1.0f, int slot = 0, bool defer_weight_grads = false);
+  void backward(int slot = 0, bool defer_weight_grads = false);
+  // The loss scale moved to forward(): a call in the old form does not compile.
+  void backward(float) = delete;
+  void backward(float, int) = delete;
+  void backward(float, int, bool) = delete;
   void backward_weights(int slot = 0);
 
   // The stage boundary, [Ns,C] each (Ns = B*T, or B*T/tp with sequence parallelism).
@@ -112,8 +123,8 @@ class Gpt {
   // Every slice's gradient, whole.
   std::vector<GradPart> whole_grads() const;
 
-  // [B,T,Vp/tp] logits of the last forward: this rank's vocabulary columns (only valid before
-  // backward, which overwrites them).
+  // [B,T,Vp/tp] logits of the last forward without targets: this rank's vocabulary columns (a
+  // forward with targets overwrites them with their gradient).
   const float* logits(int slot = 0) const { return acts_.at(slot).ptr("logits"); }
 
  private:
@@ -143,6 +154,7 @@ class Gpt {
   int layer_unit(int l) const { return first_layer_unit_ + (l - stage_.first_layer); }
 
   GptConfig cfg_;
+  kernels::Backend& be_;
   int B_, T_;
   Recompute recompute_;
   parallel::TensorParallel tp_;

@@ -203,7 +203,7 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   }
 }
 
-// What kernels::MixedBackend::allocate hands out: blocks on 256-byte boundaries, each counted
+// What kernels::Backend::allocate hands out: blocks on 256-byte boundaries, each counted
 // rounded up (the CUDA arena and the host-bf16 backend's allocated_bytes() alike).
 constexpr int64_t kBackendBlock = 256;
 int64_t backend_block(int64_t bytes) {

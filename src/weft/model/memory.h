@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "weft/core/dtype.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_layout.h"
@@ -25,7 +26,7 @@ namespace weft::model {
 
 // The precision policy of an engine (layout::Engine maps one to one: fp32 is the host engine's,
 // bf16-mixed the device engine's).
-enum class Precision { FP32, BF16Mixed };
+using weft::Precision;  // core/dtype.h
 
 // The ZeRO stage and the data-parallel size it shards over.
 struct ZeroSharding {
@@ -107,7 +108,7 @@ struct ChunkMemory {
 // Under `runtime`: `runtime_bytes` and the largest chunk's resident GEMM packing buffers.
 //
 // Precision::BF16Mixed (the device engine), what runtime::DeviceTrainer takes from its backend,
-// each block rounded up to the backend's 256 bytes, as MixedBackend::allocated_bytes() counts:
+// each block rounded up to the backend's 256 bytes, as Backend::allocated_bytes() counts:
 // per chunk model::MixedGpt's buffers for `slots` microbatches (mixed_layout.h: fp32 master
 // weights and their bf16 copy under params, fp32 gradients, activations, the workspace of one
 // layer's backward and, with full recomputation, of one layer's forward), the AdamW moments m and

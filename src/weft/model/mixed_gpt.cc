@@ -11,7 +11,7 @@ namespace {
 
 // Allocates mixed_layout.h's buffers from the backend (the memory model counts the same list).
 struct Allocator {
-  kernels::MixedBackend& backend;
+  kernels::Backend& backend;
   template <typename T>
   T* take(int64_t n, BufferKind) {
     return backend.allocate<T>(n);
@@ -20,8 +20,8 @@ struct Allocator {
 
 }  // namespace
 
-MixedGpt::MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T,
-                   StageSpec stage, int slots, Recompute recompute, comm::Communicator* tp)
+MixedGpt::MixedGpt(kernels::Backend& backend, const GptConfig& cfg, int B, int T, StageSpec stage,
+                   int slots, Recompute recompute, comm::Communicator* tp)
     : backend_(backend),
       cfg_(cfg),
       B_(B),
@@ -74,7 +74,7 @@ void MixedGpt::set_params(std::span<const float> host) {
   WEFT_CHECK(static_cast<int64_t>(host.size()) == n, "set_params: ", host.size(),
              " values for a layout of ", n);
   backend_.upload(b_.params, host.data(), n * 4);
-  backend_.convert(b_.params16, b_.params, n);
+  backend_.convert(reinterpret_cast<Act*>(b_.params16), b_.params, n);
 }
 
 void MixedGpt::get_params(std::span<float> host) const {
@@ -93,7 +93,7 @@ void MixedGpt::get_grads(std::span<float> host) const {
 
 void MixedGpt::zero_grad() { backend_.zero(b_.grads, layout_.buffer.total() * 4); }
 
-void MixedGpt::sum_over_tp(BF16* x, int64_t n) {
+void MixedGpt::sum_over_tp(Act* x, int64_t n) {
   if (t_ == 1) return;
   // Megatron all-reduces these in bf16; weft adds the ranks' bf16 partials in fp32 and rounds
   // once, so tp = 2 differs from one rank by one extra rounding of each partial.
@@ -109,7 +109,7 @@ void MixedGpt::sum_over_tp(BF16* x, int64_t n) {
 void MixedGpt::layer_forward(int i, const Layer& a, int B, int T) {
   const int C = cfg_.n_embd, Cl = C / t_, NHl = cfg_.n_head / t_, N = B * T;
   const Weights& w = layer_weights(stage_.first_layer + i);
-  kernels::MixedBackend& k = backend_;
+  kernels::Backend& k = backend_;
   k.linear_forward(a.qkv, nullptr, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * Cl);
   k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
   k.linear_forward(b_.scratch, nullptr, a.atty, w.proj_w, r_ == 0 ? w.proj_b : nullptr, N, Cl, C);
@@ -129,7 +129,7 @@ float MixedGpt::forward(const int32_t* tokens, const int32_t* targets, int B, in
   const int N = B * T, L = static_cast<int>(slots_[slot].layers.size());
   const int first = stage_.first_layer;
   Slot& sl = slots_[slot];
-  kernels::MixedBackend& k = backend_;
+  kernels::Backend& k = backend_;
   if (stage_.embedding) {
     WEFT_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     for (int i = 0; i < N; ++i) {
@@ -210,11 +210,11 @@ void MixedGpt::backward(int slot) {
   const int B = sl.B, T = sl.T, N = B * T, C = cfg_.n_embd, Cl = C / t_, NHl = cfg_.n_head / t_;
   const int Vl = cfg_.padded_vocab() / t_, first = stage_.first_layer;
   const int64_t NC = int64_t{N} * C;
-  kernels::MixedBackend& k = backend_;
+  kernels::Backend& k = backend_;
   // d_res: the residual stream's gradient, accumulated in place from the top down. The input
   // gradients of column-parallel GEMMs (qkv, fc, the LM head) are partial sums over tp: summed
   // before they enter a LayerNorm's backward (Megatron's f).
-  BF16* d_res = b_.d_res;
+  Act* d_res = b_.d_res;
   if (stage_.head) {  // the logits hold d(loss)/d(logits) since the forward
     k.linear_backward(b_.d_ln, g32("wte"), nullptr, sl.logits, sl.lnf, w16("wte"), nullptr, N, C,
                       Vl);
@@ -230,13 +230,13 @@ void MixedGpt::backward(int slot) {
     const Layer& a = sl.layers[i];
     if (recompute_ == Recompute::Full) {
       // The layer's tensors again, from its stored input. layernorm_forward of x gives the bits the
-      // forward's fused residual + LayerNorm gave (kernels/mixed.h).
+      // forward's fused residual + LayerNorm gave (kernels/backend.h).
       k.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.x, w.ln1_w, w.ln1_b, N, C);
       layer_forward(i, a, B, T);
     }
     // d_res = dL/dx_{l+1}, which is also dL/d(mlp) and the direct part of dL/d(res_attn). The
     // row-parallel biases' gradients are the same on every tp rank (d_res is replicated).
-    BF16* d_fc = b_.d_wide;  // [N,4C/t]: the gradient of fc's pre-activation (GeLU fused)
+    Act* d_fc = b_.d_wide;  // [N,4C/t]: the gradient of fc's pre-activation (GeLU fused)
     k.linear_backward(d_fc, w.d_mlp_w, w.d_mlp_b, d_res, a.fc_gelu, w.mlp_w, a.fc_pre, N, 4 * Cl,
                       C);
     k.linear_backward(b_.d_ln, w.d_fc_w, w.d_fc_b, d_fc, a.ln2, w.fc_w, nullptr, N, C, 4 * Cl);
@@ -246,7 +246,7 @@ void MixedGpt::backward(int slot) {
     // d_res = dL/d(res_attn) = dL/d(attn.proj output) and the direct part of dL/dx_l.
     k.linear_backward(b_.d_atty, w.d_proj_w, w.d_proj_b, d_res, a.atty, w.proj_w, nullptr, N, Cl,
                       C);
-    BF16* d_qkv = b_.d_wide;  // [N,3C/t]
+    Act* d_qkv = b_.d_wide;  // [N,3C/t]
     k.attention_backward(d_qkv, b_.d_atty, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
     k.linear_backward(b_.d_ln, w.d_qkv_w, w.d_qkv_b, d_qkv, a.ln1, w.qkv_w, nullptr, N, C, 3 * Cl);
     sum_over_tp(b_.d_ln, NC);

@@ -1,5 +1,5 @@
 #pragma once
-// A GPT-2 model in mixed precision on a kernels::MixedBackend: the GPU trainer's model
+// A GPT-2 model in mixed precision on a kernels::Backend: the GPU trainer's model
 // (`weft train --device cuda`, docs/cuda.md). Micikevicius et al. 2018: fp32 master weights,
 // gradients and (runtime/device_trainer.h) AdamW state; bf16 activations and a bf16 copy of the
 // weights that the forward reads. The same architecture, parameter layout (param_layout.h) and
@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/mixed_layout.h"
 #include "weft/model/param_layout.h"
@@ -57,14 +57,14 @@ class MixedGpt {
   // are summed in fp32 (widened, all-reduced, rounded), the embedding is vocabulary-parallel and
   // the cross-entropy never gathers the logits, only three statistics per row. Every rank gets the
   // same batch and computes the replicated tensors identically. No sequence parallelism.
-  MixedGpt(kernels::MixedBackend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
+  MixedGpt(kernels::Backend& backend, const GptConfig& cfg, int B, int T, StageSpec stage = {},
            int slots = 1, Recompute recompute = Recompute::None, comm::Communicator* tp = nullptr);
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
   const StageSpec& stage() const { return stage_; }
   Recompute recompute() const { return recompute_; }
-  kernels::MixedBackend& backend() const { return backend_; }
+  kernels::Backend& backend() const { return backend_; }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
   int slots() const { return static_cast<int>(slots_.size()); }
@@ -103,11 +103,11 @@ class MixedGpt {
   void backward(int slot = 0);
 
   // The stage boundary, bf16 [B*T, C] each, in the backend's memory.
-  BF16* stage_input(int slot) { return slots_.at(slot).layers.front().x; }
-  const BF16* stage_output(int slot) const { return slots_.at(slot).x_out; }
-  BF16* output_grad(int slot) { return slots_.at(slot).d_out; }
+  Act* stage_input(int slot) { return slots_.at(slot).layers.front().x; }
+  const Act* stage_output(int slot) const { return slots_.at(slot).x_out; }
+  Act* output_grad(int slot) { return slots_.at(slot).d_out; }
   // Valid after backward() until the next backward() of any slot.
-  const BF16* input_grad() const { return input_grad_; }
+  const Act* input_grad() const { return input_grad_; }
 
  private:
   // The buffers, listed once for the constructor and the memory model (mixed_layout.h).
@@ -119,7 +119,7 @@ class MixedGpt {
     bool backward_due = false;
   };
   struct Weights {  // one layer's bf16 weights, and its fp32 gradients
-    const BF16 *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
+    const Act *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
         *mlp_w, *mlp_b;
     float *d_ln1_w, *d_ln1_b, *d_qkv_w, *d_qkv_b, *d_proj_w, *d_proj_b, *d_ln2_w, *d_ln2_b, *d_fc_w,
         *d_fc_b, *d_mlp_w, *d_mlp_b;
@@ -131,12 +131,14 @@ class MixedGpt {
   // projection and the next residual add are left to the caller.
   void layer_forward(int i, const Layer& a, int B, int T);
   int64_t offset(const std::string& name) const { return layout_.buffer.at(name).offset; }
-  const BF16* w16(const std::string& name) const { return b_.params16 + offset(name); }
+  const Act* w16(const std::string& name) const {
+    return reinterpret_cast<const Act*>(b_.params16 + offset(name));
+  }
   float* g32(const std::string& name) const { return b_.grads + offset(name); }
   // x[n] (bf16, this rank's partial sum) = the sum over the tp group, added in fp32.
-  void sum_over_tp(BF16* x, int64_t n);
+  void sum_over_tp(Act* x, int64_t n);
 
-  kernels::MixedBackend& backend_;
+  kernels::Backend& backend_;
   GptConfig cfg_;
   int B_, T_;
   StageSpec stage_;
@@ -148,7 +150,7 @@ class MixedGpt {
   std::vector<Weights> weights_;  // the stage's layers, in order
   std::vector<Slot> slots_;
   std::vector<float> losses_host_;
-  const BF16* input_grad_ = nullptr;
+  const Act* input_grad_ = nullptr;
 };
 
 }  // namespace weft::model

@@ -14,35 +14,41 @@
 #include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
 
+namespace weft::kernels {
+struct Act;  // kernels/backend.h: an activation element (bf16 here)
+}  // namespace weft::kernels
+
 namespace weft::model {
+
+using kernels::Act;
 
 // What a buffer is for, in the MemoryEstimate's terms (memory.h).
 enum class BufferKind { Params, Grads, Activations, Workspace };
 
 // Pointers to one layer's activations (bf16 unless noted).
 struct MixedLayer {
-  BF16 *x, *ln1, *qkv, *atty, *res_attn, *ln2, *fc_pre, *fc_gelu;
+  Act *x, *ln1, *qkv, *atty, *res_attn, *ln2, *fc_pre, *fc_gelu;
   float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;  // fp32
 };
 
 // One microbatch's activations.
 struct MixedSlot {
   std::vector<MixedLayer> layers;  // the stage's
-  BF16* x_out = nullptr;           // [N,C] the stage's output: x_L on the last stage
-  BF16* lnf = nullptr;             // [N,C], the head's
+  Act* x_out = nullptr;            // [N,C] the stage's output: x_L on the last stage
+  Act* lnf = nullptr;              // [N,C], the head's
   float *lnf_mean = nullptr, *lnf_rstd = nullptr;
-  BF16* logits = nullptr;   // [N,Vp/tp], overwritten by its gradient in the forward
+  Act* logits = nullptr;    // [N,Vp/tp], overwritten by its gradient in the forward
   float* losses = nullptr;  // [N]
-  BF16* d_out = nullptr;    // [N,C] the output's gradient, stages without the head
+  Act* d_out = nullptr;     // [N,C] the output's gradient, stages without the head
 };
 
 // The model's buffers outside the slots.
 struct MixedBuffers {
-  float* params = nullptr;                         // fp32 master weights
-  BF16* params16 = nullptr;                        // the bf16 copy the forward reads, same offsets
-  float* grads = nullptr;                          // fp32
-  BF16 *scratch, *d_res, *d_ln, *d_atty, *d_wide;  // [N,C] x 3, [N,C/tp], [N,4C/tp]
-  int32_t *tokens, *targets;                       // backend copies, [B*T]
+  float* params = nullptr;                        // fp32 master weights
+  BF16* params16 = nullptr;                       // the bf16 copy the forward reads, same offsets
+  float* grads = nullptr;                         // fp32
+  Act *scratch, *d_res, *d_ln, *d_atty, *d_wide;  // [N,C] x 3, [N,C/tp], [N,4C/tp]
+  int32_t *tokens, *targets;                      // backend copies, [B*T]
   float* sum = nullptr;     // tp > 1: [N,C] fp32, a partial sum being all-reduced
   float* ce = nullptr;      // tp > 1: [N,3] this rank's cross-entropy statistics
   float* ce_all = nullptr;  // tp > 1: [tp,N,3] every rank's
@@ -64,22 +70,25 @@ void lay_out_mixed(Sink& s, const GptConfig& cfg, int64_t param_count, int B, in
   b.params16 = s.template take<BF16>(param_count, BufferKind::Params);
   b.grads = s.template take<float>(param_count, BufferKind::Grads);
   const BufferKind a = BufferKind::Activations, w = BufferKind::Workspace;
+  auto act = [&](int64_t n, BufferKind k) {
+    return reinterpret_cast<Act*>(s.template take<BF16>(n, k));
+  };
   // A layer's tensors after its input x: per layer and slot, or (full recomputation) one set that
   // every layer of every slot shares, recomputed before each layer's backward. Selective
   // recomputation keeps everything (flash attention has no T x T matrix to drop: mixed_gpt.h).
   auto take_layer = [&](MixedLayer& l, BufferKind k) {
-    l.ln1 = s.template take<BF16>(N * C, k);
+    l.ln1 = act(N * C, k);
     l.ln1_mean = s.template take<float>(N, k);
     l.ln1_rstd = s.template take<float>(N, k);
-    l.qkv = s.template take<BF16>(N * 3 * Cl, k);
-    l.atty = s.template take<BF16>(N * Cl, k);
+    l.qkv = act(N * 3 * Cl, k);
+    l.atty = act(N * Cl, k);
     l.lse = s.template take<float>(NHl * N, k);
-    l.res_attn = s.template take<BF16>(N * C, k);
-    l.ln2 = s.template take<BF16>(N * C, k);
+    l.res_attn = act(N * C, k);
+    l.ln2 = act(N * C, k);
     l.ln2_mean = s.template take<float>(N, k);
     l.ln2_rstd = s.template take<float>(N, k);
-    l.fc_pre = s.template take<BF16>(N * 4 * Cl, k);
-    l.fc_gelu = s.template take<BF16>(N * 4 * Cl, k);
+    l.fc_pre = act(N * 4 * Cl, k);
+    l.fc_gelu = act(N * 4 * Cl, k);
   };
   const bool full = recompute == Recompute::Full;
   MixedLayer shared{};
@@ -92,24 +101,24 @@ void lay_out_mixed(Sink& s, const GptConfig& cfg, int64_t param_count, int B, in
       } else {
         take_layer(l, a);
       }
-      l.x = s.template take<BF16>(N * C, a);
+      l.x = act(N * C, a);
     }
-    slot.x_out = s.template take<BF16>(N * C, a);
+    slot.x_out = act(N * C, a);
     if (stage.head) {
-      slot.lnf = s.template take<BF16>(N * C, a);
+      slot.lnf = act(N * C, a);
       slot.lnf_mean = s.template take<float>(N, a);
       slot.lnf_rstd = s.template take<float>(N, a);
-      slot.logits = s.template take<BF16>(N * Vl, a);
+      slot.logits = act(N * Vl, a);
       slot.losses = s.template take<float>(N, a);
     } else {
-      slot.d_out = s.template take<BF16>(N * C, a);
+      slot.d_out = act(N * C, a);
     }
   }
-  b.scratch = s.template take<BF16>(N * C, w);
-  b.d_res = s.template take<BF16>(N * C, w);
-  b.d_ln = s.template take<BF16>(N * C, w);
-  b.d_atty = s.template take<BF16>(N * Cl, w);
-  b.d_wide = s.template take<BF16>(N * 4 * Cl, w);
+  b.scratch = act(N * C, w);
+  b.d_res = act(N * C, w);
+  b.d_ln = act(N * C, w);
+  b.d_atty = act(N * Cl, w);
+  b.d_wide = act(N * 4 * Cl, w);
   b.tokens = s.template take<int32_t>(N, w);
   b.targets = s.template take<int32_t>(N, w);
   if (tp > 1) {

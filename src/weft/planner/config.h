@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "weft/core/dtype.h"
 #include "weft/core/status.h"
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
@@ -20,7 +21,7 @@ namespace weft::planner {
 //               16 bytes per parameter; activations and messages fp32.
 //   bf16-mixed  Megatron-LM's mixed precision: bf16 weights (2), fp32 main gradients (4), fp32
 //               master weights + Adam m + v (12): 18 bytes per parameter; activations bf16.
-enum class Precision { FP32, BF16Mixed };
+using weft::Precision;  // core/dtype.h: the one precision policy
 std::string_view precision_name(Precision p);
 Result<Precision> parse_precision(std::string_view name);
 

@@ -74,9 +74,9 @@ int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, in
   return bytes(cfg, B, T, microbatches, parallel, recompute).total() + gemm + (int64_t{64} << 20);
 }
 
-DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B,
-                             int T, int microbatches, optim::AdamWConfig adamw,
-                             DeviceParallel parallel, model::Recompute recompute)
+DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                             int microbatches, optim::AdamWConfig adamw, DeviceParallel parallel,
+                             model::Recompute recompute)
     : backend_(backend), cfg_(cfg), B_(B), T_(T), m_(microbatches), adamw_(adamw), par_(parallel) {
   WEFT_CHECK(m_ >= 1, "a step needs at least one microbatch");
   const bool holds_wte = par_.pp_rank == 0 || par_.pp_rank == par_.pp - 1;
@@ -93,7 +93,7 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
   Plan p = plan(cfg_, m_, par_);
   schedule_ = std::move(p.schedule);
   S_ = par_.pp * par_.vp;
-  std::vector<kernels::MixedBackend::AdamWSegment> segments;
+  std::vector<kernels::Backend::AdamWSegment> segments;
   chunks_.resize(p.stages.size());
   for (size_t j = 0; j < p.stages.size(); ++j) {
     Chunk& c = chunks_[j];
@@ -108,7 +108,8 @@ DeviceTrainer::DeviceTrainer(kernels::MixedBackend& backend, const model::GptCon
     backend_.zero(c.v, n * 4);
     if (c.stage > 0) {
       for (int k = 0; k < m_; ++k) {
-        c.grad_out.push_back(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd));
+        c.grad_out.push_back(
+            reinterpret_cast<kernels::Act*>(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd)));
       }
     }
     c.slots = MicrobatchSlots(m_, c.model->slots(), c.stage);
@@ -359,7 +360,9 @@ void DeviceTrainer::upload_state(int j, int group, int64_t at, int64_t n, const 
              "upload_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
   float* dst = group == 0 ? c.model->params() : group == 1 ? c.m : c.v;
   backend_.upload(dst + at, in, n * 4);
-  if (group == 0) backend_.convert(c.model->params16() + at, dst + at, n);
+  if (group == 0) {
+    backend_.convert(reinterpret_cast<kernels::Act*>(c.model->params16() + at), dst + at, n);
+  }
 }
 
 void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
@@ -378,8 +381,8 @@ void DeviceTrainer::upload_state(int j, const float* params, const float* m, con
   t_ = step_count;
 }
 
-double device_gemm_ceiling(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B,
-                           int T, int reps) {
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                           int reps) {
   double flops = 0, seconds = 0;
   for (const model::GemmShape& g : model::training_gemm_shapes(cfg, B, T)) {
     if (g.trans_a || !g.trans_b) continue;  // the forward shapes: [M,K] @ [N,K]^T

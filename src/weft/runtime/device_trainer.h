@@ -1,5 +1,5 @@
 #pragma once
-// Training on a kernels::MixedBackend (the GPU, or its host emulation): this rank's model chunks
+// Training on a kernels::Backend (the GPU, or its host emulation): this rank's model chunks
 // (pipeline stages, each its tensor-parallel shards) as model::MixedGpt, their AdamW moments in
 // fp32 on the backend, and the step. The step runs the rank's program of a pipeline schedule
 // (schedule/, through the executor, as PipelineRunner does on the CPU: with pp = 1 that is
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/memory.h"
 #include "weft/model/mixed_gpt.h"
 #include "weft/optim/adamw.h"
@@ -70,13 +70,13 @@ class DeviceTrainer : public StageRunner {
  public:
   // A step is `microbatches` [B,T] microbatches per replica.
   // recompute: model::MixedGpt's (None or Full; Selective is None on a device).
-  DeviceTrainer(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B, int T,
+  DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                 int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {},
                 model::Recompute recompute = model::Recompute::None);
   ~DeviceTrainer() override;
 
   // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`,
-  // exactly (MixedBackend::allocated_bytes() after construction; a step allocates nothing): the one
+  // exactly (Backend::allocated_bytes() after construction; a step allocates nothing): the one
   // memory model, model::estimate_rank_memory under Precision::BF16Mixed, told this rank's chunks
   // (stages, activation slots: the peak its program keeps in flight), which counts each chunk's
   // MixedGpt buffers from the list its constructor allocates from (model/mixed_layout.h), the
@@ -137,7 +137,7 @@ class DeviceTrainer : public StageRunner {
     float* m = nullptr;  // AdamW moments, fp32, laid out like the parameters
     float* v = nullptr;
     MicrobatchSlots slots;
-    std::vector<BF16*> grad_out;  // per microbatch: d(stage input) until it is sent
+    std::vector<kernels::Act*> grad_out;  // per microbatch: d(stage input) until it is sent
     int backward_passes = 0;
   };
   Chunk& chunk(int stage);
@@ -146,7 +146,7 @@ class DeviceTrainer : public StageRunner {
   int dp_size() const;
   double replica_sum(double x) const;  // over the pipeline and the replicas (host groups)
 
-  kernels::MixedBackend& backend_;
+  kernels::Backend& backend_;
   model::GptConfig cfg_;
   int B_, T_, m_;
   optim::AdamWConfig adamw_;
@@ -154,7 +154,7 @@ class DeviceTrainer : public StageRunner {
   schedule::Schedule schedule_;
   int S_ = 1;  // stages: pp * vp
   std::vector<Chunk> chunks_;
-  std::unique_ptr<kernels::MixedBackend::AdamW> plan_;  // every chunk's tensors, one launch
+  std::unique_ptr<kernels::Backend::AdamW> plan_;  // every chunk's tensors, one launch
   int t_ = 0;
   std::vector<comm::Work> sends_;  // in flight this step
   // the step in progress
@@ -167,9 +167,9 @@ class DeviceTrainer : public StageRunner {
 
 // The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro
 // batch B and length T (training_gemm_shapes' ".fwd" shapes, each weighted by its count), timed
-// through MixedBackend::linear_forward. The input- and weight-gradient GEMMs have the same sizes
+// through Backend::linear_forward. The input- and weight-gradient GEMMs have the same sizes
 // transposed; the forward ones stand for them.
-double device_gemm_ceiling(kernels::MixedBackend& backend, const model::GptConfig& cfg, int B,
-                           int T, int reps = 5);
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                           int reps = 5);
 
 }  // namespace weft::runtime

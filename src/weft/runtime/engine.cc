@@ -228,7 +228,7 @@ class DeviceState final : public RankState {
   optim::AdamWConfig adamw_;
 };
 
-// A kernels::MixedBackend in bf16 mixed precision: DeviceTrainer. Its checkpoints stream the state
+// A kernels::Backend in bf16 mixed precision: DeviceTrainer. Its checkpoints stream the state
 // out of the backend's memory (DeviceState); no host copy of the model state exists.
 class DeviceEngine final : public EngineOver<DeviceTrainer> {
  public:
@@ -277,7 +277,7 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
   const RunConfig cfg_;
   parallel::Coord me_;
   comm::Communicator* world_;
-  kernels::MixedBackend& backend_;
+  kernels::Backend& backend_;
   // Before the trainer: its groups outlive the trainer's sends in flight.
   std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
   std::unique_ptr<DeviceTrainer> trainer_;

@@ -2,7 +2,7 @@
 // What the trainer trains with: one interface over this rank's part of the job, so that
 // Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
 // model runs. make_engine decides that once, from the options: the CPU kernels in fp32
-// (PipelineRunner and its DistributedOptimizers) or a kernels::MixedBackend in bf16 mixed precision
+// (PipelineRunner and its DistributedOptimizers) or a kernels::Backend in bf16 mixed precision
 // (DeviceTrainer: the GPU, or its host emulation). The engines are thin adapters; the algorithms
 // are theirs.
 
@@ -13,7 +13,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/run_config.h"
@@ -58,7 +58,7 @@ class Engine {
 
 // What a device engine needs besides the run config (TrainerOptions' device and device_group).
 struct EngineDevice {
-  kernels::MixedBackend* backend = nullptr;  // null: the CPU engine
+  kernels::Backend* backend = nullptr;  // null: the CPU engine
   std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> group;
   // The host buffer checkpoints stream the device's state through (RankState::staging): transfers
   // of a few MiB already run near a link's bandwidth (NVIDIA, "How to Optimize Data Transfers in

@@ -169,8 +169,8 @@ void PipelineRunner::forward(int stage, int mb) {
     const float* out = prev.model->stage_output(prev.slots.of(mb));
     std::copy(out, out + boundary_elements(), c.model->stage_input(slot));
   }
-  const float loss =
-      c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.B, o_.T, slot);
+  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.B, o_.T, slot,
+                                      1.0f / static_cast<float>(m_));
   if (stage == S_ - 1) loss_sum_ += loss;
 }
 
@@ -181,7 +181,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
   if (!split) c.opt->set_final_pass(++c.weight_passes == m_);
-  c.model->backward(1.0f / static_cast<float>(m_), slot, /*defer_weight_grads=*/split);
+  c.model->backward(slot, /*defer_weight_grads=*/split);
   if (stage > 0) {
     // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
     const int64_t n = boundary_elements();

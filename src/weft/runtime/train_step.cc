@@ -115,9 +115,10 @@ StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const 
   double loss_sum = 0;
   const int64_t block = int64_t{B} * T;
   for (int mb = 0; mb < microbatches; ++mb) {
-    loss_sum += model.forward(tokens + mb * block, targets + mb * block, B, T);
+    loss_sum += model.forward(tokens + mb * block, targets + mb * block, B, T, 0,
+                              1.0f / static_cast<float>(microbatches));
     opt.set_final_pass(mb == microbatches - 1);
-    model.backward(1.0f / static_cast<float>(microbatches));
+    model.backward();
   }
   model::Gpt* chunks[] = {&model};
   optim::DistributedOptimizer* opts[] = {&opt};

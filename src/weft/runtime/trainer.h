@@ -19,7 +19,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"
@@ -56,7 +56,7 @@ struct TrainerOptions {
   // parallelism), pipeline (gpipe, 1f1b, interleaved) and data parallelism (ZeRO 0) across ranks,
   // full recomputation.
   // Its checkpoints load under any layout and on either engine.
-  kernels::MixedBackend* device = nullptr;
+  kernels::Backend* device = nullptr;
   // With a device: a communicator on the device's memory over the ranks of a host group (comm/cuda:
   // staged through pinned memory, or NCCL). Null: a split of the host group itself (right for the
   // host backend, whose memory is host memory).

@@ -57,7 +57,7 @@ template <typename T16>
 void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
                         const int32_t* tokens_host, int B, int T, int C);
 
-// Vocabulary-parallel (Megatron-LM; mixed.h): a tensor-parallel rank holds rows [v0, v0 + Vl) of
+// Vocabulary-parallel (Megatron-LM; backend.h): a tensor-parallel rank holds rows [v0, v0 + Vl) of
 // wte. out[B,T,C] = (v0 <= token < v0 + Vl ? wte[token - v0, :] : 0) + (wpe ? wpe[t, :] : 0),
 // rounded once: this rank's partial sum of embedding_forward's output (wpe may be null).
 template <typename T16>
@@ -138,7 +138,7 @@ template <typename T16>
 void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp, Stream stream = nullptr);
 
-// Vocabulary-parallel cross-entropy (Megatron-LM; mixed.h): logits[N,Vl] are columns
+// Vocabulary-parallel cross-entropy (Megatron-LM; backend.h): logits[N,Vl] are columns
 // [v0, v0 + Vl) of the padded vocabulary, the first Vv real. stats[N,3] (fp32) = per row the max
 // m, the sum of exp(x - m) over the real columns (m = -inf, s = 0 when Vv = 0), and the target's
 // logit when this rank holds it (else 0).

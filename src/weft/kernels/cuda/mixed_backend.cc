@@ -1,4 +1,4 @@
-// CudaMixedBackend: kernels::MixedBackend on a GPU (mixed_backend.h). Host code only (the kernels
+// CudaBackend: kernels::Backend on a GPU (mixed_backend.h). Host code only (the kernels
 // live in ops.cu, flash_attention.cu and linear.cc), so it goes to the C++ compiler.
 //
 // Ordering: every op, copy and memset runs on the backend's one stream, so they execute in call
@@ -27,9 +27,9 @@
 namespace weft::kernels::cuda {
 namespace {
 
-// The plan of kernels_cuda.h behind MixedBackend::AdamW. The backend outlives it (mixed.h), so the
+// The plan of kernels_cuda.h behind Backend::AdamW. The backend outlives it (backend.h), so the
 // stream stays valid.
-class CudaAdamW final : public MixedBackend::AdamW {
+class CudaAdamW final : public Backend::AdamW {
  public:
   CudaAdamW(Arena& arena, std::span<const AdamWSegment<BF16>> segments, Stream stream)
       : plan_(arena, segments), stream_(stream) {}
@@ -58,13 +58,13 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
 };
 
-class CudaMixedBackend final : public MixedBackend {
+class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
  public:
   // The backend's own blocks: the device double sum_squares writes, one full alignment unit so
   // that the caller's blocks start where allocated_bytes() says.
   static constexpr size_t kOwnBytes = Arena::kAlignment;
 
-  CudaMixedBackend(int64_t arena_bytes, int device) {
+  CudaBackend(int64_t arena_bytes, int device) {
     WEFT_CHECK(arena_bytes >= 0, "negative arena size ", arena_bytes);
     const int count = device_count();
     WEFT_CHECK(device >= 0 && device < count, "CUDA device ", device, " requested, ", count,
@@ -92,15 +92,15 @@ class CudaMixedBackend final : public MixedBackend {
     }
   }
 
-  ~CudaMixedBackend() override {
+  ~CudaBackend() override {
     // Work still queued may use the arena: wait for it (no throw from a destructor), then free
     // in dependency order: the cuBLASLt handle, the memory, the stream.
     if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
     release_all();
   }
 
-  CudaMixedBackend(const CudaMixedBackend&) = delete;
-  CudaMixedBackend& operator=(const CudaMixedBackend&) = delete;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return name_; }
 
@@ -140,77 +140,77 @@ class CudaMixedBackend final : public MixedBackend {
 
   // ---- ops
   // ---------------------------------------------------------------------------------------
-  void convert(BF16* out, const float* in, int64_t n) override {
-    cuda::convert(out, in, n, stream_);
-  }
-  void widen(float* out, const BF16* in, int64_t n) override { cuda::convert(out, in, n, stream_); }
+  void convert(BF16* out, const float* in, int64_t n) { cuda::convert(out, in, n, stream_); }
+  void widen(float* out, const BF16* in, int64_t n) { cuda::convert(out, in, n, stream_); }
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
-                         int T, int C) override {
+                         int T, int C) {
     cuda::embedding_forward<BF16>(out, tokens, wte, wpe, B, T, C, stream_);
   }
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
-                          int B, int T, int C) override {
+                          int B, int T, int C) {
     cuda::embedding_backward<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C);
   }
   void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
-                               int B, int T, int C, int v0, int Vl) override {
+                               int B, int T, int C, int v0, int Vl) {
     cuda::embedding_forward_shard<BF16>(out, tokens, wte, wpe, B, T, C, v0, Vl, stream_);
   }
   void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
-                                const int32_t* tokens_host, int B, int T, int C, int v0,
-                                int Vl) override {
+                                const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
     cuda::embedding_backward_shard<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
   }
-  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override {
+  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
     cuda::residual_forward<BF16>(out, a, b, n, stream_);
   }
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                         const BF16* bias, int N, int C) override {
+                         const BF16* bias, int N, int C) {
     cuda::layernorm_forward<BF16>(out, mean, rstd, inp, weight, bias, N, C, stream_);
   }
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
-                                        const BF16* bias, int N, int C) override {
+                                        const BF16* bias, int N, int C) {
     cuda::fused_residual_layernorm_forward<BF16>(residual, out, mean, rstd, a, b, weight, bias, N,
                                                  C, stream_);
   }
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                          int N, int C) override {
+                          int N, int C) {
     cuda::layernorm_backward<BF16>(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
                                    C);
   }
   void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
-                      const BF16* bias, int N, int IC, int OC) override {
+                      const BF16* bias, int N, int IC, int OC) {
     cuda::linear_forward<BF16>(*ctx_, out, pre_gelu, inp, weight, bias, N, IC, OC);
   }
   void linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout, const BF16* inp,
-                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) override {
+                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) {
     cuda::linear_backward<BF16>(*ctx_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC,
                                 OC);
   }
-  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C,
-                         int NH) override {
+  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH) {
     cuda::flash_attention_forward<BF16>(out, lse, qkv, B, T, C, NH, stream_);
   }
   void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
-                          const float* lse, int B, int T, int C, int NH) override {
+                          const float* lse, int B, int T, int C, int NH) {
     cuda::flash_attention_backward<BF16>(*ctx_, dqkv, dout, qkv, out, lse, B, T, C, NH);
+  }
+  // FlashAttention-2 keeps lse[B,NH,T].
+  int64_t attention_saved_floats(int B, int T, int NH) const override {
+    return int64_t{B} * NH * T;
   }
   bool attention_supports(int C, int NH) const override {
     return cuda::flash_attention_supports(C, NH);
   }
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
-                             int N, int V, int Vp) override {
+                             int N, int V, int Vp) {
     cuda::softmax_cross_entropy_fused<BF16>(losses, logits, targets, dloss, N, V, Vp, stream_);
   }
   void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
-                                 int Vl, int Vv, int v0) override {
+                                 int Vl, int Vv, int v0) {
     cuda::cross_entropy_shard_stats<BF16>(stats, logits, targets, N, Vl, Vv, v0, stream_);
   }
   void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
-                                  int v0) override {
+                                  int v0) {
     cuda::cross_entropy_shard_finish<BF16>(losses, logits, all_stats, tp, targets, dloss, N, V, Vl,
                                            Vv, v0, stream_);
   }
@@ -319,8 +319,8 @@ class CudaMixedBackend final : public MixedBackend {
 
 }  // namespace
 
-std::unique_ptr<MixedBackend> make_mixed_backend(int64_t arena_bytes, int device) {
-  return std::make_unique<CudaMixedBackend>(arena_bytes, device);
+std::unique_ptr<Backend> make_mixed_backend(int64_t arena_bytes, int device) {
+  return std::make_unique<CudaBackend>(arena_bytes, device);
 }
 
 }  // namespace weft::kernels::cuda

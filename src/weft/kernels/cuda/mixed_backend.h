@@ -1,5 +1,5 @@
 #pragma once
-// The GPU implementation of kernels::MixedBackend (kernels/mixed.h): every op forwards to the
+// The GPU implementation of kernels::Backend (kernels/backend.h): every op forwards to the
 // bf16 kernels of kernels_cuda.h, all on one non-blocking stream of the backend's own, with one
 // cuBLASLt Context on that stream. Memory is one Arena (a single cudaMalloc) sized at
 // construction; allocate() hands out bump-allocated blocks of it until the backend is destroyed.
@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "weft/kernels/mixed.h"
+#include "weft/kernels/backend.h"
 
 namespace weft::kernels::cuda {
 
@@ -19,6 +19,6 @@ namespace weft::kernels::cuda {
 // cuBLASLt workspace and the scratch area of its Context come on top (Context::kDefaultWorkspace
 // + kDefaultScratch, about 96 MiB). Throws weft::Error when there is no such device or the memory
 // cannot be had.
-std::unique_ptr<MixedBackend> make_mixed_backend(int64_t arena_bytes, int device = 0);
+std::unique_ptr<Backend> make_mixed_backend(int64_t arena_bytes, int device = 0);
 
 }  // namespace weft::kernels::cuda

@@ -1,5 +1,5 @@
-// The host implementation of MixedBackend (mixed.h): the mixed-precision ops on host memory, each
-// computed in fp32 (double for sums of squares) from the bf16 inputs, and each bf16 output
+// The host BF16Mixed implementation of Backend (backend.h): the mixed-precision ops on host memory,
+// each computed in fp32 (double for sums of squares) from the bf16 inputs, and each bf16 output
 // rounded once, where the CUDA kernels of kernels_cuda.h round it (docs/cuda.md). It is the
 // reference the GPU backend is checked against, so where the GPU has two paths (cuBLASLt's fused
 // epilogues or a separate kernel) this follows the fused one: pre_gelu = round(acc + bias) and
@@ -25,19 +25,17 @@
 
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
+#include "weft/kernels/backend.h"
+#include "weft/kernels/cpu/host_backend.h"
 #include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
-#include "weft/kernels/mixed.h"
 #include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels {
 namespace {
 
-constexpr int64_t kAlignment = 256;  // what cuBLASLt prefers; the CUDA arena's default
 constexpr float kLayerNormEps = static_cast<float>(ref::kLayerNormEps);
-// Element-wise loops on fewer elements than this stay on the calling thread.
-constexpr int64_t kMinParallel = int64_t{1} << 15;
 
 inline float to_float(BF16 x) { return x.to_float(); }
 inline BF16 round_bf16(float x) { return BF16::from_float(x); }
@@ -58,7 +56,7 @@ inline float gelu_grad(float x) {
 
 // out[n] = float(in[n])
 void widen(float* out, const BF16* in, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kMinParallel)
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
   for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
 }
 
@@ -71,7 +69,7 @@ float* scratch(std::vector<float>& buf, int64_t n) {
 // dst[c] += sum_n src[n, c] (src [N, cols] bf16), each column summed in row order in fp32 and
 // added once, as the CUDA column sums add their total.
 void add_column_sums(float* dst, const BF16* src, int64_t N, int64_t cols) {
-#pragma omp parallel for schedule(static) if (N * cols >= kMinParallel)
+#pragma omp parallel for schedule(static) if (N * cols >= kHostMinParallel)
   for (int64_t c = 0; c < cols; ++c) {
     float acc = 0.f;
     for (int64_t n = 0; n < N; ++n) acc += to_float(src[n * cols + c]);
@@ -112,103 +110,29 @@ void layernorm_row(BF16* y, float* mean, float* rstd, const float* x, const BF16
   *rstd = s;
 }
 
-class HostAdamW final : public MixedBackend::AdamW {
- public:
-  explicit HostAdamW(std::span<const MixedBackend::AdamWSegment> segments)
-      : segments_(segments.begin(), segments.end()) {
-    for (size_t i = 0; i < segments_.size(); ++i) {
-      const MixedBackend::AdamWSegment& s = segments_[i];
-      WEFT_CHECK(s.params != nullptr && s.grads != nullptr && s.m != nullptr && s.v != nullptr,
-                 "AdamW segment ", i, " has a null tensor");
-      WEFT_CHECK(s.n >= 0, "AdamW segment ", i, " has negative size ", s.n);
-    }
-  }
-
-  // The arithmetic of kernels::cpu::adamw_update (bias corrections as reciprocals computed in
-  // double), with the gradient scaled first, so a fp32 CPU run and this one agree.
-  void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) override {
-    WEFT_CHECK(t >= 1, "AdamW step t=", t, " must be >= 1");
-    const float inv_c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), t)));
-    const float inv_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), t)));
-    const float one_minus_b1 = 1.f - beta1;
-    const float one_minus_b2 = 1.f - beta2;
-    for (const MixedBackend::AdamWSegment& s : segments_) {
-      const float wd = s.weight_decay;
-#pragma omp parallel for schedule(static) if (s.n >= kMinParallel)
-      for (int64_t i = 0; i < s.n; ++i) {
-        const float g = s.grads[i] * grad_scale;
-        const float mi = beta1 * s.m[i] + one_minus_b1 * g;
-        const float vi = beta2 * s.v[i] + one_minus_b2 * g * g;
-        s.m[i] = mi;
-        s.v[i] = vi;
-        const float p = s.params[i];
-        const float updated = p - lr * ((mi * inv_c1) / (std::sqrt(vi * inv_c2) + eps) + wd * p);
-        s.params[i] = updated;
-        if (s.params16 != nullptr) s.params16[i] = round_bf16(updated);
-      }
-    }
-  }
-
- private:
-  std::vector<MixedBackend::AdamWSegment> segments_;
-};
-
-class HostMixedBackend final : public MixedBackend {
+class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
  public:
   std::string name() const override { return "host"; }
-
-  // ---- memory ----------------------------------------------------------------------------------
-
-  using MixedBackend::allocate;  // keep allocate<T>(count) visible next to the override
-  void* allocate(int64_t bytes) override {
-    WEFT_CHECK(bytes >= 0, "allocate of ", bytes, " bytes");
-    void* p = ::operator new (static_cast<size_t>(std::max<int64_t>(bytes, 1)),
-                              std::align_val_t{kAlignment}, std::nothrow);
-    WEFT_CHECK(p != nullptr, "host memory exhausted: allocate of ", bytes, " bytes (",
-               allocated_bytes_, " already allocated)");
-    blocks_.emplace_back(p);
-    // Counted as the CUDA arena counts: each block starts on a 256-byte boundary.
-    allocated_bytes_ += (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    return p;
-  }
-  int64_t allocated_bytes() const override { return allocated_bytes_; }
-  void upload(void* dst, const void* host_src, int64_t bytes) override {
-    WEFT_CHECK(bytes >= 0, "upload of ", bytes, " bytes");
-    if (bytes > 0) std::memcpy(dst, host_src, static_cast<size_t>(bytes));
-  }
-  void download(void* host_dst, const void* src, int64_t bytes) override {
-    WEFT_CHECK(bytes >= 0, "download of ", bytes, " bytes");
-    if (bytes > 0) std::memcpy(host_dst, src, static_cast<size_t>(bytes));
-  }
-  void zero(void* p, int64_t bytes) override {
-    WEFT_CHECK(bytes >= 0, "zero of ", bytes, " bytes");
-    if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
-  }
-  void copy(void* dst, const void* src, int64_t bytes) override {
-    WEFT_CHECK(bytes >= 0, "copy of ", bytes, " bytes");
-    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
-  }
-  void synchronize() override {}  // every op has finished when it returns
 
   // ---- ops
   // ---------------------------------------------------------------------------------------
 
-  void convert(BF16* out, const float* in, int64_t n) override {
+  void convert(BF16* out, const float* in, int64_t n) {
     WEFT_CHECK(n >= 0, "negative element count ", n);
-#pragma omp parallel for schedule(static) if (n >= kMinParallel)
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
     for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
   }
 
-  void widen(float* out, const BF16* in, int64_t n) override {
+  void widen(float* out, const BF16* in, int64_t n) {
     WEFT_CHECK(n >= 0, "negative element count ", n);
     kernels::widen(out, in, n);
   }
 
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
-                         int T, int C) override {
+                         int T, int C) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
     const int64_t N = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
+#pragma omp parallel for schedule(static) if (N * C >= kHostMinParallel)
     for (int64_t n = 0; n < N; ++n) {
       BF16* o = out + n * C;                                      // [C]
       const BF16* e = wte + static_cast<int64_t>(tokens[n]) * C;  // [C]
@@ -222,10 +146,10 @@ class HostMixedBackend final : public MixedBackend {
   // embedding_forward's value for its own tokens, and every other partial is one bf16 row
   // (exact): the fp32 sum over ranks, rounded, is embedding_forward's output.
   void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
-                               int B, int T, int C, int v0, int Vl) override {
+                               int B, int T, int C, int v0, int Vl) {
     check_embedding_shard(B, T, C, v0, Vl);
     const int64_t N = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static) if (N * C >= kMinParallel)
+#pragma omp parallel for schedule(static) if (N * C >= kHostMinParallel)
     for (int64_t n = 0; n < N; ++n) {
       BF16* o = out + n * C;  // [C]
       const int64_t row = static_cast<int64_t>(tokens[n]) - v0;
@@ -242,7 +166,7 @@ class HostMixedBackend final : public MixedBackend {
   // As the CUDA kernels: each token's rows are summed in position order in fp32 and the total is
   // added to dwte[token] once; dwpe[t] += the sum over b, in order.
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
-                          int B, int T, int C) override {
+                          int B, int T, int C) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
     const int64_t N = static_cast<int64_t>(B) * T;
     if (N == 0) return;
@@ -258,8 +182,7 @@ class HostMixedBackend final : public MixedBackend {
   // bit-identical to the one embedding_backward adds, so the ranks' dwte concatenated are
   // embedding_backward's dwte.
   void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
-                                const int32_t* tokens_host, int B, int T, int C, int v0,
-                                int Vl) override {
+                                const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
     check_embedding_shard(B, T, C, v0, Vl);
     const int64_t N = static_cast<int64_t>(B) * T;
     if (N == 0) return;
@@ -268,9 +191,9 @@ class HostMixedBackend final : public MixedBackend {
   }
 
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                         const BF16* bias, int N, int C) override {
+                         const BF16* bias, int N, int C) {
     check_layernorm_dims(N, C);
-#pragma omp parallel if (static_cast <int64_t>(N) * C >= kMinParallel)
+#pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     {
       std::vector<float> x(static_cast<size_t>(C));  // [C] the row in fp32
 #pragma omp for schedule(static)
@@ -282,17 +205,17 @@ class HostMixedBackend final : public MixedBackend {
     }
   }
 
-  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) override {
+  void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
     WEFT_CHECK(n >= 0, "negative element count ", n);
-#pragma omp parallel for schedule(static) if (n >= kMinParallel)
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
     for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(to_float(a[i]) + to_float(b[i]));
   }
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
-                                        const BF16* bias, int N, int C) override {
+                                        const BF16* bias, int N, int C) {
     check_layernorm_dims(N, C);
     WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
-#pragma omp parallel if (static_cast <int64_t>(N) * C >= kMinParallel)
+#pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     {
       std::vector<float> x(static_cast<size_t>(C));  // [C] the rounded residual row in fp32
 #pragma omp for schedule(static)
@@ -312,10 +235,10 @@ class HostMixedBackend final : public MixedBackend {
   // rounded once into the bf16 dinp; dweight += sum_n dout * norm, dbias += sum_n dout (fp32).
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                          int N, int C) override {
+                          int N, int C) {
     check_layernorm_dims(N, C);
     if (N == 0) return;
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kMinParallel)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
       const int64_t row = static_cast<int64_t>(n) * C;
       const BF16* dy = dout + row;  // [C]
@@ -340,7 +263,7 @@ class HostMixedBackend final : public MixedBackend {
       }
     }
     // Column sums, each column over the rows in order, added once.
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kMinParallel)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     for (int c = 0; c < C; ++c) {
       float sum = 0.f;
       float normed = 0.f;
@@ -356,7 +279,7 @@ class HostMixedBackend final : public MixedBackend {
   }
 
   void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
-                      const BF16* bias, int N, int IC, int OC) override {
+                      const BF16* bias, int N, int IC, int OC) {
     check_linear_dims(N, IC, OC);
     if (N == 0) return;
     const int64_t in_size = static_cast<int64_t>(N) * IC;
@@ -369,7 +292,7 @@ class HostMixedBackend final : public MixedBackend {
     widen(w, weight, w_size);
     sgemm(false, true, N, OC, IC, 1.f, x, IC, w, IC, 0.f, acc, OC);
     // The epilogue, on the fp32 accumulator: + bias, then (with pre_gelu) GeLU.
-#pragma omp parallel for schedule(static) if (out_size >= kMinParallel)
+#pragma omp parallel for schedule(static) if (out_size >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
       const int64_t row = static_cast<int64_t>(n) * OC;
       for (int o = 0; o < OC; ++o) {
@@ -385,7 +308,7 @@ class HostMixedBackend final : public MixedBackend {
   }
 
   void linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout, const BF16* inp,
-                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) override {
+                       const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) {
     check_linear_dims(N, IC, OC);
     if (N == 0) return;
     const int64_t in_size = static_cast<int64_t>(N) * IC;
@@ -403,7 +326,7 @@ class HostMixedBackend final : public MixedBackend {
       widen(w, weight, w_size);
       sgemm(false, false, N, IC, OC, 1.f, dy, OC, w, IC, 0.f, acc, IC);
       // The DGELU epilogue: the fp32 product times gelu'(pre), rounded once.
-#pragma omp parallel for schedule(static) if (in_size >= kMinParallel)
+#pragma omp parallel for schedule(static) if (in_size >= kHostMinParallel)
       for (int64_t i = 0; i < in_size; ++i) {
         const float g = gelu_pre != nullptr ? acc[i] * gelu_grad(to_float(gelu_pre[i])) : acc[i];
         dinp[i] = round_bf16(g);
@@ -421,8 +344,7 @@ class HostMixedBackend final : public MixedBackend {
   // Per (b, h): scores s_tj = q_t . k_j / sqrt(HS) for j <= t in fp32, lse_t = logsumexp_j s_tj,
   // out_t = sum_j exp(s_tj - max) v_j / sum_j exp(s_tj - max) (normalized at the end, as the
   // flash forward does), rounded once.
-  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C,
-                         int NH) override {
+  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH) {
     check_attention_dims(B, T, C, NH);
     const int HS = C / NH;
     const float scale = 1.f / std::sqrt(static_cast<float>(HS));
@@ -470,7 +392,7 @@ class HostMixedBackend final : public MixedBackend {
   // dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS), dV = P^T dout, accumulated in fp32 and written
   // rounded.
   void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
-                          const float* lse, int B, int T, int C, int NH) override {
+                          const float* lse, int B, int T, int C, int NH) {
     check_attention_dims(B, T, C, NH);
     const int HS = C / NH;
     const float scale = 1.f / std::sqrt(static_cast<float>(HS));
@@ -542,14 +464,18 @@ class HostMixedBackend final : public MixedBackend {
   }
 
   bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
+  // The flash formulation's lse[B,NH,T].
+  int64_t attention_saved_floats(int B, int T, int NH) const override {
+    return int64_t{B} * NH * T;
+  }
 
   // As the CUDA kernel, with the max and the sum in two passes instead of online: loss =
   // (max - z_y) + log(sum), gradient dloss * (exp(z - max) / sum - onehot) rounded.
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
-                             int N, int V, int Vp) override {
+                             int N, int V, int Vp) {
     WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V,
                " Vp=", Vp);
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vp >= kMinParallel)
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vp >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
       BF16* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp], first V real
       const int32_t y = targets[n];
@@ -574,56 +500,22 @@ class HostMixedBackend final : public MixedBackend {
   }
 
   // The vocabulary-parallel cross-entropy of kernels/vocab_parallel_ce.h, whose arithmetic it
-  // calls: row_stats' two passes over this rank's Vv real columns (with none, m = -inf, s = 0).
+  // calls: with tp = 1 and v0 = 0 the bits of softmax_cross_entropy.
   void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
-                                 int Vl, int Vv, int v0) override {
+                                 int Vl, int Vv, int v0) {
     check_cross_entropy_shard(N, Vl, Vv, v0);
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= kMinParallel)
-    for (int n = 0; n < N; ++n) {
-      vocab_ce::row_stats(stats + int64_t{vocab_ce::kStats} * n, logits + int64_t{n} * Vl, Vv,
-                          int64_t{targets[n]} - v0, [](BF16 x) { return to_float(x); });
-    }
+    vocab_ce::host_stats(stats, logits, targets, N, Vl, Vv, v0, [](BF16 x) { return to_float(x); });
   }
-
-  // vocab_ce::totals, then softmax_cross_entropy's expressions with (M, S) for its (m, s): with
-  // tp = 1 and v0 = 0 the same bits, and lse = M + log(S) is never rounded on its own.
   void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
-                                  int v0) override {
+                                  int v0) {
     check_cross_entropy_shard(N, Vl, Vv, v0);
     WEFT_CHECK(tp >= 1 && V > 0 && Vv == vocab_ce::real_columns(V, v0, Vl),
                "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
                " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
-    const int64_t stride = int64_t{vocab_ce::kStats} * N;  // between ranks in all_stats
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= kMinParallel)
-    for (int n = 0; n < N; ++n) {
-      BF16* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
-      const int32_t y = targets[n];
-      if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
-        const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
-        losses[n] = fill;
-        for (int j = 0; j < Vl; ++j) z[j] = round_bf16(j < Vv ? fill : 0.f);
-        continue;
-      }
-      const vocab_ce::Totals t =
-          vocab_ce::totals(all_stats + int64_t{vocab_ce::kStats} * n, stride, tp);
-      losses[n] = vocab_ce::loss(t);
-      const float inv_s = 1.f / t.sum;
-      const int64_t local_y = static_cast<int64_t>(y) - v0;
-      for (int j = 0; j < Vv; ++j) {
-        z[j] = round_bf16(vocab_ce::grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y));
-      }
-      for (int j = Vv; j < Vl; ++j) z[j] = round_bf16(0.f);
-    }
-  }
-
-  double sum_squares(const float* x, int64_t n) override {
-    WEFT_CHECK(n >= 0, "negative element count ", n);
-    return cpu::sum_squares(x, n);  // double, fixed chunks: the same bits on every run
-  }
-
-  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override {
-    return std::make_unique<HostAdamW>(segments);
+    vocab_ce::host_finish(
+        losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0,
+        [](BF16 x) { return to_float(x); }, [](float x) { return round_bf16(x); });
   }
 
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
@@ -645,10 +537,6 @@ class HostMixedBackend final : public MixedBackend {
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(void* p) const { ::operator delete (p, std::align_val_t{kAlignment}); }
-  };
-
   static void check_embedding_shard(int B, int T, int C, int v0, int Vl) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
                " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
@@ -680,7 +568,7 @@ class HostMixedBackend final : public MixedBackend {
     run_starts.push_back(M);
     const int64_t runs = static_cast<int64_t>(run_starts.size()) - 1;
     // Each run owns its dwte row: no two iterations touch the same row.
-#pragma omp parallel for schedule(static) if (M * C >= kMinParallel)
+#pragma omp parallel for schedule(static) if (M * C >= kHostMinParallel)
     for (int64_t r = 0; r < runs; ++r) {
       const int64_t begin = run_starts[r];
       const int64_t end = run_starts[r + 1];
@@ -698,7 +586,7 @@ class HostMixedBackend final : public MixedBackend {
   // dwpe[T, C] += the sum over b of dout[B, T, C], b in order.
   static void add_position_sums(float* dwpe, const BF16* dout, int B, int T, int C) {
     const int64_t TC = static_cast<int64_t>(T) * C;
-#pragma omp parallel for schedule(static) if (B * TC >= kMinParallel)
+#pragma omp parallel for schedule(static) if (B * TC >= kHostMinParallel)
     for (int64_t i = 0; i < TC; ++i) {
       float acc = 0.f;
       for (int b = 0; b < B; ++b) acc += to_float(dout[b * TC + i]);
@@ -720,8 +608,6 @@ class HostMixedBackend final : public MixedBackend {
     }
   }
 
-  std::vector<std::unique_ptr<void, AlignedDelete>> blocks_;
-  int64_t allocated_bytes_ = 0;
   // fp32 copies of GEMM operands and the accumulator, reused across calls.
   std::vector<float> scratch_a_;
   std::vector<float> scratch_b_;
@@ -730,8 +616,6 @@ class HostMixedBackend final : public MixedBackend {
 
 }  // namespace
 
-std::unique_ptr<MixedBackend> make_host_mixed_backend() {
-  return std::make_unique<HostMixedBackend>();
-}
+std::unique_ptr<Backend> make_host_bf16_backend() { return std::make_unique<HostBf16Backend>(); }
 
 }  // namespace weft::kernels

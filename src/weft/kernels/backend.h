@@ -1,0 +1,280 @@
+#pragma once
+// THE backend contract of weft (DESIGN.md §2, kernels/): every op a GPT-2 step runs, on one
+// device's memory, under one precision policy (core/dtype.h, Precision):
+//   FP32       activations, weights, gradients and AdamW state in fp32;
+//   BF16Mixed  activations and a copy of the weights in bf16; master weights, parameter gradients
+//              and AdamW state in fp32; every product and reduction accumulates in fp32
+//              (Micikevicius et al. 2018, "Mixed Precision Training").
+// Whatever the policy, master weights and parameter gradients are fp32 (float*); activations and
+// the weights the forward reads are the backend's activation type, `Act` (float under FP32, BF16
+// under BF16Mixed): opaque above the backend, so that no caller does element arithmetic on it
+// without asking act_bytes().
+//
+// Three implementations:
+//   make_host_backend(Precision::FP32) (cpu/host_fp32.cc, named "host"): the optimized CPU kernels
+//   of ops.inc
+//     (OpenMP + oneDNN GEMM), on host memory;
+//   make_host_backend(Precision::BF16Mixed) (cpu/host_bf16.cc): the bf16 ops on host memory with
+//     rounding at the points the GPU rounds, computed in fp32 by the CPU kernels. It tests the
+//     mixed-precision orchestration on machines without a GPU and is the reference the GPU
+//     backend is checked against;
+//   cuda::make_mixed_backend (cuda/mixed_backend.h): the GPU in BF16Mixed, through the kernels of
+//     kernels_cuda.h, on device memory from one Arena.
+// The readable reference templates (cpu/reference.h) stay the oracle of all three.
+//
+// Conventions: every pointer is the backend's memory, allocated by allocate(); row-major; N = B*T
+// rows. Gradients follow the one rule of every backend (docs/training.md, "Gradients: written or
+// accumulated", says why): activation gradients are WRITTEN (each has one producer), except
+// layernorm_backward's dinp, which ADDS into the residual stream's gradient; fp32 parameter
+// gradients ADD, so microbatches accumulate. Ops run in order; the calls that return a host value
+// (download, sum_squares) wait for everything before them.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "weft/core/dtype.h"
+
+namespace weft::kernels {
+
+// An activation element: float on an FP32 backend, BF16 on a BF16Mixed one. Never defined.
+struct Act;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "host" (either precision) or "cuda:0 (NVIDIA H200)".
+  virtual std::string name() const = 0;
+  virtual Precision precision() const = 0;
+  // Bytes of one Act.
+  int64_t act_bytes() const { return precision() == Precision::FP32 ? 4 : 2; }
+
+  // ---- memory ----------------------------------------------------------------------------------
+  // `bytes` of the backend's memory, 256-byte aligned, contents undefined, owned by the backend
+  // until it is destroyed. Throws weft::Error when the backend's memory is exhausted.
+  virtual void* allocate(int64_t bytes) = 0;
+  template <typename T>
+  T* allocate(int64_t count) {
+    return static_cast<T*>(allocate(count * static_cast<int64_t>(sizeof(T))));
+  }
+  virtual int64_t allocated_bytes() const = 0;
+  // Host <-> backend copies; they wait until the copy is complete.
+  virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, int64_t bytes) = 0;
+  virtual void zero(void* p, int64_t bytes) = 0;
+  // Within the backend's memory, in order with the ops.
+  virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- ops -------------------------------------------------------------------------------------
+  // out[n] = in[n] as an Act (bf16: rounded to nearest even; fp32: copied unless out == in).
+  virtual void convert(Act* out, const float* in, int64_t n) = 0;
+  // out[n] = in[n] as fp32 (exact): a bf16 partial sum widened for an fp32 all-reduce.
+  virtual void widen(float* out, const Act* in, int64_t n) = 0;
+  // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+  virtual void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe,
+                                 int B, int T, int C) = 0;
+  // dwte[V,C] += rows of dout scattered by token; dwpe[T,C] += sum over b. tokens_host: the same
+  // ids in host memory (the data loader has them), so no copy back is needed.
+  virtual void embedding_backward(float* dwte, float* dwpe, const Act* dout,
+                                  const int32_t* tokens_host, int B, int T, int C) = 0;
+  // ---- vocabulary-parallel embedding (Megatron-LM: tensor-parallel rank r holds rows
+  // [v0, v0 + Vl) of wte) ---------------------------------------------------------------------
+  // out[B,T,C] = (v0 <= token < v0 + Vl ? wte[token - v0, :] : 0) + (wpe ? wpe[t, :] : 0), rounded
+  // once: this rank's partial sum of the embedding (the ranks' partials add up to
+  // embedding_forward's output; tp rank 0 passes wpe, the others null).
+  virtual void embedding_forward_shard(Act* out, const int32_t* tokens, const Act* wte,
+                                       const Act* wpe, int B, int T, int C, int v0, int Vl) = 0;
+  // dwte[Vl,C] += the rows of dout whose token falls in [v0, v0 + Vl) (at row token - v0), in
+  // position order; dwpe[T,C] += sum over b of dout (may be null).
+  virtual void embedding_backward_shard(float* dwte, float* dwpe, const Act* dout,
+                                        const int32_t* tokens_host, int B, int T, int C, int v0,
+                                        int Vl) = 0;
+  // out[n] = a[n] + b[n], rounded once (a pipeline stage's output: the last residual add).
+  virtual void residual_forward(Act* out, const Act* a, const Act* b, int64_t n) = 0;
+  // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
+  virtual void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
+                                 const Act* weight, const Act* bias, int N, int C) = 0;
+  // residual = a + b (rounded), then out = layernorm(residual), in one pass.
+  virtual void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
+                                                const Act* a, const Act* b, const Act* weight,
+                                                const Act* bias, int N, int C) = 0;
+  // dinp[N,C] += (Act), dweight[C] += and dbias[C] += (fp32).
+  virtual void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                                  const Act* inp, const Act* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+  // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias (bias may be null). With pre_gelu non-null:
+  // pre_gelu = that sum and out = gelu(pre_gelu) (tanh approximation).
+  virtual void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight,
+                              const Act* bias, int N, int IC, int OC) = 0;
+  // dinp[N,IC] = dout @ weight (written), times gelu'(gelu_pre) when gelu_pre is non-null;
+  // dweight[OC,IC] += dout^T @ inp; dbias[OC] += column sums of dout. Each output may be null.
+  virtual void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
+                               const Act* inp, const Act* weight, const Act* gelu_pre, int N,
+                               int IC, int OC) = 0;
+  // Causal self-attention core. qkv[B,T,3C] (q, k, v side by side, head h in columns
+  // [h*HS, (h+1)*HS) of each); out[B,T,C]; saved (fp32, attention_saved_floats of them): what the
+  // backward needs. The host fp32 backend saves the probabilities att[B,NH,T,T] (entries j > t
+  // are 0); the bf16 backends save lse[B,NH,T] = logsumexp over j <= t of q_t . k_j / sqrt(HS)
+  // (FlashAttention-2: the backward recomputes the probabilities from it).
+  virtual void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  virtual int64_t attention_saved_floats(int B, int T, int NH) const = 0;
+  // dqkv[B,T,3C] = the gradient through the attention core (written).
+  virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
+                                  const float* saved, int B, int T, int C, int NH) = 0;
+  // Whether attention_* takes heads of size C / NH.
+  virtual bool attention_supports(int C, int NH) const = 0;
+  // losses[N] (fp32) = -log softmax(logits[n, :V])[targets[n]]; logits[N,Vp] overwritten with
+  // dloss * (softmax - onehot(target)), 0 in the padding columns and in ignored rows (target < 0).
+  virtual void softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets,
+                                     float dloss, int N, int V, int Vp) = 0;
+  // ---- vocabulary-parallel cross-entropy (Megatron-LM; the one algorithm of every engine and
+  // its arithmetic: kernels/vocab_parallel_ce.h): logits[N,Vl] are this rank's columns
+  // [v0, v0 + Vl) of the padded vocabulary; Vv = the real ones among them, max(0, min(Vl, V - v0))
+  // (the rest is padding). Two ops around an all-gather of the statistics over the tp group.
+  // stats[N,3] (fp32) = per row, over the Vv real columns: the max m, the sum of exp(x - m), and
+  // the logit of targets[n] when v0 <= target < v0 + Vv (else 0).
+  virtual void cross_entropy_shard_stats(float* stats, const Act* logits, const int32_t* targets,
+                                         int N, int Vl, int Vv, int v0) = 0;
+  // From every rank's stats (all_stats[tp,N,3], rank order), vocab_ce::totals: lse =
+  // M + log(sum_r s_r exp(m_r - M)), M = max_r m_r; losses[N] = lse - (sum_r target logit_r) (0
+  // for ignored rows, target < 0; NaN for a target >= V); logits overwritten with
+  // dloss * (exp(x - lse) - onehot(target - v0)) in the Vv real columns, 0 in the padding and in
+  // ignored rows. With tp = 1 and v0 = 0 this is
+  // softmax_cross_entropy's result.
+  virtual void cross_entropy_shard_finish(float* losses, Act* logits, const float* all_stats,
+                                          int tp, const int32_t* targets, float dloss, int N, int V,
+                                          int Vl, int Vv, int v0) = 0;
+  // sum of x[i]^2 in double; waits for the result.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- AdamW over many tensors ---------------------------------------------------------------
+  // AdamW (Loshchilov & Hutter 2019) with bias correction, as ops.inc's adamw_update; params16
+  // (may be null) receives the updated weights rounded to bf16: the copy the next forward reads on
+  // a BF16Mixed backend (null on an FP32 one, whose forward reads params themselves).
+  struct AdamWSegment {
+    float* params;
+    const float* grads;
+    float* m;
+    float* v;
+    BF16* params16;
+    int64_t n;
+    float weight_decay;
+  };
+  class AdamW {
+   public:
+    virtual ~AdamW() = default;
+    // One update of every segment at step t >= 1, gradients multiplied by grad_scale first (the
+    // clipping factor).
+    virtual void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) = 0;
+  };
+  // Plans the update of `segments` once (the CUDA backend uploads its chunk table); the plan lives
+  // no longer than the backend.
+  virtual std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) = 0;
+
+  // ---- measuring -------------------------------------------------------------------------------
+  // Seconds per linear_forward of [N,IC] x [OC,IC]^T (Act) on this backend, the median over `reps`
+  // calls after a warm-up (buffers of its own, released after): the GEMM ceiling that model FLOP/s
+  // are compared with.
+  virtual double linear_forward_seconds(int N, int IC, int OC, int reps) = 0;
+};
+
+// The host implementations: FP32 (cpu/host_fp32.cc) or BF16Mixed (cpu/host_bf16.cc).
+std::unique_ptr<Backend> make_host_backend(Precision precision);
+// The process's host FP32 backend, for models given no backend of their own. It holds no state a
+// caller could disturb (its allocations live until the process ends: allocate from a backend of
+// your own).
+Backend& host_fp32();
+
+// A backend written with typed pointers: Impl implements every op with A (float or BF16) in place
+// of Act, under the same names; this class casts. Impl also implements the memory calls, name(),
+// attention_supports, attention_saved_floats, sum_squares, plan_adamw and
+// linear_forward_seconds.
+template <typename Impl, typename A>
+class TypedBackend : public Backend {
+ public:
+  Precision precision() const final {
+    return sizeof(A) == 4 ? Precision::FP32 : Precision::BF16Mixed;
+  }
+  void convert(Act* out, const float* in, int64_t n) final { self().convert(t(out), in, n); }
+  void widen(float* out, const Act* in, int64_t n) final { self().widen(out, t(in), n); }
+  void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int B,
+                         int T, int C) final {
+    self().embedding_forward(t(out), tokens, t(wte), t(wpe), B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const Act* dout, const int32_t* tokens_host,
+                          int B, int T, int C) final {
+    self().embedding_backward(dwte, dwpe, t(dout), tokens_host, B, T, C);
+  }
+  void embedding_forward_shard(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe,
+                               int B, int T, int C, int v0, int Vl) final {
+    self().embedding_forward_shard(t(out), tokens, t(wte), t(wpe), B, T, C, v0, Vl);
+  }
+  void embedding_backward_shard(float* dwte, float* dwpe, const Act* dout,
+                                const int32_t* tokens_host, int B, int T, int C, int v0,
+                                int Vl) final {
+    self().embedding_backward_shard(dwte, dwpe, t(dout), tokens_host, B, T, C, v0, Vl);
+  }
+  void residual_forward(Act* out, const Act* a, const Act* b, int64_t n) final {
+    self().residual_forward(t(out), t(a), t(b), n);
+  }
+  void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
+                         const Act* bias, int N, int C) final {
+    self().layernorm_forward(t(out), mean, rstd, t(inp), t(weight), t(bias), N, C);
+  }
+  void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
+                                        const Act* a, const Act* b, const Act* weight,
+                                        const Act* bias, int N, int C) final {
+    self().fused_residual_layernorm_forward(t(residual), t(out), mean, rstd, t(a), t(b), t(weight),
+                                            t(bias), N, C);
+  }
+  void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                          const Act* weight, const float* mean, const float* rstd, int N,
+                          int C) final {
+    self().layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N,
+                              C);
+  }
+  void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight, const Act* bias,
+                      int N, int IC, int OC) final {
+    self().linear_forward(t(out), t(pre_gelu), t(inp), t(weight), t(bias), N, IC, OC);
+  }
+  void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
+                       const Act* weight, const Act* gelu_pre, int N, int IC, int OC) final {
+    self().linear_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), t(gelu_pre), N, IC,
+                           OC);
+  }
+  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
+                         int NH) final {
+    self().attention_forward(t(out), saved, t(qkv), B, T, C, NH);
+  }
+  void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
+                          const float* saved, int B, int T, int C, int NH) final {
+    self().attention_backward(t(dqkv), t(dout), t(qkv), t(out), saved, B, T, C, NH);
+  }
+  void softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets, float dloss, int N,
+                             int V, int Vp) final {
+    self().softmax_cross_entropy(losses, t(logits), targets, dloss, N, V, Vp);
+  }
+  void cross_entropy_shard_stats(float* stats, const Act* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) final {
+    self().cross_entropy_shard_stats(stats, t(logits), targets, N, Vl, Vv, v0);
+  }
+  void cross_entropy_shard_finish(float* losses, Act* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) final {
+    self().cross_entropy_shard_finish(losses, t(logits), all_stats, tp, targets, dloss, N, V, Vl,
+                                      Vv, v0);
+  }
+
+ protected:
+  static A* t(Act* p) { return reinterpret_cast<A*>(p); }
+  static const A* t(const Act* p) { return reinterpret_cast<const A*>(p); }
+
+ private:
+  Impl& self() { return static_cast<Impl&>(*this); }
+};
+
+}  // namespace weft::kernels

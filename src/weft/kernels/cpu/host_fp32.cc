@@ -1,0 +1,179 @@
+// The host FP32 implementation of Backend (backend.h): the optimized CPU kernels of ops.inc
+// (kernels::cpu: OpenMP, oneDNN GEMM) behind the one contract. Where the contract fuses two steps
+// (a GEMM with its GeLU, a residual add with the LayerNorm after it) this runs the two kernels one
+// after the other, which is the arithmetic model::Gpt has always run on the CPU: the fp32
+// equivalence suites and the PyTorch oracle (1e-5) hold through it unchanged.
+//
+// Attention keeps the probabilities att[B,NH,T,T] for its backward (cpu::attention_backward reads
+// them), so under selective recomputation the model drops exactly them; the bf16 backends keep
+// only lse[B,NH,T] (backend.h).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/core/check.h"
+#include "weft/kernels/backend.h"
+#include "weft/kernels/cpu/host_backend.h"
+#include "weft/kernels/kernels.h"
+#include "weft/kernels/vocab_parallel_ce.h"
+
+namespace weft::kernels {
+namespace {
+
+class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
+ public:
+  std::string name() const override { return "host"; }
+
+  void convert(float* out, const float* in, int64_t n) { copy_floats(out, in, n); }
+  void widen(float* out, const float* in, int64_t n) { copy_floats(out, in, n); }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens_host,
+                          int B, int T, int C) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens_host, B, T, C);
+  }
+
+  // Rank's partial embedding, rows it does not hold read as 0 (Megatron-LM's
+  // VocabParallelEmbedding): summed over the tp ranks, one of which passes wpe, it is the serial
+  // embedding.
+  void embedding_forward_shard(float* out, const int32_t* tokens, const float* wte,
+                               const float* wpe, int B, int T, int C, int v0, int Vl) {
+    const int64_t N = int64_t{B} * T;
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* o = out + n * C;  // [C]
+      const int64_t v = tokens[n] - int64_t{v0};
+      const float* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;  // [C] or none
+      for (int c = 0; c < C; ++c) {
+        const float e = (v >= 0 && v < Vl) ? wte[v * C + c] : 0.0f;
+        o[c] = e + (p != nullptr ? p[c] : 0.0f);
+      }
+    }
+  }
+  // dwte[Vl,C] += the rows of dout whose token is this rank's; dwpe[T,C] += sum over b (when not
+  // null). Each thread owns whole columns and walks the rows in order: deterministic, no races.
+  void embedding_backward_shard(float* dwte, float* dwpe, const float* dout,
+                                const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
+    const int64_t N = int64_t{B} * T;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; ++c) {
+      for (int64_t n = 0; n < N; ++n) {
+        const float d = dout[n * C + c];
+        const int64_t v = tokens_host[n] - int64_t{v0};
+        if (v >= 0 && v < Vl) dwte[v * C + c] += d;
+        if (dwpe != nullptr) dwpe[(n % T) * C + c] += d;
+      }
+    }
+  }
+
+  void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+    cpu::residual_forward(out, a, b, n);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
+                                        const float* a, const float* b, const float* weight,
+                                        const float* bias, int N, int C) {
+    cpu::residual_forward(residual, a, b, int64_t{N} * C);
+    cpu::layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void linear_forward(float* out, float* pre_gelu, const float* inp, const float* weight,
+                      const float* bias, int N, int IC, int OC) {
+    if (pre_gelu == nullptr) {
+      cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);
+      return;
+    }
+    cpu::matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC);
+    cpu::gelu_forward(out, pre_gelu, int64_t{N} * OC);
+  }
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* gelu_pre, int N, int IC,
+                       int OC) {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    // GeLU's backward in place (ops.inc: dinp may be dout itself).
+    if (gelu_pre != nullptr && dinp != nullptr) {
+      cpu::gelu_backward(dinp, gelu_pre, dinp, int64_t{N} * IC);
+    }
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
+                          const float* att, int B, int T, int C, int NH) {
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  int64_t attention_saved_floats(int B, int T, int NH) const override {
+    return int64_t{B} * NH * T * T;
+  }
+  bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
+
+  void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, float dloss,
+                             int N, int V, int Vp) {
+    cpu::softmax_cross_entropy_fused(losses, logits, targets, dloss, N, V, Vp);
+  }
+  void cross_entropy_shard_stats(float* stats, const float* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) {
+    vocab_ce::host_stats(stats, logits, targets, N, Vl, Vv, v0, [](float x) { return x; });
+  }
+  void cross_entropy_shard_finish(float* losses, float* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) {
+    vocab_ce::host_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0,
+                          [](float x) { return x; }, [](float x) { return x; });
+  }
+
+  double linear_forward_seconds(int N, int IC, int OC, int reps) override {
+    WEFT_CHECK(N > 0 && IC > 0 && OC > 0 && reps >= 1, "linear_forward_seconds with N=", N,
+               " IC=", IC, " OC=", OC, " reps=", reps);
+    std::vector<float> inp(static_cast<size_t>(N) * IC, 0.01f);
+    std::vector<float> weight(static_cast<size_t>(OC) * IC, 0.01f);
+    std::vector<float> out(static_cast<size_t>(N) * OC);
+    cpu::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, IC, OC);  // warm-up
+    std::vector<double> seconds(static_cast<size_t>(reps));
+    for (double& s : seconds) {
+      const auto start = std::chrono::steady_clock::now();
+      cpu::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, IC, OC);
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
+    return seconds[static_cast<size_t>(reps / 2)];
+  }
+
+ private:
+  static void copy_floats(float* out, const float* in, int64_t n) {
+    WEFT_CHECK(n >= 0, "negative element count ", n);
+    if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_host_fp32_backend() { return std::make_unique<HostFp32Backend>(); }
+
+std::unique_ptr<Backend> make_host_backend(Precision precision) {
+  return precision == Precision::FP32 ? make_host_fp32_backend() : make_host_bf16_backend();
+}
+
+Backend& host_fp32() {
+  static HostFp32Backend backend;
+  return backend;
+}
+
+}  // namespace weft::kernels
