@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/test_paths.h"
+#include "planner/tune_bench_job.h"
 #include "weft/planner/hardware.h"
 #include "weft/planner/simulate.h"
 
@@ -114,18 +115,7 @@ TEST(Hardware, RuntimeMemoryRoundTripsAndIsWhatThePredictionAdds) {
   const Cluster back = parse_cluster(to_toml(measured), "again").value();
   EXPECT_EQ(back.runtime_bytes, 11564483);
 
-  Job job;
-  job.model = {.name = "t",
-               .n_layer = 4,
-               .n_embd = 256,
-               .n_head = 4,
-               .vocab_size = 4096,
-               .pad_vocab_to = 128,
-               .max_seq_len = 64};
-  job.seq_len = 64;
-  job.global_batch = 8;
-  job.world = 2;
-  job.precision = Precision::FP32;
+  const Job job = test::tune_bench_job();
   const ParallelConfig tp2{.tp = 2, .pp = 1, .dp = 1, .micro_batch = 8};
   const double before = predict(c, job, tp2).memory.total();
   const double after = predict(back, job, tp2).memory.total();

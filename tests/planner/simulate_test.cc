@@ -1,9 +1,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "planner/test_paths.h"
+#include "planner/tune_bench_job.h"
 #include "weft/model/gpt_config.h"
 #include "weft/planner/report.h"
 #include "weft/planner/simulate.h"
@@ -123,6 +126,33 @@ TEST(Simulate, ScatterGatherShrinksTheExposedPipelineMessages) {
   EXPECT_LT(split.time.pp_comm, whole.time.pp_comm);
   EXPECT_LT(split.time.total, whole.time.total);
   EXPECT_DOUBLE_EQ(split.time.compute, whole.time.compute);
+}
+
+// Cluster::weight_passes (hardware.h): each linear layer's GEMM call passes over its weight-sized
+// operand once more (forward: W, input gradient: W, weight gradient: dW), whatever its rows, so a
+// step pays it once per microbatch. The bench's model (bench/tune/run.sh: L=4, C=256, Vp=4096),
+// fp32, counted by hand: per microbatch 3 passes x (L x 12 C^2 + Vp x C) x 4 bytes, on a tp rank
+// 1/tp of it (its share of every weight and of the vocabulary).
+TEST(Simulate, WeightPassesArePaidOncePerMicrobatchOverTheRanksWeights) {
+  Cluster c = load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  c.compute_scale = 1;
+  c.step_overhead = 0;
+  c.weight_passes = 0;
+  const Job j = test::tune_bench_job();
+  const double weights = 4 * 12.0 * 256 * 256 + 4096.0 * 256;  // the linears and the tied wte
+  const double per_microbatch = 3 * weights * 4 / (c.memory_bandwidth * c.memory_efficiency);
+  Cluster passes = c;
+  passes.weight_passes = 1.5;
+  for (const auto& [text, microbatches, tp] :
+       {std::tuple{"tp=1,dp=2,mb=1", 4, 1}, std::tuple{"tp=1,dp=2,mb=4", 1, 1},
+        std::tuple{"tp=2,dp=1,mb=1", 8, 2}, std::tuple{"tp=2,dp=1,mb=8", 1, 2}}) {
+    const ParallelConfig cfg = parse_parallel_config(text, j.world).value();
+    const double extra = predict(passes, j, cfg).time.total - predict(c, j, cfg).time.total;
+    EXPECT_NEAR(extra, 1.5 * microbatches * per_microbatch / tp, 1e-9 * extra) << text;
+  }
+  // Absent from a preset, the passes cost nothing: today's prices, even with no memory bandwidth.
+  c.memory_bandwidth = 0;
+  EXPECT_EQ(weight_pass_time(c, 1e9), 0);
 }
 
 TEST(Report, TheChromeTraceHasOneTrackPerPipelineRank) {

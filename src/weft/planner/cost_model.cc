@@ -33,6 +33,14 @@ double memory_time(const Cluster& c, double bytes) {
   return c.compute_scale * bytes / (c.memory_bandwidth * c.memory_efficiency);
 }
 
+double weight_pass_time(const Cluster& c, double bytes) {
+  // Not times compute_scale: the two are separate terms of the refit (calibration_fit.h), so
+  // neither can grow without bound while the other shrinks to keep their product. 0 exactly when
+  // unset, even on a preset whose memory bandwidth is unknown (0 * inf is NaN).
+  return c.weight_passes > 0 ? c.weight_passes * bytes / (c.memory_bandwidth * c.memory_efficiency)
+                             : 0;
+}
+
 std::string_view span_name(Span s) {
   switch (s) {
     case Span::Device:

@@ -23,6 +23,11 @@ double gemm_shape_efficiency(const GemmModel& g, int64_t M, int64_t N, int64_t K
 
 // Seconds to stream `bytes` (read + written) through device memory.
 double memory_time(const Cluster& c, double bytes);
+// Seconds a GEMM call spends on its weight-sized operand beyond its FLOPs (hardware.h,
+// Cluster::weight_passes): weight_passes passes over `bytes` at the memory bandwidth (not scaled
+// by compute_scale); 0 on a preset that does not set it. Charged once per call, so once per
+// microbatch per linear layer.
+double weight_pass_time(const Cluster& c, double bytes);
 // What a backward pass leaves exposed of its gradient reductions (`reduce` s in all), when each
 // layer's bucket goes out as soon as the layer's gradients are complete (PyTorch DDP, Li et al.
 // 2020; optim/distributed_optimizer.h): they overlap the rest of the pass (`backward` s over

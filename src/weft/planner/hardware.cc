@@ -197,6 +197,9 @@ Status validate(const Cluster& c) {
   if (!(c.step_overhead >= 0)) {
     s.add(fmt::format("calibration.step_overhead_ms={} must be >= 0", c.step_overhead / kMilli));
   }
+  if (!(c.weight_passes >= 0)) {
+    s.add(fmt::format("calibration.weight_passes={} must be >= 0", c.weight_passes));
+  }
   positive("link.network.bandwidth_gbps", c.network.bandwidth);
   return s;
 }
@@ -280,6 +283,7 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     TableReader r(root["calibration"].as_table(), "calibration", s);
     c.compute_scale = r.number("compute_scale", 1, false);
     c.step_overhead = r.number("step_overhead_ms", 0, false) * kMilli;
+    c.weight_passes = r.number("weight_passes", 0, false);
     c.calibration_note = r.text("note", "", false);
     r.report_unknown();
   }
@@ -354,10 +358,13 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
   link("package", c.package);
   link("node", c.node);
   link("network", c.network);
-  if (c.compute_scale != 1 || c.step_overhead != 0 || !c.calibration_note.empty()) {
-    out += fmt::format(
-        "\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\nnote = {}\n",
-        c.compute_scale, c.step_overhead / kMilli, quoted(c.calibration_note));
+  if (c.compute_scale != 1 || c.step_overhead != 0 || c.weight_passes != 0 ||
+      !c.calibration_note.empty()) {
+    out += fmt::format("\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\n",
+                       c.compute_scale, c.step_overhead / kMilli);
+    // Written only when fitted: a preset without it reads as 0, today's pricing.
+    if (c.weight_passes != 0) out += fmt::format("weight_passes = {:.6g}\n", c.weight_passes);
+    out += fmt::format("note = {}\n", quoted(c.calibration_note));
   }
   return out;
 }

@@ -69,7 +69,7 @@ struct Cluster {
   Link package;  // between the devices of one package (absent: use `node`)
   Link node;     // between devices of one node (NVLink/NVSwitch, Infinity Fabric, shared memory)
   Link network;  // across nodes, per device (its share of the node's NICs)
-  // [calibration]: step-level factors refitted from real training steps (weft tune,
+  // [calibration]: factors refitted from real training steps (weft tune,
   // planner/calibration_fit.h) on top of the kernel and link constants above, which stay what
   // the spec sheet or `weft calibrate` says. compute_scale multiplies every kernel's time (GEMMs
   // and memory-bound kernels, the optimizer step included); step_overhead is added to each step
@@ -78,6 +78,21 @@ struct Cluster {
   // refitted, from which trials.
   double compute_scale = 1;  // > 0
   double step_overhead = 0;  // s per step, >= 0
+  // weight_passes: what each linear layer's GEMM call costs beyond its FLOPs, in passes over its
+  // weight-sized operand (the weight for the forward and the input gradient, the weight gradient
+  // it accumulates into for the weight gradient) at the memory bandwidth above
+  // (cost_model.h, weight_pass_time). A cost per call, so per microbatch: a step of 8
+  // microbatches of 1 sequence pays it 8 times, one microbatch of 8 once. `weft calibrate` times
+  // each GEMM shape again and again on the same operands, so the weights stay in cache and its
+  // GEMM model never sees this; inside a step every layer's weights come back from L3 or memory
+  // once per microbatch. Measured on this machine's CPU (bench/tune/weight_passes.sh: oneDNN
+  // sgemm, 1 thread, the tune bench's shapes, weights rotating through 24 MB): a linear layer's
+  // forward at 64 rows took 9-399 us more per call than 1/8 of one at 512 rows, in proportion to
+  // the weight (73-128 us per MiB, about one pass at 8-14 GB/s); its backward 1.0-1.6x that;
+  // a step of 8 microbatches of 1 took 111.8 ms against 84.3 for 1 of 8, all of it in GEMMs.
+  // 0 (a preset without the key; a GPU, whose GEMMs overlap their weight reads with their math):
+  // no such cost.
+  double weight_passes = 0;  // >= 0
   std::string calibration_note;
 
   double peak(NumberFormat f) const;  // 0 when the device has no such rate

@@ -68,21 +68,28 @@ StageCost layer_cost(const StageCostInputs& in) {
     return gemm_time(cl, peak, M, N, K, batch);
   };
   const int64_t M = l.M, h = l.h, t = l.t, s = l.s, d = l.d, heads = l.heads;
+  // The four linears' weights on this rank (qkv 3h x h/t, proj h/t x h, fc and fc proj 4h/t x h):
+  // each GEMM call passes over its weight-sized operand once more, whatever its M (hardware.h,
+  // Cluster::weight_passes).
+  const double linear_weights = 12.0 * h * h / t;
+  const PrecisionBytes pb = precision_bytes(in.job->precision);
   StageCost c;
   // Forward: qkv, attention scores and context (batched over b*a/t heads), proj, fc, fc proj.
   const double attention_forward = G(s, s, d, heads) + G(s, d, s, heads);
   c.forward.compute = G(M, 3 * h / t, h) + G(M, h, h / t) + G(M, 4 * h / t, h) +
                       G(M, h, 4 * h / t) + attention_forward +
-                      memory_time(cl, forward_memory_bytes(l));
+                      memory_time(cl, forward_memory_bytes(l)) +
+                      weight_pass_time(cl, linear_weights * pb.weight);
   c.forward.tp_comm = tp_pass_time(l, in.placement->tp);
   // Input gradients: dX = dY W for the four linears, the four attention GEMMs' gradients.
   c.backward_input.compute = G(M, h, 3 * h / t) + G(M, h / t, h) + G(M, h, 4 * h / t) +
                              G(M, 4 * h / t, h) + 3 * G(s, d, s, heads) + G(s, s, d, heads) +
-                             memory_time(cl, 2 * forward_memory_bytes(l));
+                             memory_time(cl, 2 * forward_memory_bytes(l)) +
+                             weight_pass_time(cl, linear_weights * pb.weight);
   c.backward_input.tp_comm = tp_pass_time(l, in.placement->tp);
-  // Weight gradients: dW = dY^T X, inner dimension M.
-  c.backward_weight.compute =
-      G(3 * h / t, h, M) + G(h, h / t, M) + G(4 * h / t, h, M) + G(h, 4 * h / t, M);
+  // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
+  c.backward_weight.compute = G(3 * h / t, h, M) + G(h, h / t, M) + G(4 * h / t, h, M) +
+                              G(h, 4 * h / t, M) + weight_pass_time(cl, linear_weights * pb.grad);
   switch (in.config->recompute) {
     case model::Recompute::None:
       break;
@@ -140,16 +147,21 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     StageCost& c = out.back();
     const int64_t Vt = job.model.padded_vocab() / l.t;
     const double logits_bytes = static_cast<double>(l.M) * Vt * 4;
-    c.forward.compute +=
-        gemm_time(cl, peak, l.M, Vt, l.h) + memory_time(cl, 4 * l.act * l.e + 2 * logits_bytes);
+    const double wte = static_cast<double>(Vt) * l.h;  // the tied embedding, the head's weight
+    const PrecisionBytes pb = precision_bytes(job.precision);
+    c.forward.compute += gemm_time(cl, peak, l.M, Vt, l.h) +
+                         memory_time(cl, 4 * l.act * l.e + 2 * logits_bytes) +
+                         weight_pass_time(cl, wte * pb.weight);
     // The vocabulary-parallel cross-entropy's one all-gather of three fp32 statistics per row
     // from every rank (kernels/vocab_parallel_ce.h).
     c.forward.tp_comm += collective_time(tp, Collective::AllGather, l.t * l.M * 3 * 4.0);
-    c.backward_input.compute +=
-        gemm_time(cl, peak, l.M, l.h, Vt) + memory_time(cl, 2 * logits_bytes + 6 * l.act * l.e);
+    c.backward_input.compute += gemm_time(cl, peak, l.M, l.h, Vt) +
+                                memory_time(cl, 2 * logits_bytes + 6 * l.act * l.e) +
+                                weight_pass_time(cl, wte * pb.weight);
     c.backward_input.tp_comm +=
         collective_time(tp, l.sp ? Collective::ReduceScatter : Collective::AllReduce, nbytes);
-    c.backward_weight.compute += gemm_time(cl, peak, Vt, l.h, l.M);
+    c.backward_weight.compute +=
+        gemm_time(cl, peak, Vt, l.h, l.M) + weight_pass_time(cl, wte * pb.grad);
   }
   // ZeRO-2 and 3 reduce-scatter a stage's gradients after each microbatch, ZeRO-3 also gathers
   // its weights before its forward and again before its backward (Rajbhandari et al. 2020, §5.2,
