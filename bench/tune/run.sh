@@ -8,14 +8,21 @@
 #
 # Data: the Austen demo's dataset (data/austen, from scripts/demo.sh) when it is there, else a
 # synthetic llm.c token file of the same vocabulary (the step time does not depend on the tokens).
-# Writes bench/results/tune-<stamp>.{json,md}.
+# Writes bench/results/tune-<stamp>.{json,md}: the search against the grid, and the planner's
+# step-time error per layout before the refit (the preset as it is) and after it (refitted from
+# that table's own trials: compute_scale, weight_passes, step_overhead; docs/planner.md §9).
 #
-# Usage: bench/tune/run.sh [RANKS]   (default 4)
+# Usage: bench/tune/run.sh [RANKS] [--update-calibration]   (default 4 ranks)
+#   --update-calibration: the grid's refit (16 layouts x the final trial length) rewrites
+#   configs/clusters/this-machine.toml, as `weft tune --update-calibration` does; the halving
+#   before it still prices with the preset as it was.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
 bench_setup tune
 ranks=${1:-4}
+update=()
+if [ "${2:-}" = --update-calibration ]; then update=(--update-calibration); fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -70,12 +77,13 @@ OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --out
 end=$(date +%s.%N)
 echo "== weft tune --grid on $ranks ranks" >&2
 OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --grid \
-  --budget-minutes 30 --out "$work/grid" | tee "$work/grid.log"
+  --budget-minutes 30 --out "$work/grid" "${update[@]}" | tee "$work/grid.log"
 
 /usr/bin/python3 - "$work" "$out_json" "$out_md" "$start" "$end" "$data_note" \
-  "$ranks" <<'PY'
+  "$ranks" "${update[@]}" <<'PY'
 import json, platform, subprocess, sys, datetime
 work, out_json, out_md, t0, t1, data_note, ranks = sys.argv[1:8]
+updated = len(sys.argv) > 8
 wall = float(t1) - float(t0)
 h = json.load(open(f"{work}/halving/tune.json"))
 g = json.load(open(f"{work}/grid/tune.json"))
@@ -98,6 +106,7 @@ result = {
     "halving_winner_grid_ms": gw_of_h["measured_ms"] if gw_of_h else None,
     "grid_fastest_ms": grid_fastest["measured_ms"],
     "halving_layouts": h["layouts"], "grid_layouts": g["layouts"],
+    "grid_refit": g.get("refit"), "grid_refit_wrote_preset": updated,
 }
 json.dump(result, open(out_json, "w"), indent=2)
 ratio = (result["halving_winner_grid_ms"] / result["grid_fastest_ms"]
@@ -129,7 +138,46 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       f"- planner step-time error (mean |predicted/measured - 1|, weighted by timed steps) on the halving's layouts: "
       f"{100 * refit.get('mean_abs_error_before', float('nan')):.1f}% before the refit, "
       f"{100 * refit.get('mean_abs_error_after', float('nan')):.1f}% after",
-      "", "## The halving's table", "",
+      ""]
+# The planner against measurement per layout: the preset as it is (before) and refitted from the
+# same table's trials (after), for the halving (its trials of 3-24 timed steps) and the grid (24).
+grid_refit = g.get("refit") or {}
+def within(errors):
+    return sum(abs(e) <= 0.10 for e in errors)
+md += ["## Step time: the planner against measurement, before and after the refit", "",
+       "Error = predicted / measured - 1. Before: the preset as committed (configs/clusters/"
+       "this-machine.toml); after: refitted from that table's own trials (docs/planner.md §9).",
+       ""]
+for name, r, t in (("halving", refit, h), ("grid", grid_refit, g)):
+    if not r:
+        continue
+    md.append(f"- {name}: {within(r['errors_before'])} of {len(r['errors_before'])} layouts "
+              f"within 10% before, {within(r['errors_after'])} after; mean "
+              f"{100 * r['mean_abs_error_before']:.1f}% -> {100 * r['mean_abs_error_after']:.1f}%; "
+              f"refit: {r.get('note', '?')}")
+if updated:
+    md.append("- the grid's refit was written to configs/clusters/this-machine.toml "
+              "(`--update-calibration`)")
+md += ["", "| layout | halving: timed steps | measured ms | before | after "
+       "| grid: measured ms | before | after |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+def row_of(r, t):
+    out = {}
+    if not r:
+        return out
+    by_layout = {l["layout"]: l for l in t["layouts"]}
+    for name, eb, ea in zip(r["layouts"], r["errors_before"], r["errors_after"]):
+        l = by_layout[name]
+        steps = [x["steps"] for x in l["trials"] if x["ok"] and not x["stopped"]][-1]
+        out[name] = (l["short"], steps, l["measured_ms"], eb, ea)
+    return out
+hr, gr = row_of(refit, h), row_of(grid_refit, g)
+for name in list(hr) + [n for n in gr if n not in hr]:
+    a, b = hr.get(name), gr.get(name)
+    short = (a or b)[0]
+    cells = [f"{a[1]} | {a[2]:.3f} | {100 * a[3]:+.1f}% | {100 * a[4]:+.1f}%" if a else " | | |",
+             f"{b[2]:.3f} | {100 * b[3]:+.1f}% | {100 * b[4]:+.1f}%" if b else " | |"]
+    md.append(f"| {short} | " + " | ".join(cells) + " |")
+md += ["", "## The halving's table", "",
       open(f"{work}/halving/tune.md").read().split("\n", 2)[2],
       "## The grid's table", "",
       open(f"{work}/grid/tune.md").read().split("\n", 2)[2]]

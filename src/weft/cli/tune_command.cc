@@ -388,9 +388,11 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                   out.stopped ? "; stopped by a signal: the table so far" : ""));
   // 4. The refit, from each layout's latest measurement.
   std::vector<TrialMeasurement> measured;
+  nlohmann::json measured_layouts = nlohmann::json::array();  // the refit's errors, in order
   for (const CandidateRecord& r : out.records) {
     if (const TrialResult* t = r.latest()) {
       measured.push_back({job, r.candidate.config, t->step_seconds, t->peak_bytes, t->steps});
+      measured_layouts.push_back(to_string(r.candidate.config));
     }
   }
   nlohmann::json refit = nullptr;
@@ -409,14 +411,19 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         }
         return w > 0 ? s / w : 0.0;
       };
-      refit = {{"errors_before", before},
+      refit = {{"layouts", measured_layouts},
+               {"errors_before", before},
                {"errors_after", after},
                {"mean_abs_error_before", mean_abs(before)},
-               {"mean_abs_error_after", mean_abs(after)}};
+               {"mean_abs_error_after", mean_abs(after)},
+               {"compute_scale", fitted.compute_scale},
+               {"weight_passes", fitted.weight_passes},
+               {"step_overhead_ms", fitted.step_overhead * 1e3},
+               {"note", fitted.calibration_note}};
       say(fmt::format(
           "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
-          "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n",
-          measured.size(), 100 * mean_abs(before), 100 * mean_abs(after)));
+          "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
+          measured.size(), 100 * mean_abs(before), 100 * mean_abs(after), fitted.calibration_note));
       std::string target = o.calibrate_out;
       if (target.empty() && o.update_calibration) target = o.cluster;
       if (!target.empty() && leader) {

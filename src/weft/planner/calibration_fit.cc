@@ -51,10 +51,49 @@ void check_trials(const std::vector<TrialMeasurement>& trials) {
   }
 }
 
-Cluster with_factors(Cluster c, double scale, double overhead) {
-  c.compute_scale = scale;
-  c.step_overhead = overhead;
+// The refit's parameters, each of order 1 (hardware.h, [calibration]).
+struct Factors {
+  double log_scale = 0;      // log compute_scale
+  double weight_passes = 0;  // passes over a GEMM's weight operand per call
+  double overhead = 0;       // step_overhead / the mean measured step
+};
+constexpr int kParams = 3;
+
+Cluster with_factors(Cluster c, const Factors& f, double mean_measured) {
+  c.compute_scale = std::exp(f.log_scale);
+  c.weight_passes = f.weight_passes;
+  c.step_overhead = f.overhead * mean_measured;
   return c;
+}
+
+double& param(Factors& f, int k) {
+  return k == 0 ? f.log_scale : k == 1 ? f.weight_passes : f.overhead;
+}
+
+// Solves a x = b for the k x k system (k <= kParams) by Gaussian elimination with partial
+// pivoting; false when it is singular.
+bool solve(std::array<std::array<double, kParams>, kParams> a, std::array<double, kParams> b, int k,
+           std::array<double, kParams>& x) {
+  for (int c = 0; c < k; ++c) {
+    int p = c;
+    for (int r = c + 1; r < k; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[p][c])) p = r;
+    }
+    if (!(std::abs(a[p][c]) > 0)) return false;
+    std::swap(a[p], a[c]);
+    std::swap(b[p], b[c]);
+    for (int r = c + 1; r < k; ++r) {
+      const double f = a[r][c] / a[c][c];
+      for (int j = c; j < k; ++j) a[r][j] -= f * a[c][j];
+      b[r] -= f * b[c];
+    }
+  }
+  for (int c = k - 1; c >= 0; --c) {
+    double v = b[c];
+    for (int j = c + 1; j < k; ++j) v -= a[c][j] * x[j];
+    x[c] = v / a[c][c];
+  }
+  return true;
 }
 
 double mean_abs(const std::vector<double>& v) {
@@ -79,13 +118,44 @@ std::vector<double> step_time_errors(const Cluster& cluster,
 
 namespace {
 constexpr double kMaxLogScale = 13.8;  // log(1e6)
+
+// Twice the weighted standard deviation of what is left of `x` after the best weighted least
+// squares fit of it by a combination of `basis` (the sensitivities of the parameters already
+// fitted; the scale's is a constant): how far the trials' predictions move apart under a
+// parameter whose sensitivity is `x`, beyond what the others could move them. For two equal
+// halves of the trials, the difference between the halves. Weighted as the fit weighs the trials
+// (sqrt_w squared), so one short trial apart from the rest (a 3-step pipeline trial among 15
+// flat ones) does not make a parameter identifiable on its own.
+double residual_spread(const std::vector<double>& x, const std::vector<std::vector<double>>& basis,
+                       const std::vector<double>& sqrt_w) {
+  const int k = static_cast<int>(basis.size());
+  std::array<std::array<double, kParams>, kParams> a{};
+  std::array<double, kParams> b{}, c{};
+  double w = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double wi = sqrt_w[i] * sqrt_w[i];
+    w += wi;
+    for (int j = 0; j < k; ++j) {
+      b[j] += wi * basis[j][i] * x[i];
+      for (int l = 0; l < k; ++l) a[j][l] += wi * basis[j][i] * basis[l][i];
+    }
+  }
+  if (!solve(a, b, k, c)) c = {};  // degenerate basis (identical columns): the constant alone
+  double var = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double e = x[i];
+    for (int j = 0; j < k; ++j) e -= c[j] * basis[j][i];
+    var += sqrt_w[i] * sqrt_w[i] * e * e;
+  }
+  return 2 * std::sqrt(var / w);
+}
+
 }  // namespace
 
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials) {
   check_trials(trials);
   ScheduleCache cache;
   const size_t n = trials.size();
-  // Parameters x = (log compute_scale, step_overhead / mean measured step): both of order 1.
   double mean_measured = 0, mean_steps = 0;
   for (const auto& t : trials) {
     mean_measured += t.step_seconds / n;
@@ -95,9 +165,9 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   std::vector<double> sqrt_w(n);
   for (size_t i = 0; i < n; ++i)
     sqrt_w[i] = std::sqrt(std::max(1, trials[i].timed_steps) / mean_steps);
-  auto residuals = [&](const std::array<double, 2>& x) {
-    const Cluster c = with_factors(base, std::exp(x[0]), x[1] * mean_measured);
-    const std::vector<double> p = predicted_times(c, trials, cache);
+  auto residuals = [&](const Factors& f) {
+    const std::vector<double> p =
+        predicted_times(with_factors(base, f, mean_measured), trials, cache);
     std::vector<double> r(n);
     for (size_t i = 0; i < n; ++i) r[i] = sqrt_w[i] * std::log(trials[i].step_seconds / p[i]);
     return r;
@@ -108,39 +178,60 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     return s;
   };
 
-  // Start: the kernel constants as calibrated (factors 1 and 0), the scale that centres the
-  // log errors.
-  const std::vector<double> r0 = residuals({0, 0});
-  std::vector<double> before;
-  double spread_lo = 1e300, spread_hi = 0;
+  // Start: the kernel constants as calibrated (factors 1, 0 and 0: whatever the preset held, so
+  // a refit of a refit does not compound), the scale that centres the log errors.
+  const std::vector<double> r0 = residuals({});
+  std::vector<double> before, log_predicted, inverse_predicted;
   for (size_t i = 0; i < n; ++i) {
     const double p = trials[i].step_seconds / std::exp(r0[i] / sqrt_w[i]);
-    spread_lo = std::min(spread_lo, p);
-    spread_hi = std::max(spread_hi, p);
+    log_predicted.push_back(std::log(p));
+    inverse_predicted.push_back(1 / p);  // what a fixed cost per step changes log(p) by, per s
     before.push_back(p / trials[i].step_seconds - 1);
   }
-  const bool fit_overhead = n >= 2 && spread_hi >= kMinSpreadForOverhead * spread_lo;
+  const std::vector<double> ones(n, 1.0);  // what the log scale changes log(p) by
+  // The overhead is told apart from the scale by steps of different lengths.
+  const bool fit_overhead =
+      n >= 2 && residual_spread(log_predicted, {ones}, sqrt_w) >= std::log(kMinSpreadForOverhead);
+  // What one weight pass would add to each trial, as a share of its step (what it changes
+  // log(p) by): the passes are told apart from the scale, and from the overhead when it is
+  // fitted, only by trials whose shares differ beyond what those two can express (their
+  // microbatches per step and weights per rank differ; with one microbatch count the passes cost
+  // the same in every step, a fixed cost like the overhead).
+  std::vector<double> share(n);
+  {
+    const std::vector<double> r1 = residuals({.weight_passes = 1});
+    for (size_t i = 0; i < n; ++i) share[i] = 1 - std::exp((r1[i] - r0[i]) / sqrt_w[i]);
+  }
+  std::vector<std::vector<double>> others = {ones};
+  if (fit_overhead) others.push_back(inverse_predicted);
+  const bool fit_passes =
+      n >= 2 && residual_spread(share, others, sqrt_w) >= kMinShareSpreadForWeightPasses;
+  std::vector<int> active = {0};  // indices into Factors (param())
+  if (fit_passes) active.push_back(1);
+  if (fit_overhead) active.push_back(2);
+  const int dims = static_cast<int>(active.size());
+
   double mean_r0 = 0;  // the weighted mean log error
   for (size_t i = 0; i < n; ++i) mean_r0 += sqrt_w[i] * r0[i] / n;
-  std::array<double, 2> x = {mean_r0, 0};
+  Factors x{.log_scale = mean_r0};
   std::vector<double> r = residuals(x);
   double err = sse(r);
 
-  // Levenberg-Marquardt on the two parameters (one when the overhead is not fitted), numerical
-  // Jacobian; the overhead kept >= 0 (a negative fixed cost would make short steps negative).
-  const int dims = fit_overhead ? 2 : 1;
+  // Levenberg-Marquardt on the active parameters, numerical Jacobian; the weight passes and the
+  // overhead kept >= 0 (a negative cost per call or per step would make short steps negative).
   double lambda = 1e-3;
   constexpr double kStep = 1e-6;
   for (int it = 0; it < 100 && err > 0; ++it) {
-    std::array<std::vector<double>, 2> J;
+    std::array<std::vector<double>, kParams> J;
     for (int k = 0; k < dims; ++k) {
-      std::array<double, 2> xh = x;
-      xh[k] += kStep;
+      Factors xh = x;
+      param(xh, active[k]) += kStep;
       const std::vector<double> rh = residuals(xh);
       J[k].resize(n);
       for (size_t i = 0; i < n; ++i) J[k][i] = (rh[i] - r[i]) / kStep;
     }
-    double a[2][2] = {{0, 0}, {0, 0}}, g[2] = {0, 0};
+    std::array<std::array<double, kParams>, kParams> a{};
+    std::array<double, kParams> g{};
     for (int k = 0; k < dims; ++k) {
       for (size_t i = 0; i < n; ++i) g[k] += J[k][i] * r[i];
       for (int l = 0; l < dims; ++l) {
@@ -149,19 +240,21 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     }
     bool improved = false;
     for (int tries = 0; tries < 20 && !improved; ++tries) {
-      double m[2][2] = {{a[0][0] * (1 + lambda), a[0][1]}, {a[1][0], a[1][1] * (1 + lambda)}};
-      std::array<double, 2> step = {0, 0};
-      if (dims == 1) {
-        step[0] = -g[0] / m[0][0];
-      } else {
-        const double det = m[0][0] * m[1][1] - m[0][1] * m[1][0];
-        step[0] = -(m[1][1] * g[0] - m[0][1] * g[1]) / det;
-        step[1] = -(m[0][0] * g[1] - m[1][0] * g[0]) / det;
+      std::array<std::array<double, kParams>, kParams> m = a;
+      std::array<double, kParams> minus_g{}, step{};
+      for (int k = 0; k < dims; ++k) {
+        m[k][k] *= 1 + lambda;
+        minus_g[k] = -g[k];
       }
-      std::array<double, 2> xn = {x[0] + step[0], std::max(0.0, x[1] + step[1])};
+      Factors xn = x;
+      bool ok = solve(m, minus_g, dims, step);
+      for (int k = 0; k < dims && ok; ++k) param(xn, active[k]) += step[k];
+      xn.weight_passes = std::max(0.0, xn.weight_passes);
+      xn.overhead = std::max(0.0, xn.overhead);
       // A step off to a scale beyond 1e6 (or a singular system's NaN) is no fit: exp() of it
       // overflows, and an infinite scale times a zero-byte term prices a pass at NaN. Damp more.
-      if (!(std::abs(xn[0]) < kMaxLogScale) || !std::isfinite(xn[1])) {
+      if (!ok || !(std::abs(xn.log_scale) < kMaxLogScale) || !std::isfinite(xn.weight_passes) ||
+          !std::isfinite(xn.overhead)) {
         lambda *= 4;
         continue;
       }
@@ -182,16 +275,18 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     if (!improved) break;
   }
 
-  Cluster fitted = with_factors(base, std::exp(x[0]), x[1] * mean_measured);
+  Cluster fitted = with_factors(base, x, mean_measured);
   std::vector<double> after;
   for (size_t i = 0; i < n; ++i) after.push_back(std::exp(-r[i] / sqrt_w[i]) - 1);
   fitted.calibration_note = fmt::format(
       "refitted from {} measured trials: compute_scale {:.4g} (kernels inside a step vs "
-      "calibrated alone), step_overhead {} (per step); planner step-time error, mean of "
+      "calibrated alone), weight_passes {}, step_overhead {}; planner step-time error, mean of "
       "|predicted/measured - 1|: {:.1f}% before, {:.1f}% after",
       n, fitted.compute_scale,
-      fit_overhead ? fmt::format("{:.4g} ms", fitted.step_overhead * 1e3)
-                   : std::string("not fitted (the trials' steps are all of one length)"),
+      fit_passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
+                 : std::string("not fitted (one pass is too alike a share of every trial's step)"),
+      fit_overhead ? fmt::format("{:.4g} ms per step", fitted.step_overhead * 1e3)
+                   : std::string("not fitted (the trials' steps are too alike in length)"),
       100 * mean_abs(before), 100 * mean_abs(after));
   return fitted;
 }

@@ -8,15 +8,19 @@
 // message at a time, on shapes chosen to pin each one down; a handful of whole training steps
 // cannot separate them again (every step mixes all of them). What steps do measure is how far a
 // whole step is from the sum of its priced kernels: the kernels run slower inside a step than
-// alone (cold caches, threads contending, framework work between them), a multiplicative factor,
-// and each step pays a fixed cost the kernels leave out (the optimizer's bookkeeping,
-// synchronization, the allocator, data loading), an additive one. Two factors, fitted by least
-// squares on log(measured / predicted) over the trials (relative error, so a 10 ms step counts
-// as much as a 1 s one), each trial weighted by its timed steps (the variance of a median of k
-// steps falls as 1/k: successive halving's first-round trials of 3 steps measured up to 2x off
-// on this shared machine, its final ones of 24 within 7%): Cluster::compute_scale and
-// Cluster::step_overhead. Memory is not
-// refitted here: the memory model's terms are byte counts of buffers, not machine constants.
+// alone (cold caches, threads contending, framework work between them), a multiplicative factor;
+// each GEMM call passes over its weights again, from L3 or memory, which calibrate's GEMMs
+// (timed on operands kept in cache) never do, a cost per call and so per microbatch; and each
+// step pays a fixed cost the kernels leave out (the optimizer's bookkeeping, synchronization,
+// the allocator, data loading), an additive one. Three parameters, fitted by least squares on
+// log(measured / predicted) over the trials (relative error, so a 10 ms step counts as much as a
+// 1 s one), each trial weighted by its timed steps (the variance of a median of k steps falls as
+// 1/k: successive halving's first-round trials of 3 steps measured up to 2x off on this shared
+// machine, its final ones of 24 within 7%): Cluster::compute_scale, Cluster::weight_passes and
+// Cluster::step_overhead. Without the weight passes the factor alone left the error depending on
+// the micro-batch size (this machine, 2 ranks: mb=1 layouts predicted 11-15% too fast, mb=4-8
+// 10-20% too slow). Memory is not refitted here: the memory model's terms are byte counts of
+// buffers, not machine constants.
 //
 //   Cluster c = load_cluster("configs/clusters/this-machine.toml").value();
 //   Cluster fitted = refit_cluster(c, trials);   // fitted.calibration_note says what changed
@@ -34,16 +38,36 @@ namespace weft::planner {
 std::vector<double> step_time_errors(const Cluster& cluster,
                                      const std::vector<TrialMeasurement>& trials);
 
-// `base` with compute_scale and step_overhead fitted to the trials (starting again from 1 and 0:
-// a refit of a refitted preset gives the same factors, it does not compound them) and
-// calibration_note saying what was fitted and how well. The overhead is fitted only when the
-// trials' predicted step times differ by at least kMinSpreadForOverhead (a fixed cost and a
-// factor cannot be told apart on steps of one length); else only the factor. Throws
+// `base` with compute_scale, weight_passes and step_overhead fitted to the trials (starting
+// again from 1, 0 and 0: a refit of a refitted preset gives the same factors, it does not
+// compound them) and calibration_note saying what was fitted and how well. The overhead is
+// fitted only when the trials' predicted step times differ by at least kMinSpreadForOverhead (a
+// fixed cost and a factor cannot be told apart on steps of one length); the weight passes only
+// when the share of the step one pass takes differs between the trials by at least
+// kMinShareSpreadForWeightPasses (on trials of one microbatch count and one weight size per rank
+// they are a factor too); a parameter not fitted is 0 and the factor takes its part. Throws
 // weft::Error, saying what to change, when there are no trials, a step time is not a positive
 // finite number, or the planner cannot price a trial's layout.
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials);
 
-// Longest / shortest predicted step time over the trials needed to fit the overhead too.
+// The guards of the parameters beyond the scale. A parameter is fitted only when the trials
+// spread in what it changes beyond what the parameters already fitted can change: the spread is
+// twice the weighted standard deviation, over the trials, of what is left of the parameter's
+// effect on log(predicted step) after the best fit of it by the others' (for two equal halves of
+// the trials, the difference between the halves; weighted by timed steps as the fit is, so one
+// short trial apart from the rest does not make a parameter identifiable on its own). The
+// overhead is decided first, against the scale; the passes then against the scale and, when it
+// is fitted, the overhead.
+//
+// The overhead: the spread of log(predicted step) at least log(kMinSpreadForOverhead), as two
+// halves whose steps are 1.2x apart. This machine's 2-rank trials (global batch 8: every layout
 inline constexpr double kMinSpreadForOverhead = 1.2;
+// The weight passes: the spread of the share of each trial's predicted step that one pass per
+// GEMM call takes at least this: one pass more moves the trials' predictions apart by 6% or
+// more, so 16 trials measured to about 5% each pin the passes down to about 0.2. This machine's
+// 2-rank trials (mb 1-8 on tp 1-2): shares 0.04-0.23, spread 0.10-0.14. Trials of one
+// microbatch count and one weight size per rank pay the same passes in every step, a fixed cost
+// per step: with the overhead fitted, nothing is left of their spread.
+inline constexpr double kMinShareSpreadForWeightPasses = 0.06;
 
 }  // namespace weft::planner
