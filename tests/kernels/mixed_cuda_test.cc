@@ -1,8 +1,8 @@
 // The CUDA Backend (kernels/cuda/mixed_backend.h) against the host one
-// (kernels::make_host_backend(Precision::BF16Mixed), the reference the GPU model is checked against): every op of
-// kernels/backend.h gets the same random bf16/fp32 inputs (the same bits) on both backends; outputs
-// are poisoned with NaN before the call (an element an op forgets fails), gradients that ops add
-// into start from random values, and the results are compared:
+// (kernels::make_host_backend(Precision::BF16Mixed), the reference the GPU model is checked
+// against): every op of kernels/backend.h gets the same random bf16/fp32 inputs (the same bits) on
+// both backends; outputs are poisoned with NaN before the call (an element an op forgets fails),
+// gradients that ops add into start from random values, and the results are compared:
 //   bf16 outputs in ulps (support/bf16_ulp.h, kGpuRounding): both round the fp32 result once, at
 //           the same point, so they are equal except where the fp32 values before the rounding
 //           (accumulation order, the GPU's exp/tanh/rsqrt) straddle a rounding boundary: 1 ulp

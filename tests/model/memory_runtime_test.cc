@@ -67,8 +67,9 @@ TEST(TpCollectives, HoldLibnbcsMeasuredTemporary) {
   for (const bool sp : {false, true}) {
     const TpShape tp{2, sp};
     const MemoryEstimate m = estimate_training_memory(cfg, 8, 64, Recompute::None, 1, tp);
-    EXPECT_EQ(m.workspace, gpt_grad_workspace_layout(cfg, 8, 64, tp).total() * 4 + 64 * 64 * 4 +
-                               (sp ? 262144 : 524288))
+    EXPECT_EQ(m.workspace,
+              gpt_workspace_layout(cfg, 8, 64, Recompute::None, tp).bytes(Precision::FP32) +
+                  64 * 64 * 4 + (sp ? 262144 : 524288))
         << "sp=" << sp;
   }
 }

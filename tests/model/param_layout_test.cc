@@ -54,14 +54,31 @@ TEST(ParamLayout, VocabularyPaddingRowsStartAtZero) {
   EXPECT_NE(wte[60 * 32], 0.0f);
 }
 
+// Elements of both blocks of an activation layout.
+int64_t elements(const ActivationLayout& a) { return a.act.total() + a.f32.total(); }
+
 TEST(ActivationLayout, RecomputationShrinksSavedActivations) {
-  auto none = gpt_activation_layout(gpt2_small(), 8, 256, Recompute::None).total();
-  auto selective = gpt_activation_layout(gpt2_small(), 8, 256, Recompute::Selective).total();
-  auto full = gpt_activation_layout(gpt2_small(), 8, 256, Recompute::Full).total();
+  auto none = elements(gpt_activation_layout(gpt2_small(), 8, 256, Recompute::None));
+  auto selective = elements(gpt_activation_layout(gpt2_small(), 8, 256, Recompute::Selective));
+  auto full = elements(gpt_activation_layout(gpt2_small(), 8, 256, Recompute::Full));
   EXPECT_LT(selective, none);
   EXPECT_LT(full, selective);
-  // selective drops 11 of 12 layers' B*NH*T*T attention probabilities
-  EXPECT_EQ(none - selective, 11LL * 8 * 12 * 256 * 256);
+  // selective drops every layer's B*NH*T*T attention probabilities from the slot (one layer's
+  // live in the model's workspace)
+  EXPECT_EQ(none - selective, 12LL * 8 * 12 * 256 * 256);
+  const auto work = gpt_workspace_layout(gpt2_small(), 8, 256, Recompute::Selective);
+  EXPECT_EQ(work.f32.at("layer.att").numel, 8 * 12 * 256 * 256);
+}
+
+TEST(ActivationLayout, FlashAttentionKeepsOnlyLogsumexpsAndSelectiveDropsNothing) {
+  const Precision bf16 = Precision::BF16Mixed;
+  const auto none = gpt_activation_layout(gpt2_small(), 8, 256, Recompute::None, {}, {}, bf16);
+  const auto selective =
+      gpt_activation_layout(gpt2_small(), 8, 256, Recompute::Selective, {}, {}, bf16);
+  EXPECT_EQ(none.f32.at("h.0.att").numel, 8 * 12 * 256);
+  EXPECT_EQ(elements(selective), elements(none));
+  EXPECT_EQ(none.bytes(bf16),
+            backend_block_bytes(none.act.total() * 2) + backend_block_bytes(none.f32.total() * 4));
 }
 
 TEST(MemoryEstimate, CountsParamsGradsAndTwoMoments) {
@@ -186,12 +203,12 @@ TEST(TensorParallelLayout, ActivationsShrinkAsTheSplitPredicts) {
   // residual stream (Korthikanti et al. 2022, Table 2).
   const GptConfig c = gpt2_small();
   const int64_t B = 4, T = 256, C = 768, NH = 12, L = 12;
-  const auto none1 = gpt_activation_layout(c, B, T, Recompute::None).total();
-  const auto none2 = gpt_activation_layout(c, B, T, Recompute::None, {2, false}).total();
-  const auto sp2 = gpt_activation_layout(c, B, T, Recompute::None, {2, true}).total();
+  const auto none1 = elements(gpt_activation_layout(c, B, T, Recompute::None));
+  const auto none2 = elements(gpt_activation_layout(c, B, T, Recompute::None, {2, false}));
+  const auto sp2 = elements(gpt_activation_layout(c, B, T, Recompute::None, {2, true}));
   const int64_t split_per_layer = B * T * (3 * C + C + 8 * C) + B * NH * T * T;
   EXPECT_NEAR(static_cast<double>(none1 - none2),
-              static_cast<double>(L * split_per_layer / 2 + B * T * 50304 / 2 - 2 * B * T),
+              static_cast<double>(L * split_per_layer / 2 + B * T * 50304 / 2 - 9 * B * T),
               16.0 * 64 * L);
   EXPECT_LT(sp2, none2);
 }

@@ -134,8 +134,8 @@ constexpr Tolerance kPipeline{2.5e-5, 1.5e-4, {1.5e-7, 5e-7}, {4e-5, 1e-3}};
 //   h.1.ln_1.weight 7.6e-8), parameters 4.7e-4 (worst tensor h.3.attn.qkv.bias 6.2e-3).
 constexpr Tolerance kReplicas{3e-4, 4e-3, {5e-7, 8e-7}, {5e-3, 6e-2}};
 // - Tensor parallelism (tp=2; tp=2 x pp=2 the same; tp=2 x dp=2) rounds each row-parallel partial
-//   sum to bf16 before adding (MixedGpt::sum_over_tp), in the forward and the backward; Adam turns
-//   that noise in small gradients into moves of up to lr, so the biases, which start at zero,
+//   sum to bf16 before adding (model::Gpt's tp_all_reduce), in the forward and the backward; Adam
+//   turns that noise in small gradients into moves of up to lr, so the biases, which start at zero,
 //   differ most. Measured: losses 8.8e-5, grad_norm 5.8e-3 (tp=2 alone 2.6e-3), first-step
 //   gradients 7.8e-3 (worst tensor h.0.attn.qkv.bias 1.1e-2), parameters 3.3e-3 (worst tensor
 //   h.1.attn.proj.bias 5.8e-2). A tensor's parameters may then be 60% off: it is the first-step
@@ -149,11 +149,13 @@ struct Layout {
   int tp = 1, pp = 1, dp = 1;
   schedule::Kind kind = schedule::Kind::OneFOneB;
   int vp = 1;
+  bool sp = false;  // sequence parallelism (with tp > 1)
   Tolerance tol;
   int world() const { return tp * pp * dp; }
   std::string str() const {
-    return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
-           " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind));
+    return "tp=" + std::to_string(tp) + (sp ? " sp" : "") + " pp=" + std::to_string(pp) +
+           " dp=" + std::to_string(dp) + " vp=" + std::to_string(vp) + " " +
+           std::string(schedule::kind_name(kind));
   }
 };
 
@@ -172,8 +174,9 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
     owned.push_back(data_group(host));
     return owned.back() ? owned.back().get() : &host;
   };
-  const runtime::DeviceParallel par =
+  runtime::DeviceParallel par =
       runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind, data);
+  par.sequence_parallel = l.sp;
   const auto backend = make_backend(kM, par);
   runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM, {}, par);
   t.init(4);
@@ -296,9 +299,11 @@ class DeviceParallel : public ::testing::Test {
 TEST_F(DeviceParallel, TwoRanksTrainLikeOneInEveryLayout) {
   using schedule::Kind;
   for (const Layout& l :
-       {Layout{.tp = 2, .tol = kTensor}, Layout{.pp = 2, .kind = Kind::OneFOneB, .tol = kPipeline},
+       {Layout{.tp = 2, .tol = kTensor}, Layout{.tp = 2, .sp = true, .tol = kTensor},
+        Layout{.pp = 2, .kind = Kind::OneFOneB, .tol = kPipeline},
         Layout{.pp = 2, .kind = Kind::GPipe, .tol = kPipeline},
         Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .tol = kPipeline},
+        Layout{.pp = 2, .kind = Kind::ZeroBubbleH1, .tol = kPipeline},
         Layout{.dp = 2, .tol = kReplicas}}) {
     expect_equals_one_rank(l);
   }
@@ -307,20 +312,20 @@ TEST_F(DeviceParallel, TwoRanksTrainLikeOneInEveryLayout) {
 TEST_F(DeviceParallel, FourRanksTrainLikeOne) {
   for (const Layout& l :
        {Layout{.pp = 4, .tol = kPipeline}, Layout{.tp = 2, .pp = 2, .tol = kTensor},
+        Layout{.tp = 2, .pp = 2, .kind = schedule::Kind::ZeroBubbleH1, .sp = true, .tol = kTensor},
         Layout{.tp = 2, .dp = 2, .tol = kTensor}, Layout{.pp = 2, .dp = 2, .tol = kReplicas}}) {
     expect_equals_one_rank(l);
   }
 }
 
-TEST_F(DeviceParallel, SchedulesTheDeviceCannotRunAreOneErrorBeforeAnyAllocation) {
+TEST_F(DeviceParallel, ChunksWithoutAPipelineAreOneErrorBeforeAnyAllocation) {
   runtime::DeviceParallel par;
-  par.pp = 2;
-  par.schedule = schedule::Kind::ZeroBubbleH1;
+  par.vp = 2;
   try {
     runtime::DeviceTrainer::bytes(small_gpt(), kB, kT, kM, par);
-    FAIL() << "zb-h1 accepted";
+    FAIL() << "vp=2 without a pipeline accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("zb-h1 is not available on devices"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("vp=2 chunks need a pipeline"), std::string::npos)
         << e.what();
   }
 }

@@ -1,12 +1,13 @@
 // The one memory model (model/memory.h) is what the device engine allocates (issue #19): for each
 // layout, every rank (a thread of this process, comm/thread_communicator.h) builds a
-// runtime::DeviceTrainer on the host-bf16 backend (kernels/mixed.h, which counts its blocks as
+// runtime::DeviceTrainer on the host-bf16 backend (kernels/backend.h, which counts its blocks as
 // the CUDA arena does) and the backend's allocated_bytes() must equal, to the byte,
 //   - DeviceTrainer::bytes, which sizes the CUDA arena and is the trainer's reported prediction;
 //   - the planner's weft_rank_memory for the same configuration in bf16-mixed (planner::
 //     peak_memory's per-rank figure), so what `weft plan` says fits is what is allocated.
-// Then a step runs and allocates nothing more. Layouts: tp 1/2, pp 1/2 (1f1b, gpipe, interleaved
-// vp=2), dp 2, tp2 x pp2, recomputation none and full, 1 to 8 microbatches.
+// Then a step runs and allocates nothing more. Layouts: tp 1/2 (with and without sequence
+// parallelism), pp 1/2 (1f1b, gpipe, interleaved vp=2, zb-h1), dp 2, tp2 x pp2, recomputation none,
+// selective and full, 1 to 8 microbatches.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -36,11 +37,12 @@ struct Layout {
   int vp = 1;
   int microbatches = 1;  // per replica
   model::Recompute recompute = model::Recompute::None;
+  bool sp = false;  // sequence parallelism (tp > 1)
   int world() const { return tp * pp * dp; }
   std::string str() const {
-    return "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
-           " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind)) +
-           " m=" + std::to_string(microbatches) +
+    return "tp=" + std::to_string(tp) + (sp ? " sp" : "") + " pp=" + std::to_string(pp) +
+           " dp=" + std::to_string(dp) + " vp=" + std::to_string(vp) + " " +
+           std::string(schedule::kind_name(kind)) + " m=" + std::to_string(microbatches) +
            " recompute=" + std::string(model::recompute_name(recompute));
   }
 };
@@ -56,9 +58,10 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
   // The host backend: the host groups are the data groups.
-  const runtime::DeviceParallel par =
+  runtime::DeviceParallel par =
       runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind,
                                [](comm::Communicator& host) { return &host; });
+  par.sequence_parallel = l.sp;
 
   RankMemory r;
   r.pp_rank = me.pp;
@@ -76,7 +79,8 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
                                   .vp = l.vp,
                                   .micro_batch = kB,
                                   .schedule = l.kind,
-                                  .recompute = l.recompute};
+                                  .recompute = l.recompute,
+                                  .sequence_parallel = l.sp};
   r.planner = planner::weft_rank_memory(job, c, me.pp).total();
 
   const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
@@ -127,6 +131,9 @@ TEST_F(DeviceMemory, EveryRankOfTwoAllocatesWhatTheModelPredicts) {
   for (const Layout& l : {
            Layout{.tp = 2, .microbatches = 2},
            Layout{.tp = 2, .microbatches = 2, .recompute = Recompute::Full},
+           Layout{.tp = 2, .microbatches = 2, .sp = true},
+           Layout{.tp = 2, .microbatches = 2, .recompute = Recompute::Full, .sp = true},
+           Layout{.pp = 2, .kind = Kind::ZeroBubbleH1, .microbatches = 4},
            Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 2},
            Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 8},
            Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 4, .recompute = Recompute::Full},
@@ -149,6 +156,7 @@ TEST_F(DeviceMemory, EveryRankOfFourAllocatesWhatTheModelPredicts) {
   for (const Layout& l :
        {Layout{.tp = 2, .pp = 2, .kind = Kind::OneFOneB, .microbatches = 4},
         Layout{.tp = 2, .pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 4},
+        Layout{.tp = 2, .pp = 2, .kind = Kind::ZeroBubbleH1, .microbatches = 4, .sp = true},
         Layout{.pp = 2, .dp = 2, .kind = Kind::OneFOneB, .microbatches = 2}}) {
     expect_prediction_is_allocation(l);
   }

@@ -122,8 +122,9 @@ TEST(Feasibility, TheTopTwentyOfEveryPresetAreLayoutsTheTrainerAccepts) {
   }
 }
 
-// The rules are the engine's, not the planner's: what the device engine lacks today is dropped
-// on a bf16 preset with the engine's reason, and the same layout is fine in fp32 on the CPU.
+// The rules are the engine's, not the planner's: what the device engine lacks today (ZeRO) is
+// dropped on a bf16 preset with the engine's reason, and the same layout is fine in fp32 on the
+// CPU. Sequence parallelism and zb-h1 run on both engines (the one model: issue 19).
 TEST(Feasibility, TheDeviceEnginesMissingFeaturesAreInfeasibleWithTheirReason) {
   Job job;
   job.model = model::load_gpt_config(test::source_path("configs/models/gpt2-124m.toml")).value();
@@ -134,7 +135,14 @@ TEST(Feasibility, TheDeviceEnginesMissingFeaturesAreInfeasibleWithTheirReason) {
   const ParallelConfig sp{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .sequence_parallel = true};
   const ParallelConfig zb{
       .tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .schedule = schedule::Kind::ZeroBubbleH1};
-  for (const ParallelConfig& c : {zero2, sp, zb}) {
+  for (const ParallelConfig& c : {sp, zb}) {
+    for (const Precision p : {Precision::BF16Mixed, Precision::FP32}) {
+      job.precision = p;
+      EXPECT_TRUE(validate(c, job).ok()) << short_name(c) << ": " << validate(c, job).message();
+    }
+    EXPECT_EQ(trainer_refusal(job, c, layout::Engine::Device), "") << short_name(c);
+  }
+  for (const ParallelConfig& c : {zero2}) {
     job.precision = Precision::BF16Mixed;
     const Status device = validate(c, job);
     EXPECT_FALSE(device.ok()) << short_name(c);

@@ -91,13 +91,24 @@ TEST(PeakMemory, TheGivenScheduleIsTheOneItWouldMake) {
 }
 
 TEST(PeakMemory, Bf16RefusesWhatTheDeviceEngineDoesNotRun) {
-  // layout::validate refuses these first (the planner never prices them); the memory model has no
-  // allocation to predict for them.
+  // layout::validate refuses ZeRO on the device engine first (the planner never prices it); the
+  // memory model has no allocation to predict for it.
   const Job j = gpt();
   EXPECT_THROW(peak_memory(j, {.tp = 1, .pp = 1, .dp = 16, .zero = 1}), Error);
-  EXPECT_THROW(peak_memory(j, {.tp = 2, .pp = 1, .dp = 8, .sequence_parallel = true}), Error);
-  EXPECT_THROW(
-      peak_memory(j, {.tp = 1, .pp = 2, .dp = 8, .schedule = schedule::Kind::ZeroBubbleH1}), Error);
+}
+
+TEST(PeakMemory, Bf16SequenceParallelismAndZeroBubbleArePricedAsTheDeviceAllocatesThem) {
+  // What tests/parallel/device_memory_test.cc checks against allocation, priced here at scale:
+  // sequence parallelism splits the residual stream's activations; zb-h1 keeps each slot's
+  // output gradients from its I pass to its W pass.
+  const Job j = gpt();
+  const MemoryBreakdown tp2 = peak_memory(j, {.tp = 2, .pp = 1, .dp = 8});
+  const MemoryBreakdown sp = peak_memory(j, {.tp = 2, .pp = 1, .dp = 8, .sequence_parallel = true});
+  EXPECT_LT(sp.activations, tp2.activations);
+  const MemoryBreakdown f1b = peak_memory(j, {.tp = 1, .pp = 2, .dp = 8});
+  const MemoryBreakdown zb =
+      peak_memory(j, {.tp = 1, .pp = 2, .dp = 8, .schedule = schedule::Kind::ZeroBubbleH1});
+  EXPECT_GT(zb.buffers, f1b.buffers);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// The GPU trainer's model and step (model/mixed_gpt.h, runtime/device_trainer.h) against the fp32
-// CPU trainer. One source, two tests: device_trainer_test runs it on the host emulation of the
-// mixed-precision kernels (label unit, everywhere); gpu_trainer_test (WEFT_TEST_CUDA) on the CUDA
-// backend (label cuda; skipped where no GPU is visible).
+// The GPU trainer's model and step (model/gpt.h on a bf16 backend, runtime/device_trainer.h)
+// against the fp32 CPU trainer. One source, two tests: device_trainer_test runs it on the host
+// emulation of the mixed-precision kernels (label unit, everywhere); gpu_trainer_test
+// (WEFT_TEST_CUDA) on the CUDA backend (label cuda; skipped where no GPU is visible).
 
 #include <gtest/gtest.h>
 
@@ -15,7 +15,6 @@
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
-#include "weft/model/mixed_gpt.h"
 #include "weft/optim/distributed_optimizer.h"
 #include "weft/runtime/device_trainer.h"
 #include "weft/runtime/train_step.h"
@@ -69,7 +68,7 @@ std::vector<int32_t> batch(int step, int n, int V) {
 TEST_F(DeviceTrainerTest, StartsFromExactlyTheFp32ModelsParameters) {
   model::Gpt ref(cfg_, kB, kT);
   ref.init(7);
-  model::MixedGpt mixed(*backend_, cfg_, kB, kT);
+  model::Gpt mixed(cfg_, kB, kT, model::Recompute::None, {}, {}, 1, {}, backend_.get());
   mixed.init(7);
   std::vector<float> p(mixed.param_layout().buffer.total());
   mixed.get_params(p);
@@ -88,10 +87,10 @@ TEST_F(DeviceTrainerTest, TheLossAndEveryTensorsGradientMatchTheFp32Model) {
   const float ref_loss = ref.forward(t.data(), targets.data(), kB, kT, 0, 0.5f);
   ref.backward();
 
-  model::MixedGpt mixed(*backend_, cfg_, kB, kT);
+  model::Gpt mixed(cfg_, kB, kT, model::Recompute::None, {}, {}, 1, {}, backend_.get());
   mixed.init(7);
   mixed.zero_grad();
-  const float loss = mixed.forward(t.data(), targets.data(), kB, kT, 0.5f);
+  const float loss = mixed.forward(t.data(), targets.data(), kB, kT, 0, 0.5f);
   mixed.backward();
   // bf16 activations (8 significant bits) against fp32, measured on the host: the loss 4.7e-6
   // apart (the rounding errors of the logits average out over the tokens), the gradients 5.8e-3
@@ -259,7 +258,7 @@ TEST_F(DeviceTrainerTest, AHeadSizeTheFlashKernelDoesNotTakeIsRejectedUpFront) {
   model::GptConfig odd = cfg_;
   odd.n_head = 4;  // heads of 32
   try {
-    model::MixedGpt m(*backend_, odd, kB, kT);
+    model::Gpt m(odd, kB, kT, model::Recompute::None, {}, {}, 1, {}, backend_.get());
     FAIL() << "heads of 32 were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("heads of size 32"), std::string::npos) << e.what();

@@ -5,7 +5,8 @@
 //              kernels/cuda through kernels::Backend; tp x pp x dp on GPU ranks, no
 //              sequence parallelism or ZeRO (docs/cuda.md);
 //   host-bf16  the GPU trainer's code path on the CPU, with the GPU's bf16 rounding points
-//              (kernels::make_host_backend(Precision::BF16Mixed)): slow, for checking that path without a GPU.
+//              (kernels::make_host_backend(Precision::BF16Mixed)): slow, for checking that path
+//              without a GPU.
 
 #include <cstdint>
 #include <functional>
@@ -28,7 +29,7 @@ namespace weft::cli {
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes);
 
 // The engine a --device name trains on (layout/validate.h): cpu the host engine, cuda[:N] and
-// host-bf16 the device engine (model::MixedGpt, runtime::DeviceTrainer). Its layout rules are
+// host-bf16 the device engine (model::Gpt on a bf16 backend, runtime::DeviceTrainer). Its rules are
 // the ones `weft plan` applies for the matching precision (fp32, bf16-mixed).
 layout::Engine engine_of_device(const std::string& device);
 

@@ -60,6 +60,9 @@ class Backend {
     return static_cast<T*>(allocate(count * static_cast<int64_t>(sizeof(T))));
   }
   virtual int64_t allocated_bytes() const = 0;
+  // Whether allocate()'s memory is host memory the caller may read and write directly (the host
+  // backends), so that a copy through upload/download can be skipped.
+  virtual bool host_memory() const = 0;
   // Host <-> backend copies; they wait until the copy is complete.
   virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, int64_t bytes) = 0;

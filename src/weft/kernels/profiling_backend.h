@@ -41,6 +41,7 @@ class ProfilingBackend final : public Backend {
   using Backend::allocate;
   void* allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   int64_t allocated_bytes() const override { return inner_.allocated_bytes(); }
+  bool host_memory() const override { return inner_.host_memory(); }
   void upload(void* dst, const void* src, int64_t bytes) override;
   void download(void* dst, const void* src, int64_t bytes) override;
   void zero(void* p, int64_t bytes) override;

@@ -25,12 +25,12 @@ Support support(Engine e) {
     case Engine::Host:
       return {};  // every layout below: the CPU engine is where each parallel feature landed first
     case Engine::Device:
-      // model::MixedGpt has no sequence parallelism; DeviceTrainer all-reduces whole gradients
-      // (ZeRO 0), runs gpipe, 1f1b and interleaved (zb-h1 splits the backward, which it does not)
-      // and places model chunks only along a pipeline. Selective recomputation is accepted: flash
-      // attention never stores the T x T matrix selective recomputation would drop, so it runs as
-      // none (model/mixed_gpt.h).
-      return {.sequence_parallel = false, .max_zero = 0, .zb_h1 = false, .lone_chunks = false};
+      // The one model::Gpt on a bf16 backend, run by DeviceTrainer, which all-reduces whole
+      // gradients (ZeRO 0) and places model chunks only along a pipeline. Every schedule and
+      // sequence parallelism run. Selective recomputation is accepted: flash attention never
+      // stores the T x T matrix selective recomputation would drop, so it runs as none
+      // (model/activation_layout.h).
+      return {.sequence_parallel = true, .max_zero = 0, .zb_h1 = true, .lone_chunks = false};
   }
   return {};
 }

@@ -27,7 +27,7 @@ namespace weft::layout {
 // fp32 is the host engine's, bf16-mixed the device engine's).
 enum class Engine {
   Host,  // model::Gpt, PipelineRunner, optim::DistributedOptimizer: fp32 on the CPU (--device cpu)
-  Device,  // model::MixedGpt, DeviceTrainer: bf16 mixed precision (--device cuda | host-bf16)
+  Device,  // model::Gpt on a bf16 backend, DeviceTrainer (--device cuda | host-bf16)
 };
 std::string_view engine_name(Engine e);  // "the device engine (bf16: --device cuda, host-bf16)"
 

@@ -11,88 +11,123 @@ const std::vector<std::string>& layer_activation_names() {
   return names;
 }
 
+bool is_fp32_activation(const std::string& name) {
+  return name == "att" || name.ends_with(".mean") || name.ends_with(".rstd");
+}
+
+Shape attention_state_shape(int64_t B, int64_t T, int64_t heads, Precision precision) {
+  if (precision == Precision::FP32) return {B, heads, T, T};
+  return {B, heads, T};
+}
+
 namespace {
 // Rows of the residual stream on this rank: B*T, or B*T/t with sequence parallelism.
 int64_t stream_rows(int64_t B, int64_t T, TpShape tp) {
-  return tp.sequence_parallel ? B * T / tp.tp : B * T;
+  return tp.sequence_parallel && tp.tp > 1 ? B * T / tp.tp : B * T;
 }
 
 Shape layer_activation_shape(const std::string& name, const GptConfig& cfg, int64_t B, int64_t T,
-                             TpShape tp) {
+                             TpShape tp, Precision precision) {
   const int64_t C = cfg.n_embd, t = tp.tp, Ns = stream_rows(B, T, tp);
   if (name == "qkv") return {B, T, 3 * C / t};
-  if (name == "att") return {B, cfg.n_head / t, T, T};
+  if (name == "att") return attention_state_shape(B, T, cfg.n_head / t, precision);
   if (name == "atty") return {B, T, C / t};
   if (name == "fc" || name == "fc_gelu") return {B, T, 4 * C / t};
   if (name.ends_with(".mean") || name.ends_with(".rstd")) return {Ns};
   if (name == "res_attn" || name == "out") return {Ns, C};
   return {B, T, C};  // ln_1, ln_2: gathered
 }
+
+// Appends a layer tensor to the block of its element type.
+void add_layer_tensor(ActivationLayout& a, const std::string& slice, const std::string& name,
+                      const Shape& shape) {
+  (is_fp32_activation(name) ? a.f32 : a.act).add(slice, shape);
+}
 }  // namespace
 
-bool kept_per_layer(const std::string& name, Recompute mode) {
+bool kept_per_layer(const std::string& name, Recompute mode, Precision precision) {
   switch (mode) {
     case Recompute::None:
       return true;
     case Recompute::Selective:
-      return name != "att";
+      return name != "att" || precision != Precision::FP32;
     case Recompute::Full:
       return name == "out";
   }
   return true;
 }
 
-BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
-                                   StageSpec stage) {
+ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
+                                       TpShape tp, StageSpec stage, Precision precision) {
   validate_for_run(cfg, T).throw_if_error("invalid model config");
   validate_tensor_parallel(cfg, tp.tp, tp.sequence_parallel, B, T)
       .throw_if_error("invalid tensor-parallel layout");
   const int64_t C = cfg.n_embd, Ns = stream_rows(B, T, tp);
-  BufferLayout a;
-  a.add("embed", {Ns, C});
+  ActivationLayout a;
+  a.act.add("embed", {Ns, C});
   for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
     for (const auto& n : layer_activation_names()) {
-      if (kept_per_layer(n, mode)) {
-        a.add("h." + std::to_string(l) + "." + n, layer_activation_shape(n, cfg, B, T, tp));
+      if (kept_per_layer(n, mode, precision)) {
+        add_layer_tensor(a, "h." + std::to_string(l) + "." + n, n,
+                         layer_activation_shape(n, cfg, B, T, tp, precision));
       }
     }
   }
-  for (const auto& n : layer_activation_names()) {
-    if (!kept_per_layer(n, mode)) a.add("layer." + n, layer_activation_shape(n, cfg, B, T, tp));
-  }
   if (stage.head) {
-    a.add("ln_f", {B, T, C});
-    a.add("ln_f.mean", {Ns});
-    a.add("ln_f.rstd", {Ns});
-    a.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
-    a.add("losses", {B, T});
+    a.act.add("ln_f", {B, T, C});
+    a.f32.add("ln_f.mean", {Ns});
+    a.f32.add("ln_f.rstd", {Ns});
+    a.act.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
+    a.f32.add("losses", {B, T});
     if (tp.tp > 1) {  // the vocabulary-parallel cross-entropy's statistics: this rank's, everyone's
-      a.add("ce.stats", {B, T, 3});
-      a.add("ce.all", {tp.tp, B, T, 3});
+      a.f32.add("ce.stats", {B, T, 3});
+      a.f32.add("ce.all", {tp.tp, B, T, 3});
     }
   } else {
-    a.add("d.output", {Ns, C});
-  }
-  if (tp.sequence_parallel && tp.tp > 1) {
-    a.add("sp.ln", {Ns, C});
-    a.add("sp.partial", {B, T, C});
+    a.act.add("d.output", {Ns, C});
   }
   return a;
 }
 
-BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpShape tp) {
+ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recompute mode,
+                                      TpShape tp, StageSpec stage, Precision precision) {
   const int64_t C = cfg.n_embd, t = tp.tp, Ns = stream_rows(B, T, tp);
-  BufferLayout w;
-  w.add("d.residual", {Ns, C});
-  w.add("d.ln", {B, T, C});
-  w.add("d.atty", {B, T, C / t});
-  w.add("d.qkv", {B, T, 3 * C / t});
-  w.add("d.fc", {B, T, 4 * C / t});
-  if (tp.sequence_parallel && tp.tp > 1) {
-    w.add("d.gathered", {B, T, C});
-    w.add("d.ln_local", {Ns, C});
+  const bool sp = tp.sequence_parallel && t > 1;
+  ActivationLayout w;
+  w.act.add("d.residual", {Ns, C});
+  w.act.add("d.ln", {B, T, C});
+  w.act.add("d.atty", {B, T, C / t});
+  w.act.add("d.qkv", {B, T, 3 * C / t});
+  w.act.add("d.fc", {B, T, 4 * C / t});
+  if (sp) {
+    w.act.add("d.gathered", {B, T, C});
+    w.act.add("d.ln_local", {Ns, C});
+    w.act.add("sp.ln", {Ns, C});
+    w.act.add("sp.partial", {B, T, C});
+  }
+  for (const auto& n : layer_activation_names()) {
+    if (!kept_per_layer(n, mode, precision)) {
+      add_layer_tensor(w, "layer." + n, n, layer_activation_shape(n, cfg, B, T, tp, precision));
+    }
+  }
+  w.f32.add("tokens", {B, T});
+  w.f32.add("targets", {B, T});
+  if (precision != Precision::FP32 && t > 1) {
+    w.f32.add("tp.sum", {B, T, C});
+    if (sp) w.f32.add("tp.sum_local", {Ns, C});
+  }
+  if (sp) {
+    const int64_t layers = stage.end_layer(cfg) - stage.first_layer;
+    w.f32.add("ln.packed", {layers * 4 * C + (stage.head ? 2 * C : 0)});
   }
   return w;
+}
+
+int64_t deferred_grad_elements(const GptConfig& cfg, int B, int T, TpShape tp,
+                               const StageSpec& stage) {
+  const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
+  const int64_t layers = stage.end_layer(cfg) - stage.first_layer;
+  return layers * N * (7 * C / t + 2 * C) + (stage.embedding ? N * C : 0);
 }
 
 }  // namespace weft::model

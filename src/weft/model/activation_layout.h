@@ -1,29 +1,44 @@
 #pragma once
-// Where a GPT's activations live, per recomputation mode: one BufferLayout that the model allocates
-// and that the memory prediction sums. Saying it once keeps predicted and allocated memory equal.
+// Where a GPT stage's activations and workspace live, per recomputation mode and precision: the
+// layouts model::Gpt allocates from its backend and the memory model (memory.h) sums. Saying it
+// once keeps predicted and allocated memory equal (asserted to the byte on the host backends:
+// tests/parallel/device_memory_test.cc).
 //
-// Per layer l (rows = B*T):         stored under "h.l.<name>" when kept for backward, else under
-//   ln_1 [B,T,C], ln_1.mean [B,T], ln_1.rstd [B,T],        "layer.<name>" (one layer's scratch).
-//   qkv [B,T,3C], att [B,NH,T,T], atty [B,T,C], res_attn [B,T,C],
-//   ln_2 [B,T,C], ln_2.mean [B,T], ln_2.rstd [B,T], fc [B,T,4C], fc_gelu [B,T,4C], out [B,T,C]
-// none:      everything per layer.  selective: att in scratch (recomputed from qkv in backward).
-// full:      only h.l.out per layer (the next layer's input); the rest in scratch.
-// Top level: embed [B,T,C] (layer 0's input), ln_f [B,T,C], ln_f.mean, ln_f.rstd [B,T],
-//            logits [B,T,Vp] (overwritten by their gradient in backward), losses [B,T].
+// Two element types: the backend's activation type (kernels/backend.h, Act: fp32 under
+// Precision::FP32, bf16 under BF16Mixed) for the tensors the GEMMs and kernels read and write,
+// and fp32 for LayerNorm statistics, attention's saved state, losses and the cross-entropy's
+// statistics. Each layout is one block of the backend's memory.
 //
-// Tensor parallelism of size t (Megatron-LM): qkv [B,T,3C/t], att [B,NH/t,T,T], atty [B,T,C/t],
+// Per microbatch slot (gpt_activation_layout), per layer l (rows = B*T), under "h.l.<name>"
+// when kept for backward:
+//   ln_1 [B,T,C], ln_1.mean [B,T], ln_1.rstd [B,T] (fp32),
+//   qkv [B,T,3C], att (fp32: the attention's saved state, attention_state_shape), atty [B,T,C],
+//   res_attn [B,T,C], ln_2 [B,T,C], ln_2.mean [B,T], ln_2.rstd [B,T] (fp32), fc [B,T,4C],
+//   fc_gelu [B,T,4C], out [B,T,C]
+// none:      everything per layer.  selective: att recomputed from qkv in the backward, where the
+//            backend keeps the T x T probabilities (host fp32); where it keeps only lse (bf16:
+//            flash attention) there is nothing to drop and selective is none.
+// full:      only h.l.out per layer (the next layer's input); the rest recomputed.
+// What is not kept lives once per model, in the workspace under "layer.<name>": a layer's
+// forward writes it and is done with it, and recomputation refills it right before the layer's
+// backward reads it, one slot at a time.
+// Top level: embed [B,T,C] (layer 0's input), ln_f [B,T,C], ln_f.mean, ln_f.rstd [B,T] (fp32),
+//            logits [B,T,Vp] (overwritten by their gradient in a forward with targets), losses
+//            [B,T] (fp32).
+//
+// Tensor parallelism of size t (Megatron-LM): qkv [B,T,3C/t], att per NH/t heads, atty [B,T,C/t],
 // fc and fc_gelu [B,T,4C/t], logits [B,T,Vp/t]. Sequence parallelism (Korthikanti et al. 2022)
 // also splits the residual stream's B*T rows across the t ranks: embed, res_attn, out, and the
 // LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f are kept gathered
-// (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather), and two
-// scratch tensors hold a LayerNorm's local rows before the all-gather (sp.ln [N/t,C]) and a
-// row-parallel GEMM's partial sum before the reduce-scatter (sp.partial [B,T,C]). With t > 1 the
-// vocabulary-parallel cross-entropy's statistics (kernels/vocab_parallel_ce.h): this rank's
-// (ce.stats [B,T,3]) and every rank's, all-gathered (ce.all [t,B,T,3]).
+// (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather). With t > 1
+// the vocabulary-parallel cross-entropy's statistics (kernels/vocab_parallel_ce.h): this rank's
+// (ce.stats [B,T,3]) and every rank's, all-gathered (ce.all [t,B,T,3]), fp32.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "weft/core/dtype.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
@@ -33,9 +48,11 @@ namespace weft::model {
 
 // The per-layer activation names, in the order above.
 const std::vector<std::string>& layer_activation_names();
+// Whether `name` is an fp32 tensor whatever the precision (statistics, attention's saved state).
+bool is_fp32_activation(const std::string& name);
 
-// True when `name` of a layer is kept per layer under `mode` (else it lives in scratch).
-bool kept_per_layer(const std::string& name, Recompute mode);
+// True when `name` of a layer is kept per layer under `mode` (else it lives in the workspace).
+bool kept_per_layer(const std::string& name, Recompute mode, Precision precision = Precision::FP32);
 
 // How tensor parallelism divides one rank's tensors (validate_tensor_parallel checks it).
 struct TpShape {
@@ -43,19 +60,59 @@ struct TpShape {
   bool sequence_parallel = false;
 };
 
+// Bytes of one activation element under `precision` (kernels::Backend::act_bytes).
+inline int64_t act_bytes(Precision precision) { return precision == Precision::FP32 ? 4 : 2; }
+
+// What a backend's attention keeps for its backward, per microbatch and rank ([B, NH/t, T, T]
+// probabilities under FP32, the host fp32 kernels; [B, NH/t, T] logsumexps under BF16Mixed, the
+// flash-style kernels: kernels::Backend::attention_saved_floats).
+Shape attention_state_shape(int64_t B, int64_t T, int64_t heads, Precision precision);
+
+// Bytes of one block of a backend's memory holding `bytes`: every backend hands memory out in
+// 256-byte-aligned blocks and counts it so (kernels/backend.h, Backend::allocated_bytes).
+inline int64_t backend_block_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// A set of tensors in two blocks: `act` in elements of the activation type, `f32` in floats.
+struct ActivationLayout {
+  BufferLayout act, f32;
+  // What the two blocks take from a backend.
+  int64_t bytes(Precision precision) const {
+    return backend_block_bytes(act.total() * act_bytes(precision)) +
+           backend_block_bytes(f32.total() * 4);
+  }
+};
+
 // One microbatch's activations of `stage` (param_layout.h): "embed" is the stage's input (the
 // embedding's output on the first stage, the received activations on the others); the head's
 // tensors only on the last stage; a stage that is not last also holds d.output [Ns,C], the
 // gradient of its output (received from the next stage).
-BufferLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
-                                   TpShape tp = {}, StageSpec stage = {});
+ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
+                                       TpShape tp = {}, StageSpec stage = {},
+                                       Precision precision = Precision::FP32);
 
-// Gradients of activations for the layer being back-propagated (reused across layers):
-// d.residual [B,T,C] (gradient of the residual stream; N/t rows with sequence parallelism),
-// d.ln [B,T,C], d.atty [B,T,C/t], d.qkv [B,T,3C/t], d.fc [B,T,4C/t] (the MLP projection's input
-// gradient, times gelu' in place: backend.h's linear_backward with gelu_pre);
-// with sequence parallelism also d.gathered [B,T,C] (the all-gathered d.residual) and
-// d.ln_local [N/t,C] (the reduce-scattered d.ln).
-BufferLayout gpt_grad_workspace_layout(const GptConfig& cfg, int B, int T, TpShape tp = {});
+// What the model needs once, whatever the slots:
+//   act: the gradients of activations for the layer being back-propagated: d.residual [B,T,C]
+//     (the residual stream's; N/t rows with sequence parallelism), d.ln [B,T,C], d.atty [B,T,C/t],
+//     d.qkv [B,T,3C/t], d.fc [B,T,4C/t] (the MLP projection's input gradient, times gelu' in
+//     place: backend.h's linear_backward with gelu_pre); with sequence parallelism also
+//     d.gathered [B,T,C] (the all-gathered d.residual), d.ln_local [N/t,C] (the reduce-scattered
+//     d.ln), sp.ln [N/t,C] (a LayerNorm's local rows before the all-gather) and sp.partial
+//     [B,T,C] (a row-parallel GEMM's partial sum before the reduce-scatter); the layer tensors
+//     `mode` does not keep ("layer.<name>", see above);
+//   f32: tokens and targets [B,T] (int32: the backend's copies), the not-kept fp32 layer tensors;
+//     under BF16Mixed with t > 1 tp.sum [B,T,C] (a bf16 partial sum widened for an fp32
+//     reduction) and, with sequence parallelism, tp.sum_local [N/t,C] (its reduce-scattered
+//     rows); with sequence parallelism ln.packed (this stage's LayerNorm gradients, packed for
+//     their one all-reduce per step).
+ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recompute mode,
+                                      TpShape tp = {}, StageSpec stage = {},
+                                      Precision precision = Precision::FP32);
+
+// With deferred weight gradients (zb-h1), what one slot keeps from its I pass to its W pass, in
+// activation elements: the output gradients of qkv [N,3C/t], attn.proj [N,C], mlp.fc [N,4C/t] and
+// mlp.proj [N,C] per layer, and d(embed) [N,C] on the first stage (the head's dlogits stay in the
+// slot's logits).
+int64_t deferred_grad_elements(const GptConfig& cfg, int B, int T, TpShape tp,
+                               const StageSpec& stage);
 
 }  // namespace weft::model

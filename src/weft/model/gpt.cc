@@ -6,28 +6,50 @@
 
 #include "weft/core/check.h"
 #include "weft/kernels/vocab_parallel_ce.h"
-#include "weft/model/activation_layout.h"
 
 namespace weft::model {
 
-namespace {
-// The model's buffers are host fp32 (FlatBuffer) and its backend an FP32 one (checked at
-// construction), whose Act is float.
 using kernels::Act;
-Act* A(float* p) { return reinterpret_cast<Act*>(p); }
-const Act* A(const float* p) { return reinterpret_cast<const Act*>(p); }
+
+namespace {
+comm::DataType bytes_type() { return comm::DataType::U8; }
 }  // namespace
 
-// Pointers to one layer's activations: into its own slices when kept, else into the scratch.
+// Pointers to one layer's activations: into its own slices when kept, else into the workspace.
 struct Gpt::LayerActs {
-  float *ln_1, *ln_1_mean, *ln_1_rstd, *qkv, *att, *atty, *res_attn;
-  float *ln_2, *ln_2_mean, *ln_2_rstd, *fc, *fc_gelu, *out;
+  Act *ln_1, *qkv, *atty, *res_attn, *ln_2, *fc, *fc_gelu, *out;
+  float *ln_1_mean, *ln_1_rstd, *att, *ln_2_mean, *ln_2_rstd;
 };
+
+Act* Gpt::Blocks::act(const std::string& name) const {
+  return reinterpret_cast<Act*>(reinterpret_cast<char*>(act_base) +
+                                layout.act.at(name).offset * act_size);
+}
+
+Act* Gpt::act_at(Act* p, int64_t elems) const {
+  return reinterpret_cast<Act*>(reinterpret_cast<char*>(p) + elems * be_.act_bytes());
+}
+
+Gpt::Blocks Gpt::allocate(ActivationLayout layout) {
+  Blocks b;
+  b.act_size = be_.act_bytes();
+  const int64_t act = layout.act.total() * b.act_size, f32 = layout.f32.total() * 4;
+  b.act_base = static_cast<Act*>(be_.allocate(act));
+  b.f32_base = be_.allocate<float>(layout.f32.total());
+  // Zeroed once: nothing reads a value it did not write, but the pages are then resident, as the
+  // memory model counts them.
+  be_.zero(b.act_base, act);
+  be_.zero(b.f32_base, f32);
+  b.layout = std::move(layout);
+  return b;
+}
 
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
          StageSpec stage, int slots, ParamStorage storage, kernels::Backend* backend)
     : cfg_(cfg),
-      be_(backend != nullptr ? *backend : kernels::host_fp32()),
+      own_backend_(backend == nullptr ? kernels::make_host_backend(Precision::FP32) : nullptr),
+      be_(backend != nullptr ? *backend : *own_backend_),
+      precision_(be_.precision()),
       B_(B),
       T_(T),
       recompute_(recompute),
@@ -35,33 +57,110 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
       stage_(stage) {
   Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
-  s.throw_if_error("invalid model config '" + cfg.name + "'");
-  WEFT_CHECK(be_.precision() == Precision::FP32 &&
-                 be_.attention_saved_floats(B, T, cfg.n_head / tp.size()) ==
-                     int64_t{B} * (cfg.n_head / tp.size()) * T * T,
-             "model::Gpt runs on an fp32 backend that keeps attention probabilities; ", be_.name(),
-             " is not one");
+  if (s.ok() && !be_.attention_supports(cfg.n_embd / tp.size(), cfg.n_head / tp.size())) {
+    s.add("the " + be_.name() + " attention kernel does not take heads of size " +
+          std::to_string(cfg.n_embd / cfg.n_head) + " (n_embd " + std::to_string(cfg.n_embd) +
+          " / n_head " + std::to_string(cfg.n_head) + ")");
+  }
+  s.throw_if_error("invalid model config '" + cfg.name + "' for " + be_.name());
   sp_ = tp.sequence_parallel && tp.size() > 1;
   const TpShape shape{tp.size(), sp_};
+  const int NHl = cfg.n_head / tp.size();
+  WEFT_CHECK(
+      be_.attention_saved_floats(B, T, NHl) == numel(attention_state_shape(B, T, NHl, precision_)),
+      "the ", be_.name(), " attention keeps what the layout does not expect");
   layout_ = gpt_param_layout(cfg_, tp.size(), tp.rank(), stage, storage.unit_align);
-  if (storage.model_params) params_ = FlatBuffer(layout_.buffer);
-  if (storage.model_grads) grads_ = FlatBuffer(layout_.buffer);
+  const int64_t n = layout_.buffer.total();
+  auto take_f32 = [&] {
+    float* p = be_.allocate<float>(n);
+    be_.zero(p, n * 4);  // the padding between slices stays 0: whole-buffer sums see 0 there
+    return p;
+  };
+  if (storage.model_params) params_ = FlatBuffer::view_of(layout_.buffer, take_f32());
+  if (storage.model_grads) grads_ = FlatBuffer::view_of(layout_.buffer, take_f32());
+  if (precision_ != Precision::FP32) {
+    WEFT_CHECK(storage.model_params && storage.model_grads,
+               "ZeRO-2/3 (parameters or gradients held by the optimizer) is fp32-only for now");
+    read_copy_ = be_.allocate<BF16>(n);
+    be_.zero(read_copy_, n * 2);
+  }
   for (const ParamUnit& u : layout_.units) {
-    unit_params_.push_back(storage.model_params ? params_.data() + u.begin : nullptr);
+    if (!storage.model_params) {
+      unit_params_.push_back(nullptr);
+    } else if (read_copy_ != nullptr) {
+      unit_params_.push_back(reinterpret_cast<const Act*>(read_copy_ + u.begin));
+    } else {
+      unit_params_.push_back(reinterpret_cast<const Act*>(params_.data() + u.begin));
+    }
   }
   wte_unit_ = layout_.unit_index("wte");
   wpe_unit_ = layout_.unit_index("wpe");
   ln_f_unit_ = layout_.unit_index("ln_f");
   first_layer_unit_ = layout_.unit_index("h." + std::to_string(stage.first_layer));
-  const BufferLayout acts = gpt_activation_layout(cfg_, B, T, recompute, shape, stage);
-  for (int i = 0; i < slots; ++i) acts_.emplace_back(acts);
+  for (int i = 0; i < slots; ++i) {
+    acts_.push_back(
+        allocate(gpt_activation_layout(cfg_, B, T, recompute, shape, stage, precision_)));
+  }
   pending_.resize(slots);
-  work_ = FlatBuffer(gpt_grad_workspace_layout(cfg_, B, T, shape));
+  if (storage.deferred_weight_grads) {
+    const int64_t n = deferred_grad_elements(cfg_, B, T, shape, stage);
+    for (Pending& p : pending_)
+      p.deferred_block = static_cast<Act*>(be_.allocate(n * be_.act_bytes()));
+  }
+  work_ = allocate(gpt_workspace_layout(cfg_, B, T, recompute, shape, stage, precision_));
 }
+
+Gpt::~Gpt() = default;
 
 void Gpt::init(uint64_t seed) {
   WEFT_CHECK(params_.size() > 0, "this model's parameters are held by its optimizer: init there");
-  init_params(params_, layout_, seed);
+  if (be_.host_memory()) {  // in place: no second copy of the parameters, even for a moment
+    init_params(params_, layout_, seed);
+    refresh_read_copy(0, layout_.buffer.total());
+    return;
+  }
+  FlatBuffer host(layout_.buffer);
+  init_params(host, layout_, seed);
+  set_params({host.data(), static_cast<size_t>(host.size())});
+}
+
+void Gpt::set_params(std::span<const float> host) {
+  const int64_t n = layout_.buffer.total();
+  WEFT_CHECK(params_.size() == n && static_cast<int64_t>(host.size()) == n,
+             "set_params: ", host.size(), " values for a layout of ", n);
+  be_.upload(params_.data(), host.data(), n * 4);
+  refresh_read_copy(0, n);
+}
+
+void Gpt::get_params(std::span<float> host) const {
+  const int64_t n = layout_.buffer.total();
+  WEFT_CHECK(params_.size() == n && static_cast<int64_t>(host.size()) == n, "get_params: room for ",
+             host.size(), " values, the layout has ", n);
+  be_.download(host.data(), params_.data(), n * 4);
+}
+
+void Gpt::get_grads(std::span<float> host) const {
+  const int64_t n = layout_.buffer.total();
+  WEFT_CHECK(grads_.size() == n && static_cast<int64_t>(host.size()) == n, "get_grads: room for ",
+             host.size(), " values, the layout has ", n);
+  be_.download(host.data(), grads_.data(), n * 4);
+}
+
+void Gpt::refresh_read_copy(int64_t at, int64_t n) {
+  if (read_copy_ == nullptr) return;
+  WEFT_CHECK(at >= 0 && n >= 0 && at + n <= layout_.buffer.total(), "refresh_read_copy [", at, ", ",
+             at + n, ")");
+  be_.convert(reinterpret_cast<Act*>(read_copy_ + at), params_.data() + at, n);
+}
+
+void Gpt::zero_grad() {
+  if (grads_.size() > 0) be_.zero(grads_.data(), grads_.size() * 4);
+}
+
+void Gpt::set_param_hooks(ParamHooks* hooks) {
+  WEFT_CHECK(hooks == nullptr || precision_ == Precision::FP32,
+             "parameter hooks (ZeRO) are fp32-only for now");
+  hooks_ = hooks;
 }
 
 std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
@@ -73,10 +172,11 @@ std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
   return {u, offset - units[u].begin};
 }
 
-const float* Gpt::param(const std::string& name) const {
+const Act* Gpt::param(const std::string& name) const {
   const auto [u, at] = locate(name);
   WEFT_CHECK(unit_params_[u] != nullptr, "parameter ", name, " read outside a gather of its unit");
-  return unit_params_[u] + at;
+  return reinterpret_cast<const Act*>(reinterpret_cast<const char*>(unit_params_[u]) +
+                                      at * be_.act_bytes());
 }
 
 float* Gpt::grad(const std::string& name) {
@@ -88,7 +188,7 @@ float* Gpt::grad(const std::string& name) {
 
 void Gpt::gather(int unit) {
   if (hooks_ == nullptr || unit < 0) return;
-  unit_params_[unit] = hooks_->gather(unit);
+  unit_params_[unit] = reinterpret_cast<const Act*>(hooks_->gather(unit));
 }
 
 void Gpt::release(int unit) {
@@ -97,14 +197,62 @@ void Gpt::release(int unit) {
   if (params_.size() == 0) unit_params_[unit] = nullptr;
 }
 
-Gpt::LayerActs Gpt::layer_acts(FlatBuffer& acts, int l) {
+Gpt::LayerActs Gpt::layer_acts(const Blocks& acts, int l) const {
   const std::string own = "h." + std::to_string(l) + ".";
-  auto p = [&](const char* name) {
-    return acts.ptr((kept_per_layer(name, recompute_) ? own : std::string("layer.")) + name);
+  auto block = [&](const char* name) -> const Blocks& {
+    return kept_per_layer(name, recompute_, precision_) ? acts : work_;
   };
-  return LayerActs{p("ln_1"), p("ln_1.mean"), p("ln_1.rstd"), p("qkv"),       p("att"),
-                   p("atty"), p("res_attn"),  p("ln_2"),      p("ln_2.mean"), p("ln_2.rstd"),
-                   p("fc"),   p("fc_gelu"),   p("out")};
+  auto slice = [&](const char* name) {
+    return (kept_per_layer(name, recompute_, precision_) ? own : std::string("layer.")) + name;
+  };
+  auto a = [&](const char* name) { return block(name).act(slice(name)); };
+  auto f = [&](const char* name) { return block(name).f32(slice(name)); };
+  return LayerActs{a("ln_1"), a("qkv"),       a("atty"),     a("res_attn"),  a("ln_2"),
+                   a("fc"),   a("fc_gelu"),   a("out"),      f("ln_1.mean"), f("ln_1.rstd"),
+                   f("att"),  f("ln_2.mean"), f("ln_2.rstd")};
+}
+
+// ---- the tp group's collectives on activations ------------------------------------------------
+// fp32 activations go to the communicator as they are. bf16 ones are gathered as bytes (exact)
+// and summed in fp32: widened, reduced, rounded once (Megatron reduces bf16 in bf16; weft adds
+// the ranks' bf16 partials in fp32, so tp = 2 differs from one rank by one extra rounding of
+// each partial). The backend is synchronized first: the communicator may run on another stream,
+// or on the host.
+
+void Gpt::tp_all_gather(Act* full, const Act* local, int64_t n_local) {
+  be_.synchronize();
+  if (precision_ == Precision::FP32) {
+    tp_.comm->all_gather(reinterpret_cast<float*>(full), reinterpret_cast<const float*>(local),
+                         n_local);
+  } else {
+    tp_.comm->all_gather_async(full, local, n_local * be_.act_bytes(), bytes_type()).wait();
+  }
+}
+
+void Gpt::tp_all_reduce(Act* x, int64_t n) {
+  if (precision_ == Precision::FP32) {
+    tp_.comm->all_reduce(reinterpret_cast<float*>(x), n);
+    return;
+  }
+  float* sum = work_.f32("tp.sum");
+  be_.widen(sum, x, n);
+  be_.synchronize();
+  tp_.comm->all_reduce(sum, n);
+  be_.convert(x, sum, n);
+}
+
+void Gpt::tp_reduce_scatter(Act* local, const Act* full, int64_t n_local) {
+  if (precision_ == Precision::FP32) {
+    tp_.comm->reduce_scatter(reinterpret_cast<float*>(local), reinterpret_cast<const float*>(full),
+                             n_local);
+    return;
+  }
+  float* sum = work_.f32("tp.sum");
+  float* mine = work_.f32("tp.sum_local");
+  be_.widen(sum, full, n_local * tp_.size());
+  be_.synchronize();
+  tp_.comm->reduce_scatter(mine, sum, n_local);
+  be_.convert(local, mine, n_local);
 }
 
 // ---- the conjugate operators of tensor parallelism, forward and backward side by side ----------
@@ -117,51 +265,51 @@ Gpt::LayerActs Gpt::layer_acts(FlatBuffer& acts, int l) {
 // all-gather.
 
 // f forward: LayerNorm of the Ns local rows of `in`, gathered into full[N,C] under SP.
-void Gpt::layernorm_gathered(float* full, float* mean, float* rstd, const float* in, const float* w,
-                             const float* b, int N, FlatBuffer& acts) {
+void Gpt::layernorm_gathered(Act* full, float* mean, float* rstd, const Act* in, const Act* w,
+                             const Act* b, int N) {
   const int C = cfg_.n_embd;
   if (!sp_) {
-    be_.layernorm_forward(A(full), mean, rstd, A(in), A(w), A(b), N, C);
+    be_.layernorm_forward(full, mean, rstd, in, w, b, N, C);
     return;
   }
   const int Ns = N / tp_.size();
-  float* local = acts.ptr("sp.ln");
-  be_.layernorm_forward(A(local), mean, rstd, A(in), A(w), A(b), Ns, C);
-  tp_.comm->all_gather(full, local, int64_t{Ns} * C);
+  Act* local = work_.act("sp.ln");
+  be_.layernorm_forward(local, mean, rstd, in, w, b, Ns, C);
+  tp_all_gather(full, local, int64_t{Ns} * C);
 }
 
 // g forward: partial[N,C] summed over the tp group into out (N rows, or this rank's Ns under SP).
 // Without SP, `partial` and `out` may be the same buffer (all-reduce in place).
-void Gpt::reduce_partial(float* out, float* partial, int N) {
+void Gpt::reduce_partial(Act* out, Act* partial, int N) {
   const int64_t C = cfg_.n_embd;
   if (tp_.size() == 1) return;
   if (sp_) {
-    tp_.comm->reduce_scatter(out, partial, N / tp_.size() * C);
+    tp_reduce_scatter(out, partial, N / tp_.size() * C);
   } else {
     WEFT_CHECK(out == partial, "without sequence parallelism g reduces in place");
-    tp_.comm->all_reduce(out, N * C);
+    tp_all_reduce(out, N * C);
   }
 }
 
 // g backward: the gradient of a row-parallel output, d_res (Ns rows), as the full [N,C] every rank
 // needs for its GEMM's backward (all-gather under SP; identity otherwise).
-const float* Gpt::gather_grad(float* d_res, int N) {
+const Act* Gpt::gather_grad(const Act* d_res, int N) {
   if (!sp_) return d_res;
-  float* full = work_.ptr("d.gathered");
-  tp_.comm->all_gather(full, d_res, int64_t{N} / tp_.size() * cfg_.n_embd);
+  Act* full = work_.act("d.gathered");
+  tp_all_gather(full, d_res, int64_t{N} / tp_.size() * cfg_.n_embd);
   return full;
 }
 
 // f backward: the column-parallel GEMM's input gradient d_partial[N,C] (this rank's heads or
 // columns only) summed over the group: in place, or reduce-scattered to Ns rows under SP.
-float* Gpt::reduce_grad(float* d_partial, int N) {
+const Act* Gpt::reduce_grad(Act* d_partial, int N) {
   if (tp_.size() == 1) return d_partial;
   if (!sp_) {
-    tp_.comm->all_reduce(d_partial, int64_t{N} * cfg_.n_embd);
+    tp_all_reduce(d_partial, int64_t{N} * cfg_.n_embd);
     return d_partial;
   }
-  float* local = work_.ptr("d.ln_local");
-  tp_.comm->reduce_scatter(local, d_partial, int64_t{N} / tp_.size() * cfg_.n_embd);
+  Act* local = work_.act("d.ln_local");
+  tp_reduce_scatter(local, d_partial, int64_t{N} / tp_.size() * cfg_.n_embd);
   return local;
 }
 
@@ -171,40 +319,42 @@ float* Gpt::reduce_grad(float* d_partial, int N) {
 // On a tp rank: qkv [N,3C/t] and fc [N,4C/t] are its heads and columns; each proj GEMM gives a
 // partial sum [N,C] that g reduces. The row-parallel biases are added by tp rank 0 only, so the
 // reduction adds each once.
-void Gpt::layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& acts, int B,
-                        int T) {
+void Gpt::layer_forward(int l, const Act* in, const LayerActs& a, int B, int T) {
   const int t = tp_.size(), C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, N = B * T;
   const int64_t Ns = sp_ ? N / t : N;
   auto w = [&](const char* n) { return param(layer_param(l, n)); };
   auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? w(n) : nullptr; };
-  float* partial = sp_ ? acts.ptr("sp.partial") : nullptr;
+  Act* partial = sp_ ? work_.act("sp.partial") : nullptr;
 
-  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N,
-                     acts);
-  be_.linear_forward(A(a.qkv), nullptr, A(a.ln_1), A(w("attn.qkv.weight")), A(w("attn.qkv.bias")),
-                     N, C, 3 * Cl);
-  be_.attention_forward(A(a.atty), a.att, A(a.qkv), B, T, Cl, NHl);
-  float* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
-  be_.linear_forward(A(proj), nullptr, A(a.atty), A(w("attn.proj.weight")),
-                     A(row_bias("attn.proj.bias")), N, Cl, C);
+  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N);
+  be_.linear_forward(a.qkv, nullptr, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C,
+                     3 * Cl);
+  be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  Act* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
+  be_.linear_forward(proj, nullptr, a.atty, w("attn.proj.weight"), row_bias("attn.proj.bias"), N,
+                     Cl, C);
   reduce_partial(a.res_attn, proj, N);
-  be_.residual_forward(A(a.res_attn), A(a.res_attn), A(in), Ns * C);
+  be_.residual_forward(a.res_attn, a.res_attn, in, Ns * C);
 
   layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"), w("ln_2.bias"),
-                     N, acts);
+                     N);
   // fc_gelu = gelu(fc), fc = ln_2 Wfc^T + b
-  be_.linear_forward(A(a.fc_gelu), A(a.fc), A(a.ln_2), A(w("mlp.fc.weight")), A(w("mlp.fc.bias")),
-                     N, C, 4 * Cl);
+  be_.linear_forward(a.fc_gelu, a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * Cl);
   proj = sp_ ? partial : a.out;
-  be_.linear_forward(A(proj), nullptr, A(a.fc_gelu), A(w("mlp.proj.weight")),
-                     A(row_bias("mlp.proj.bias")), N, 4 * Cl, C);
+  be_.linear_forward(proj, nullptr, a.fc_gelu, w("mlp.proj.weight"), row_bias("mlp.proj.bias"), N,
+                     4 * Cl, C);
   reduce_partial(a.out, proj, N);
-  be_.residual_forward(A(a.out), A(a.out), A(a.res_attn), Ns * C);
+  be_.residual_forward(a.out, a.out, a.res_attn, Ns * C);
 }
 
-const float* Gpt::stage_output(int slot) const {
+const Act* Gpt::stage_output(int slot) const {
   WEFT_CHECK(!stage_.head, "the last stage's output is its loss");
-  return acts_.at(slot).ptr("h." + std::to_string(stage_.end_layer(cfg_) - 1) + ".out");
+  return acts_.at(slot).act("h." + std::to_string(stage_.end_layer(cfg_) - 1) + ".out");
+}
+
+const float* Gpt::logits(int slot) const {
+  WEFT_CHECK(precision_ == Precision::FP32, "logits() reads fp32 host activations");
+  return reinterpret_cast<const float*>(acts_.at(slot).act("logits"));
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot,
@@ -213,9 +363,9 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
   const int t = tp_.size(), C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
-  const int64_t Vl = cfg_.padded_vocab() / t, v0 = tp_.rank() * Vl;
+  const int Vl = static_cast<int>(cfg_.padded_vocab() / t), v0 = tp_.rank() * Vl;
   WEFT_CHECK(!sp_ || N % t == 0, "sequence parallelism needs B*T=", N, " divisible by tp=", t);
-  FlatBuffer& acts = acts_[slot];
+  const Blocks& acts = acts_[slot];
   Pending& p = pending_[slot];
   WEFT_CHECK(!p.weights_due, "slot ", slot, " still owes its deferred weight gradients");
   p.tokens = tokens;
@@ -226,44 +376,46 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   p.backward_due = false;
 
   // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
-  float* x = acts.ptr("embed");
+  Act* x = acts.act("embed");
   if (stage_.embedding) {
-    gather(wte_unit_);
-    gather(wpe_unit_);
+    WEFT_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     for (int i = 0; i < N; ++i) {
       WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
                  " is outside the vocabulary of ", V);
     }
+    auto* dev_tokens = reinterpret_cast<int32_t*>(work_.f32("tokens"));
+    be_.upload(dev_tokens, tokens, int64_t{N} * 4);
+    gather(wte_unit_);
+    gather(wpe_unit_);
     if (t == 1) {
-      be_.embedding_forward(A(x), tokens, A(param("wte")), A(param("wpe")), B, T, C);
+      be_.embedding_forward(x, dev_tokens, param("wte"), param("wpe"), B, T, C);
     } else {
-      float* partial = sp_ ? acts.ptr("sp.partial") : x;
-      be_.embedding_forward_shard(A(partial), tokens, A(param("wte")),
-                                  tp_.rank() == 0 ? A(param("wpe")) : nullptr, B, T, C,
-                                  static_cast<int>(v0), static_cast<int>(Vl));
+      Act* partial = sp_ ? work_.act("sp.partial") : x;
+      be_.embedding_forward_shard(partial, dev_tokens, param("wte"),
+                                  tp_.rank() == 0 ? param("wpe") : nullptr, B, T, C, v0, Vl);
       reduce_partial(x, partial, N);
     }
     release(wpe_unit_);
     release(wte_unit_);
   }
+  const Act* in = x;
   for (int l = stage_.first_layer; l < stage_.end_layer(cfg_); ++l) {
     LayerActs a = layer_acts(acts, l);
     gather(layer_unit(l));
-    layer_forward(l, x, a, acts, B, T);
+    layer_forward(l, in, a, B, T);
     release(layer_unit(l));
-    x = a.out;
+    in = a.out;
   }
   p.backward_due = true;
   if (!stage_.head) return 0.0f;
 
   gather(ln_f_unit_);
   gather(wte_unit_);
-  float* lnf = acts.ptr("ln_f");
-  layernorm_gathered(lnf, acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"), x, param("ln_f.weight"),
-                     param("ln_f.bias"), N, acts);
-  float* logits = acts.ptr("logits");  // [N, Vl]: this rank's vocabulary columns
-  be_.linear_forward(A(logits), nullptr, A(lnf), A(param("wte")), nullptr, N, C,
-                     static_cast<int>(Vl));  // tied embedding
+  Act* lnf = acts.act("ln_f");
+  layernorm_gathered(lnf, acts.f32("ln_f.mean"), acts.f32("ln_f.rstd"), in, param("ln_f.weight"),
+                     param("ln_f.bias"), N);
+  Act* logits = acts.act("logits");  // [N, Vl]: this rank's vocabulary columns
+  be_.linear_forward(logits, nullptr, lnf, param("wte"), nullptr, N, C, Vl);  // tied embedding
   release(wte_unit_);
   release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
@@ -272,28 +424,43 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
     WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
     p.valid_targets += targets[i] >= 0;
   }
+  auto* dev_targets = reinterpret_cast<int32_t*>(work_.f32("targets"));
+  be_.upload(dev_targets, targets, int64_t{N} * 4);
   // The losses, and the logits overwritten with the gradient of loss_scale * the mean loss.
   const float dloss = p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
-  float* losses = acts.ptr("losses");
+  float* losses = acts.f32("losses");
   if (t == 1) {
-    be_.softmax_cross_entropy(losses, A(logits), targets, dloss, N, V, static_cast<int>(Vl));
+    be_.softmax_cross_entropy(losses, logits, dev_targets, dloss, N, V, Vl);
   } else {
     // Vocabulary-parallel (kernels/vocab_parallel_ce.h): three statistics per row gathered over
     // tp, never the logits.
     const int Vv = static_cast<int>(kernels::vocab_ce::real_columns(V, v0, Vl));
-    float* stats = acts.ptr("ce.stats");
-    float* all = acts.ptr("ce.all");
-    be_.cross_entropy_shard_stats(stats, A(logits), targets, N, static_cast<int>(Vl), Vv,
-                                  static_cast<int>(v0));
+    float* stats = acts.f32("ce.stats");
+    float* all = acts.f32("ce.all");
+    be_.cross_entropy_shard_stats(stats, logits, dev_targets, N, Vl, Vv, v0);
+    be_.synchronize();
     tp_.comm->all_gather(all, stats, int64_t{kernels::vocab_ce::kStats} * N);
-    be_.cross_entropy_shard_finish(losses, A(logits), all, t, targets, dloss, N, V,
-                                   static_cast<int>(Vl), Vv, static_cast<int>(v0));
+    be_.cross_entropy_shard_finish(losses, logits, all, t, dev_targets, dloss, N, V, Vl, Vv, v0);
   }
+  std::vector<float> host(static_cast<size_t>(N));
+  be_.download(host.data(), losses, int64_t{N} * 4);
   double sum = 0.0;
   for (int i = 0; i < N; ++i) {
-    if (targets[i] >= 0) sum += losses[i];
+    if (targets[i] >= 0) sum += host[i];
   }
   return p.valid_targets > 0 ? static_cast<float>(sum / p.valid_targets) : 0.0f;
+}
+
+const Act* Gpt::keep(Pending& p, const Act* src, int64_t n) {
+  const int64_t cap = deferred_grad_elements(cfg_, B_, T_, {tp_.size(), sp_}, stage_);
+  if (p.deferred_block == nullptr) {
+    p.deferred_block = static_cast<Act*>(be_.allocate(cap * be_.act_bytes()));
+  }
+  WEFT_CHECK(p.deferred_used + n <= cap, "deferred gradients overflow their block");
+  Act* dst = act_at(p.deferred_block, p.deferred_used);
+  be_.copy(dst, src, n * be_.act_bytes());
+  p.deferred_used += n;
+  return dst;
 }
 
 void Gpt::backward(int slot, bool defer_weight_grads) {
@@ -304,57 +471,54 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
   WEFT_CHECK(!defer_weight_grads || recompute_ != Recompute::Full,
              "deferred weight gradients need each layer's inputs kept (recompute none or "
              "selective, not full)");
-  FlatBuffer& acts = acts_[slot];
+  const Blocks& acts = acts_[slot];
   const int B = p.B, T = p.T, N = B * T, t = tp_.size();
   const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t;
-  const int64_t Vl = cfg_.padded_vocab() / t, Ns = sp_ ? N / t : N;
+  const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
+  const int Ns = sp_ ? N / t : N;
+  const int64_t a_bytes = be_.act_bytes();
   const int first = stage_.first_layer, end = stage_.end_layer(cfg_);
-  float* d_res = work_.ptr("d.residual");  // [Ns, C]
-  float* d_ln = work_.ptr("d.ln");         // [N, C]
-  float* d_atty = work_.ptr("d.atty");
-  float* d_qkv = work_.ptr("d.qkv");
-  float* d_fc = work_.ptr("d.fc");
+  Act* d_res = work_.act("d.residual");  // [Ns, C]
+  Act* d_ln = work_.act("d.ln");         // [N, C]
+  Act* d_atty = work_.act("d.atty");
+  Act* d_qkv = work_.act("d.qkv");
+  Act* d_fc = work_.act("d.fc");
   auto w = [&](int l, const char* n) { return param(layer_param(l, n)); };
-  auto layer_input = [&](int l) {
-    return l == first ? acts.ptr("embed") : acts.ptr("h." + std::to_string(l - 1) + ".out");
+  auto layer_input = [&](int l) -> const Act* {
+    return l == first ? acts.act("embed") : layer_acts(acts, l - 1).out;
   };
   // A linear layer's backward (weight `name`.weight, bias `name`.bias unless `bias` is false): the
   // input gradient now (times gelu'(gelu_pre) when the layer's input was a GeLU's output); the
   // weight and bias gradients now, or (deferred) by backward_weights() from a copy of dout unless
   // the slot keeps dout itself.
-  auto linear_backward = [&](float* dinp, const std::string& name, bool bias, const float* dout,
-                             const float* inp, const float* gelu_pre, int n, int ic, int oc,
+  auto linear_backward = [&](Act* dinp, const std::string& name, bool bias, const Act* dout,
+                             const Act* inp, const Act* gelu_pre, int n, int ic, int oc,
                              bool dout_kept_by_slot) {
     const std::string wname = bias ? name + ".weight" : name, bname = bias ? name + ".bias" : "";
-    const float* weight = param(wname);
+    const Act* weight = param(wname);
     if (!defer_weight_grads) {
-      be_.linear_backward(A(dinp), grad(wname), bias ? grad(bname) : nullptr, A(dout), A(inp),
-                          A(weight), A(gelu_pre), n, ic, oc);
+      be_.linear_backward(dinp, grad(wname), bias ? grad(bname) : nullptr, dout, inp, weight,
+                          gelu_pre, n, ic, oc);
       return;
     }
-    be_.linear_backward(A(dinp), nullptr, nullptr, A(dout), A(inp), A(weight), A(gelu_pre), n, ic,
-                        oc);
-    Deferred d{wname, bname, inp, {}, dout, n, ic, oc};
-    if (!dout_kept_by_slot) {
-      d.dout_copy.assign(dout, dout + int64_t{n} * oc);
-      d.dout = nullptr;
-    }
-    p.deferred.push_back(std::move(d));
+    // The copy first: dinp may be dout's buffer.
+    const Act* kept = dout_kept_by_slot ? dout : keep(p, dout, int64_t{n} * oc);
+    be_.linear_backward(dinp, nullptr, nullptr, dout, inp, weight, gelu_pre, n, ic, oc);
+    p.deferred.push_back(Deferred{wname, bname, inp, kept, n, ic, oc});
   };
   p.deferred.clear();
+  p.deferred_used = 0;
 
   if (stage_.head) {
     // Head: the forward left dlogits in place of the logits; the tied-embedding GEMM and ln_f.
     gather(ln_f_unit_);
     gather(wte_unit_);
-    float* logits = acts.ptr("logits");
-    linear_backward(d_ln, "wte", false, logits, acts.ptr("ln_f"), nullptr, N, C,
-                    static_cast<int>(Vl), /*dout_kept_by_slot=*/true);
-    be_.zero(d_res, Ns * C * static_cast<int64_t>(sizeof(float)));
-    be_.layernorm_backward(A(d_res), grad("ln_f.weight"), grad("ln_f.bias"),
-                           A(reduce_grad(d_ln, N)), A(layer_acts(acts, end - 1).out),
-                           A(param("ln_f.weight")), acts.ptr("ln_f.mean"), acts.ptr("ln_f.rstd"),
-                           static_cast<int>(Ns), C);
+    linear_backward(d_ln, "wte", false, acts.act("logits"), acts.act("ln_f"), nullptr, N, C, Vl,
+                    /*dout_kept_by_slot=*/true);
+    be_.zero(d_res, int64_t{Ns} * C * a_bytes);
+    be_.layernorm_backward(d_res, grad("ln_f.weight"), grad("ln_f.bias"), reduce_grad(d_ln, N),
+                           layer_acts(acts, end - 1).out, param("ln_f.weight"),
+                           acts.f32("ln_f.mean"), acts.f32("ln_f.rstd"), Ns, C);
     release(wte_unit_);
     release(ln_f_unit_);
     if (!defer_weight_grads) {
@@ -363,52 +527,50 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
     }
   } else {
     // The next stage sent the gradient of this stage's output (already scaled by its loss_scale).
-    be_.copy(d_res, acts.ptr("d.output"), Ns * C * static_cast<int64_t>(sizeof(float)));
+    be_.copy(d_res, acts.act("d.output"), int64_t{Ns} * C * a_bytes);
   }
 
   for (int l = end - 1; l >= first; --l) {
-    const float* in = layer_input(l);
+    const Act* in = layer_input(l);
     LayerActs a = layer_acts(acts, l);
     gather(layer_unit(l));
     if (recompute_ == Recompute::Full) {
-      // Recompute the block into scratch (its collectives too); its output is discarded (h.l.out
-      // is kept), so write it to d_ln, which is free until the MLP backward below.
+      // Recompute the block into the workspace (its collectives too); its output is discarded
+      // (h.l.out is kept), so write it to d_ln, which is free until the MLP backward below.
       LayerActs r = a;
       r.out = d_ln;
-      layer_forward(l, in, r, acts, B, T);
-    } else if (recompute_ == Recompute::Selective) {
-      be_.attention_forward(A(a.atty), a.att, A(a.qkv), B, T, Cl, NHl);
+      layer_forward(l, in, r, B, T);
+    } else if (!kept_per_layer("att", recompute_, precision_)) {
+      be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
     }
     // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
-    const float* d_out = gather_grad(d_res, N);
+    const Act* d_out = gather_grad(d_res, N);
     linear_backward(d_fc, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, a.fc, N, 4 * Cl, C,
                     false);
     linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, nullptr, N, C, 4 * Cl,
                     false);
     // the residual branch's gradient is already in d_res; add the LayerNorm branch's
-    be_.layernorm_backward(A(d_res), grad(layer_param(l, "ln_2.weight")),
-                           grad(layer_param(l, "ln_2.bias")), A(reduce_grad(d_ln, N)),
-                           A(a.res_attn), A(w(l, "ln_2.weight")), a.ln_2_mean, a.ln_2_rstd,
-                           static_cast<int>(Ns), C);
+    be_.layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
+                           grad(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N), a.res_attn,
+                           w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
     // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
-    const float* d_res_attn = gather_grad(d_res, N);
+    const Act* d_res_attn = gather_grad(d_res, N);
     linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, nullptr, N, Cl,
                     C, false);
-    be_.attention_backward(A(d_qkv), A(d_atty), A(a.qkv), A(a.atty), a.att, B, T, Cl, NHl);
+    be_.attention_backward(d_qkv, d_atty, a.qkv, a.atty, a.att, B, T, Cl, NHl);
     linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, nullptr, N, C, 3 * Cl,
                     false);
-    be_.layernorm_backward(A(d_res), grad(layer_param(l, "ln_1.weight")),
-                           grad(layer_param(l, "ln_1.bias")), A(reduce_grad(d_ln, N)), A(in),
-                           A(w(l, "ln_1.weight")), a.ln_1_mean, a.ln_1_rstd, static_cast<int>(Ns),
-                           C);
+    be_.layernorm_backward(d_res, grad(layer_param(l, "ln_1.weight")),
+                           grad(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,
+                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
     release(layer_unit(l));
     if (!defer_weight_grads) grads_ready(layer_unit(l));
   }
   if (stage_.embedding) {
     // The embedding's gradients are weight gradients too: deferred with a copy of d(embed).
-    const float* d_embed = t == 1 ? d_res : gather_grad(d_res, N);
+    const Act* d_embed = t == 1 ? d_res : gather_grad(d_res, N);
     if (defer_weight_grads) {
-      p.d_embed.assign(d_embed, d_embed + int64_t{N} * C);
+      p.d_embed = keep(p, d_embed, int64_t{N} * C);
     } else {
       embedding_weight_grads(p, d_embed);
       grads_ready(wpe_unit_);
@@ -420,13 +582,13 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
   if (!defer_weight_grads && hooks_ != nullptr) hooks_->backward_done();
 }
 
-void Gpt::embedding_weight_grads(const Pending& p, const float* d_embed) {
+void Gpt::embedding_weight_grads(const Pending& p, const Act* d_embed) {
   const int C = cfg_.n_embd, t = tp_.size();
   if (t == 1) {
-    be_.embedding_backward(grad("wte"), grad("wpe"), A(d_embed), p.tokens, p.B, p.T, C);
+    be_.embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C);
   } else {
     const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
-    be_.embedding_backward_shard(grad("wte"), grad("wpe"), A(d_embed), p.tokens, p.B, p.T, C,
+    be_.embedding_backward_shard(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C,
                                  tp_.rank() * Vl, Vl);
   }
 }
@@ -437,15 +599,15 @@ void Gpt::backward_weights(int slot) {
   WEFT_CHECK(p.weights_due, "backward_weights() needs a backward() that deferred them, slot ",
              slot);
   for (const Deferred& d : p.deferred) {
-    const float* dout = d.dout != nullptr ? d.dout : d.dout_copy.data();
-    be_.linear_backward(nullptr, grad(d.dweight), d.dbias.empty() ? nullptr : grad(d.dbias),
-                        A(dout), A(d.inp), nullptr, nullptr, d.N, d.IC, d.OC);
+    be_.linear_backward(nullptr, grad(d.dweight), d.dbias.empty() ? nullptr : grad(d.dbias), d.dout,
+                        d.inp, nullptr, nullptr, d.N, d.IC, d.OC);
   }
   p.deferred.clear();
   if (stage_.embedding) {
-    embedding_weight_grads(p, p.d_embed.data());
-    p.d_embed.clear();
+    embedding_weight_grads(p, p.d_embed);
+    p.d_embed = nullptr;
   }
+  p.deferred_used = 0;
   p.weights_due = false;
   // Every unit's gradient is complete now (the weight GEMMs need no parameters: nothing gathered).
   for (int u = static_cast<int>(layout_.units.size()) - 1; u >= 0; --u) grads_ready(u);
@@ -464,27 +626,23 @@ std::vector<GradPart> Gpt::whole_grads() const {
 
 void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
   if (!sp_) return;
-  // One all-reduce for all LayerNorm gradients: pack, reduce, unpack.
+  // One all-reduce for all LayerNorm gradients: pack, reduce, unpack (in the backend's memory).
   const auto& slices = layout_.buffer.slices();
-  std::vector<const GradPart*> norms;
+  float* packed = work_.f32("ln.packed");
   int64_t total = 0;
   for (const GradPart& g : parts) {
-    if (is_layernorm_param(slices[g.slice].name)) {
-      norms.push_back(&g);
-      total += g.n;
-    }
+    if (!is_layernorm_param(slices[g.slice].name)) continue;
+    be_.copy(packed + total, g.grad, g.n * 4);
+    total += g.n;
   }
-  std::vector<float> packed(total);
-  int64_t at = 0;
-  for (const GradPart* g : norms) {
-    std::copy_n(g->grad, g->n, packed.data() + at);
-    at += g->n;
-  }
-  tp_.comm->all_reduce(packed.data(), total);
-  at = 0;
-  for (const GradPart* g : norms) {
-    std::copy_n(packed.data() + at, g->n, g->grad);
-    at += g->n;
+  WEFT_CHECK(total <= work_.layout.f32.at("ln.packed").numel, "LayerNorm gradients overflow");
+  be_.synchronize();
+  tp_.comm->all_reduce(packed, total);
+  total = 0;
+  for (const GradPart& g : parts) {
+    if (!is_layernorm_param(slices[g.slice].name)) continue;
+    be_.copy(g.grad, packed + total, g.n * 4);
+    total += g.n;
   }
 }
 

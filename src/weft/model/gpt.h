@@ -1,6 +1,8 @@
 #pragma once
-// A GPT-2 model, serial or split across a tensor-parallel group: parameters and gradients in flat
-// buffers (this rank's shards, param_layout.h), activations in the layout of activation_layout.h,
+// THE GPT-2 model of weft, written once against the backend contract (kernels/backend.h) and run
+// on any backend in its precision: host fp32, host bf16, CUDA. Serial or split across a
+// tensor-parallel group: parameters and gradients in flat buffers (this rank's shards,
+// param_layout.h), activations in the layouts of activation_layout.h,
 // forward keeping what backward needs, backward with optional recomputation: embedding, L pre-LN
 // transformer blocks (layer_forward), then the head (final LayerNorm, logits through the tied
 // embedding, cross-entropy).
@@ -18,12 +20,14 @@
 // input and output activations and gradients between ranks (stage_input, stage_output,
 // output_grad, input_grad).
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "weft/kernels/backend.h"
+#include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_hooks.h"
 #include "weft/model/param_layout.h"
@@ -41,6 +45,10 @@ struct ParamStorage {
   // or gradients (ZeRO-2/3) while in use, and must be installed before the first forward.
   bool model_params = true;
   bool model_grads = true;
+  // Whether backward() will defer weight gradients (a zb-h1 schedule): each slot's block for them
+  // is then taken at construction (else at the first backward that defers), so a step allocates
+  // nothing.
+  bool deferred_weight_grads = false;
 };
 
 // A run of one parameter's gradient elements: a whole slice, or the part of it in a ZeRO shard.
@@ -53,12 +61,18 @@ struct GradPart {
 class Gpt {
  public:
   // Allocates for batches up to B x T (validated first, including the split across tp: throws
-  // weft::Error listing every problem).
-  // Its ops run on `backend` (kernels/backend.h; null: the process's host fp32 backend), which
-  // must be an FP32 one for now and outlive the model: the model's buffers are host memory.
+  // weft::Error listing every problem), everything from `backend` (kernels/backend.h), which must
+  // outlive the model; null: a host FP32 backend of the model's own. The backend's precision is
+  // the model's: FP32, or BF16Mixed (fp32 master weights and gradients, bf16 activations and a
+  // bf16 copy of the weights that the forward reads: Micikevicius et al. 2018). Every buffer is
+  // taken at construction, from the layouts the memory model counts (activation_layout.h), except
+  // the deferred weight gradients' (zb-h1), taken at the first backward that defers them.
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
       parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1,
       ParamStorage storage = {}, kernels::Backend* backend = nullptr);
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const { return layout_; }
@@ -68,22 +82,35 @@ class Gpt {
   int slots() const { return static_cast<int>(acts_.size()); }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
+  kernels::Backend& backend() const { return be_; }
+  Precision precision() const { return precision_; }
 
-  // The model's own buffers, in param_layout()'s order; empty when ParamStorage gave them to the
-  // hooks.
+  // The fp32 master weights and gradients in the backend's memory, in param_layout()'s order
+  // (views: host memory on the host backends, device memory on CUDA, where only their addresses
+  // may be used); empty when ParamStorage gave them to the hooks.
   FlatBuffer& params() { return params_; }
   const FlatBuffer& params() const { return params_; }
   FlatBuffer& grads() { return grads_; }
   const FlatBuffer& grads() const { return grads_; }
+  // BF16Mixed: the bf16 copy of the weights the forward reads (same offsets as params()), which
+  // whoever updates params() refreshes (refresh_read_copy, or AdamW's params16); null under FP32.
+  BF16* read_copy() const { return read_copy_; }
+  // read_copy()[at, at + n) = params()[at, at + n) rounded (nothing under FP32).
+  void refresh_read_copy(int64_t at, int64_t n);
 
   void init(uint64_t seed);
-  void zero_grad() { grads_.zero(); }
-  // Told about every use of parameters and gradients from now on (null: nobody).
-  void set_param_hooks(ParamHooks* hooks) { hooks_ = hooks; }
+  // Host <-> backend copies of the master weights and gradients (buffer.total() elements);
+  // set_params also refreshes the read copy.
+  void set_params(std::span<const float> host);
+  void get_params(std::span<float> host) const;
+  void get_grads(std::span<float> host) const;
+  void zero_grad();
+  // Told about every use of parameters and gradients from now on (null: nobody). FP32 only.
+  void set_param_hooks(ParamHooks* hooks);
 
-  // tokens, targets: [B,T] with B <= max_batch(), T <= max_seq(); a target < 0 is ignored.
-  // Every tp rank passes the same batch. Returns the mean loss over the non-ignored targets. With
-  // targets == nullptr only logits are computed (inference) and 0 is returned.
+  // tokens, targets: [B,T] host arrays with B <= max_batch(), T <= max_seq(); a target < 0 is
+  // ignored. Every tp rank passes the same batch. Returns the mean loss over the non-ignored
+  // targets. With targets == nullptr only logits are computed (inference) and 0 is returned.
   // A stage without the embedding reads stage_input(slot) instead of tokens (tokens may be null);
   // a stage without the head leaves its output in stage_output(slot), ignores targets and
   // returns 0. Both arrays must stay valid until the slot's backward.
@@ -107,12 +134,13 @@ class Gpt {
   void backward(float, int, bool) = delete;
   void backward_weights(int slot = 0);
 
-  // The stage boundary, [Ns,C] each (Ns = B*T, or B*T/tp with sequence parallelism).
-  float* stage_input(int slot) { return acts_.at(slot).ptr("embed"); }
-  const float* stage_output(int slot) const;
-  float* output_grad(int slot) { return acts_.at(slot).ptr("d.output"); }
+  // The stage boundary, [Ns,C] activations each (Ns = B*T, or B*T/tp with sequence parallelism),
+  // in the backend's memory.
+  kernels::Act* stage_input(int slot) { return acts_.at(slot).act("embed"); }
+  const kernels::Act* stage_output(int slot) const;
+  kernels::Act* output_grad(int slot) { return acts_.at(slot).act("d.output"); }
   // Valid after backward() until the next backward() of any slot.
-  const float* input_grad() const { return work_.ptr("d.residual"); }
+  const kernels::Act* input_grad() const { return work_.act("d.residual"); }
 
   // After the last backward of a step: with sequence parallelism each rank's LayerNorm gradients
   // cover only its rows, so they are summed over the tp group (once per step, as Megatron-LM's
@@ -124,19 +152,35 @@ class Gpt {
   std::vector<GradPart> whole_grads() const;
 
   // [B,T,Vp/tp] logits of the last forward without targets: this rank's vocabulary columns (a
-  // forward with targets overwrites them with their gradient).
-  const float* logits(int slot = 0) const { return acts_.at(slot).ptr("logits"); }
+  // forward with targets overwrites them with their gradient). Host FP32 only.
+  const float* logits(int slot = 0) const;
 
  private:
+  // A layout's two blocks of the backend's memory (activation_layout.h).
+  struct Blocks {
+    ActivationLayout layout;
+    kernels::Act* act_base = nullptr;
+    float* f32_base = nullptr;
+    int64_t act_size = 4;  // bytes per activation element
+    kernels::Act* act(const std::string& name) const;
+    float* f32(const std::string& name) const { return f32_base + layout.f32.at(name).offset; }
+  };
+  Blocks allocate(ActivationLayout layout);
   struct LayerActs;
-  LayerActs layer_acts(FlatBuffer& acts, int l);
-  void layer_forward(int l, const float* in, const LayerActs& a, FlatBuffer& acts, int B, int T);
+  LayerActs layer_acts(const Blocks& acts, int l) const;
+  void layer_forward(int l, const kernels::Act* in, const LayerActs& a, int B, int T);
   // The conjugate operators around the tensor-parallel regions (see gpt.cc).
-  void layernorm_gathered(float* full, float* mean, float* rstd, const float* in, const float* w,
-                          const float* b, int N, FlatBuffer& acts);
-  void reduce_partial(float* out, float* partial, int N);
-  const float* gather_grad(float* d_res, int N);
-  float* reduce_grad(float* d_partial, int N);
+  void layernorm_gathered(kernels::Act* full, float* mean, float* rstd, const kernels::Act* in,
+                          const kernels::Act* w, const kernels::Act* b, int N);
+  void reduce_partial(kernels::Act* out, kernels::Act* partial, int N);
+  const kernels::Act* gather_grad(const kernels::Act* d_res, int N);
+  const kernels::Act* reduce_grad(kernels::Act* d_partial, int N);
+  // The tp group's collectives on activations, in their precision (bf16 sums in fp32).
+  void tp_all_gather(kernels::Act* full, const kernels::Act* local, int64_t n_local);
+  void tp_all_reduce(kernels::Act* x, int64_t n);
+  void tp_reduce_scatter(kernels::Act* local, const kernels::Act* full, int64_t n_local);
+  // `elems` activation elements past p.
+  kernels::Act* act_at(kernels::Act* p, int64_t elems) const;
 
   // ParamHooks calls, when there are hooks and the stage has the unit.
   void gather(int unit);
@@ -144,36 +188,39 @@ class Gpt {
   void grads_ready(int unit) {
     if (hooks_ != nullptr && unit >= 0) hooks_->grads_ready(unit);
   }
-  // A parameter's or gradient's elements wherever its unit is held now (ParamHooks): the
-  // parameters of a unit between gather and release; the gradients of any unit (the hooks may
-  // hand out memory for them now).
-  const float* param(const std::string& name) const;
+  // A parameter (as the forward reads it: the read copy under BF16Mixed) or gradient wherever
+  // its unit is held now (ParamHooks): the parameters of a unit between gather and release; the
+  // gradients of any unit (the hooks may hand out memory for them now).
+  const kernels::Act* param(const std::string& name) const;
   float* grad(const std::string& name);
   // The unit holding slice `name`, and the slice's offset from the unit's first element.
   std::pair<int, int64_t> locate(const std::string& name) const;
   int layer_unit(int l) const { return first_layer_unit_ + (l - stage_.first_layer); }
 
   GptConfig cfg_;
+  std::unique_ptr<kernels::Backend> own_backend_;  // when the caller gave none
   kernels::Backend& be_;
+  Precision precision_;
   int B_, T_;
   Recompute recompute_;
   parallel::TensorParallel tp_;
   bool sp_ = false;  // sequence parallelism in effect (tp > 1)
   StageSpec stage_;
   ParamLayout layout_;
-  FlatBuffer params_, grads_, work_;
+  FlatBuffer params_, grads_;
+  BF16* read_copy_ = nullptr;
+  std::vector<Blocks> acts_;  // one per slot
+  Blocks work_;
   ParamHooks* hooks_ = nullptr;
-  std::vector<const float*> unit_params_;  // each unit's parameter base; null: not gathered
+  std::vector<const kernels::Act*> unit_params_;  // each unit's parameter base; null: not gathered
   int wte_unit_ = -1, wpe_unit_ = -1, ln_f_unit_ = -1, first_layer_unit_ = -1;
-  std::vector<FlatBuffer> acts_;  // one per slot
   // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.
   // The gradients are named, not pointed to: their unit's memory may move before then (ZeRO-2/3
   // reduce and hand back a unit's gradients after each pass).
   struct Deferred {
     std::string dweight, dbias;  // dbias empty: none
-    const float* inp;
-    std::vector<float> dout_copy;  // when the slot does not keep dout
-    const float* dout;             // else: dout in the slot's activations
+    const kernels::Act* inp;
+    const kernels::Act* dout;  // the slot's own dlogits, or a copy in the slot's deferred block
     int N, IC, OC;
   };
   // Each slot's last forward.
@@ -184,9 +231,13 @@ class Gpt {
     int64_t valid_targets = 0;
     bool backward_due = false, weights_due = false;
     std::vector<Deferred> deferred;
-    std::vector<float> d_embed;  // the embedding output's gradient, when deferred
+    kernels::Act* deferred_block = nullptr;  // deferred_grad_elements, taken at the first I pass
+    int64_t deferred_used = 0;               // elements of it in use
+    const kernels::Act* d_embed = nullptr;   // the embedding output's gradient, when deferred
   };
-  void embedding_weight_grads(const Pending& p, const float* d_embed);
+  // A copy of n elements of `src` in the slot's deferred block.
+  const kernels::Act* keep(Pending& p, const kernels::Act* src, int64_t n);
+  void embedding_weight_grads(const Pending& p, const kernels::Act* d_embed);
   std::vector<Pending> pending_;
 };
 

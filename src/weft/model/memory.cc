@@ -6,7 +6,6 @@
 
 #include "weft/core/check.h"
 #include "weft/model/activation_layout.h"
-#include "weft/model/mixed_layout.h"
 #include "weft/model/param_layout.h"
 #include "weft/tensor/aligned_buffer.h"
 #include "weft/tensor/zero_shards.h"
@@ -203,72 +202,34 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   }
 }
 
-// What kernels::Backend::allocate hands out: blocks on 256-byte boundaries, each counted
-// rounded up (the CUDA arena and the host-bf16 backend's allocated_bytes() alike).
-constexpr int64_t kBackendBlock = 256;
-int64_t backend_block(int64_t bytes) {
-  return (bytes + kBackendBlock - 1) / kBackendBlock * kBackendBlock;
-}
-
-// Counts mixed_layout.h's buffers as the backend allocates them, without allocating.
-struct BlockCounter {
-  MemoryEstimate bytes;
-  template <typename T>
-  T* take(int64_t n, BufferKind kind) {
-    const int64_t b = backend_block(n * static_cast<int64_t>(sizeof(T)));
-    switch (kind) {
-      case BufferKind::Params:
-        bytes.params += b;
-        break;
-      case BufferKind::Grads:
-        bytes.grads += b;
-        break;
-      case BufferKind::Activations:
-        bytes.activations += b;
-        break;
-      case BufferKind::Workspace:
-        bytes.workspace += b;
-        break;
-    }
-    return nullptr;
-  }
-};
-
-// The device engine's rank (see memory.h): per chunk model::MixedGpt's buffers, the AdamW moments
-// and the input gradients kept until sent, as runtime::DeviceTrainer's constructor allocates them.
+// The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
+// takes them from the backend: activation_layout.h), the AdamW moments and the input gradients
+// kept until sent, as runtime::DeviceTrainer's constructor allocates them.
 MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
                                   const std::vector<ChunkMemory>& chunks, int microbatches,
                                   bool deferred_weight_grads, ZeroSharding zero) {
   // What the device engine does not run (layout::support(Engine::Device), which refuses these
   // layouts before anything is priced) has no allocation to predict.
-  WEFT_CHECK(!(tp.sequence_parallel && tp.tp > 1),
-             "the device engine's memory: no sequence parallelism on the device engine");
   WEFT_CHECK(zero.stage == 0, "the device engine's memory: ZeRO-", zero.stage,
              " requested; the device engine keeps whole replicas (ZeRO 0)");
-  WEFT_CHECK(!deferred_weight_grads,
-             "the device engine's memory: no deferred weight gradients (zb-h1) on the device");
-  const int64_t N = int64_t{B} * T;
+  const Precision bf16 = Precision::BF16Mixed;
+  const int64_t N = int64_t{B} * T, C = cfg.n_embd;
+  const int64_t Ns = tp.sequence_parallel && tp.tp > 1 ? N / tp.tp : N;
   MemoryEstimate m;
   for (const ChunkMemory& c : chunks) {
     const int64_t n = gpt_param_layout(cfg, tp.tp, 0, c.stage).buffer.total();
-    // Every slot takes the same buffers, so the walk over none and one slot gives all of them
-    // without running `slots` times (a gpipe candidate of the planner may keep thousands).
-    auto walk = [&](int slots) {
-      BlockCounter counter;
-      MixedBuffers unused;
-      std::vector<MixedSlot> slot_list(slots);
-      lay_out_mixed(counter, cfg, n, B, T, c.stage, mode, tp.tp, unused, slot_list);
-      return counter.bytes;
-    };
-    const MemoryEstimate none = walk(0), one = walk(1);
-    const int64_t k = c.slots;
-    m.params += none.params + k * (one.params - none.params);
-    m.grads += none.grads + k * (one.grads - none.grads);
-    m.activations += none.activations + k * (one.activations - none.activations);
-    m.workspace += none.workspace + k * (one.workspace - none.workspace);
-    m.optimizer += 2 * backend_block(n * kFloat);  // AdamW's m and v, fp32, laid out like params
-    // d(stage input) per microbatch, bf16 [N,C], kept from the backward until it is sent.
-    if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block(N * cfg.n_embd * 2);
+    m.params += backend_block_bytes(n * kFloat) + backend_block_bytes(n * 2);  // + the bf16 copy
+    m.grads += backend_block_bytes(n * kFloat);
+    m.activations +=
+        c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage, bf16).bytes(bf16);
+    m.workspace += gpt_workspace_layout(cfg, B, T, mode, tp, c.stage, bf16).bytes(bf16);
+    m.optimizer += 2 * backend_block_bytes(n * kFloat);  // AdamW's m and v, laid out like params
+    // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
+    if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block_bytes(Ns * C * 2);
+    if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
+      m.workspace +=
+          c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
+    }
   }
   return m;
 }
@@ -349,16 +310,14 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     add_model_state(m, layout, zero);
     const int64_t busiest = run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
     mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
-    m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).total() * f;
-    m.workspace += gpt_grad_workspace_layout(cfg, B, T, tp).total() * f;
+    const Precision fp32 = Precision::FP32;
+    m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).bytes(fp32);
+    m.workspace += gpt_workspace_layout(cfg, B, T, mode, tp, c.stage).bytes(fp32);
     packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
     if (c.sends_grads) m.workspace += int64_t{microbatches} * boundary * f;
-    if (deferred_weight_grads) {
-      // dout of qkv [N,3C/t], attn.proj [N,C], mlp.fc [N,4C/t], mlp.proj [N,C] per layer, and
-      // d(embed) [N,C] on the first stage, per slot.
-      const int64_t layers = c.stage.end_layer(cfg) - c.stage.first_layer;
-      const int64_t per_slot = layers * N * (7 * C / t + 2 * C) + (c.stage.embedding ? N * C : 0);
-      m.workspace += c.slots * per_slot * f;
+    if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
+      m.workspace +=
+          c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
     }
   }
   m.grads += pool.held();  // ZeRO-3: and the gathered parameters, which share its buffers

@@ -8,10 +8,10 @@
 //              layouts of param_layout.h and activation_layout.h, with ZeRO's shards and
 //              transients, the MPI temporaries, kernel scratch (per-thread attention rows) under
 //              workspace, and the process's runtime (oneDNN's code and packing buffers).
-//   bf16-mixed the device engine (model::MixedGpt, runtime::DeviceTrainer): bf16 compute with fp32
-//              master weights, gradients and AdamW state (Micikevicius et al. 2018), exactly the
-//              backend allocations: mixed_layout.h's buffers, the moments and the input gradients
-//              kept until sent.
+//   bf16-mixed the device engine (model::Gpt on a bf16 backend, runtime::DeviceTrainer): bf16
+//              compute with fp32 master weights, gradients and AdamW state (Micikevicius et al.
+//              2018), exactly the backend allocations: the model's buffers (activation_layout.h),
+//              the moments and the input gradients kept until sent.
 
 #include <cstdint>
 #include <vector>
@@ -109,14 +109,14 @@ struct ChunkMemory {
 //
 // Precision::BF16Mixed (the device engine), what runtime::DeviceTrainer takes from its backend,
 // each block rounded up to the backend's 256 bytes, as Backend::allocated_bytes() counts:
-// per chunk model::MixedGpt's buffers for `slots` microbatches (mixed_layout.h: fp32 master
-// weights and their bf16 copy under params, fp32 gradients, activations, the workspace of one
-// layer's backward and, with full recomputation, of one layer's forward), the AdamW moments m and
-// v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16 input gradients
-// kept until sent. `runtime` is 0 (the arena's own blocks are DeviceTrainer::arena_bytes' margin);
-// `threads` and `pipelined` do not matter. The device engine has no sequence parallelism, ZeRO
-// or deferred weight gradients (layout::support, the rule book that refuses them first): asked
-// for one, this throws weft::Error.
+// per chunk model::Gpt's buffers for `slots` microbatches (fp32 master weights and their bf16
+// copy under params, fp32 gradients, the slots' activations and the model's workspace of
+// activation_layout.h, and with deferred weight gradients each slot's block for them), the AdamW
+// moments m and v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16
+// input gradients kept until sent. `runtime` is 0 (the arena's own blocks are
+// DeviceTrainer::arena_bytes' margin); `threads` and `pipelined` do not matter. The device engine
+// has no ZeRO (layout::support, the rule book that refuses it first): asked for it, this throws
+// weft::Error.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,

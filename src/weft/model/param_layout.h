@@ -94,7 +94,7 @@ struct StageSpec {
 StageSpec pipeline_stage(const GptConfig& cfg, int s, int S);
 // The layers must split evenly into pp*vp stages. Every problem at once, in the user's terms.
 Status validate_pipeline(const GptConfig& cfg, int pp, int vp);
-// What a model stage holding `slots` microbatches of B x T needs (model::Gpt, model::MixedGpt):
+// What a model stage holding `slots` microbatches of B x T needs (model::Gpt):
 // validate_for_run, B > 0, slots >= 1, and the stage's layers a run of the model's.
 Status validate_stage(const GptConfig& cfg, int B, int T, const StageSpec& stage, int slots);
 

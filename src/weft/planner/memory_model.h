@@ -2,9 +2,10 @@
 // Memory per device of one configuration (docs/planner.md §5): the busiest pipeline rank of the
 // trainer that runs the job's precision, as model::estimate_rank_memory (the one memory model,
 // model/memory.h) says that trainer allocates: fp32 is the host engine's layout, with ZeRO,
-// sequence parallelism and every schedule; bf16-mixed the device engine's (model::MixedGpt's
-// buffers, the AdamW moments, the input gradients it sends), which is what
-// runtime::DeviceTrainer::bytes predicts and its backend allocates, exactly.
+// sequence parallelism and every schedule; bf16-mixed the device engine's (model::Gpt's buffers
+// on a bf16 backend, the AdamW moments, the input gradients it sends; sequence parallelism and
+// every schedule, no ZeRO), which is what runtime::DeviceTrainer::bytes predicts and its backend
+// allocates, exactly.
 
 #include <cstdint>
 #include <string>

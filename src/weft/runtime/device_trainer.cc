@@ -21,11 +21,6 @@ struct Plan {
 
 Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p) {
   Status s;
-  if (p.schedule == schedule::Kind::ZeroBubbleH1) {
-    s.add(
-        "schedule zb-h1 is not available on devices yet (it splits backward passes): gpipe, "
-        "1f1b or interleaved");
-  }
   if (p.pp < 1 || p.pp_rank < 0 || p.pp_rank >= p.pp) {
     s.add("pipeline rank " + std::to_string(p.pp_rank) + " of " + std::to_string(p.pp));
   }
@@ -60,9 +55,10 @@ model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, i
   for (size_t j = 0; j < p.stages.size(); ++j) {
     chunks.push_back({p.stages[j], p.slots[j], !p.stages[j].embedding});
   }
-  return model::estimate_rank_memory(cfg, B, T, recompute, 1, {parallel.tp, false}, chunks,
-                                     microbatches, parallel.pp > 1, false, {}, 0,
-                                     model::Precision::BF16Mixed);
+  return model::estimate_rank_memory(
+      cfg, B, T, recompute, 1, {parallel.tp, parallel.sequence_parallel}, chunks, microbatches,
+      parallel.pp > 1, parallel.schedule == schedule::Kind::ZeroBubbleH1, {}, 0,
+      model::Precision::BF16Mixed);
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
@@ -98,8 +94,12 @@ DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& 
   for (size_t j = 0; j < p.stages.size(); ++j) {
     Chunk& c = chunks_[j];
     c.stage = par_.pp_rank + static_cast<int>(j) * par_.pp;
-    c.model = std::make_unique<model::MixedGpt>(backend_, cfg_, B_, T_, p.stages[j], p.slots[j],
-                                                recompute, par_.tp > 1 ? par_.tp_data : nullptr);
+    c.model = std::make_unique<model::Gpt>(
+        cfg_, B_, T_, recompute,
+        parallel::TensorParallel{par_.tp > 1 ? par_.tp_data : nullptr, par_.sequence_parallel},
+        p.stages[j], p.slots[j],
+        model::ParamStorage{.deferred_weight_grads = par_.schedule == schedule::Kind::ZeroBubbleH1},
+        &backend_);
     const model::ParamLayout& layout = c.model->param_layout();
     const int64_t n = layout.buffer.total();
     c.m = backend_.allocate<float>(n);
@@ -108,8 +108,7 @@ DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& 
     backend_.zero(c.v, n * 4);
     if (c.stage > 0) {
       for (int k = 0; k < m_; ++k) {
-        c.grad_out.push_back(
-            reinterpret_cast<kernels::Act*>(backend_.allocate<BF16>(int64_t{B} * T * cfg.n_embd)));
+        c.grad_out.push_back(static_cast<kernels::Act*>(backend_.allocate(boundary_bytes())));
       }
     }
     c.slots = MicrobatchSlots(m_, c.model->slots(), c.stage);
@@ -117,8 +116,9 @@ DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& 
     const auto& slices = layout.buffer.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
       const int64_t o = slices[i].offset;
-      segments.push_back({c.model->params() + o, c.model->grads() + o, c.m + o, c.v + o,
-                          c.model->params16() + o, slices[i].numel,
+      BF16* read = c.model->read_copy();
+      segments.push_back({c.model->params().data() + o, c.model->grads().data() + o, c.m + o,
+                          c.v + o, read != nullptr ? read + o : nullptr, slices[i].numel,
                           layout.init[i].weight_decay ? adamw.weight_decay : 0.0f});
     }
   }
@@ -177,7 +177,13 @@ int DeviceTrainer::tag(int stage, int mb, bool grad) const {
   return stage_message_tag(stage, mb, m_, grad);
 }
 
-int64_t DeviceTrainer::boundary_bytes() const { return int64_t{B_} * T_ * cfg_.n_embd * 2; }
+// A stage's input or output on this rank: [Ns, C] activations (Ns = B*T, or B*T/tp with sequence
+// parallelism).
+int64_t DeviceTrainer::boundary_bytes() const {
+  const int64_t N = int64_t{B_} * T_,
+                rows = par_.sequence_parallel && par_.tp > 1 ? N / par_.tp : N;
+  return rows * cfg_.n_embd * backend_.act_bytes();
+}
 
 int DeviceTrainer::dp_size() const { return par_.dp_group != nullptr ? par_.dp_group->size() : 1; }
 
@@ -192,29 +198,38 @@ void DeviceTrainer::forward(int stage, int mb) {
   const int slot = c.slots.acquire(mb);
   const int64_t block = int64_t{B_} * T_;
   // Gradients of the replicas' mean loss: summed over the dp group at the end of the step.
-  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_,
-                                      1.0f / static_cast<float>(m_ * dp_size()), slot);
+  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_, slot,
+                                      1.0f / static_cast<float>(m_ * dp_size()));
   if (stage == S_ - 1) loss_sum_ += loss;
 }
 
-void DeviceTrainer::backward(int stage, int mb) {
+// B (split = false): the whole backward, then the slot is free. I (split = true): input
+// gradients only; the slot stays until W has computed the weight gradients from it (ZB-H1).
+void DeviceTrainer::run_backward(int stage, int mb, bool split) {
   Chunk& c = chunk(stage);
   const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
-  c.model->backward(slot);
-  ++c.backward_passes;
+  c.model->backward(slot, /*defer_weight_grads=*/split);
   // Keep d(stage input) until it is sent: the slot and the workspace are reused before that.
   if (!c.grad_out.empty()) {
     backend_.copy(c.grad_out[mb], c.model->input_grad(), boundary_bytes());
   }
-  c.slots.release(mb);
+  if (!split) {
+    ++c.backward_passes;
+    c.slots.release(mb);
+  }
 }
 
-void DeviceTrainer::backward_input(int stage, int mb) {
-  WEFT_CHECK(false, "stage ", stage, " microbatch ", mb,
-             ": split backward passes (zb-h1) are not available on devices");
+void DeviceTrainer::backward(int stage, int mb) { run_backward(stage, mb, false); }
+void DeviceTrainer::backward_input(int stage, int mb) { run_backward(stage, mb, true); }
+
+void DeviceTrainer::backward_weight(int stage, int mb) {
+  Chunk& c = chunk(stage);
+  WEFT_CHECK(c.slots.of(mb) >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
+  c.model->backward_weights(c.slots.of(mb));
+  ++c.backward_passes;
+  c.slots.release(mb);
 }
-void DeviceTrainer::backward_weight(int stage, int mb) { backward_input(stage, mb); }
 
 void DeviceTrainer::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
@@ -259,25 +274,27 @@ void DeviceTrainer::optimizer_step() {
   std::vector<std::vector<model::GradPart>> parts(chunks_.size());
   std::vector<NormChunk> norm_chunks;
   for (size_t j = 0; j < chunks_.size(); ++j) {
-    model::MixedGpt& m = *chunks_[j].model;
+    model::Gpt& m = *chunks_[j].model;
+    // Sequence parallelism: each tp rank's LayerNorm gradients cover its rows only.
+    m.finish_grad_sync();
     // The replicas' mean gradient (ZeRO 0: each holds all of it; the forward scaled each by
     // 1/dp), in one all-reduce of the chunk's buffer.
-    if (dp > 1) par_.dp_data->all_reduce(m.grads(), m.param_layout().buffer.total());
+    if (dp > 1) par_.dp_data->all_reduce(m.grads().data(), m.param_layout().buffer.total());
     // The tied embedding (Press & Wolf 2017): the first and the last stage each get the sum of
     // the two copies' gradients, so the copies stay equal.
     if (par_.pp > 1 && (m.stage().embedding || m.stage().head)) {
       backend_.synchronize();
       const SliceSpec& wte = m.param_layout().buffer.at("wte");
-      par_.embedding_data->all_reduce(m.grad("wte"), wte.numel);
+      par_.embedding_data->all_reduce(m.grads().ptr("wte"), wte.numel);
     }
     const auto& slices = m.param_layout().buffer.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
-      parts[j].push_back({i, m.grads() + slices[i].offset, slices[i].numel});
+      parts[j].push_back({i, m.grads().data() + slices[i].offset, slices[i].numel});
     }
-    norm_chunks.push_back({&m.param_layout(), m.stage(), m.tp_rank(), parts[j]});
+    norm_chunks.push_back({&m.param_layout(), m.stage(), m.tensor_parallel().rank(), parts[j]});
   }
   // The backend's sum of squares over runs of adjacent slices, merged across the zero padding
-  // between them (MixedGpt zeroes it once): one call, one wait, per run.
+  // between them (model::Gpt zeroes it once): one call, one wait, per run.
   auto sum_squares = [&](std::span<const model::GradPart> counted) {
     double sum = 0;
     for (size_t i = 0; i < counted.size();) {
@@ -332,7 +349,7 @@ float DeviceTrainer::evaluate(const int32_t* tokens, const int32_t* targets, int
         par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(0)), boundary_bytes(),
                            (s - 1) % par_.pp, tag(s, k % m_, false));
       }
-      const float l = c.model->forward(tokens + k * block, targets + k * block, B_, T_, 0.0f, 0);
+      const float l = c.model->forward(tokens + k * block, targets + k * block, B_, T_, 0, 0.0f);
       if (s == S_ - 1) loss += l;
       if (s < S_ - 1) {
         backend_.synchronize();
@@ -349,7 +366,7 @@ void DeviceTrainer::download_state(int j, int group, int64_t at, int64_t n, floa
   WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
                  at + n <= c.model->param_layout().buffer.total(),
              "download_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
-  const float* src = group == 0 ? c.model->params() : group == 1 ? c.m : c.v;
+  const float* src = group == 0 ? c.model->params().data() : group == 1 ? c.m : c.v;
   backend_.download(out, src + at, n * 4);
 }
 
@@ -358,11 +375,9 @@ void DeviceTrainer::upload_state(int j, int group, int64_t at, int64_t n, const 
   WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
                  at + n <= c.model->param_layout().buffer.total(),
              "upload_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
-  float* dst = group == 0 ? c.model->params() : group == 1 ? c.m : c.v;
+  float* dst = group == 0 ? c.model->params().data() : group == 1 ? c.m : c.v;
   backend_.upload(dst + at, in, n * 4);
-  if (group == 0) {
-    backend_.convert(reinterpret_cast<kernels::Act*>(c.model->params16() + at), dst + at, n);
-  }
+  if (group == 0) c.model->refresh_read_copy(at, n);
 }
 
 void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {

@@ -1,12 +1,12 @@
 #pragma once
 // Training on a kernels::Backend (the GPU, or its host emulation): this rank's model chunks
-// (pipeline stages, each its tensor-parallel shards) as model::MixedGpt, their AdamW moments in
-// fp32 on the backend, and the step. The step runs the rank's program of a pipeline schedule
-// (schedule/, through the executor, as PipelineRunner does on the CPU: with pp = 1 that is
-// gradient accumulation over the microbatches), then averages the gradients over the
-// data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes the global gradient
-// norm, and runs one AdamW launch over every tensor that also writes the bf16 weight copy the next
-// forward reads. Same initialization, loss, clipping, AdamW and skip rule as
+// (pipeline stages, each its tensor-parallel shards, sequence-parallel or not) as model::Gpt on
+// the backend, their AdamW moments in fp32 on the backend, and the step. The step runs the rank's
+// program of a pipeline schedule (schedule/, through the executor, as PipelineRunner does on the
+// CPU: with pp = 1 that is gradient accumulation over the microbatches), then averages the
+// gradients over the data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes
+// the global gradient norm, and runs one AdamW launch over every tensor that also writes the bf16
+// weight copy the next forward reads. Same initialization, loss, clipping, AdamW and skip rule as
 // the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`
 // (engine.h), its checkpoints streamed from the backend's memory through a bounded host buffer
 // (download_state/upload_state of a range), in the format of the CPU trainer's, so they load
@@ -25,8 +25,8 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/kernels/backend.h"
+#include "weft/model/gpt.h"
 #include "weft/model/memory.h"
-#include "weft/model/mixed_gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/executor.h"
@@ -38,10 +38,11 @@ namespace weft::runtime {
 
 // How the job is split, from this rank's point of view.
 struct DeviceParallel {
-  int tp = 1;  // tensor-parallel size (model::MixedGpt; no sequence parallelism)
+  int tp = 1;                      // tensor-parallel size
+  bool sequence_parallel = false;  // with tp > 1 (Korthikanti et al. 2022)
   int pp = 1, pp_rank = 0;
   int vp = 1;  // model chunks per pipeline rank (interleaved; needs pp > 1)
-  schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b or interleaved
+  schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b, interleaved or zb-h1
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
   comm::Communicator* pp_group = nullptr;
   comm::Communicator* dp_group = nullptr;
@@ -69,7 +70,8 @@ DeviceParallel device_parallel(const parallel::ProcessGroups& groups, int tp, in
 class DeviceTrainer : public StageRunner {
  public:
   // A step is `microbatches` [B,T] microbatches per replica.
-  // recompute: model::MixedGpt's (None or Full; Selective is None on a device).
+  // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
+  // probabilities: activation_layout.h).
   DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                 int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {},
                 model::Recompute recompute = model::Recompute::None);
@@ -79,7 +81,7 @@ class DeviceTrainer : public StageRunner {
   // exactly (Backend::allocated_bytes() after construction; a step allocates nothing): the one
   // memory model, model::estimate_rank_memory under Precision::BF16Mixed, told this rank's chunks
   // (stages, activation slots: the peak its program keeps in flight), which counts each chunk's
-  // MixedGpt buffers from the list its constructor allocates from (model/mixed_layout.h), the
+  // model::Gpt buffers from the layouts its constructor allocates (model/activation_layout.h), the
   // moments (fp32, one element per parameter each) and the input gradients it sends back.
   static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
                                      int microbatches = 1, const DeviceParallel& parallel = {},
@@ -92,10 +94,10 @@ class DeviceTrainer : public StageRunner {
 
   // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.
   int num_chunks() const { return static_cast<int>(chunks_.size()); }
-  model::MixedGpt& model(int j = 0) { return *chunks_.at(j).model; }
-  const model::MixedGpt& model(int j = 0) const { return *chunks_.at(j).model; }
+  model::Gpt& model(int j = 0) { return *chunks_.at(j).model; }
+  const model::Gpt& model(int j = 0) const { return *chunks_.at(j).model; }
   int step_count() const { return t_; }
-  // GPT-2 initialization of every chunk (model::MixedGpt::init).
+  // GPT-2 initialization of every chunk (model::Gpt::init).
   void init(uint64_t seed);
 
   // tokens/targets: this replica's `microbatches` consecutive [B,T] blocks (host memory; every
@@ -133,7 +135,7 @@ class DeviceTrainer : public StageRunner {
  private:
   struct Chunk {
     int stage = 0;
-    std::unique_ptr<model::MixedGpt> model;
+    std::unique_ptr<model::Gpt> model;
     float* m = nullptr;  // AdamW moments, fp32, laid out like the parameters
     float* v = nullptr;
     MicrobatchSlots slots;
@@ -141,6 +143,7 @@ class DeviceTrainer : public StageRunner {
     int backward_passes = 0;
   };
   Chunk& chunk(int stage);
+  void run_backward(int stage, int microbatch, bool split);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_bytes() const;
   int dp_size() const;

@@ -201,7 +201,7 @@ class DeviceState final : public RankState {
         adamw_(adamw_config(cfg)) {}
   int num_chunks() const override { return trainer_.num_chunks(); }
   checkpoint::ChunkPlace place(int j) const override {
-    const model::MixedGpt& g = trainer_.model(j);
+    const model::Gpt& g = trainer_.model(j);
     return {&g.param_layout(), g.stage(), 0, dp_, dp_rank_};
   }
   float* host_buffer(int, int) override { return nullptr; }
@@ -243,9 +243,9 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
     };
     const int b = cfg.train.micro_batch, T = cfg.train.seq_len, m = cfg.microbatches();
     const auto& par = cfg.parallel;
-    const DeviceParallel dp =
-        device_parallel(groups, par.tp, par.pp, par.dp, me.pp, par.vp,
-                        schedule::parse_kind(par.schedule).value(), data_group);
+    DeviceParallel dp = device_parallel(groups, par.tp, par.pp, par.dp, me.pp, par.vp,
+                                        schedule::parse_kind(par.schedule).value(), data_group);
+    dp.sequence_parallel = par.sequence_parallel;
     predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
     trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
                                                cfg.recompute());

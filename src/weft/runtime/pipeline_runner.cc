@@ -11,6 +11,11 @@
 namespace weft::runtime {
 
 namespace {
+// The chunks are fp32 host models (no backend given: each its own host fp32 backend), whose
+// activations are floats in host memory.
+float* host(kernels::Act* p) { return reinterpret_cast<float*>(p); }
+const float* host(const kernels::Act* p) { return reinterpret_cast<const float*>(p); }
+
 // Adds the seconds of its scope to `total`.
 class ScopedSeconds {
  public:
@@ -56,9 +61,11 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   for (int j = 0; j < sh.vp; ++j) {
     auto c = std::make_unique<Chunk>();
     c->stage = sh.stage_of(o_.pp_rank, j);
-    c->model = std::make_unique<model::Gpt>(
-        cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
-        std::max(1, slots[j]), optim::DistributedOptimizer::storage(o_.zero, dp_size()));
+    model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
+    storage.deferred_weight_grads = schedule_.kind == schedule::Kind::ZeroBubbleH1;
+    c->model = std::make_unique<model::Gpt>(cfg_, o_.B, o_.T, o_.recompute, o_.tp,
+                                            model::pipeline_stage(cfg_, c->stage, S_),
+                                            std::max(1, slots[j]), storage);
     c->opt = std::make_unique<optim::DistributedOptimizer>(*c->model, o_.dp, o_.zero, o_.adamw,
                                                            &unit_pool_);
     c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
@@ -166,8 +173,8 @@ void PipelineRunner::forward(int stage, int mb) {
   if (stage > 0 && schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
     // The previous stage is on this rank (pp = 1): hand its output over in memory.
     Chunk& prev = chunk(stage - 1);
-    const float* out = prev.model->stage_output(prev.slots.of(mb));
-    std::copy(out, out + boundary_elements(), c.model->stage_input(slot));
+    const float* out = host(prev.model->stage_output(prev.slots.of(mb)));
+    std::copy(out, out + boundary_elements(), host(c.model->stage_input(slot)));
   }
   const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.B, o_.T, slot,
                                       1.0f / static_cast<float>(m_));
@@ -187,9 +194,9 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
     const int64_t n = boundary_elements();
     if (schedule_.shape.rank_of(stage - 1) == o_.pp_rank) {
       Chunk& prev = chunk(stage - 1);
-      std::copy_n(c.model->input_grad(), n, prev.model->output_grad(prev.slots.of(mb)));
+      std::copy_n(host(c.model->input_grad()), n, host(prev.model->output_grad(prev.slots.of(mb))));
     } else {
-      std::copy_n(c.model->input_grad(), n, c.grad_out[mb].data());
+      std::copy_n(host(c.model->input_grad()), n, c.grad_out[mb].data());
     }
   }
   if (!split) c.slots.release(mb);
@@ -210,12 +217,12 @@ void PipelineRunner::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
   const int slot = c.slots.of(mb);
   c.sends[slot].wait();
-  c.sends[slot] = send_rows(c.model->stage_output(slot), peer, tag(stage + 1, mb, false));
+  c.sends[slot] = send_rows(host(c.model->stage_output(slot)), peer, tag(stage + 1, mb, false));
 }
 
 void PipelineRunner::recv_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
-  recv_rows(c.model->stage_input(acquire(c, mb)), peer, tag(stage, mb, false));
+  recv_rows(host(c.model->stage_input(acquire(c, mb))), peer, tag(stage, mb, false));
 }
 
 void PipelineRunner::send_grad(int stage, int mb, int peer) {
@@ -227,7 +234,7 @@ void PipelineRunner::recv_grad(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
   const int slot = c.slots.of(mb);
   WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
-  recv_rows(c.model->output_grad(slot), peer, tag(stage, mb, true));
+  recv_rows(host(c.model->output_grad(slot)), peer, tag(stage, mb, true));
 }
 
 void PipelineRunner::reduce_grads(int stage) {
@@ -283,15 +290,16 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
         const int from = schedule_.shape.rank_of(s - 1);
         if (from == o_.pp_rank) {
           Chunk& prev = chunk(s - 1);
-          std::copy_n(prev.model->stage_output(0), boundary_elements(), c.model->stage_input(0));
+          std::copy_n(host(prev.model->stage_output(0)), boundary_elements(),
+                      host(c.model->stage_input(0)));
         } else {
-          recv_rows(c.model->stage_input(0), from, tag(s, k % m_, false));
+          recv_rows(host(c.model->stage_input(0)), from, tag(s, k % m_, false));
         }
       }
       const float l = c.model->forward(tokens + k * block, targets + k * block, o_.B, o_.T, 0);
       if (s == S_ - 1) loss += l;
       if (s < S_ - 1 && schedule_.shape.rank_of(s + 1) != o_.pp_rank) {
-        c.sends[0] = send_rows(c.model->stage_output(0), schedule_.shape.rank_of(s + 1),
+        c.sends[0] = send_rows(host(c.model->stage_output(0)), schedule_.shape.rank_of(s + 1),
                                tag(s + 1, k % m_, false));
       }
     }

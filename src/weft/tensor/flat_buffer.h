@@ -4,6 +4,7 @@
 // optimizer a single pass over memory and collectives a single call per bucket; the names make
 // checkpoints and tests readable.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -47,25 +48,51 @@ class BufferLayout {
 class FlatBuffer {
  public:
   FlatBuffer() = default;
-  explicit FlatBuffer(BufferLayout layout) : layout_(std::move(layout)), data_(layout_.total()) {}
+  explicit FlatBuffer(BufferLayout layout)
+      : layout_(std::move(layout)), own_(layout_.total()), data_(own_.data()) {}
+  // A view of memory someone else owns (a backend's: kernels/backend.h), layout.total() floats
+  // from `data`, which must outlive the view. data() and ptr() only compute addresses; zero() and
+  // view() read or write through them, so they are for host memory only.
+  static FlatBuffer view_of(BufferLayout layout, float* data) {
+    FlatBuffer b;
+    b.layout_ = std::move(layout);
+    b.data_ = data;
+    b.view_size_ = b.layout_.total();
+    return b;
+  }
+  FlatBuffer(FlatBuffer&& o) noexcept { *this = std::move(o); }
+  FlatBuffer& operator=(FlatBuffer&& o) noexcept {
+    layout_ = std::move(o.layout_);
+    own_ = std::move(o.own_);
+    data_ = o.data_;
+    view_size_ = o.view_size_;
+    o.data_ = nullptr;
+    o.view_size_ = 0;
+    return *this;
+  }
 
   const BufferLayout& layout() const { return layout_; }
-  float* data() { return data_.data(); }
-  const float* data() const { return data_.data(); }
-  int64_t size() const { return data_.size(); }
-  int64_t bytes() const { return data_.bytes(); }
-  void zero() { data_.zero(); }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  int64_t size() const { return own_.size() > 0 ? own_.size() : view_size_; }
+  // The bytes this buffer owns (0 for a view).
+  int64_t bytes() const { return own_.bytes(); }
+  void zero() {
+    if (size() > 0) std::fill_n(data_, size(), 0.0f);
+  }
 
-  float* ptr(const std::string& name) { return data_.data() + layout_.at(name).offset; }
-  const float* ptr(const std::string& name) const { return data_.data() + layout_.at(name).offset; }
+  float* ptr(const std::string& name) { return data_ + layout_.at(name).offset; }
+  const float* ptr(const std::string& name) const { return data_ + layout_.at(name).offset; }
   TensorView view(const std::string& name) {
     const auto& s = layout_.at(name);
-    return TensorView{data_.data() + s.offset, s.shape};
+    return TensorView{data_ + s.offset, s.shape};
   }
 
  private:
   BufferLayout layout_;
-  AlignedBuffer<float> data_;
+  AlignedBuffer<float> own_;
+  float* data_ = nullptr;
+  int64_t view_size_ = 0;
 };
 
 }  // namespace weft

@@ -87,6 +87,7 @@ class HostBackend : public TypedBackend<Impl, A> {
     return p;
   }
   int64_t allocated_bytes() const override { return allocated_bytes_; }
+  bool host_memory() const override { return true; }
   void upload(void* dst, const void* host_src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "upload of ", bytes, " bytes");
     if (bytes > 0) std::memcpy(dst, host_src, static_cast<size_t>(bytes));

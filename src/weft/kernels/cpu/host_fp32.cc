@@ -135,8 +135,9 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
   void cross_entropy_shard_finish(float* losses, float* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) {
-    vocab_ce::host_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0,
-                          [](float x) { return x; }, [](float x) { return x; });
+    vocab_ce::host_finish(
+        losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0, [](float x) { return x; },
+        [](float x) { return x; });
   }
 
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {

@@ -109,6 +109,7 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     WEFT_CHECK(bytes >= 0, "negative allocation of ", bytes, " bytes");
     return arena_->allocate(static_cast<size_t>(bytes));
   }
+  bool host_memory() const override { return false; }
   int64_t allocated_bytes() const override { return static_cast<int64_t>(arena_->used() - base_); }
   void upload(void* dst, const void* host_src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "negative upload of ", bytes, " bytes");
