@@ -195,22 +195,37 @@ TEST(CalibrationFit, WeightPassesTakeOutTheErrorThatDependsOnTheMicroBatchSize) 
 }
 
 // Steps of different lengths, each with the same number of microbatches per rank and the same
-// weights per rank: one pass is the same share of each, so the passes cannot be told from the
-// scale and are left out, while the overhead (the steps differ 4x in length) is fitted.
-TEST(CalibrationFit, OneMicrobatchCountDoesNotFitThePasses) {
-  const Cluster base = this_machine();
+// weights per rank: the passes cost the same in each step, a fixed cost like the overhead, so
+// they cannot be told apart and the passes are not fitted, while the overhead (the steps differ
+// 4x in length) is. The passes keep the preset's value: 0 on a preset never refitted (the
+// overhead then takes their part), and on one refitted before (once the planner knows the
+// passes, a tune's best-ranked layouts are all of large mb) the value it had, with which the scale
+// and the overhead are fitted exactly.
+TEST(CalibrationFit, OneMicrobatchCountKeepsThePresetsPasses) {
   std::vector<std::pair<Job, std::string>> layouts;
   for (int batch : {2, 4, 8}) {
     Job j = test::tune_bench_job();
     j.global_batch = batch;
     layouts.push_back({j, fmt::format("dp=2,mb={}", batch / 2)});
   }
-  const std::vector<TrialMeasurement> trials = trials_on(distorted(base), layouts);
-  const Cluster fitted = refit_cluster(base, trials);
-  std::printf("%s\n", fitted.calibration_note.c_str());
-  EXPECT_EQ(fitted.weight_passes, 0);
-  EXPECT_GT(fitted.step_overhead, 0);
-  EXPECT_NE(fitted.calibration_note.find("weight_passes not fitted"), std::string::npos);
+  const std::vector<TrialMeasurement> trials = trials_on(distorted(this_machine()), layouts);
+  const Cluster never = refit_cluster(this_machine(), trials);
+  std::printf("%s\n", never.calibration_note.c_str());
+  EXPECT_EQ(never.weight_passes, 0);
+  EXPECT_GT(never.step_overhead, kOverhead);
+  EXPECT_NE(never.calibration_note.find("weight_passes not fitted, kept at 0"), std::string::npos);
+
+  Cluster refitted = this_machine();
+  refitted.compute_scale = 1.7;  // an earlier refit's: fitted again from 1
+  refitted.weight_passes = kPasses;
+  const Cluster again = refit_cluster(refitted, trials);
+  std::printf("%s\n", again.calibration_note.c_str());
+  EXPECT_EQ(again.weight_passes, kPasses);
+  EXPECT_NEAR(again.compute_scale, kScale, 1e-4 * kScale);
+  EXPECT_NEAR(again.step_overhead, kOverhead, 1e-3 * kOverhead);
+  EXPECT_NE(again.calibration_note.find("weight_passes not fitted, kept at 1.2"),
+            std::string::npos);
+  EXPECT_NEAR(refit_cluster(again, trials).compute_scale, again.compute_scale, 1e-9);
 }
 
 TEST(CalibrationFit, TheRefittedPresetIsWrittenAndReadBack) {

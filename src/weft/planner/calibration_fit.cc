@@ -211,9 +211,17 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   if (fit_overhead) active.push_back(2);
   const int dims = static_cast<int>(active.size());
 
-  double mean_r0 = 0;  // the weighted mean log error
-  for (size_t i = 0; i < n; ++i) mean_r0 += sqrt_w[i] * r0[i] / n;
-  Factors x{.log_scale = mean_r0};
+  // A parameter the trials cannot identify keeps the preset's value, and the others are fitted
+  // with it (so a second refit gives the same values): trials that all ran one microbatch count
+  // (once the planner knows the passes, its best-ranked layouts are all of large mb) must not
+  // make the preset forget the passes that earlier trials measured.
+  Factors x;
+  if (!fit_passes) x.weight_passes = base.weight_passes;
+  if (!fit_overhead) x.overhead = base.step_overhead / mean_measured;
+  {
+    const std::vector<double> r_held = residuals(x);
+    for (size_t i = 0; i < n; ++i) x.log_scale += sqrt_w[i] * r_held[i] / n;  // weighted mean log
+  }
   std::vector<double> r = residuals(x);
   double err = sse(r);
 
@@ -284,9 +292,13 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
       "|predicted/measured - 1|: {:.1f}% before, {:.1f}% after",
       n, fitted.compute_scale,
       fit_passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
-                 : std::string("not fitted (one pass is too alike a share of every trial's step)"),
+                 : fmt::format("not fitted, kept at {:.4g} (one pass is too alike a share of "
+                               "every trial's step)",
+                               fitted.weight_passes),
       fit_overhead ? fmt::format("{:.4g} ms per step", fitted.step_overhead * 1e3)
-                   : std::string("not fitted (the trials' steps are too alike in length)"),
+                   : fmt::format("not fitted, kept at {:.4g} ms (the trials' steps are too alike "
+                                 "in length)",
+                                 fitted.step_overhead * 1e3),
       100 * mean_abs(before), 100 * mean_abs(after));
   return fitted;
 }

@@ -45,7 +45,8 @@ std::vector<double> step_time_errors(const Cluster& cluster,
 // fixed cost and a factor cannot be told apart on steps of one length); the weight passes only
 // when the share of the step one pass takes differs between the trials by at least
 // kMinShareSpreadForWeightPasses (on trials of one microbatch count and one weight size per rank
-// they are a factor too); a parameter not fitted is 0 and the factor takes its part. Throws
+// they are a fixed cost per step too); a parameter not fitted keeps base's value (0 on a preset
+// never refitted) and the others are fitted with it. Throws
 // weft::Error, saying what to change, when there are no trials, a step time is not a positive
 // finite number, or the planner cannot price a trial's layout.
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials);
@@ -67,7 +68,9 @@ inline constexpr double kMinSpreadForOverhead = 1.2;
 // more, so 16 trials measured to about 5% each pin the passes down to about 0.2. This machine's
 // 2-rank trials (mb 1-8 on tp 1-2): shares 0.04-0.23, spread 0.10-0.14. Trials of one
 // microbatch count and one weight size per rank pay the same passes in every step, a fixed cost
-// per step: with the overhead fitted, nothing is left of their spread.
+// per step: with the overhead fitted, nothing is left of their spread. Once a preset has the
+// passes, the planner ranks small micro-batches low and a tune's best-ranked layouts are all of
+// large mb: then the passes are kept as they were, not fitted.
 inline constexpr double kMinShareSpreadForWeightPasses = 0.06;
 
 }  // namespace weft::planner
