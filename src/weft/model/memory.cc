@@ -207,7 +207,7 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 // kept until sent, as runtime::DeviceTrainer's constructor allocates them.
 MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
                                   const std::vector<ChunkMemory>& chunks, int microbatches,
-                                  bool deferred_weight_grads, ZeroSharding zero) {
+                                  bool pipelined, bool deferred_weight_grads, ZeroSharding zero) {
   // What the device engine does not run (layout::support(Engine::Device), which refuses these
   // layouts before anything is priced) has no allocation to predict.
   WEFT_CHECK(zero.stage == 0, "the device engine's memory: ZeRO-", zero.stage,
@@ -230,6 +230,10 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
       m.workspace +=
           c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
     }
+  }
+  // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.
+  if (pipelined && tp.tp > 1 && !(tp.sequence_parallel)) {
+    m.workspace += backend_block_bytes(N / tp.tp * C * 2);
   }
   return m;
 }
@@ -290,8 +294,8 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
                                     ZeroSharding zero, int64_t runtime_bytes, Precision precision) {
   if (precision == Precision::BF16Mixed) {
-    return device_rank_memory(cfg, B, T, mode, tp, chunks, microbatches, deferred_weight_grads,
-                              zero);
+    return device_rank_memory(cfg, B, T, mode, tp, chunks, microbatches, pipelined,
+                              deferred_weight_grads, zero);
   }
   const int64_t f = sizeof(float), N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   const bool sp = tp.sequence_parallel && t > 1;

@@ -114,7 +114,8 @@ struct ChunkMemory {
 // activation_layout.h, and with deferred weight gradients each slot's block for them), the AdamW
 // moments m and v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16
 // input gradients kept until sent. `runtime` is 0 (the arena's own blocks are
-// DeviceTrainer::arena_bytes' margin); `threads` and `pipelined` do not matter. The device engine
+// DeviceTrainer::arena_bytes' margin); `threads` does not matter; `pipelined` with tp > 1 and no
+// sequence parallelism adds scatter/gather's receive buffer (1/tp of a boundary). The device engine
 // has no ZeRO (layout::support, the rule book that refuses it first): asked for it, this throws
 // weft::Error.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,

@@ -70,11 +70,32 @@ int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, in
   return bytes(cfg, B, T, microbatches, parallel, recompute).total() + gemm + (int64_t{64} << 20);
 }
 
+namespace {
+PipelineWiring wiring_of(const DeviceParallel& p, int B, int T, int microbatches) {
+  PipelineWiring w;
+  w.B = B;
+  w.T = T;
+  w.pp_rank = p.pp_rank;
+  w.tp = {p.tp > 1 ? p.tp_data : nullptr, p.sequence_parallel};
+  w.boundary = p.pp_data;
+  w.pp = p.pp_group;
+  w.dp = p.dp_group;
+  // Gradients of the replicas' mean loss: summed over the dp group at the end of the step.
+  const int dp = p.dp_group != nullptr ? p.dp_group->size() : 1;
+  w.loss_scale = 1.0f / static_cast<float>(microbatches * dp);
+  return w;
+}
+}  // namespace
+
 DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                              int microbatches, optim::AdamWConfig adamw, DeviceParallel parallel,
                              model::Recompute recompute)
-    : backend_(backend), cfg_(cfg), B_(B), T_(T), m_(microbatches), adamw_(adamw), par_(parallel) {
-  WEFT_CHECK(m_ >= 1, "a step needs at least one microbatch");
+    : PipelineStages(cfg, plan(cfg, microbatches, parallel).schedule,
+                     wiring_of(parallel, B, T, microbatches)),
+      backend_(backend),
+      adamw_(adamw),
+      par_(parallel) {
+  WEFT_CHECK(microbatches >= 1, "a step needs at least one microbatch");
   const bool holds_wte = par_.pp_rank == 0 || par_.pp_rank == par_.pp - 1;
   WEFT_CHECK(par_.pp == 1 || (par_.pp_group != nullptr && par_.pp_data != nullptr &&
                               (par_.embedding_data != nullptr || !holds_wte)),
@@ -86,59 +107,40 @@ DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& 
                               (par_.pp == 1 || par_.model_group != nullptr)),
              "tensor parallelism of ", par_.tp, " needs its tp group (and with a pipeline, the ",
              "replica's model group)");
-  Plan p = plan(cfg_, m_, par_);
-  schedule_ = std::move(p.schedule);
-  S_ = par_.pp * par_.vp;
   std::vector<kernels::Backend::AdamWSegment> segments;
-  chunks_.resize(p.stages.size());
-  for (size_t j = 0; j < p.stages.size(); ++j) {
-    Chunk& c = chunks_[j];
-    c.stage = par_.pp_rank + static_cast<int>(j) * par_.pp;
-    c.model = std::make_unique<model::Gpt>(
-        cfg_, B_, T_, recompute,
+  const int stages = schedule().shape.num_stages();
+  for (int j = 0; j < PipelineStages::num_chunks(); ++j) {
+    model::ParamStorage storage;
+    storage.deferred_weight_grads = par_.schedule == schedule::Kind::ZeroBubbleH1;
+    auto model = std::make_unique<model::Gpt>(
+        cfg, B, T, recompute,
         parallel::TensorParallel{par_.tp > 1 ? par_.tp_data : nullptr, par_.sequence_parallel},
-        p.stages[j], p.slots[j],
-        model::ParamStorage{.deferred_weight_grads = par_.schedule == schedule::Kind::ZeroBubbleH1},
+        model::pipeline_stage(cfg, stage_of_chunk(j), stages), slots_of_chunk(j), storage,
         &backend_);
-    const model::ParamLayout& layout = c.model->param_layout();
+    const model::ParamLayout& layout = model->param_layout();
     const int64_t n = layout.buffer.total();
-    c.m = backend_.allocate<float>(n);
-    c.v = backend_.allocate<float>(n);
-    backend_.zero(c.m, n * 4);
-    backend_.zero(c.v, n * 4);
-    if (c.stage > 0) {
-      for (int k = 0; k < m_; ++k) {
-        c.grad_out.push_back(static_cast<kernels::Act*>(backend_.allocate(boundary_bytes())));
-      }
-    }
-    c.slots = MicrobatchSlots(m_, c.model->slots(), c.stage);
+    m_.push_back(backend_.allocate<float>(n));
+    v_.push_back(backend_.allocate<float>(n));
+    backend_.zero(m_.back(), n * 4);
+    backend_.zero(v_.back(), n * 4);
     // One segment per tensor: AdamW decays matrices and embeddings only (ParamInit::weight_decay).
     const auto& slices = layout.buffer.slices();
     for (size_t i = 0; i < slices.size(); ++i) {
       const int64_t o = slices[i].offset;
-      BF16* read = c.model->read_copy();
-      segments.push_back({c.model->params().data() + o, c.model->grads().data() + o, c.m + o,
-                          c.v + o, read != nullptr ? read + o : nullptr, slices[i].numel,
+      BF16* read = model->read_copy();
+      segments.push_back({model->params().data() + o, model->grads().data() + o, m_.back() + o,
+                          v_.back() + o, read != nullptr ? read + o : nullptr, slices[i].numel,
                           layout.init[i].weight_decay ? adamw.weight_decay : 0.0f});
     }
+    add_chunk(std::move(model));
   }
   plan_ = backend_.plan_adamw(segments);
 }
 
-DeviceTrainer::~DeviceTrainer() {
-  // Sends still in flight read device buffers: let them finish. Not while an error unwinds (the
-  // peer may never receive; the job is ending) and never by throwing from here.
-  if (std::uncaught_exceptions() > 0) return;
-  for (comm::Work& w : sends_) {
-    try {
-      w.wait();
-    } catch (const std::exception&) {
-    }
-  }
-}
+DeviceTrainer::~DeviceTrainer() = default;
 
 void DeviceTrainer::init(uint64_t seed) {
-  for (Chunk& c : chunks_) c.model->init(seed);
+  for (model::Gpt* m : chunks()) m->init(seed);
 }
 
 DeviceParallel device_parallel(
@@ -166,115 +168,13 @@ DeviceParallel device_parallel(
   return p;
 }
 
-DeviceTrainer::Chunk& DeviceTrainer::chunk(int stage) {
-  const schedule::Shape& sh = schedule_.shape;
-  WEFT_CHECK(stage >= 0 && stage < S_ && sh.rank_of(stage) == par_.pp_rank, "stage ", stage,
-             " is not on pipeline rank ", par_.pp_rank);
-  return chunks_[sh.chunk_of(stage)];
-}
-
-int DeviceTrainer::tag(int stage, int mb, bool grad) const {
-  return stage_message_tag(stage, mb, m_, grad);
-}
-
-// A stage's input or output on this rank: [Ns, C] activations (Ns = B*T, or B*T/tp with sequence
-// parallelism).
-int64_t DeviceTrainer::boundary_bytes() const {
-  const int64_t N = int64_t{B_} * T_,
-                rows = par_.sequence_parallel && par_.tp > 1 ? N / par_.tp : N;
-  return rows * cfg_.n_embd * backend_.act_bytes();
-}
-
-int DeviceTrainer::dp_size() const { return par_.dp_group != nullptr ? par_.dp_group->size() : 1; }
-
-double DeviceTrainer::replica_sum(double x) const {
-  if (par_.pp_group != nullptr) par_.pp_group->all_reduce(&x, 1);
-  if (par_.dp_group != nullptr) par_.dp_group->all_reduce(&x, 1);
-  return x;
-}
-
-void DeviceTrainer::forward(int stage, int mb) {
-  Chunk& c = chunk(stage);
-  const int slot = c.slots.acquire(mb);
-  const int64_t block = int64_t{B_} * T_;
-  // Gradients of the replicas' mean loss: summed over the dp group at the end of the step.
-  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, B_, T_, slot,
-                                      1.0f / static_cast<float>(m_ * dp_size()));
-  if (stage == S_ - 1) loss_sum_ += loss;
-}
-
-// B (split = false): the whole backward, then the slot is free. I (split = true): input
-// gradients only; the slot stays until W has computed the weight gradients from it (ZB-H1).
-void DeviceTrainer::run_backward(int stage, int mb, bool split) {
-  Chunk& c = chunk(stage);
-  const int slot = c.slots.of(mb);
-  WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
-  c.model->backward(slot, /*defer_weight_grads=*/split);
-  // Keep d(stage input) until it is sent: the slot and the workspace are reused before that.
-  if (!c.grad_out.empty()) {
-    backend_.copy(c.grad_out[mb], c.model->input_grad(), boundary_bytes());
-  }
-  if (!split) {
-    ++c.backward_passes;
-    c.slots.release(mb);
-  }
-}
-
-void DeviceTrainer::backward(int stage, int mb) { run_backward(stage, mb, false); }
-void DeviceTrainer::backward_input(int stage, int mb) { run_backward(stage, mb, true); }
-
-void DeviceTrainer::backward_weight(int stage, int mb) {
-  Chunk& c = chunk(stage);
-  WEFT_CHECK(c.slots.of(mb) >= 0, "W of stage ", stage, " microbatch ", mb, " before its I");
-  c.model->backward_weights(c.slots.of(mb));
-  ++c.backward_passes;
-  c.slots.release(mb);
-}
-
-void DeviceTrainer::send_activation(int stage, int mb, int peer) {
-  Chunk& c = chunk(stage);
-  backend_.synchronize();  // the communicator may run on another stream, or on the host
-  sends_.push_back(par_.pp_data->send_async(c.model->stage_output(c.slots.of(mb)), boundary_bytes(),
-                                            comm::DataType::U8, peer, tag(stage + 1, mb, false)));
-}
-
-void DeviceTrainer::recv_activation(int stage, int mb, int peer) {
-  Chunk& c = chunk(stage);
-  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(c.slots.acquire(mb))),
-                     boundary_bytes(), peer, tag(stage, mb, false));
-}
-
-void DeviceTrainer::send_grad(int stage, int mb, int peer) {
-  Chunk& c = chunk(stage);
-  backend_.synchronize();
-  sends_.push_back(par_.pp_data->send_async(c.grad_out.at(mb), boundary_bytes(), comm::DataType::U8,
-                                            peer, tag(stage - 1, mb, true)));
-}
-
-void DeviceTrainer::recv_grad(int stage, int mb, int peer) {
-  Chunk& c = chunk(stage);
-  const int slot = c.slots.of(mb);
-  WEFT_CHECK(slot >= 0, "gradient for stage ", stage, " microbatch ", mb, " before its forward");
-  par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->output_grad(slot)), boundary_bytes(), peer,
-                     tag(stage, mb, true));
-}
-
-void DeviceTrainer::reduce_grads(int stage) {
-  const Chunk& c = chunk(stage);
-  WEFT_CHECK(c.backward_passes == m_, "ReduceGrads of stage ", stage, " after ", c.backward_passes,
-             " of its ", m_, " backward passes");
-}
-
-void DeviceTrainer::optimizer_step() {
-  // Every send of the step was issued before this: waiting for them cannot cycle.
-  for (comm::Work& w : sends_) w.wait();
-  sends_.clear();
+StepStats DeviceTrainer::finish(float loss) {
   const int dp = dp_size();
   backend_.synchronize();
-  std::vector<std::vector<model::GradPart>> parts(chunks_.size());
+  std::vector<std::vector<model::GradPart>> parts(chunks().size());
   std::vector<NormChunk> norm_chunks;
-  for (size_t j = 0; j < chunks_.size(); ++j) {
-    model::Gpt& m = *chunks_[j].model;
+  for (size_t j = 0; j < chunks().size(); ++j) {
+    model::Gpt& m = *chunks()[j];
     // Sequence parallelism: each tp rank's LayerNorm gradients cover its rows only.
     m.finish_grad_sync();
     // The replicas' mean gradient (ZeRO 0: each holds all of it; the forward scaled each by
@@ -306,82 +206,48 @@ void DeviceTrainer::optimizer_step() {
     }
     return sum;
   };
-  const double loss = replica_sum(loss_sum_) / dp;  // each replica's sum over its m_ microbatches
-  stats_.loss = static_cast<float>(loss / m_);
+  StepStats stats;
+  stats.loss = loss;
   // Summed over the replica's ranks; the replicas hold the same whole gradients (ZeRO 0).
   const GradNorm norm = global_grad_norm(
       norm_chunks, sum_squares, par_.model_group != nullptr ? par_.model_group : par_.pp_group,
-      nullptr, stats_.loss, clip_);
-  stats_.grad_norm = norm.norm;
-  stats_.skipped = norm.skipped;
-  if (stats_.skipped) return;
+      nullptr, loss, clip_);
+  stats.grad_norm = norm.norm;
+  stats.skipped = norm.skipped;
+  if (stats.skipped) return stats;
   ++t_;
   plan_->step(lr_, adamw_.beta1, adamw_.beta2, adamw_.eps, t_, norm.clip);
+  return stats;
 }
 
 StepStats DeviceTrainer::step(const int32_t* tokens, const int32_t* targets, float lr,
                               double clip_norm) {
-  tokens_ = tokens;
-  targets_ = targets;
   lr_ = lr;
   clip_ = clip_norm;
-  loss_sum_ = 0;
-  stats_ = {};
-  for (Chunk& c : chunks_) {
-    c.model->zero_grad();
-    c.backward_passes = 0;
-  }
-  execute(schedule_.programs.at(par_.pp_rank), *this);
-  return stats_;
-}
-
-float DeviceTrainer::evaluate(const int32_t* tokens, const int32_t* targets, int batches,
-                              int total) {
-  // Forward only, stage after stage: a rank receives a stage's input, runs it and sends its
-  // output on, so every rank walks the stages in the same order and no wait can cycle.
-  const int64_t block = int64_t{B_} * T_;
-  double loss = 0;
-  for (int k = 0; k < batches; ++k) {
-    for (int s = 0; s < S_; ++s) {
-      if (s % par_.pp != par_.pp_rank) continue;
-      Chunk& c = chunk(s);
-      if (s > 0) {
-        par_.pp_data->recv(reinterpret_cast<uint8_t*>(c.model->stage_input(0)), boundary_bytes(),
-                           (s - 1) % par_.pp, tag(s, k % m_, false));
-      }
-      const float l = c.model->forward(tokens + k * block, targets + k * block, B_, T_, 0, 0.0f);
-      if (s == S_ - 1) loss += l;
-      if (s < S_ - 1) {
-        backend_.synchronize();
-        par_.pp_data->send(reinterpret_cast<const uint8_t*>(c.model->stage_output(0)),
-                           boundary_bytes(), (s + 1) % par_.pp, tag(s + 1, k % m_, false));
-      }
-    }
-  }
-  return static_cast<float>(replica_sum(loss) / total);  // the replicas' batches, each once
+  return run_step(tokens, targets);
 }
 
 void DeviceTrainer::download_state(int j, int group, int64_t at, int64_t n, float* out) const {
-  const Chunk& c = chunks_.at(j);
-  WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
-                 at + n <= c.model->param_layout().buffer.total(),
-             "download_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
-  const float* src = group == 0 ? c.model->params().data() : group == 1 ? c.m : c.v;
+  const model::Gpt& g = model(j);
+  WEFT_CHECK(
+      group >= 0 && group < 3 && at >= 0 && n >= 0 && at + n <= g.param_layout().buffer.total(),
+      "download_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
+  const float* src = group == 0 ? g.params().data() : group == 1 ? m_.at(j) : v_.at(j);
   backend_.download(out, src + at, n * 4);
 }
 
 void DeviceTrainer::upload_state(int j, int group, int64_t at, int64_t n, const float* in) {
-  Chunk& c = chunks_.at(j);
-  WEFT_CHECK(group >= 0 && group < 3 && at >= 0 && n >= 0 &&
-                 at + n <= c.model->param_layout().buffer.total(),
-             "upload_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
-  float* dst = group == 0 ? c.model->params().data() : group == 1 ? c.m : c.v;
+  model::Gpt& g = model(j);
+  WEFT_CHECK(
+      group >= 0 && group < 3 && at >= 0 && n >= 0 && at + n <= g.param_layout().buffer.total(),
+      "upload_state: group ", group, " elements [", at, ", ", at + n, ") of chunk ", j);
+  float* dst = group == 0 ? g.params().data() : group == 1 ? m_.at(j) : v_.at(j);
   backend_.upload(dst + at, in, n * 4);
-  if (group == 0) c.model->refresh_read_copy(at, n);
+  if (group == 0) g.refresh_read_copy(at, n);
 }
 
 void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
-  const int64_t n = chunks_.at(j).model->param_layout().buffer.total();
+  const int64_t n = model(j).param_layout().buffer.total();
   download_state(j, 0, 0, n, params);
   download_state(j, 1, 0, n, m);
   download_state(j, 2, 0, n, v);
@@ -389,7 +255,7 @@ void DeviceTrainer::download_state(int j, float* params, float* m, float* v) con
 
 void DeviceTrainer::upload_state(int j, const float* params, const float* m, const float* v,
                                  int step_count) {
-  const int64_t n = chunks_.at(j).model->param_layout().buffer.total();
+  const int64_t n = model(j).param_layout().buffer.total();
   upload_state(j, 0, 0, n, params);
   upload_state(j, 1, 0, n, m);
   upload_state(j, 2, 0, n, v);

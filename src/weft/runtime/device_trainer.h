@@ -1,16 +1,14 @@
 #pragma once
-// Training on a kernels::Backend (the GPU, or its host emulation): this rank's model chunks
-// (pipeline stages, each its tensor-parallel shards, sequence-parallel or not) as model::Gpt on
-// the backend, their AdamW moments in fp32 on the backend, and the step. The step runs the rank's
-// program of a pipeline schedule (schedule/, through the executor, as PipelineRunner does on the
-// CPU: with pp = 1 that is gradient accumulation over the microbatches), then averages the
-// gradients over the data-parallel replicas (ZeRO 0), sums the tied embedding's two copies, takes
-// the global gradient norm, and runs one AdamW launch over every tensor that also writes the bf16
-// weight copy the next forward reads. Same initialization, loss, clipping, AdamW and skip rule as
-// the CPU trainer, in mixed precision. Trainer (trainer.h) runs it for `weft train --device`
-// (engine.h), its checkpoints streamed from the backend's memory through a bounded host buffer
-// (download_state/upload_state of a range), in the format of the CPU trainer's, so they load
-// anywhere.
+// The device trainer: the one pipeline runtime (pipeline_stages.h) over model::Gpt chunks on a
+// kernels::Backend (the GPU, or its host emulation; bf16 mixed precision), their AdamW moments in
+// fp32 on the backend, and the end of a step: the gradients averaged over the data-parallel
+// replicas (ZeRO 0, one all-reduce per chunk), the tied embedding's two copies summed, the global
+// gradient norm by the one rule (train_step.h), and one AdamW launch over every tensor that also
+// writes the bf16 weight copy the next forward reads. Same initialization, loss, clipping, AdamW
+// and skip rule as the host trainer (pipeline_runner.h), in mixed precision. Trainer (trainer.h)
+// runs it for `weft train --device` (engine.h), its checkpoints streamed from the backend's
+// memory through a bounded host buffer (download_state/upload_state of a range), in the format of
+// the host trainer's, so they load anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
@@ -29,8 +27,7 @@
 #include "weft/model/memory.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"
-#include "weft/runtime/executor.h"
-#include "weft/runtime/microbatch_slots.h"
+#include "weft/runtime/pipeline_stages.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
 
@@ -67,7 +64,7 @@ DeviceParallel device_parallel(const parallel::ProcessGroups& groups, int tp, in
                                int pp_rank, int vp, schedule::Kind schedule,
                                const std::function<comm::Communicator*(comm::Communicator&)>& data);
 
-class DeviceTrainer : public StageRunner {
+class DeviceTrainer : public PipelineStages {
  public:
   // A step is `microbatches` [B,T] microbatches per replica.
   // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
@@ -93,9 +90,9 @@ class DeviceTrainer : public StageRunner {
                              model::Recompute recompute = model::Recompute::None);
 
   // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.
-  int num_chunks() const { return static_cast<int>(chunks_.size()); }
-  model::Gpt& model(int j = 0) { return *chunks_.at(j).model; }
-  const model::Gpt& model(int j = 0) const { return *chunks_.at(j).model; }
+  int num_chunks() const { return PipelineStages::num_chunks(); }
+  model::Gpt& model(int j = 0) { return *chunks()[j]; }
+  const model::Gpt& model(int j = 0) const { return *chunks()[j]; }
   int step_count() const { return t_; }
   // GPT-2 initialization of every chunk (model::Gpt::init).
   void init(uint64_t seed);
@@ -104,9 +101,6 @@ class DeviceTrainer : public StageRunner {
   // pipeline rank passes the same). Returns the mean loss over the replicas and the gradient norm
   // before clipping, on every rank; a non-finite loss or norm skips the update.
   StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
-  // The mean loss of forward passes over `total` [B,T] blocks the replicas share: this replica
-  // runs `batches` of them. On every rank.
-  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
 
   // Checkpoints read the state where it is (runtime/checkpointing.h), a bounded window at a time:
   // elements [at, at + n) of chunk j's group 0 (the fp32 master weights), 1 (AdamW's m) or 2 (its
@@ -120,52 +114,21 @@ class DeviceTrainer : public StageRunner {
   void download_state(int j, float* params, float* m, float* v) const;
   void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 
-  // StageRunner
-  void forward(int stage, int microbatch) override;
-  void backward(int stage, int microbatch) override;
-  void backward_input(int stage, int microbatch) override;
-  void backward_weight(int stage, int microbatch) override;
-  void send_activation(int stage, int microbatch, int peer) override;
-  void recv_activation(int stage, int microbatch, int peer) override;
-  void send_grad(int stage, int microbatch, int peer) override;
-  void recv_grad(int stage, int microbatch, int peer) override;
-  void reduce_grads(int stage) override;
-  void optimizer_step() override;
-
  private:
-  struct Chunk {
-    int stage = 0;
-    std::unique_ptr<model::Gpt> model;
-    float* m = nullptr;  // AdamW moments, fp32, laid out like the parameters
-    float* v = nullptr;
-    MicrobatchSlots slots;
-    std::vector<kernels::Act*> grad_out;  // per microbatch: d(stage input) until it is sent
-    int backward_passes = 0;
-  };
-  Chunk& chunk(int stage);
-  void run_backward(int stage, int microbatch, bool split);
-  int tag(int stage, int microbatch, bool grad) const;
-  int64_t boundary_bytes() const;
-  int dp_size() const;
-  double replica_sum(double x) const;  // over the pipeline and the replicas (host groups)
+  // The end of a step (PipelineStages::finish): the replicas' all-reduce (ZeRO 0), the tied
+  // embedding's two copies summed, the norm, one AdamW launch.
+  StepStats finish(float loss) override;
 
   kernels::Backend& backend_;
-  model::GptConfig cfg_;
-  int B_, T_, m_;
   optim::AdamWConfig adamw_;
   DeviceParallel par_;
-  schedule::Schedule schedule_;
-  int S_ = 1;  // stages: pp * vp
-  std::vector<Chunk> chunks_;
+  // Per chunk: AdamW's moments, fp32, laid out like the parameters.
+  std::vector<float*> m_, v_;
   std::unique_ptr<kernels::Backend::AdamW> plan_;  // every chunk's tensors, one launch
   int t_ = 0;
-  std::vector<comm::Work> sends_;  // in flight this step
   // the step in progress
-  const int32_t* tokens_ = nullptr;
-  const int32_t* targets_ = nullptr;
   float lr_ = 0;
-  double clip_ = 0, loss_sum_ = 0;
-  StepStats stats_;
+  double clip_ = 0;
 };
 
 // The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro

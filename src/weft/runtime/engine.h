@@ -1,10 +1,11 @@
 #pragma once
 // What the trainer trains with: one interface over this rank's part of the job, so that
 // Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
-// model runs. make_engine decides that once, from the options: the CPU kernels in fp32
-// (PipelineRunner and its DistributedOptimizers) or a kernels::Backend in bf16 mixed precision
-// (DeviceTrainer: the GPU, or its host emulation). The engines are thin adapters; the algorithms
-// are theirs.
+// model runs. make_engine decides that once, from the options: the one model (model::Gpt) and the
+// one pipeline runtime (pipeline_stages.h) either way, ending each step with the host fp32
+// backend's data-parallel optimizers (PipelineRunner: ZeRO 0-3) or with one AdamW launch on a
+// kernels::Backend in bf16 mixed precision (DeviceTrainer: the GPU, or its host emulation). The
+// engines are thin adapters; the algorithms are the runtime's.
 
 #include <cstdint>
 #include <functional>

@@ -1,7 +1,6 @@
 #pragma once
-// The bookkeeping both pipeline runners share (pipeline_runner.h on the CPU, device_trainer.h on
-// a device): which of a model chunk's activation slots each microbatch of the step holds, and the
-// tag of each message between stages.
+// The pipeline runtime's bookkeeping (pipeline_stages.h): which of a model chunk's activation
+// slots each microbatch of the step holds, and the tag of each message between stages.
 
 #include <vector>
 

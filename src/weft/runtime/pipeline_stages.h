@@ -1,0 +1,156 @@
+#pragma once
+// The one pipeline runtime over model::Gpt chunks on any backend (issue 19): the StageRunner half
+// that both trainers share, PipelineRunner (pipeline_runner.h: fp32 chunks, each replica's
+// optim::DistributedOptimizer with ZeRO 0-3) and DeviceTrainer (device_trainer.h: chunks on a
+// kernels::Backend, one AdamW launch). It holds this pipeline rank's chunks (global stages
+// shape.stage_of(pp_rank, j), each keeping exactly as many microbatches' activations as the rank's
+// program keeps in flight for it), runs their forward and backward passes (B, or a zero-bubble
+// schedule's I and W), and moves activations and gradients between ranks: sends eager and
+// asynchronous, receives blocking (as the schedule simulation assumes), each stage's input
+// gradient kept per microbatch until its send completes at the step's end. With tp > 1 and no
+// sequence parallelism a boundary tensor is the same on every tp rank, so each sends 1/tp of its
+// rows and the receiver all-gathers them (the PTD-P paper's scatter/gather optimization); with
+// sequence parallelism the tensors are already split. What a step does at its end (the
+// reductions, the norm, the update) is the trainer's: reduce_grads checks that every backward pass
+// ran, optimizer_step hands the step's mean loss to finish().
+//
+// Memory: the boundaries live in the backend's memory (the chunks' models and the input-gradient
+// buffers taken from their backends); the communicators given here must reach it (the host ones
+// for the host backends, comm/cuda for a GPU), and the backend is synchronized before each send,
+// receive and collective (a communicator may run on another stream, or on the host).
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/model/gpt.h"
+#include "weft/runtime/executor.h"
+#include "weft/runtime/microbatch_slots.h"
+#include "weft/runtime/train_step.h"
+#include "weft/schedule/instr.h"
+
+namespace weft::runtime {
+
+struct PipelineWiring {
+  int B = 1, T = 1;
+  int pp_rank = 0;
+  // The tensor-parallel group on the boundaries' memory, and whether sequence parallelism splits
+  // them (the chunks' own TensorParallel).
+  parallel::TensorParallel tp;
+  comm::Communicator* boundary = nullptr;  // the pp group on the boundaries' memory (pp > 1)
+  comm::Communicator* pp = nullptr;        // the pp group, host memory: the loss (null: pp = 1)
+  comm::Communicator* dp = nullptr;        // the replicas, host memory (null: dp = 1)
+  // d(loss)/d(logits) scale of each forward: 1/m (replicas average their gradients later) or
+  // 1/(m*dp) (replicas sum theirs).
+  float loss_scale = 1.0f;
+};
+
+class PipelineStages : public StageRunner {
+ public:
+  // `schedule`: lowered (add_communication, add_optimizer_step) and validated.
+  PipelineStages(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                 PipelineWiring wiring);
+  ~PipelineStages() override;
+
+  // Wall time of the last step() and the part of it this rank spent blocked in receives, waiting
+  // for another stage: the pipeline bubble as this rank saw it (Narayanan et al.'s bubble
+  // fraction is waiting / (seconds - waiting), summed over ranks).
+  struct Timing {
+    double seconds = 0, waiting = 0;
+  };
+  const Timing& last_timing() const { return timing_; }
+  const schedule::Schedule& schedule() const { return schedule_; }
+  std::span<model::Gpt* const> chunks() const { return models_; }
+
+  // The mean loss of forward passes (no gradients) over `total` [B,T] blocks that the replicas
+  // share: this replica runs `batches` of them (tokens/targets are [batches, B, T], batches may be
+  // 0). On every rank.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
+
+  // StageRunner
+  void forward(int stage, int microbatch) override;
+  void backward(int stage, int microbatch) override;
+  void backward_input(int stage, int microbatch) override;
+  void backward_weight(int stage, int microbatch) override;
+  void send_activation(int stage, int microbatch, int peer) override;
+  void recv_activation(int stage, int microbatch, int peer) override;
+  void send_grad(int stage, int microbatch, int peer) override;
+  void recv_grad(int stage, int microbatch, int peer) override;
+  void reduce_grads(int stage) override;
+  void optimizer_step() override;
+
+ protected:
+  // Chunk j of this rank: its global stage and the activation slots its model must hold.
+  int stage_of_chunk(int j) const { return schedule_.shape.stage_of(wiring_.pp_rank, j); }
+  int slots_of_chunk(int j) const { return slots_.at(j); }
+  int num_chunks() const { return schedule_.shape.vp; }
+  // Hands chunk j's model over (in order j = 0, 1, ...), built for stage_of_chunk(j) with
+  // slots_of_chunk(j) slots.
+  void add_chunk(std::unique_ptr<model::Gpt> model);
+  // One optimizer step over m microbatches (tokens/targets: [m, B, T], every rank the same): zero
+  // the gradients, run the program; optimizer_step calls finish().
+  StepStats run_step(const int32_t* tokens, const int32_t* targets);
+  // Before chunk j's B or W pass; `final`: the step's last one for the chunk.
+  virtual void before_weight_pass(int j, bool final) {}
+  // The end of a step: every pass has run and every send completed; `loss` is the replicas' mean
+  // loss over the step's microbatches, on every rank.
+  virtual StepStats finish(float loss) = 0;
+  int dp_size() const { return wiring_.dp != nullptr ? wiring_.dp->size() : 1; }
+  int microbatches() const { return m_; }
+  const model::GptConfig& config() const { return cfg_; }
+  const PipelineWiring& wiring() const { return wiring_; }
+  // Whether chunk j's stage sends its input gradient to another rank (it keeps one per microbatch).
+  bool sends_grads(int j) const;
+
+ private:
+  struct Chunk {
+    int stage = 0;
+    std::unique_ptr<model::Gpt> model;
+    int weight_passes = 0;  // backward (or W) passes of this step so far
+    MicrobatchSlots slots;
+    std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
+    // Per microbatch: d(stage input), kept until its send completes at the end of the step. Not
+    // per slot: a slot is reused as soon as its backward ends, maybe before the previous rank
+    // posts the matching receive, and waiting for it then could deadlock a rendezvous-size
+    // message.
+    std::vector<kernels::Act*> grad_out;
+    std::vector<comm::Work> grad_sends;
+  };
+  Chunk& chunk(int stage);
+  int acquire(Chunk& c, int microbatch);
+  void run_backward(int stage, int microbatch, bool split);
+  comm::Work send_rows(const kernels::Act* full, int peer, int tag);
+  void recv_rows(kernels::Act* full, int peer, int tag);
+  // Copies a stage boundary from one chunk's memory to another's (the same rank).
+  void copy_boundary(kernels::Act* dst, const kernels::Act* src, model::Gpt& into);
+  int tag(int stage, int microbatch, bool grad) const;
+  int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
+  int64_t boundary_bytes() const;
+  // How activations go to a communicator: fp32 as F32 elements, bf16 as bytes (U8).
+  comm::DataType act_type() const { return act_bytes_ == 4 ? comm::DataType::F32 : comm::DataType::U8; }
+  int64_t count(int64_t bytes) const { return act_bytes_ == 4 ? bytes / 4 : bytes; }
+  double replica_sum(double loss) const;  // over the pipeline stages and the replicas
+
+  model::GptConfig cfg_;
+  schedule::Schedule schedule_;
+  PipelineWiring wiring_;
+  int S_ = 1, m_ = 1;
+  int64_t act_bytes_ = 4;   // the chunks' activation element
+  std::vector<int> slots_;  // per chunk
+  std::vector<std::unique_ptr<Chunk>> chunks_;
+  std::vector<model::Gpt*> models_;
+  // With scatter/gather: the 1/tp part of a boundary a receive lands in, in the chunks' backend.
+  kernels::Act* part_ = nullptr;
+  int64_t part_elements_ = 0;
+  // the step in progress
+  const int32_t* tokens_ = nullptr;
+  const int32_t* targets_ = nullptr;
+  double loss_sum_ = 0;
+  StepStats stats_;
+  Timing timing_;
+};
+
+}  // namespace weft::runtime
