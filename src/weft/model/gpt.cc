@@ -11,10 +11,6 @@ namespace weft::model {
 
 using kernels::Act;
 
-namespace {
-comm::DataType bytes_type() { return comm::DataType::U8; }
-}  // namespace
-
 // Pointers to one layer's activations: into its own slices when kept, else into the workspace.
 struct Gpt::LayerActs {
   Act *ln_1, *qkv, *atty, *res_attn, *ln_2, *fc, *fc_gelu, *out;
@@ -225,7 +221,7 @@ void Gpt::tp_all_gather(Act* full, const Act* local, int64_t n_local) {
     tp_.comm->all_gather(reinterpret_cast<float*>(full), reinterpret_cast<const float*>(local),
                          n_local);
   } else {
-    tp_.comm->all_gather_async(full, local, n_local * be_.act_bytes(), bytes_type()).wait();
+    tp_.comm->all_gather_async(full, local, n_local * be_.act_bytes(), comm::DataType::U8).wait();
   }
 }
 

@@ -74,9 +74,10 @@ void PipelineStages::add_chunk(std::unique_ptr<model::Gpt> model) {
   WEFT_CHECK(j < num_chunks(), "more chunks than the schedule's ", num_chunks());
   auto c = std::make_unique<Chunk>();
   c->stage = stage_of_chunk(j);
-  WEFT_CHECK(model->slots() == slots_of_chunk(j) && model->stage().first_layer ==
-                 model::pipeline_stage(cfg_, c->stage, S_).first_layer,
-             "chunk ", j, " is not built for stage ", c->stage);
+  WEFT_CHECK(
+      model->slots() == slots_of_chunk(j) &&
+          model->stage().first_layer == model::pipeline_stage(cfg_, c->stage, S_).first_layer,
+      "chunk ", j, " is not built for stage ", c->stage);
   c->model = std::move(model);
   c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
   c->sends.resize(c->model->slots());
@@ -186,8 +187,7 @@ void PipelineStages::run_backward(int stage, int mb, bool split) {
     // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
     if (schedule_.shape.rank_of(stage - 1) == wiring_.pp_rank) {
       Chunk& prev = chunk(stage - 1);
-      copy_boundary(prev.model->output_grad(prev.slots.of(mb)), c.model->input_grad(),
-                    *prev.model);
+      copy_boundary(prev.model->output_grad(prev.slots.of(mb)), c.model->input_grad(), *prev.model);
     } else {
       copy_boundary(c.grad_out[mb], c.model->input_grad(), *c.model);
     }
@@ -249,8 +249,8 @@ void PipelineStages::optimizer_step() {
 }
 
 StepStats PipelineStages::run_step(const int32_t* tokens, const int32_t* targets) {
-  WEFT_CHECK(static_cast<int>(chunks_.size()) == num_chunks(), "the trainer built ",
-             chunks_.size(), " of its ", num_chunks(), " chunks");
+  WEFT_CHECK(static_cast<int>(chunks_.size()) == num_chunks(), "the trainer built ", chunks_.size(),
+             " of its ", num_chunks(), " chunks");
   tokens_ = tokens;
   targets_ = targets;
   loss_sum_ = 0;
@@ -291,7 +291,8 @@ float PipelineStages::evaluate(const int32_t* tokens, const int32_t* targets, in
           c.model->forward(tokens + k * block, targets + k * block, wiring_.B, wiring_.T, 0, 0.0f);
       if (s == S_ - 1) loss += l;
       if (s < S_ - 1 && sh.rank_of(s + 1) != wiring_.pp_rank) {
-        c.sends[0] = send_rows(c.model->stage_output(0), sh.rank_of(s + 1), tag(s + 1, k % m_, false));
+        c.sends[0] =
+            send_rows(c.model->stage_output(0), sh.rank_of(s + 1), tag(s + 1, k % m_, false));
       }
     }
   }
