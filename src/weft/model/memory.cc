@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -202,6 +205,44 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   }
 }
 
+// The bytes of a stage's activation (per slot) or workspace layout (activation_layout.h: the
+// model allocates exactly these), remembered per shape: the planner prices tens of thousands of
+// layouts whose stages repeat a few hundred shapes, and building a layout names every slice.
+int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
+                     const StageSpec& stage, Precision precision) {
+  using Key = std::tuple<bool, std::string, int, int, int, int64_t, int, int, int, int, bool, int,
+                         int, bool, bool, int>;
+  static std::mutex mutex;
+  static std::map<Key, int64_t> cache;
+  const Key key{workspace,
+                cfg.name,
+                cfg.n_layer,
+                cfg.n_embd,
+                cfg.n_head,
+                cfg.padded_vocab(),
+                B,
+                T,
+                static_cast<int>(mode),
+                tp.tp,
+                tp.sequence_parallel,
+                stage.first_layer,
+                stage.end_layer(cfg),
+                stage.embedding,
+                stage.head,
+                static_cast<int>(precision)};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  const int64_t bytes = (workspace ? gpt_workspace_layout(cfg, B, T, mode, tp, stage, precision)
+                                   : gpt_activation_layout(cfg, B, T, mode, tp, stage, precision))
+                            .bytes(precision);
+  const std::lock_guard<std::mutex> lock(mutex);
+  cache.emplace(key, bytes);
+  return bytes;
+}
+
 // The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
 // takes them from the backend: activation_layout.h), the AdamW moments and the input gradients
 // kept until sent, as runtime::DeviceTrainer's constructor allocates them.
@@ -220,9 +261,8 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
     const int64_t n = gpt_param_layout(cfg, tp.tp, 0, c.stage).buffer.total();
     m.params += backend_block_bytes(n * kFloat) + backend_block_bytes(n * 2);  // + the bf16 copy
     m.grads += backend_block_bytes(n * kFloat);
-    m.activations +=
-        c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage, bf16).bytes(bf16);
-    m.workspace += gpt_workspace_layout(cfg, B, T, mode, tp, c.stage, bf16).bytes(bf16);
+    m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, bf16);
+    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
     m.optimizer += 2 * backend_block_bytes(n * kFloat);  // AdamW's m and v, laid out like params
     // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
     if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block_bytes(Ns * C * 2);
@@ -315,8 +355,8 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     const int64_t busiest = run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
     mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     const Precision fp32 = Precision::FP32;
-    m.activations += c.slots * gpt_activation_layout(cfg, B, T, mode, tp, c.stage).bytes(fp32);
-    m.workspace += gpt_workspace_layout(cfg, B, T, mode, tp, c.stage).bytes(fp32);
+    m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, fp32);
+    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, fp32);
     packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
     if (c.sends_grads) m.workspace += int64_t{microbatches} * boundary * f;
     if (deferred_weight_grads) {  // each slot's block, taken at its first I pass

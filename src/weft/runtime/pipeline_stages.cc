@@ -25,9 +25,6 @@ class ScopedSeconds {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-kernels::Act* offset(kernels::Act* p, int64_t bytes) {
-  return reinterpret_cast<kernels::Act*>(reinterpret_cast<char*>(p) + bytes);
-}
 const kernels::Act* offset(const kernels::Act* p, int64_t bytes) {
   return reinterpret_cast<const kernels::Act*>(reinterpret_cast<const char*>(p) + bytes);
 }
