@@ -30,6 +30,7 @@
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
+#include "weft/model/zero_parts.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/device_trainer.h"
 #include "weft/schedule/schedule.h"
@@ -151,11 +152,12 @@ struct Layout {
   int vp = 1;
   bool sp = false;  // sequence parallelism (with tp > 1)
   Tolerance tol;
+  int zero = 0;  // ZeRO stage over dp
   int world() const { return tp * pp * dp; }
   std::string str() const {
     return "tp=" + std::to_string(tp) + (sp ? " sp" : "") + " pp=" + std::to_string(pp) +
-           " dp=" + std::to_string(dp) + " vp=" + std::to_string(vp) + " " +
-           std::string(schedule::kind_name(kind));
+           " dp=" + std::to_string(dp) + (zero > 0 ? " zero=" + std::to_string(zero) : "") +
+           " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind));
   }
 };
 
@@ -177,21 +179,30 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
   runtime::DeviceParallel par =
       runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind, data);
   par.sequence_parallel = l.sp;
+  par.zero = l.zero;
   const auto backend = make_backend(kM, par);
   runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM, {}, par);
   t.init(4);
-  // One replica's ranks place the model; the others' copies are the same.
+  // What the optimizers hold, placed in the serial layout: ZeRO 0 one replica's ranks (the others'
+  // copies are the same), ZeRO 1-3 every rank its shard's parts (model::zero_owned_parts), which
+  // add up to the model over the replicas.
   const model::ParamLayout global = model::gpt_param_layout(small_gpt());
   auto place = [&](std::vector<float>& out, bool grads) {
     out.assign(global.buffer.total(), 0.0f);
-    if (me.dp != 0) return;
+    if (me.dp != 0 && l.zero == 0) return;
     for (int j = 0; j < t.num_chunks(); ++j) {
       const model::ParamLayout& local = t.model(j).param_layout();
-      std::vector<float> x(local.buffer.total());
-      if (grads) {
-        t.model(j).get_grads(x);
-      } else {
-        t.model(j).get_params(x);
+      optim::DistributedOptimizer& opt = *t.optimizers()[j];
+      std::vector<float> x(local.buffer.total(), 0.0f);
+      const std::vector<model::OwnedPart> parts =
+          model::zero_owned_parts(local, l.zero, l.dp, me.dp);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        float* to = x.data() + local.buffer.slices()[parts[i].slice].offset + parts[i].begin;
+        if (grads) {
+          backend->download(to, opt.grad_parts()[i].grad, parts[i].n * 4);
+        } else {
+          opt.read_state(0, parts[i].at, parts[i].n, to);
+        }
       }
       test::place_shards(local, t.model(j).stage(), x.data(), global, out.data());
     }
@@ -318,15 +329,17 @@ TEST_F(DeviceParallel, FourRanksTrainLikeOne) {
   }
 }
 
-TEST_F(DeviceParallel, ChunksWithoutAPipelineAreOneErrorBeforeAnyAllocation) {
-  runtime::DeviceParallel par;
-  par.vp = 2;
-  try {
-    runtime::DeviceTrainer::bytes(small_gpt(), kB, kT, kM, par);
-    FAIL() << "vp=2 without a pipeline accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("vp=2 chunks need a pipeline"), std::string::npos)
-        << e.what();
+// ZeRO 1-3 (optim::DistributedOptimizer on the backend's memory: bf16 shards all-gathered, full
+// gradients in the unit pool) against one rank, as ZeRO 0 is; and model chunks without a pipeline
+// (pp = 1, vp = 2: the tied embedding's two copies summed in the backend's memory).
+TEST_F(DeviceParallel, ZeroStagesAndLoneChunksTrainLikeOne) {
+  using schedule::Kind;
+  for (const Layout& l :
+       {Layout{.dp = 2, .tol = kReplicas, .zero = 1}, Layout{.dp = 2, .tol = kReplicas, .zero = 2},
+        Layout{.dp = 2, .tol = kReplicas, .zero = 3},
+        Layout{.pp = 2, .dp = 2, .kind = Kind::ZeroBubbleH1, .tol = kReplicas, .zero = 3},
+        Layout{.kind = Kind::Interleaved, .vp = 2, .tol = kPipeline}}) {
+    expect_equals_one_rank(l);
   }
 }
 

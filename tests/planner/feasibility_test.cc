@@ -65,11 +65,11 @@ std::string run_toml(const Job& job, const ParallelConfig& c) {
       c.dp, c.vp, c.sequence_parallel ? "true" : "false", schedule::kind_name(c.schedule), c.zero);
 }
 
-// Every problem the trainer finds with `c`, launched on `engine` (empty: it accepts it).
-std::string trainer_refusal(const Job& job, const ParallelConfig& c, layout::Engine engine) {
+// Every problem the trainer finds with `c` (empty: it accepts it).
+std::string trainer_refusal(const Job& job, const ParallelConfig& c) {
   auto cfg = runtime::parse_run_config(run_toml(job, c), "plan.toml");
   if (!cfg.ok()) return cfg.status().message();
-  Status s = runtime::validate_layout(cfg.value(), engine);
+  Status s = runtime::validate_layout(cfg.value());
   s.merge(runtime::validate_world(cfg.value(), job.world));
   return s.ok() ? "" : s.message();
 }
@@ -79,11 +79,9 @@ TEST(Feasibility, TheTopTwentyOfEveryPresetAreLayoutsTheTrainerAccepts) {
   ASSERT_GE(presets.size(), 2u);
   for (const auto& path : presets) {
     const Cluster cluster = load_cluster(path.string()).value();
-    // The precision `weft plan` is asked for on this preset, and the engine that trains in it.
+    // The precision `weft plan` is asked for on this preset.
     const Precision precision =
         cluster.peak(NumberFormat::BF16) > 0 ? Precision::BF16Mixed : Precision::FP32;
-    const layout::Engine engine =
-        precision == Precision::FP32 ? layout::Engine::Host : layout::Engine::Device;
     const int size = cluster.max_nodes > 0 ? cluster.max_nodes * cluster.devices_per_node : 1 << 20;
     int ranked = 0;
     for (const ModelCase& mc : kModels) {
@@ -95,25 +93,18 @@ TEST(Feasibility, TheTopTwentyOfEveryPresetAreLayoutsTheTrainerAccepts) {
       job.precision = precision;
       ASSERT_GT(compute_peak(cluster, precision), 0) << cluster.name;
       const SearchResult r = search(cluster, job, SearchSpace{}, kTop);
-      // What the engine's own rules (not divisibility or memory) took out of the search.
-      int dropped = 0;
-      for (const Prediction& p : r.infeasible) {
-        dropped += std::any_of(p.reasons.begin(), p.reasons.end(), [&](const std::string& x) {
-          return x.find(layout::engine_name(engine)) != std::string::npos;
-        });
-      }
       int refused = 0;
       for (const Prediction& p : r.ranked) {
-        const std::string why = trainer_refusal(job, p.config, engine);
+        const std::string why = trainer_refusal(job, p.config);
         refused += !why.empty();
         EXPECT_EQ(why, "") << cluster.name << ", " << job.model.name << " on " << job.world
                            << ": the planner ranks " << short_name(p.config)
                            << ", which the trainer refuses";
       }
       fmt::print(
-          "{:<13} {:<6} {:<10} on {:>4}: {:>6} candidates, {:>5} dropped by the engine's rules, "
-          "top {:>2} ranked, {} refused by the trainer\n",
-          cluster.name, precision_name(precision), job.model.name, job.world, r.candidates, dropped,
+          "{:<13} {:<6} {:<10} on {:>4}: {:>6} candidates, top {:>2} ranked, {} refused by the "
+          "trainer\n",
+          cluster.name, precision_name(precision), job.model.name, job.world, r.candidates,
           r.ranked.size(), refused);
       ranked += static_cast<int>(r.ranked.size());
     }
@@ -122,37 +113,40 @@ TEST(Feasibility, TheTopTwentyOfEveryPresetAreLayoutsTheTrainerAccepts) {
   }
 }
 
-// The rules are the engine's, not the planner's: what the device engine lacks today (ZeRO) is
-// dropped on a bf16 preset with the engine's reason, and the same layout is fine in fp32 on the
-// CPU. Sequence parallelism and zb-h1 run on both engines (the one model: issue 19).
-TEST(Feasibility, TheDeviceEnginesMissingFeaturesAreInfeasibleWithTheirReason) {
+// One engine, one rule book: ZeRO, sequence parallelism and zb-h1 are feasible in either precision
+// (the planner ranks them on a bf16 preset) and the trainer accepts them; what no device runs is
+// refused in both, with the run config's key.
+TEST(Feasibility, EveryPrecisionHasTheSameRules) {
   Job job;
   job.model = model::load_gpt_config(test::source_path("configs/models/gpt2-124m.toml")).value();
   job.seq_len = 1024;
   job.global_batch = 32;
   job.world = 8;
-  const ParallelConfig zero2{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .zero = 2};
+  const ParallelConfig zero3{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .zero = 3};
   const ParallelConfig sp{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .sequence_parallel = true};
   const ParallelConfig zb{
       .tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .schedule = schedule::Kind::ZeroBubbleH1};
-  for (const ParallelConfig& c : {sp, zb}) {
+  const ParallelConfig lone{.tp = 2,
+                            .pp = 1,
+                            .dp = 4,
+                            .vp = 2,
+                            .micro_batch = 1,
+                            .schedule = schedule::Kind::Interleaved};
+  for (const ParallelConfig& c : {zero3, sp, zb, lone}) {
     for (const Precision p : {Precision::BF16Mixed, Precision::FP32}) {
       job.precision = p;
       EXPECT_TRUE(validate(c, job).ok()) << short_name(c) << ": " << validate(c, job).message();
     }
-    EXPECT_EQ(trainer_refusal(job, c, layout::Engine::Device), "") << short_name(c);
+    EXPECT_EQ(trainer_refusal(job, c), "") << short_name(c);
   }
-  for (const ParallelConfig& c : {zero2}) {
-    job.precision = Precision::BF16Mixed;
-    const Status device = validate(c, job);
-    EXPECT_FALSE(device.ok()) << short_name(c);
-    EXPECT_NE(device.message().find(layout::engine_name(layout::Engine::Device)), std::string::npos)
-        << device.message();
-    EXPECT_NE(trainer_refusal(job, c, layout::Engine::Device), "") << short_name(c);
-    job.precision = Precision::FP32;
-    EXPECT_TRUE(validate(c, job).ok()) << validate(c, job).message();
-    EXPECT_EQ(trainer_refusal(job, c, layout::Engine::Host), "") << short_name(c);
+  const ParallelConfig bad{.tp = 5, .pp = 1, .dp = 1, .micro_batch = 1};
+  job.world = 5;
+  for (const Precision p : {Precision::BF16Mixed, Precision::FP32}) {
+    job.precision = p;
+    EXPECT_NE(validate(bad, job).message().find("divisible by tp=5"), std::string::npos)
+        << validate(bad, job).message();
   }
+  EXPECT_NE(trainer_refusal(job, bad).find("divisible by tp=5"), std::string::npos);
 }
 
 }  // namespace

@@ -90,11 +90,21 @@ TEST(PeakMemory, TheGivenScheduleIsTheOneItWouldMake) {
   EXPECT_EQ(peak_memory(j, c, lowered).total(), peak_memory(j, c).total());
 }
 
-TEST(PeakMemory, Bf16RefusesWhatTheDeviceEngineDoesNotRun) {
-  // layout::validate refuses ZeRO on the device engine first (the planner never prices it); the
-  // memory model has no allocation to predict for it.
+TEST(PeakMemory, Bf16ZeroShardsWhatEachStageShards) {
+  // The device engine's ZeRO (optim::DistributedOptimizer on a bf16 backend): stage 1 shards the
+  // moments and the fp32 master weights (the model keeps its bf16 copy whole), stage 2 also the
+  // gradients, stage 3 also the bf16 weights; tests/parallel/device_memory_test.cc checks each
+  // against allocation.
   const Job j = gpt();
-  EXPECT_THROW(peak_memory(j, {.tp = 1, .pp = 1, .dp = 16, .zero = 1}), Error);
+  const MemoryBreakdown z0 = peak_memory(j, {.tp = 1, .pp = 1, .dp = 16});
+  const MemoryBreakdown z1 = peak_memory(j, {.tp = 1, .pp = 1, .dp = 16, .zero = 1});
+  const MemoryBreakdown z2 = peak_memory(j, {.tp = 1, .pp = 1, .dp = 16, .zero = 2});
+  const MemoryBreakdown z3 = peak_memory(j, {.tp = 1, .pp = 1, .dp = 16, .zero = 3});
+  EXPECT_LT(z1.optimizer, z0.optimizer / 4);
+  EXPECT_LT(z1.weights, z0.weights);  // no fp32 master weights in the model
+  EXPECT_LT(z2.grads, z1.grads / 2);  // the pool holds the units in flight (the wte is large)
+  EXPECT_LT(z3.weights, z2.weights / 4);
+  EXPECT_LT(z3.total(), z2.total());
 }
 
 TEST(PeakMemory, Bf16SequenceParallelismAndZeroBubbleArePricedAsTheDeviceAllocatesThem) {

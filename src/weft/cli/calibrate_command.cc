@@ -28,14 +28,15 @@
 #include "weft/comm/mpi_communicator.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/status.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/gemm_shapes.h"
+#include "weft/optim/unit_pool.h"
 #include "weft/planner/cost_model.h"
 #include "weft/planner/hardware.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
-#include "weft/tensor/unit_pool.h"
 
 namespace weft::cli {
 namespace {
@@ -171,6 +172,7 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
   const std::vector<int64_t> sizes =
       quick ? std::vector<int64_t>{1 << 10, 1 << 16, 1 << 20}
             : std::vector<int64_t>{1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22};
+  const std::unique_ptr<kernels::Backend> backend = kernels::make_host_backend(Precision::FP32);
   for (int64_t n : sizes) {
     std::vector<float> buf(n, 1.0f);
     const int reps = n >= (1 << 20) ? 5 : 50;
@@ -184,12 +186,11 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     xs.push_back(2.0 * (p - 1) / p * n * 4);
     ys.push_back(timed([&] { world.all_reduce(buf.data(), n); }));
     // Reduce-scatter of a buffer into 1/p of it, and all-gather of 1/p into a buffer, on the
-    // memory ZeRO runs them on: unit pool buffers (tensor/unit_pool.h, on huge pages, which the
-    // peer's single-copy read pins 512x fewer of than a std::vector's).
+    // memory ZeRO runs them on: the host backend's (optim/unit_pool.h).
     const int64_t part = n / p;
-    UnitPool pool;
-    float* full = pool.acquire(part * p, /*zeroed=*/true);
-    float* shard = pool.acquire(part, /*zeroed=*/true);
+    optim::UnitPool pool(*backend);
+    auto* full = static_cast<float*>(pool.acquire(part * p * 4, /*zeroed=*/true));
+    auto* shard = static_cast<float*>(pool.acquire(part * 4, /*zeroed=*/true));
     cx.push_back(static_cast<double>(p - 1) / p * part * p * 4);
     rsy.push_back(timed([&] { world.reduce_scatter(shard, full, part); }));
     agy.push_back(timed([&] { world.all_gather(full, shard, part); }));

@@ -44,10 +44,6 @@ int cuda_index(const std::string& device, int visible) {
 
 }  // namespace
 
-layout::Engine engine_of_device(const std::string& device) {
-  return device == "cpu" ? layout::Engine::Host : layout::Engine::Device;
-}
-
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes) {
   if (device == "cpu") return nullptr;
   if (device == "host-bf16") return kernels::make_host_backend(Precision::BF16Mixed);

@@ -28,11 +28,6 @@ namespace weft::cli {
 // is visible.
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes);
 
-// The engine a --device name trains on (layout/validate.h): cpu the host engine, cuda[:N] and
-// host-bf16 the device engine (model::Gpt on a bf16 backend, runtime::DeviceTrainer). Its rules are
-// the ones `weft plan` applies for the matching precision (fp32, bf16-mixed).
-layout::Engine engine_of_device(const std::string& device);
-
 // runtime::TrainerOptions::device_group for --device: how a device's ranks reach each other's
 // memory. cuda: pipeline boundaries over the staged communicator (comm/cuda: device buffers
 // through pinned host memory over MPI; its eager sends are what the pipeline runner needs, which

@@ -56,10 +56,6 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
   runtime::validate_world(cfg, world_size)
       .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
-  // What the engine --device names runs (layout/validate.h, the rules `weft plan` applies too):
-  // before the device's arena is sized from the layout.
-  runtime::validate_layout(cfg, engine_of_device(o.device))
-      .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
   // The GPU trainer keeps its state in the device's arena, sized and checked as it is made.
   if (o.device == "cpu") {
     const PlannedRun run =

@@ -153,6 +153,9 @@ class Backend {
                                           int Vl, int Vv, int v0) = 0;
   // sum of x[i]^2 in double; waits for the result.
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // dst[n] += src[n], fp32: a ZeRO shard's gradient summed over microbatches, the tied embedding's
+  // two copies summed (optim/distributed_optimizer.h, runtime/train_step.h).
+  virtual void accumulate(float* dst, const float* src, int64_t n) = 0;
 
   // ---- AdamW over many tensors ---------------------------------------------------------------
   // AdamW (Loshchilov & Hutter 2019) with bias correction, as ops.inc's adamw_update; params16

@@ -151,6 +151,10 @@ double ProfilingBackend::sum_squares(const float* x, int64_t n) {
   return r;
 }
 
+void ProfilingBackend::accumulate(float* dst, const float* src, int64_t n) {
+  timed("accumulate", [&] { inner_.accumulate(dst, src, n); });
+}
+
 // The plan's step is an op too: AdamW over every tensor in one launch.
 std::unique_ptr<Backend::AdamW> ProfilingBackend::plan_adamw(
     std::span<const AdamWSegment> segments) {

@@ -88,6 +88,7 @@ class ProfilingBackend final : public Backend {
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) override;
   double sum_squares(const float* x, int64_t n) override;
+  void accumulate(float* dst, const float* src, int64_t n) override;
   std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override;
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
     return inner_.linear_forward_seconds(N, IC, OC, reps);

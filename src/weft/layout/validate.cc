@@ -10,32 +10,7 @@
 
 namespace weft::layout {
 
-std::string_view engine_name(Engine e) {
-  switch (e) {
-    case Engine::Host:
-      return "the host engine (fp32: --device cpu)";
-    case Engine::Device:
-      return "the device engine (bf16: --device cuda, host-bf16)";
-  }
-  return "?";
-}
-
-Support support(Engine e) {
-  switch (e) {
-    case Engine::Host:
-      return {};  // every layout below: the CPU engine is where each parallel feature landed first
-    case Engine::Device:
-      // The one model::Gpt on a bf16 backend, run by DeviceTrainer, which all-reduces whole
-      // gradients (ZeRO 0) and places model chunks only along a pipeline. Every schedule and
-      // sequence parallelism run. Selective recomputation is accepted: flash attention never
-      // stores the T x T matrix selective recomputation would drop, so it runs as none
-      // (model/activation_layout.h).
-      return {.sequence_parallel = true, .max_zero = 0, .zb_h1 = true, .lone_chunks = false};
-  }
-  return {};
-}
-
-Status validate(const model::GptConfig& cfg, const Layout& l, Engine engine) {
+Status validate(const model::GptConfig& cfg, const Layout& l) {
   Status s;
   // Tensor parallelism: whole heads and vocabulary shards per rank; with sequence parallelism the
   // b*T rows of a microbatch split too.
@@ -79,27 +54,6 @@ Status validate(const model::GptConfig& cfg, const Layout& l, Engine engine) {
   const bool zero_known = l.zero >= 0 && l.zero <= 3;
   if (!zero_known) s.add(fmt::format("parallel.zero={} must be 0, 1, 2 or 3", l.zero));
 
-  // What this engine runs: one table (support()), one message per missing feature.
-  const Support can = support(engine);
-  const std::string_view who = engine_name(engine);
-  if (l.sequence_parallel && l.tp > 1 && !can.sequence_parallel) {
-    s.add(fmt::format(
-        "parallel.sequence_parallel: {} has no sequence parallelism yet (set it false)", who));
-  }
-  if (zero_known && l.zero > can.max_zero) {
-    s.add(fmt::format("parallel.zero={}: {} shards with ZeRO up to stage {} only{}", l.zero, who,
-                      can.max_zero, can.max_zero == 0 ? " (it keeps whole replicas)" : ""));
-  }
-  if (l.schedule == schedule::Kind::ZeroBubbleH1 && !can.zb_h1) {
-    s.add(fmt::format(
-        "parallel.schedule='zb-h1': {} runs gpipe, 1f1b and interleaved, not zb-h1 (it does not "
-        "split backward passes yet)",
-        who));
-  }
-  if (l.vp > 1 && l.pp == 1 && !can.lone_chunks) {
-    s.add(fmt::format("parallel.vp={} model chunks need a pipeline (parallel.pp > 1) on {}", l.vp,
-                      who));
-  }
   return s;
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The one rule book of parallel layouts (issue #19, "one truth for feasibility"): can an engine
+// The one rule book of parallel layouts (issue #19, "one truth for feasibility"): can weft
 // train a GPT under a layout (tp, pp, dp, vp, sequence parallelism, ZeRO stage, schedule,
 // recomputation, microbatching)? The trainer's validation (runtime::validate, validate_layout in
 // runtime/run_config.h) and the planner's (planner::validate in planner/config.h, so every
@@ -10,8 +10,9 @@
 // without the runtime (DESIGN.md §2), and the rules need the schedule's shape check, which
 // model_config may not include. Its edges: schedule, model_config <- layout <- planner, runtime.
 //
-// What each engine runs today is said once, in support(): when the device engine gains ZeRO,
-// sequence parallelism or zb-h1, that table changes and nothing else.
+// There is one engine (model::Gpt, the pipeline runtime, optim::DistributedOptimizer on any
+// kernels::Backend), so there is one rule book for every device and precision: no layout is
+// refused for where it runs.
 
 #include <optional>
 #include <string_view>
@@ -22,23 +23,6 @@
 #include "weft/schedule/instr.h"
 
 namespace weft::layout {
-
-// The two engines that train today (the planner's number formats map onto them one to one:
-// fp32 is the host engine's, bf16-mixed the device engine's).
-enum class Engine {
-  Host,  // model::Gpt, PipelineRunner, optim::DistributedOptimizer: fp32 on the CPU (--device cpu)
-  Device,  // model::Gpt on a bf16 backend, DeviceTrainer (--device cuda | host-bf16)
-};
-std::string_view engine_name(Engine e);  // "the device engine (bf16: --device cuda, host-bf16)"
-
-// What an engine can run beyond the rules every engine shares (divisibility, schedule shapes).
-struct Support {
-  bool sequence_parallel = true;
-  int max_zero = 3;         // the highest ZeRO stage it shards with
-  bool zb_h1 = true;        // the split-backward schedule
-  bool lone_chunks = true;  // vp > 1 model chunks on a rank of a pipeline of one (pp = 1)
-};
-Support support(Engine e);
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
@@ -53,11 +37,10 @@ struct Layout {
   int seq_len = 0;       // T (0: unknown; the sequence-parallel split of b*T is then not checked)
 };
 
-// Every reason `engine` cannot train `model` under `layout`, together, in the run config's own
-// terms ("n_head=96 is not divisible by tp=5 ...", "parallel.zero=2: the device engine ... keeps
-// whole replicas"), so a planner's reason reads as the key a RUN.toml would set. The world size is
-// not a layout rule (parallel::validate checks tp*pp*dp against it); memory is not either (the
-// planner's verdict and the trainer's launch gate).
-Status validate(const model::GptConfig& model, const Layout& layout, Engine engine);
+// Every reason weft cannot train `model` under `layout`, together, in the run config's own terms
+// ("n_head=96 is not divisible by tp=5 ..."), so a planner's reason reads as the key a RUN.toml
+// would set. The world size is not a layout rule (parallel::validate checks tp*pp*dp against it);
+// memory is not either (the planner's verdict and the trainer's launch gate).
+Status validate(const model::GptConfig& model, const Layout& layout);
 
 }  // namespace weft::layout

@@ -72,11 +72,12 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
     be_.zero(p, n * 4);  // the padding between slices stays 0: whole-buffer sums see 0 there
     return p;
   };
-  if (storage.model_params) params_ = FlatBuffer::view_of(layout_.buffer, take_f32());
+  const bool bf16 = precision_ != Precision::FP32;
+  if (storage.model_params && (storage.master_params || !bf16)) {
+    params_ = FlatBuffer::view_of(layout_.buffer, take_f32());
+  }
   if (storage.model_grads) grads_ = FlatBuffer::view_of(layout_.buffer, take_f32());
-  if (precision_ != Precision::FP32) {
-    WEFT_CHECK(storage.model_params && storage.model_grads,
-               "ZeRO-2/3 (parameters or gradients held by the optimizer) is fp32-only for now");
+  if (bf16 && storage.model_params) {
     read_copy_ = be_.allocate<BF16>(n);
     be_.zero(read_copy_, n * 2);
   }
@@ -143,7 +144,7 @@ void Gpt::get_grads(std::span<float> host) const {
 }
 
 void Gpt::refresh_read_copy(int64_t at, int64_t n) {
-  if (read_copy_ == nullptr) return;
+  if (read_copy_ == nullptr || params_.size() == 0) return;  // the optimizer's master shard rounds
   WEFT_CHECK(at >= 0 && n >= 0 && at + n <= layout_.buffer.total(), "refresh_read_copy [", at, ", ",
              at + n, ")");
   be_.convert(reinterpret_cast<Act*>(read_copy_ + at), params_.data() + at, n);
@@ -151,12 +152,6 @@ void Gpt::refresh_read_copy(int64_t at, int64_t n) {
 
 void Gpt::zero_grad() {
   if (grads_.size() > 0) be_.zero(grads_.data(), grads_.size() * 4);
-}
-
-void Gpt::set_param_hooks(ParamHooks* hooks) {
-  WEFT_CHECK(hooks == nullptr || precision_ == Precision::FP32,
-             "parameter hooks (ZeRO) are fp32-only for now");
-  hooks_ = hooks;
 }
 
 std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
@@ -184,13 +179,13 @@ float* Gpt::grad(const std::string& name) {
 
 void Gpt::gather(int unit) {
   if (hooks_ == nullptr || unit < 0) return;
-  unit_params_[unit] = reinterpret_cast<const Act*>(hooks_->gather(unit));
+  unit_params_[unit] = static_cast<const Act*>(hooks_->gather(unit));
 }
 
 void Gpt::release(int unit) {
   if (hooks_ == nullptr || unit < 0) return;
   hooks_->release(unit);
-  if (params_.size() == 0) unit_params_[unit] = nullptr;
+  if (params_.size() == 0 && read_copy_ == nullptr) unit_params_[unit] = nullptr;
 }
 
 Gpt::LayerActs Gpt::layer_acts(const Blocks& acts, int l) const {

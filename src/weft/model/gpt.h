@@ -41,10 +41,15 @@ namespace weft::model {
 // optim/distributed_optimizer.h).
 struct ParamStorage {
   int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
-  // false: the model allocates no such buffer; its ParamHooks hold every unit's parameters (ZeRO-3)
-  // or gradients (ZeRO-2/3) while in use, and must be installed before the first forward.
+  // false: the model allocates no such buffer; its ParamHooks hold every unit's parameters (ZeRO-3:
+  // the weights the forward reads) or gradients (ZeRO-2/3) while in use, and must be installed
+  // before the first forward.
   bool model_params = true;
   bool model_grads = true;
+  // BF16Mixed: whether the model also keeps the fp32 master weights its bf16 read copy is rounded
+  // from (ZeRO 1-3 keep a shard of them in the optimizer instead). Under FP32 the weights the
+  // forward reads are the master weights: model_params alone decides.
+  bool master_params = true;
   // Whether backward() will defer weight gradients (a zb-h1 schedule): each slot's block for them
   // is then taken at construction (else at the first backward that defers), so a step allocates
   // nothing.
@@ -87,7 +92,7 @@ class Gpt {
 
   // The fp32 master weights and gradients in the backend's memory, in param_layout()'s order
   // (views: host memory on the host backends, device memory on CUDA, where only their addresses
-  // may be used); empty when ParamStorage gave them to the hooks.
+  // may be used); empty when ParamStorage gave them to the optimizer.
   FlatBuffer& params() { return params_; }
   const FlatBuffer& params() const { return params_; }
   FlatBuffer& grads() { return grads_; }
@@ -105,8 +110,8 @@ class Gpt {
   void get_params(std::span<float> host) const;
   void get_grads(std::span<float> host) const;
   void zero_grad();
-  // Told about every use of parameters and gradients from now on (null: nobody). FP32 only.
-  void set_param_hooks(ParamHooks* hooks);
+  // Told about every use of parameters and gradients from now on (null: nobody).
+  void set_param_hooks(ParamHooks* hooks) { hooks_ = hooks; }
 
   // tokens, targets: [B,T] host arrays with B <= max_batch(), T <= max_seq(); a target < 0 is
   // ignored. Every tp rank passes the same batch. Returns the mean loss over the non-ignored

@@ -10,7 +10,6 @@
 #include "weft/core/check.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
-#include "weft/tensor/aligned_buffer.h"
 #include "weft/tensor/zero_shards.h"
 
 namespace weft::model {
@@ -39,17 +38,11 @@ int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
 // are mapped and unmapped per call, so they count only while their reduction is in flight.
 constexpr int64_t kHeapCeiling = int64_t{32} << 20;
 
-// What one pool buffer of `bytes` holds resident (tensor/unit_pool.h: zeroed, on huge pages from
-// 2 MiB on, so whole 2 MiB pages fault in).
-int64_t pool_buffer_bytes(int64_t bytes) {
-  return AlignedBuffer<float>::allocated_bytes(bytes, AlignedBuffer<float>::Pages::Huge);
-}
-
-// From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers that all its chunks
-// share (tensor/unit_pool.h): a unit's full gradients from the first write of a backward pass until
-// their reduction completes, under ZeRO-3 also its gathered parameters from gather to release. The
-// pool keeps every buffer it ever made, so what stays resident is, per buffer size, the most in
-// use at once over the passes.
+// From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers of its backend that
+// all its chunks share (optim/unit_pool.h): a unit's full gradients from the first write of a
+// backward pass until their reduction completes, under ZeRO-3 also its gathered parameters from
+// gather to release. The pool keeps every buffer it ever made, so what stays resident is, per
+// buffer size, the most in use at once over the passes.
 class PoolHeld {
  public:
   void take(int64_t bytes) {
@@ -81,17 +74,21 @@ class PoolHeld {
 // With deferred weight gradients (zb-h1) the backward pass writes only the LayerNorms' gradients
 // (and none of the embedding's) and marks nothing ready; the weight pass then writes the rest and
 // marks every unit ready, last to first (model::Gpt::backward_weights).
+// `read_bytes`: the bytes of a weight as the forward reads it (ZeRO-3's gathered units).
 int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroSharding zero,
-                   bool deferred, std::map<int64_t, int>& heap, PoolHeld& pool) {
+                   bool deferred, int64_t read_bytes, std::map<int64_t, int>& heap,
+                   PoolHeld& pool) {
   const int n = static_cast<int>(layout.units.size());
-  std::vector<int64_t> buffer(n), temporaries(n);
+  std::vector<int64_t> buffer(n), param_buffer(n), temporaries(n);
   int wte = -1, wpe = -1, ln_f = -1;
   std::vector<int> layers;
   for (int u = 0; u < n; ++u) {
     const ParamUnit& unit = layout.units[u];
-    const int64_t bytes =
-        (zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp)) * kFloat;
-    buffer[u] = pool_buffer_bytes(bytes);
+    const int64_t elements =
+        zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp);
+    const int64_t bytes = elements * kFloat;
+    buffer[u] = backend_block_bytes(bytes);
+    param_buffer[u] = backend_block_bytes(elements * read_bytes);
     temporaries[u] = reduction_temporaries(bytes, zero);
     if (unit.name == "wte") {
       wte = u;
@@ -141,8 +138,8 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   const bool pooled_grads = zero.stage >= 2, pooled_params = zero.stage >= 3;
   if (pooled_params) {
     for (const Pass& p : forward) {
-      for (int u : p.gathered) pool.take(buffer[u]);
-      for (int u : p.gathered) pool.give(buffer[u]);
+      for (int u : p.gathered) pool.take(param_buffer[u]);
+      for (int u : p.gathered) pool.give(param_buffer[u]);
     }
   }
   int64_t mapped = 0;
@@ -155,14 +152,14 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   };
   for (const Pass& p : backward) {
     if (pooled_params) {
-      for (int u : p.gathered) pool.take(buffer[u]);
+      for (int u : p.gathered) pool.take(param_buffer[u]);
     }
     for (int u : p.written) {
       if (!written[u] && pooled_grads) pool.take(buffer[u]);
       written[u] = true;
     }
     if (pooled_params) {
-      for (int u : p.gathered) pool.give(buffer[u]);
+      for (int u : p.gathered) pool.give(param_buffer[u]);
     }
     for (int u : p.ready) {
       if (in_flight.size() >= size_t{kZeroBucketsInFlight}) complete_oldest();
@@ -176,32 +173,42 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   return mapped;
 }
 
-// A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h).
-void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding zero) {
-  const int64_t P = layout.buffer.total() * kFloat;
+// A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h), as the
+// model and optim::DistributedOptimizer take them from the backend. FP32 counts the elements (the
+// host's resident pages); BF16Mixed each block as Backend::allocated_bytes() counts it.
+void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding zero,
+                     Precision precision) {
+  const bool bf16 = precision == Precision::BF16Mixed;
+  auto block = [&](int64_t bytes) { return bf16 ? backend_block_bytes(bytes) : bytes; };
+  const int64_t n = layout.buffer.total();
   if (zero.stage == 0) {
-    m.params += P;
-    m.grads += P;
-    m.optimizer += 2 * P;
+    m.params += block(n * kFloat) + (bf16 ? block(n * 2) : 0);  // + the bf16 read copy
+    m.grads += block(n * kFloat);
+    m.optimizer += 2 * block(n * kFloat);  // AdamW's m and v
     return;
   }
   int64_t S = 0, largest_shard = 0;
   for (const ParamUnit& u : layout.units) {
-    const int64_t shard = zero_shard(u.numel(), zero.dp, 0).size() * kFloat;
+    const int64_t shard = zero_shard(u.numel(), zero.dp, 0).size();
     S += shard;
     largest_shard = std::max(largest_shard, shard);
   }
-  m.optimizer += 2 * S;  // m, v
-  if (zero.stage <= 2) {
-    m.params += P;     // the model's copy, whole
-    m.optimizer += S;  // master weights
+  m.optimizer += 2 * block(S * kFloat);  // m, v
+  // The model's weights as the forward reads them, whole: fp32, or bf16 (the master weights are
+  // the shard). ZeRO-3: gathered units are in the pool (run_passes).
+  if (zero.stage <= 2) m.params += block(n * (bf16 ? 2 : kFloat));
+  if (bf16) {
+    m.optimizer += block(S * kFloat) + block(S * 2);  // the master shard and its bf16 copy
+  } else if (zero.stage <= 2) {
+    m.optimizer += S * kFloat;  // master weights
   } else {
-    m.params += S;  // master weights; gathered units are in the pool (run_passes)
+    m.params += S * kFloat;  // master weights
   }
+  m.grads += block(S * kFloat);  // the reduced shard
   if (zero.stage == 1) {
-    m.grads += P + S;  // the model's gradients and the reduced shard
+    m.grads += block(n * kFloat);  // the model's gradients
   } else {
-    m.grads += S + kZeroBucketsInFlight * largest_shard;  // the shard and the receive buffers
+    m.grads += kZeroBucketsInFlight * block(largest_shard * kFloat);  // the receive buffers
   }
 }
 
@@ -244,26 +251,24 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompu
 }
 
 // The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
-// takes them from the backend: activation_layout.h), the AdamW moments and the input gradients
-// kept until sent, as runtime::DeviceTrainer's constructor allocates them.
+// takes them from the backend: activation_layout.h), the optimizer's (ZeRO's shards and its unit
+// pool) and the input gradients kept until sent, as runtime::DeviceTrainer allocates them.
 MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
                                   const std::vector<ChunkMemory>& chunks, int microbatches,
                                   bool pipelined, bool deferred_weight_grads, ZeroSharding zero) {
-  // What the device engine does not run (layout::support(Engine::Device), which refuses these
-  // layouts before anything is priced) has no allocation to predict.
-  WEFT_CHECK(zero.stage == 0, "the device engine's memory: ZeRO-", zero.stage,
-             " requested; the device engine keeps whole replicas (ZeRO 0)");
   const Precision bf16 = Precision::BF16Mixed;
   const int64_t N = int64_t{B} * T, C = cfg.n_embd;
   const int64_t Ns = tp.sequence_parallel && tp.tp > 1 ? N / tp.tp : N;
   MemoryEstimate m;
+  PoolHeld pool;                // ZeRO 2/3: the rank's unit pool, over all its chunks' passes
+  std::map<int64_t, int> heap;  // host MPI temporaries: not the backend's memory
   for (const ChunkMemory& c : chunks) {
-    const int64_t n = gpt_param_layout(cfg, tp.tp, 0, c.stage).buffer.total();
-    m.params += backend_block_bytes(n * kFloat) + backend_block_bytes(n * 2);  // + the bf16 copy
-    m.grads += backend_block_bytes(n * kFloat);
+    const ParamLayout layout =
+        gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
+    add_model_state(m, layout, zero, bf16);
+    run_passes(layout, c.stage, zero, deferred_weight_grads, 2, heap, pool);
     m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, bf16);
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
-    m.optimizer += 2 * backend_block_bytes(n * kFloat);  // AdamW's m and v, laid out like params
     // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
     if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block_bytes(Ns * C * 2);
     if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
@@ -271,6 +276,7 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
           c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
     }
   }
+  m.grads += pool.held();  // ZeRO-3: and the gathered weights
   // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.
   if (pipelined && tp.tp > 1 && !(tp.sequence_parallel)) {
     m.workspace += backend_block_bytes(N / tp.tp * C * 2);
@@ -351,8 +357,9 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   for (const ChunkMemory& c : chunks) {
     const ParamLayout layout =
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
-    add_model_state(m, layout, zero);
-    const int64_t busiest = run_passes(layout, c.stage, zero, deferred_weight_grads, heap, pool);
+    add_model_state(m, layout, zero, Precision::FP32);
+    const int64_t busiest =
+        run_passes(layout, c.stage, zero, deferred_weight_grads, kFloat, heap, pool);
     mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     const Precision fp32 = Precision::FP32;
     m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, fp32);

@@ -24,8 +24,7 @@
 
 namespace weft::model {
 
-// The precision policy of an engine (layout::Engine maps one to one: fp32 is the host engine's,
-// bf16-mixed the device engine's).
+// The precision policy (fp32, or bf16 compute with fp32 master weights).
 using weft::Precision;  // core/dtype.h
 
 // The ZeRO stage and the data-parallel size it shards over.

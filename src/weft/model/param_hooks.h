@@ -8,7 +8,7 @@
 // A unit's memory is addressed by its base: the address of the unit's element ParamUnit::begin,
 // so its slice s sits at base + (offset(s) - begin), as in the model's buffers. The hooks may
 // return the model's buffer (base = buffer + begin) or memory of their own (ZeRO-2/3 keep the
-// units in use in a pool: tensor/unit_pool.h).
+// units in use in a pool: optim/unit_pool.h).
 
 namespace weft::model {
 
@@ -16,8 +16,9 @@ class ParamHooks {
  public:
   virtual ~ParamHooks() = default;
   // Before the unit's parameters are read (forward, recomputation, backward); calls may repeat.
-  // Returns the unit's parameter base, valid until release(unit).
-  virtual const float* gather(int unit) = 0;
+  // Returns the unit's base of the weights the forward reads (the backend's activation type: fp32
+  // under FP32, the bf16 copy under BF16Mixed), valid until release(unit).
+  virtual const void* gather(int unit) = 0;
   // The pass no longer reads the unit's parameters (until its next gather).
   virtual void release(int unit) = 0;
   // Before a pass adds to the unit's gradients (calls may repeat): the unit's gradient base, which

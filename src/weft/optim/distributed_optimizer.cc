@@ -5,7 +5,6 @@
 #include <exception>
 
 #include "weft/core/check.h"
-#include "weft/kernels/kernels.h"
 #include "weft/model/zero_parts.h"
 #include "weft/tensor/zero_shards.h"
 
@@ -20,59 +19,99 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
   model::ParamStorage s;
   s.unit_align = model::zero_unit_align(zero, dp);
-  s.model_grads = zero < 2;  // from ZeRO-2 on a unit's gradients live in pool_ while in use
+  s.master_params = zero < 1;  // from ZeRO-1 on the fp32 master weights are this rank's shard
+  s.model_grads = zero < 2;    // from ZeRO-2 on a unit's gradients live in pool_ while in use
   s.model_params = zero < 3;
   return s;
 }
 
 DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
                                            AdamWConfig cfg, UnitPool* pool)
-    : model_(model), dp_(dp), zero_(zero), pool_(pool) {
+    : model_(model),
+      be_(model.backend()),
+      act_bytes_(model.backend().act_bytes()),
+      dp_(dp),
+      zero_(zero),
+      cfg_(cfg),
+      pool_(pool) {
+  WEFT_CHECK(zero >= 0 && zero <= 3, "ZeRO stage ", zero, " is not 0, 1, 2 or 3");
   if (pool_ == nullptr) {
-    own_pool_ = std::make_unique<UnitPool>();
+    own_pool_ = std::make_unique<UnitPool>(be_);
     pool_ = own_pool_.get();
   }
-  WEFT_CHECK(zero >= 0 && zero <= 3, "ZeRO stage ", zero, " is not 0, 1, 2 or 3");
+  WEFT_CHECK(&pool_->backend() == &be_, "a ZeRO unit pool on another backend than its model's");
   if (dp_ == nullptr) {
     local_dp_ = comm::make_local_communicator("dp");
     dp_ = local_dp_.get();
   }
   const model::ParamLayout& layout = model.param_layout();
-  if (zero_ == 0) {
-    parts_ = model.whole_grads();
-    adam_ = std::make_unique<AdamW>(layout.buffer, layout.weight_decay_flags(), cfg);
-    model.set_param_hooks(this);
-    return;
-  }
   const int n = dp_->size();
-  WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0,
-             "a ZeRO chunk needs the layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
-  int64_t offset = 0, largest = 0;
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    const model::ParamUnit& U = layout.units[u];
-    const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
-    const int64_t next =
-        u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
-    shards_.push_back({own.begin, own.size(), offset});
-    WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
-    offset += own.size();
-    largest = std::max(largest, own.size());
+  std::vector<kernels::Backend::AdamWSegment> segments;
+  // One AdamW segment per run of parts that share the weight-decay decision, across the zero
+  // padding between them (which stays zero: its gradients are zero, so its moments and weights
+  // are too).
+  auto add_segment = [&](float* params, const float* grads, int64_t at, int64_t end, BF16* read,
+                         bool decay) {
+    const float wd = decay ? cfg_.weight_decay : 0.0f;
+    if (!segments.empty()) {
+      kernels::Backend::AdamWSegment& last = segments.back();
+      if (last.weight_decay == wd && last.m + last.n <= m_ + at) {
+        last.n = m_ + end - last.m;
+        return;
+      }
+    }
+    segments.push_back({params + at, grads + at, m_ + at, v_ + at,
+                        read != nullptr ? read + at : nullptr, end - at, wd});
+  };
+  auto take = [&](int64_t elements) {
+    float* p = be_.allocate<float>(elements);
+    be_.zero(p, elements * 4);
+    return p;
+  };
+  if (zero_ == 0) {
+    const int64_t total = layout.buffer.total();
+    m_ = take(total);
+    v_ = take(total);
+    parts_ = model.whole_grads();
+    const auto& slices = layout.buffer.slices();
+    for (size_t i = 0; i < slices.size(); ++i) {
+      add_segment(model.params().data(), model.grads().data(), slices[i].offset,
+                  slices[i].offset + slices[i].numel, model.read_copy(),
+                  layout.init[i].weight_decay);
+    }
+  } else {
+    WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0, "a ZeRO chunk needs the ",
+               "layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
+    int64_t offset = 0, largest = 0;
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      const model::ParamUnit& U = layout.units[u];
+      const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
+      const int64_t next =
+          u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
+      shards_.push_back({own.begin, own.size(), offset});
+      WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
+      offset += own.size();
+      largest = std::max(largest, own.size());
+    }
+    shard_elements_ = offset;
+    master_ = take(offset);
+    grad_shard_ = take(offset);
+    m_ = take(offset);
+    v_ = take(offset);
+    if (act_bytes_ == 2) {
+      master16_ = be_.allocate<BF16>(offset);
+      be_.zero(master16_, offset * 2);
+    }
+    for (const model::OwnedPart& p : model::zero_owned_parts(layout, zero_, n, dp_->rank())) {
+      parts_.push_back({p.slice, grad_shard_ + p.at, p.n});
+      add_segment(master_, grad_shard_, p.at, p.at + p.n, master16_,
+                  layout.init[p.slice].weight_decay);
+    }
+    if (zero_ >= 2) {
+      for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.push_back(take(largest));
+    }
   }
-  std::vector<AdamW::Run> runs;
-  std::vector<int64_t> at;  // each part's offset in the shard buffers
-  for (const model::OwnedPart& p : model::zero_owned_parts(layout, zero_, n, dp_->rank())) {
-    at.push_back(p.at);
-    parts_.push_back({p.slice, nullptr, p.n});
-    part_begin_.push_back(layout.buffer.slices()[p.slice].offset + p.begin);
-    runs.push_back({p.at, p.n, layout.init[p.slice].weight_decay});
-  }
-  master_ = AlignedBuffer<float>(offset);
-  grad_shard_ = AlignedBuffer<float>(offset);
-  for (size_t i = 0; i < parts_.size(); ++i) parts_[i].grad = grad_shard_.data() + at[i];
-  adam_ = std::make_unique<AdamW>(offset, std::move(runs), cfg);
-  if (zero_ >= 2) {
-    for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.emplace_back(largest);
-  }
+  adam_ = be_.plan_adamw(segments);
   grad_slot_.assign(layout.units.size(), nullptr);
   shard_started_.assign(layout.units.size(), false);
   param_slot_.assign(layout.units.size(), nullptr);
@@ -90,27 +129,52 @@ DistributedOptimizer::~DistributedOptimizer() {
   }
 }
 
+void* DistributedOptimizer::model_read(int64_t at) const {
+  void* base = act_bytes_ == 4 ? static_cast<void*>(model_.params().data())
+                               : static_cast<void*>(model_.read_copy());
+  return static_cast<char*>(base) + at * act_bytes_;
+}
+
+const void* DistributedOptimizer::shard_read(int64_t at) const {
+  const void* base =
+      act_bytes_ == 4 ? static_cast<const void*>(master_) : static_cast<const void*>(master16_);
+  return static_cast<const char*>(base) + at * act_bytes_;
+}
+
 void DistributedOptimizer::init(uint64_t seed) {
   if (zero_ == 0) {
     model_.init(seed);
     return;
   }
-  // Only this rank's parts, straight into the master shard (1/dp of the work, and ZeRO 3 never
-  // has the full parameters resident); ZeRO 1/2 then gather the model's copy.
+  // Only this rank's parts, into the master shard (1/dp of the work, and ZeRO 3 never has the
+  // full weights resident); ZeRO 1/2 then gather the model's read weights.
   const model::ParamLayout& layout = model_.param_layout();
+  std::vector<float> host;
   for (const model::OwnedPart& p :
        model::zero_owned_parts(layout, zero_, dp_->size(), dp_->rank())) {
-    model::init_slice(layout, p.slice, seed, p.begin, p.n, master_.data() + p.at);
+    if (be_.host_memory()) {
+      model::init_slice(layout, p.slice, seed, p.begin, p.n, master_ + p.at);
+    } else {
+      host.resize(static_cast<size_t>(p.n));
+      model::init_slice(layout, p.slice, seed, p.begin, p.n, host.data());
+      be_.upload(master_ + p.at, host.data(), p.n * 4);
+    }
+  }
+  if (master16_ != nullptr) {
+    be_.convert(reinterpret_cast<kernels::Act*>(master16_), master_, shard_elements_);
   }
   if (zero_ <= 2) gather_all();
 }
 
-const float* DistributedOptimizer::gather(int u) {
-  if (zero_ < 3) return model_.params().data() + unit(u).begin;
+const void* DistributedOptimizer::gather(int u) {
+  if (zero_ < 3) return model_read(unit(u).begin);
   if (param_slot_[u] == nullptr) {
     const Shard& sh = shards_[u];
-    param_slot_[u] = pool_->acquire(padded(u), /*zeroed=*/false);  // the all-gather writes it all
-    dp_->all_gather(param_slot_[u], master_.data() + sh.offset, sh.size);
+    // The all-gather writes all of it.
+    param_slot_[u] = pool_->acquire(padded(u) * act_bytes_, /*zeroed=*/false);
+    be_.synchronize();
+    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), read_count(sh.size), read_type())
+        .wait();
   }
   return param_slot_[u];
 }
@@ -124,7 +188,9 @@ void DistributedOptimizer::release(int u) {
 float* DistributedOptimizer::grads(int u) {
   if (zero_ < 2) return model_.grads().data() + unit(u).begin;
   // Zeroed, including the padding the reduce-scatter reads past the unit's last element.
-  if (grad_slot_[u] == nullptr) grad_slot_[u] = pool_->acquire(padded(u), /*zeroed=*/true);
+  if (grad_slot_[u] == nullptr) {
+    grad_slot_[u] = static_cast<float*>(pool_->acquire(padded(u) * 4, /*zeroed=*/true));
+  }
   return grad_slot_[u];
 }
 
@@ -137,30 +203,26 @@ void DistributedOptimizer::grads_ready(int u) {
   for (Pending& p : pending_) p.work.test();
   if (pending_.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) complete_oldest();
   float* g = grads(u);
-  const Shard* sh = zero_ > 0 ? &shards_[u] : nullptr;
-  switch (zero_) {
-    case 0:
-      pending_.push_back(
-          {u, -1,
-           dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
-      return;
-    default: {
-      // ZeRO 1's one reduction, and ZeRO 2/3's first of the step: the reduced shard is the step's
-      // gradient so far, straight into place. Later passes arrive in tmp_ and are added.
-      if (zero_ == 1 || !shard_started_[u]) {
-        shard_started_[u] = true;
-        pending_.push_back({u, -1,
-                            dp_->reduce_scatter_async(grad_shard_.data() + sh->offset, g, sh->size,
-                                                      comm::DataType::F32)});
-        return;
-      }
-      const int t = next_tmp_;
-      next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
-      pending_.push_back(
-          {u, t, dp_->reduce_scatter_async(tmp_[t].data(), g, sh->size, comm::DataType::F32)});
-      return;
-    }
+  be_.synchronize();  // the backward's writes of g are complete before the collective reads them
+  if (zero_ == 0) {
+    pending_.push_back(
+        {u, -1,
+         dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
+    return;
   }
+  // ZeRO 1's one reduction, and ZeRO 2/3's first of the step: the reduced shard is the step's
+  // gradient so far, straight into place. Later passes arrive in tmp_ and are added.
+  const Shard& sh = shards_[u];
+  if (zero_ == 1 || !shard_started_[u]) {
+    shard_started_[u] = true;
+    pending_.push_back(
+        {u, -1,
+         dp_->reduce_scatter_async(grad_shard_ + sh.offset, g, sh.size, comm::DataType::F32)});
+    return;
+  }
+  const int t = next_tmp_;
+  next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
+  pending_.push_back({u, t, dp_->reduce_scatter_async(tmp_[t], g, sh.size, comm::DataType::F32)});
 }
 
 // Waits for the oldest reduction in flight. ZeRO 2/3: this microbatch's reduced gradient joins the
@@ -174,9 +236,7 @@ void DistributedOptimizer::complete_oldest() {
   if (zero_ < 2) return;
   if (p.tmp >= 0) {
     const Shard& sh = shards_[p.unit];
-    float* dst = grad_shard_.data() + sh.offset;
-    const float* src = tmp_[p.tmp].data();
-    for (int64_t i = 0; i < sh.size; ++i) dst[i] += src[i];
+    be_.accumulate(grad_shard_ + sh.offset, tmp_[p.tmp], sh.size);
   }
   pool_->release(grad_slot_[p.unit]);
   grad_slot_[p.unit] = nullptr;
@@ -192,20 +252,11 @@ void DistributedOptimizer::backward_done() {
 
 void DistributedOptimizer::finish_reduction() {
   while (!pending_.empty()) complete_oldest();
-  if (dp_->size() == 1) return;
-  // Sums over replicas of their means over m microbatches, made the mean over m * dp.
-  const float inv = 1.0f / static_cast<float>(dp_->size());
-  if (zero_ == 0) {
-    kernels::cpu::scale(model_.grads().data(), inv, model_.grads().size());
-  } else {
-    kernels::cpu::scale(grad_shard_.data(), inv, grad_shard_.size());
-  }
 }
 
 double DistributedOptimizer::time_reductions_alone(int microbatches) {
   if (zero_ == 0 && dp_->size() == 1) return 0;
   const int passes = zero_ >= 2 ? microbatches : 1;
-  std::vector<float> out(tmp_.empty() ? 0 : tmp_[0].size());
   dp_->barrier();
   const auto t0 = std::chrono::steady_clock::now();
   const int units = static_cast<int>(model_.param_layout().units.size());
@@ -215,7 +266,7 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
       if (zero_ == 0) {
         dp_->all_reduce(g, unit(u).numel());
       } else {
-        dp_->reduce_scatter(zero_ == 1 ? grad_shard_.data() + shards_[u].offset : out.data(), g,
+        dp_->reduce_scatter(zero_ == 1 ? grad_shard_ + shards_[u].offset : tmp_[0], g,
                             shards_[u].size);
       }
       if (zero_ >= 2) {
@@ -228,6 +279,7 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
 }
 
 void DistributedOptimizer::gather_all() {
+  be_.synchronize();              // AdamW's writes of the shard are complete
   std::vector<comm::Work> works;  // a bounded number in flight, as the reductions
   for (size_t u = 0; u < shards_.size(); ++u) {
     if (works.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) {
@@ -235,34 +287,54 @@ void DistributedOptimizer::gather_all() {
       works.erase(works.begin());
     }
     const Shard& sh = shards_[u];
-    works.push_back(dp_->all_gather_async(model_.params().data() + unit(static_cast<int>(u)).begin,
-                                          master_.data() + sh.offset, sh.size,
-                                          comm::DataType::F32));
+    works.push_back(dp_->all_gather_async(model_read(unit(static_cast<int>(u)).begin),
+                                          shard_read(sh.offset), read_count(sh.size), read_type()));
   }
   for (auto& w : works) w.wait();
 }
 
-void DistributedOptimizer::step(float lr) {
-  if (zero_ == 0) {
-    adam_->step(model_.params(), model_.grads(), lr);
-    return;
-  }
-  adam_->step(master_.data(), grad_shard_.data(), lr);
-  if (zero_ <= 2) gather_all();
+void DistributedOptimizer::step(float lr, float grad_scale) {
+  ++t_;
+  adam_->step(lr, cfg_.beta1, cfg_.beta2, cfg_.eps, t_, grad_scale);
+  if (zero_ == 1 || zero_ == 2) gather_all();
   // Accumulated afresh over the next step's microbatches: each unit's first reduction overwrites
   // its range of the shard.
   if (zero_ >= 2) shard_started_.assign(shard_started_.size(), false);
 }
 
-DistributedOptimizer::StateView DistributedOptimizer::state() {
-  if (zero_ == 0) return {model_.params().data(), adam_->m().data(), adam_->v().data()};
-  return {master_.data(), adam_->m().data(), adam_->v().data()};
+DistributedOptimizer::StateView DistributedOptimizer::state() { return {state_group(0), m_, v_}; }
+
+float* DistributedOptimizer::state_group(int group) {
+  WEFT_CHECK(group >= 0 && group < 3, "state group ", group, " is not 0, 1 or 2");
+  if (group == 1) return m_;
+  if (group == 2) return v_;
+  return zero_ == 0 ? model_.params().data() : master_;
+}
+
+void DistributedOptimizer::read_state(int group, int64_t at, int64_t n, float* out) {
+  const int64_t size = zero_ == 0 ? model_.param_layout().buffer.total() : shard_elements_;
+  WEFT_CHECK(at >= 0 && n >= 0 && at + n <= size, "read_state: group ", group, " elements [", at,
+             ", ", at + n, ") of ", size);
+  be_.download(out, state_group(group) + at, n * 4);
+}
+
+void DistributedOptimizer::write_state(int group, int64_t at, int64_t n, const float* in) {
+  const int64_t size = zero_ == 0 ? model_.param_layout().buffer.total() : shard_elements_;
+  WEFT_CHECK(at >= 0 && n >= 0 && at + n <= size, "write_state: group ", group, " elements [", at,
+             ", ", at + n, ") of ", size);
+  be_.upload(state_group(group) + at, in, n * 4);
 }
 
 void DistributedOptimizer::state_loaded(int step_count) {
-  adam_->set_step_count(step_count);
+  t_ = step_count;
+  // The bf16 copies of what was loaded (BF16Mixed).
+  if (zero_ == 0) {
+    model_.refresh_read_copy(0, model_.param_layout().buffer.total());
+  } else if (master16_ != nullptr) {
+    be_.convert(reinterpret_cast<kernels::Act*>(master16_), master_, shard_elements_);
+  }
   if (zero_ == 1 || zero_ == 2) {
-    gather_all();  // the model's parameters from every rank's master shard
+    gather_all();  // the model's read weights from every rank's master shard
   } else if (zero_ == 3) {
     for (int u = 0; u < static_cast<int>(param_slot_.size()); ++u) release(u);  // gathered anew
   }

@@ -23,10 +23,19 @@
 // Shards are per unit: rank r holds the r-th of dp equal aligned ranges of every unit
 // (tensor/zero_shards.h). From ZeRO-2 on the model has no gradient buffer (from ZeRO-3 on no
 // parameter buffer) of its own (model::ParamStorage): the units in use live in a pool of
-// unit-sized buffers (tensor/unit_pool.h), each the unit's range padded to dp shards, where the
-// collectives run in place; the model finds them through ParamHooks. Gradients are averaged over
-// dp before the norm. With dp = 1 (or no dp group) every stage degenerates to the plain optimizer
-// with extra copies.
+// unit-sized buffers (unit_pool.h), each the unit's range padded to dp shards, where the
+// collectives run in place; the model finds them through ParamHooks. The replicas' gradients are
+// summed (the forward's loss scale is 1/(m * dp): the mean over every replica's microbatches).
+// With dp = 1 (or no dp group) every stage degenerates to the plain optimizer with extra copies.
+//
+// Every buffer is the model's backend's (kernels/backend.h), and so is every operation on one:
+// zeroing, the sum of a shard's microbatches (Backend::accumulate), AdamW (one Backend::AdamW plan
+// over the parts), so the one optimizer runs on host fp32, host bf16 and CUDA. Under BF16Mixed
+// the forward reads a bf16 copy of the weights: ZeRO 0 keeps the model's (AdamW writes it), ZeRO
+// 1-3 a bf16 copy of the master shard, which is what is all-gathered (half the bytes of fp32, as
+// Megatron-LM's distributed optimizer gathers its bf16 parameters) into the model's read copy
+// (ZeRO 1/2) or a pool buffer (ZeRO 3). The collectives run on `dp`, which must reach the
+// backend's memory (comm/cuda for a GPU); the backend is synchronized before each is started.
 
 #include <cstdint>
 #include <memory>
@@ -34,10 +43,11 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/core/dtype.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
-#include "weft/tensor/aligned_buffer.h"
-#include "weft/tensor/unit_pool.h"
+#include "weft/optim/unit_pool.h"
 
 namespace weft::optim {
 
@@ -45,11 +55,13 @@ class DistributedOptimizer final : public model::ParamHooks {
  public:
   // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to
   // dp * 16 elements (so every unit's padded range fits before the next unit, and shards are
-  // aligned); from ZeRO-2 on the gradients, from ZeRO-3 on also the parameters, held here.
+  // aligned); from ZeRO-1 on the fp32 master weights (bf16: the model keeps its read copy only),
+  // from ZeRO-2 on the gradients, from ZeRO-3 on also the weights the forward reads, held here.
   static model::ParamStorage storage(int zero, int dp);
 
-  // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica).
-  // Installs itself as the model's ParamHooks. `pool` (which must outlive it) may be shared by the
+  // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica), else
+  // the replicas' group on the model's backend's memory. Installs itself as the model's
+  // ParamHooks. `pool` (on the model's backend; it must outlive the optimizer) may be shared by the
   // optimizers of one rank's chunks, whose passes never overlap (ZeRO 2/3 complete every reduction
   // at the end of each pass); null: its own.
   DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero, AdamWConfig cfg = {},
@@ -59,6 +71,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   int zero() const { return zero_; }
+  int dp_size() const { return dp_->size(); }
   // Initializes the parameters: ZeRO 0 the whole chunk; ZeRO 1-3 only this rank's parts, into the
   // master shard (ZeRO 1/2 then all-gather the model's copy).
   void init(uint64_t seed);
@@ -67,24 +80,26 @@ class DistributedOptimizer final : public model::ParamHooks {
   void set_final_pass(bool final_pass) { final_pass_ = final_pass; }
 
   // model::ParamHooks
-  const float* gather(int unit) override;
+  const void* gather(int unit) override;
   void release(int unit) override;
   float* grads(int unit) override;
   void grads_ready(int unit) override;
   void backward_done() override;
 
-  // After the step's last pass: waits for every reduction and averages the gradients over dp.
+  // After the step's last pass: waits for every reduction.
   void finish_reduction();
-  // The gradients the rest of the step works on: whole slices (ZeRO 0) or this rank's shard.
+  // The gradients the rest of the step works on, in the backend's memory: whole slices (ZeRO 0)
+  // or this rank's shard.
   std::span<const model::GradPart> grad_parts() const { return parts_; }
-  // The group over which grad_parts() partition the gradients (null: they are whole).
-  comm::Communicator* shard_group() const { return zero_ > 0 ? dp_ : nullptr; }
-  // AdamW on grad_parts(); then ZeRO 1 and 2 all-gather the updated parameters.
-  void step(float lr);
+  // Whether grad_parts() are this rank's shard, which the replicas' norms must be summed over.
+  bool sharded() const { return zero_ > 0 && dp_->size() > 1; }
+  // AdamW on grad_parts(), each gradient multiplied by `grad_scale` first (the clipping factor);
+  // then ZeRO 1 and 2 all-gather the updated weights.
+  void step(float lr, float grad_scale = 1.0f);
 
-  int step_count() const { return adam_->step_count(); }
-  const AdamW& adamw() const { return *adam_; }
-  AdamW& adamw() { return *adam_; }
+  int step_count() const { return t_; }
+  const AdamWConfig& config() const { return cfg_; }
+  kernels::Backend& backend() const { return be_; }
 
   // Seconds this rank has spent blocked waiting for gradient reductions since the last reset: the
   // part of their time backward did not hide.
@@ -95,18 +110,22 @@ class DistributedOptimizer final : public model::ParamHooks {
   // gradients; for benchmarks, between steps.
   double time_reductions_alone(int microbatches);
 
-  // Checkpoints. The chunk's training state this rank holds, at the offsets OwnedPart::at of
-  // model::zero_owned_parts(layout, zero(), dp size, dp rank): the parameters (from ZeRO 1 on,
-  // the fp32 master shard) and AdamW's moments. ZeRO 0: the chunk's whole buffers.
+  // Checkpoints. The chunk's training state this rank holds, in the backend's memory, at the
+  // offsets OwnedPart::at of model::zero_owned_parts(layout, zero(), dp size, dp rank): group 0
+  // the fp32 parameters (from ZeRO 1 on the master shard), 1 and 2 AdamW's moments. ZeRO 0: the
+  // chunk's whole buffers. state(): where (host memory only where Backend::host_memory()).
   struct StateView {
     float* params;
     float* m;
     float* v;
   };
   StateView state();
-  // After a checkpoint was loaded into state(), on every dp rank: sets the step count and
-  // rebuilds the model's parameters from the shards (ZeRO 1/2: an all-gather; ZeRO 3: dropped,
-  // gathered when used).
+  // Elements [at, at + n) of a group, to or from host memory (through the backend's copies).
+  void read_state(int group, int64_t at, int64_t n, float* out);
+  void write_state(int group, int64_t at, int64_t n, const float* in);
+  // After a checkpoint was loaded into the state, on every dp rank: sets the step count, rounds
+  // the weights' bf16 copy (BF16Mixed) and rebuilds the model's weights from the shards (ZeRO 1/2:
+  // an all-gather; ZeRO 3: dropped, gathered when used).
   void state_loaded(int step_count);
 
  private:
@@ -121,27 +140,49 @@ class DistributedOptimizer final : public model::ParamHooks {
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
   // A unit's range padded to dp equal shards: what its collectives read or write.
   int64_t padded(int u) const { return shards_[u].size * dp_->size(); }
+  // The weights the forward reads (fp32 under FP32, bf16 under BF16Mixed) go to a communicator as
+  // F32 elements or as bytes.
+  comm::DataType read_type() const {
+    return act_bytes_ == 4 ? comm::DataType::F32 : comm::DataType::U8;
+  }
+  int64_t read_count(int64_t elements) const { return act_bytes_ == 4 ? elements : elements * 2; }
+  // Element `at` of the model's read weights (ZeRO 0-2) and of the read shard (ZeRO 1-3).
+  void* model_read(int64_t at) const;
+  const void* shard_read(int64_t at) const;
+  float* state_group(int group);
   void complete_oldest();
   void gather_all();
 
   model::Gpt& model_;
+  kernels::Backend& be_;
+  int64_t act_bytes_ = 4;
   std::unique_ptr<comm::Communicator> local_dp_;  // stands in when there is no dp group
   comm::Communicator* dp_ = nullptr;
   int zero_ = 0;
+  AdamWConfig cfg_;
   bool final_pass_ = true;
   std::vector<Shard> shards_;
   std::vector<model::GradPart> parts_;
-  std::vector<int64_t> part_begin_;  // ZeRO >= 1: each part's first element in the model's layout
-  std::unique_ptr<AdamW> adam_;
-  AlignedBuffer<float> master_, grad_shard_;  // ZeRO >= 1
-  std::vector<AlignedBuffer<float>> tmp_;     // ZeRO >= 2: reduce-scatter outputs in flight
+  // AdamW: the moments (laid out like the parameters, ZeRO 0, or like the shard), the plan over
+  // the parts, the step count.
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  std::unique_ptr<kernels::Backend::AdamW> adam_;
+  int t_ = 0;
+  // ZeRO >= 1: the master shard, its bf16 copy (BF16Mixed), the reduced gradient shard.
+  float* master_ = nullptr;
+  BF16* master16_ = nullptr;
+  float* grad_shard_ = nullptr;
+  int64_t shard_elements_ = 0;
+  std::vector<float*> tmp_;  // ZeRO >= 2: reduce-scatter outputs in flight
   int next_tmp_ = 0;
   std::vector<Pending> pending_;  // oldest first, at most model::kZeroBucketsInFlight
   // ZeRO 2/3: the units in use, in pool_: their full gradients from the first write of a pass until
-  // reduced (grad_slot_), ZeRO 3 their parameters from gather to release (param_slot_).
+  // reduced (grad_slot_), ZeRO 3 their read weights from gather to release (param_slot_).
   std::unique_ptr<UnitPool> own_pool_;
   UnitPool* pool_;
-  std::vector<float*> grad_slot_, param_slot_;
+  std::vector<float*> grad_slot_;
+  std::vector<void*> param_slot_;
   // ZeRO 1-3: whether a unit's gradient shard has received this step's first reduction (which
   // goes straight into it; from ZeRO 2 on later ones arrive in tmp_ and are added).
   std::vector<bool> shard_started_;

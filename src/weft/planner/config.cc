@@ -141,10 +141,6 @@ Status validate(const Job& job) {
   return s;
 }
 
-layout::Engine engine_of(Precision p) {
-  return p == Precision::FP32 ? layout::Engine::Host : layout::Engine::Device;
-}
-
 layout::Layout to_layout(const ParallelConfig& c, const Job& job) {
   return {.tp = c.tp,
           .pp = c.pp,
@@ -160,9 +156,8 @@ layout::Layout to_layout(const ParallelConfig& c, const Job& job) {
 }
 
 Status validate(const ParallelConfig& c, const Job& job) {
-  // The trainer's rules for the engine this precision trains on (layout/validate.h): nothing the
-  // planner ranks is refused by `weft train`.
-  Status s = layout::validate(job.model, to_layout(c, job), engine_of(job.precision));
+  // The trainer's rules (layout/validate.h): nothing the planner ranks is refused by `weft train`.
+  Status s = layout::validate(job.model, to_layout(c, job));
   // The world: the trainer's process-grid check (parallel::validate), once the sizes are sane.
   if (c.tp >= 1 && c.pp >= 1 && c.dp >= 1)
     s.merge(parallel::validate({c.tp, c.pp, c.dp}, job.world));

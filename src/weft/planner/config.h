@@ -65,17 +65,12 @@ std::string short_name(const ParallelConfig& c);
 
 Status validate(const Job& job);
 
-// The engine a precision trains on (layout/validate.h): fp32 is the host engine's (--device cpu),
-// bf16-mixed the device engine's (--device cuda; host-bf16 emulates it). The planner applies that
-// engine's rules, so on a GPU cluster it never ranks a layout `weft train --device cuda` refuses.
-layout::Engine engine_of(Precision p);
 layout::Layout to_layout(const ParallelConfig& c, const Job& job);
 
 // Every reason this configuration cannot run the job at all, independent of memory: the trainer's
-// own layout rules for the precision's engine (layout::validate: divisibility, schedule shape,
-// what the engine supports, "n_head=96 is not divisible by tp=5 ...", "parallel.zero=2: the
-// device engine ...") and tp*pp*dp against the world. Memory is the planner's verdict, not a
-// validation error.
+// own layout rules (layout::validate, the same for every device and precision: divisibility,
+// schedule shape, "n_head=96 is not divisible by tp=5 ...") and tp*pp*dp against the world. Memory
+// is the planner's verdict, not a validation error.
 Status validate(const ParallelConfig& c, const Job& job);
 
 }  // namespace weft::planner

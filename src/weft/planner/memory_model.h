@@ -21,7 +21,7 @@ struct MemoryBreakdown {
   double total() const { return weights + grads + optimizer + activations + buffers; }
 };
 
-// The memory model's policy for a number format (one to one, as layout::Engine).
+// The memory model's policy for a number format.
 model::Precision model_precision(Precision p);
 
 // The device that needs the most: the largest weft_rank_memory over the pipeline ranks, with

@@ -1,14 +1,13 @@
 #pragma once
 // The device trainer: the one pipeline runtime (pipeline_stages.h) over model::Gpt chunks on a
-// kernels::Backend (the GPU, or its host emulation; bf16 mixed precision), their AdamW moments in
-// fp32 on the backend, and the end of a step: the gradients averaged over the data-parallel
-// replicas (ZeRO 0, one all-reduce per chunk), the tied embedding's two copies summed, the global
-// gradient norm by the one rule (train_step.h), and one AdamW launch over every tensor that also
-// writes the bf16 weight copy the next forward reads. Same initialization, loss, clipping, AdamW
-// and skip rule as the host trainer (pipeline_runner.h), in mixed precision. Trainer (trainer.h)
-// runs it for `weft train --device` (engine.h), its checkpoints streamed from the backend's
-// memory through a bounded host buffer (download_state/upload_state of a range), in the format of
-// the host trainer's, so they load anywhere.
+// kernels::Backend (the GPU, or its host emulation; bf16 mixed precision), each chunk with its
+// replica's optim::DistributedOptimizer (ZeRO 0-3, reductions overlapping the backward), and the
+// one end of a step (finish_step: the tied embedding's copies summed, the norm by the one rule,
+// clip, skip, AdamW in one launch per chunk that also writes the bf16 weights the next forward
+// reads). The same initialization, loss, clipping, AdamW and skip rule as the host trainer
+// (pipeline_runner.h), in mixed precision. Trainer (trainer.h) runs it for `weft train --device`
+// (engine.h); checkpoints stream the optimizers' state from the backend's memory through a bounded
+// host buffer, in the format of the host trainer's, so they load anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
@@ -26,6 +25,7 @@
 #include "weft/model/gpt.h"
 #include "weft/model/memory.h"
 #include "weft/optim/adamw.h"
+#include "weft/optim/distributed_optimizer.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_stages.h"
 #include "weft/runtime/train_step.h"
@@ -40,6 +40,7 @@ struct DeviceParallel {
   int pp = 1, pp_rank = 0;
   int vp = 1;  // model chunks per pipeline rank (interleaved; needs pp > 1)
   schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b, interleaved or zb-h1
+  int zero = 0;  // ZeRO stage over the replicas (optim/distributed_optimizer.h)
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
   comm::Communicator* pp_group = nullptr;
   comm::Communicator* dp_group = nullptr;
@@ -93,8 +94,8 @@ class DeviceTrainer : public PipelineStages {
   int num_chunks() const { return PipelineStages::num_chunks(); }
   model::Gpt& model(int j = 0) { return *chunks()[j]; }
   const model::Gpt& model(int j = 0) const { return *chunks()[j]; }
-  int step_count() const { return t_; }
-  // GPT-2 initialization of every chunk (model::Gpt::init).
+  int step_count() const { return opts_.front()->step_count(); }
+  // GPT-2 initialization of every chunk (ZeRO 1-3: each rank its shards).
   void init(uint64_t seed);
 
   // tokens/targets: this replica's `microbatches` consecutive [B,T] blocks (host memory; every
@@ -102,30 +103,23 @@ class DeviceTrainer : public PipelineStages {
   // before clipping, on every rank; a non-finite loss or norm skips the update.
   StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
 
-  // Checkpoints read the state where it is (runtime/checkpointing.h), a bounded window at a time:
-  // elements [at, at + n) of chunk j's group 0 (the fp32 master weights), 1 (AdamW's m) or 2 (its
-  // v), in param_layout()'s order, to or from host memory. Uploading weights also refreshes their
-  // bf16 copy, the one the forward reads.
-  void download_state(int j, int group, int64_t at, int64_t n, float* out) const;
-  void upload_state(int j, int group, int64_t at, int64_t n, const float* in);
-  void set_step_count(int step_count) { t_ = step_count; }
-  // The whole chunk (buffer.total() elements each); upload also sets the step count (the same for
-  // every chunk).
+  // Each chunk's optimizer: its state (master weights, moments; checkpoints read it where it is).
+  std::span<optim::DistributedOptimizer* const> optimizers() const { return opts_; }
+  // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
+  // also sets the step count and rounds the weights' bf16 copy.
   void download_state(int j, float* params, float* m, float* v) const;
   void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 
  private:
-  // The end of a step (PipelineStages::finish): the replicas' all-reduce (ZeRO 0), the tied
-  // embedding's two copies summed, the norm, one AdamW launch.
+  void before_weight_pass(int j, bool final) override;
   StepStats finish(float loss) override;
 
-  kernels::Backend& backend_;
-  optim::AdamWConfig adamw_;
   DeviceParallel par_;
-  // Per chunk: AdamW's moments, fp32, laid out like the parameters.
-  std::vector<float*> m_, v_;
-  std::unique_ptr<kernels::Backend::AdamW> plan_;  // every chunk's tensors, one launch
-  int t_ = 0;
+  ModelGroups groups_;
+  // ZeRO 2/3: the units in use of all chunks (before the optimizers: outlives them).
+  std::unique_ptr<optim::UnitPool> unit_pool_;
+  std::vector<std::unique_ptr<optim::DistributedOptimizer>> owned_opts_;
+  std::vector<optim::DistributedOptimizer*> opts_;
   // the step in progress
   float lr_ = 0;
   double clip_ = 0;

@@ -95,37 +95,55 @@ class EngineOver : public Engine {
   virtual Runner& runner() = 0;
 };
 
-// The CPU engine's state: its DistributedOptimizers' buffers
-// (optim::DistributedOptimizer::state()), in host memory, read and written in place.
-class HostState final : public RankState {
+// A rank's training state: its chunks' optim::DistributedOptimizer buffers
+// (DistributedOptimizer::state()), in its backend's memory: read and written in place where that
+// is host memory, else streamed a window at a time through a host buffer of `staging_bytes`,
+// allocated at the first checkpoint (a run that never saves never holds it). No host copy of the
+// model state exists either way.
+class OptimizerState final : public RankState {
  public:
-  HostState(const PipelineRunner& runner, const RunConfig::Parallel& p, int dp_rank)
-      : runner_(runner), zero_(p.zero), dp_(p.dp), dp_rank_(dp_rank) {}
-  int num_chunks() const override { return static_cast<int>(runner_.chunks().size()); }
+  OptimizerState(std::span<model::Gpt* const> chunks,
+                 std::span<optim::DistributedOptimizer* const> opts, const RunConfig::Parallel& p,
+                 int dp_rank, int64_t staging_bytes)
+      : chunks_(chunks),
+        opts_(opts),
+        zero_(p.zero),
+        dp_(p.dp),
+        dp_rank_(dp_rank),
+        staging_floats_(std::max<int64_t>(staging_bytes / int64_t{sizeof(float)}, 1)) {}
+  int num_chunks() const override { return static_cast<int>(chunks_.size()); }
   checkpoint::ChunkPlace place(int j) const override {
-    const model::Gpt& g = *runner_.chunks()[j];
+    const model::Gpt& g = *chunks_[j];
     return {&g.param_layout(), g.stage(), zero_, dp_, dp_rank_};
   }
   float* host_buffer(int j, int group) override {
-    const optim::DistributedOptimizer::StateView s = runner_.optimizers()[j]->state();
+    if (!opts_[j]->backend().host_memory()) return nullptr;
+    const optim::DistributedOptimizer::StateView s = opts_[j]->state();
     return group == 0 ? s.params : group == 1 ? s.m : s.v;
   }
   void read(int j, int group, int64_t at, int64_t n, float* out) override {
-    std::copy_n(host_buffer(j, group) + at, n, out);
+    opts_[j]->read_state(group, at, n, out);
   }
   void write(int j, int group, int64_t at, int64_t n, const float* in) override {
-    std::copy_n(in, n, host_buffer(j, group) + at);
+    opts_[j]->write_state(group, at, n, in);
   }
-  std::span<float> staging() override { return {}; }
-  int step_count() const override { return runner_.optimizers()[0]->step_count(); }
-  optim::AdamWConfig adamw() const override { return runner_.optimizers()[0]->adamw().config(); }
+  std::span<float> staging() override {
+    if (opts_[0]->backend().host_memory()) return {};
+    if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
+    return staging_;
+  }
+  int step_count() const override { return opts_[0]->step_count(); }
+  optim::AdamWConfig adamw() const override { return opts_[0]->config(); }
   void loaded(int step_count) override {
-    for (optim::DistributedOptimizer* opt : runner_.optimizers()) opt->state_loaded(step_count);
+    for (optim::DistributedOptimizer* opt : opts_) opt->state_loaded(step_count);
   }
 
  private:
-  const PipelineRunner& runner_;
+  std::span<model::Gpt* const> chunks_;
+  std::span<optim::DistributedOptimizer* const> opts_;
   int zero_, dp_, dp_rank_;
+  int64_t staging_floats_;
+  std::vector<float> staging_;
 };
 
 // The CPU kernels in fp32: PipelineRunner, its DistributedOptimizers (ZeRO 0-3) and finish_step.
@@ -138,7 +156,7 @@ class HostEngine final : public EngineOver<PipelineRunner> {
         world_(world),
         rss_before_(rss_before),
         runner_(std::move(runner)),
-        state_(*runner_, cfg_.parallel, me.dp) {}
+        state_(runner_->chunks(), runner_->optimizers(), cfg_.parallel, me.dp, 0) {}
 
   // "tp=2 pp=1 dp=1 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
   std::string describe() const override {
@@ -185,51 +203,11 @@ class HostEngine final : public EngineOver<PipelineRunner> {
   int64_t rss_before_ = 0;
   int64_t peak_before_ceilings_ = 0;
   std::unique_ptr<PipelineRunner> runner_;
-  HostState state_;
-};
-
-// A device engine's state: DeviceTrainer's master weights and moments in the backend's memory
-// (ZeRO 0: every chunk's whole buffers), streamed a window at a time through a host buffer of
-// EngineDevice::staging_bytes.
-class DeviceState final : public RankState {
- public:
-  DeviceState(DeviceTrainer& trainer, const RunConfig& cfg, int dp_rank, int64_t staging_bytes)
-      : trainer_(trainer),
-        dp_(cfg.parallel.dp),
-        dp_rank_(dp_rank),
-        staging_floats_(std::max<int64_t>(staging_bytes / int64_t{sizeof(float)}, 1)),
-        adamw_(adamw_config(cfg)) {}
-  int num_chunks() const override { return trainer_.num_chunks(); }
-  checkpoint::ChunkPlace place(int j) const override {
-    const model::Gpt& g = trainer_.model(j);
-    return {&g.param_layout(), g.stage(), 0, dp_, dp_rank_};
-  }
-  float* host_buffer(int, int) override { return nullptr; }
-  void read(int j, int group, int64_t at, int64_t n, float* out) override {
-    trainer_.download_state(j, group, at, n, out);
-  }
-  void write(int j, int group, int64_t at, int64_t n, const float* in) override {
-    trainer_.upload_state(j, group, at, n, in);
-  }
-  // Allocated at the first checkpoint (a run that never saves never holds it), then kept.
-  std::span<float> staging() override {
-    if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
-    return staging_;
-  }
-  int step_count() const override { return trainer_.step_count(); }
-  optim::AdamWConfig adamw() const override { return adamw_; }
-  void loaded(int step_count) override { trainer_.set_step_count(step_count); }
-
- private:
-  DeviceTrainer& trainer_;
-  int dp_, dp_rank_;
-  int64_t staging_floats_;
-  std::vector<float> staging_;
-  optim::AdamWConfig adamw_;
+  OptimizerState state_;
 };
 
 // A kernels::Backend in bf16 mixed precision: DeviceTrainer. Its checkpoints stream the state
-// out of the backend's memory (DeviceState); no host copy of the model state exists.
+// out of the backend's memory (OptimizerState); no host copy of the model state exists.
 class DeviceEngine final : public EngineOver<DeviceTrainer> {
  public:
   DeviceEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
@@ -246,10 +224,12 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
     DeviceParallel dp = device_parallel(groups, par.tp, par.pp, par.dp, me.pp, par.vp,
                                         schedule::parse_kind(par.schedule).value(), data_group);
     dp.sequence_parallel = par.sequence_parallel;
+    dp.zero = par.zero;
     predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
     trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
                                                cfg.recompute());
-    state_ = std::make_unique<DeviceState>(*trainer_, cfg, me.dp, device.staging_bytes);
+    state_ = std::make_unique<OptimizerState>(trainer_->chunks(), trainer_->optimizers(),
+                                              cfg.parallel, me.dp, device.staging_bytes);
   }
 
   // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
@@ -281,7 +261,7 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
   // Before the trainer: its groups outlive the trainer's sends in flight.
   std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
   std::unique_ptr<DeviceTrainer> trainer_;
-  std::unique_ptr<DeviceState> state_;
+  std::unique_ptr<OptimizerState> state_;
   int64_t predicted_bytes_ = 0;
 };
 
@@ -302,11 +282,6 @@ double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
           .rate();
   cache[key] = rate;
   return rate;
-}
-
-Status validate_engine_layout(const RunConfig& cfg, const EngineDevice& device) {
-  return validate_layout(cfg,
-                         device.backend != nullptr ? layout::Engine::Device : layout::Engine::Host);
 }
 
 Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,

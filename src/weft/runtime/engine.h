@@ -68,11 +68,7 @@ struct EngineDevice {
   int64_t staging_bytes = int64_t{16} << 20;
 };
 
-// Whether the engine `device` selects runs cfg's layout (layout/validate.h, the rules the planner
-// applies too): the same verdict on every rank, before anything is allocated or written.
-Status validate_engine_layout(const RunConfig& cfg, const EngineDevice& device);
-
-// This rank's engine for `cfg` (validated, with validate_layout for the engine `device` selects):
+// This rank's engine for `cfg` (validated: run_config.h):
 // `groups` are the job's process groups (empty for one process; they must outlive the engine),
 // `world` the job's ranks (null: one process). The kernel thread count is set before.
 Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,

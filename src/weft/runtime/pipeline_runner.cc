@@ -9,7 +9,7 @@
 namespace weft::runtime {
 
 namespace {
-PipelineWiring wiring_of(const PipelineOptions& o, int microbatches) {
+PipelineWiring wiring_of(const PipelineOptions& o) {
   PipelineWiring w;
   w.B = o.B;
   w.T = o.T;
@@ -18,24 +18,25 @@ PipelineWiring wiring_of(const PipelineOptions& o, int microbatches) {
   w.boundary = o.pp;  // host memory: the host groups carry the boundaries
   w.pp = o.pp;
   w.dp = o.dp;
-  // Each replica's mean over its microbatches; DistributedOptimizer averages over the replicas.
-  w.loss_scale = 1.0f / static_cast<float>(microbatches);
   return w;
 }
 }  // namespace
 
 PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                PipelineOptions options)
-    : PipelineStages(cfg, schedule, wiring_of(options, schedule.shape.microbatches)), o_(options) {
+    : PipelineStages(cfg, schedule, wiring_of(options)),
+      o_(options),
+      unit_pool_(std::make_unique<optim::UnitPool>(backend())) {
+  o_.groups.replicas = o_.dp;
   for (int j = 0; j < num_chunks(); ++j) {
     model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
     storage.deferred_weight_grads = schedule.kind == schedule::Kind::ZeroBubbleH1;
     auto model = std::make_unique<model::Gpt>(
         cfg, o_.B, o_.T, o_.recompute, o_.tp,
         model::pipeline_stage(cfg, stage_of_chunk(j), schedule.shape.num_stages()),
-        slots_of_chunk(j), storage);
-    owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(*model, o_.dp, o_.zero,
-                                                                        o_.adamw, &unit_pool_));
+        slots_of_chunk(j), storage, &backend());
+    owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(
+        *model, o_.dp, o_.zero, o_.adamw, unit_pool_.get()));
     opts_.push_back(owned_opts_.back().get());
     add_chunk(std::move(model));
   }

@@ -66,7 +66,8 @@ class PipelineRunner : public PipelineStages {
   StepStats finish(float loss) override;
 
   PipelineOptions o_;
-  UnitPool unit_pool_;  // ZeRO 2/3: the units in use of all chunks (before them: outlives them)
+  // ZeRO 2/3: the units in use of all chunks (before them: outlives them)
+  std::unique_ptr<optim::UnitPool> unit_pool_;
   std::vector<std::unique_ptr<optim::DistributedOptimizer>> owned_opts_;
   std::vector<optim::DistributedOptimizer*> opts_;
   // the step in progress

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "weft/core/check.h"
+#include "weft/kernels/backend.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
@@ -32,7 +33,12 @@ const kernels::Act* offset(const kernels::Act* p, int64_t bytes) {
 
 PipelineStages::PipelineStages(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                PipelineWiring wiring)
-    : cfg_(cfg), schedule_(schedule), wiring_(wiring) {
+    : own_backend_(wiring.backend == nullptr ? kernels::make_host_backend(Precision::FP32)
+                                             : nullptr),
+      backend_(wiring.backend != nullptr ? *wiring.backend : *own_backend_),
+      cfg_(cfg),
+      schedule_(schedule),
+      wiring_(wiring) {
   const schedule::Shape& sh = schedule_.shape;
   S_ = sh.num_stages();
   m_ = sh.microbatches;
@@ -79,7 +85,7 @@ void PipelineStages::add_chunk(std::unique_ptr<model::Gpt> model) {
   c->slots = MicrobatchSlots(m_, c->model->slots(), c->stage);
   c->sends.resize(c->model->slots());
   kernels::Backend& be = c->model->backend();
-  WEFT_CHECK(j == 0 || be.act_bytes() == act_bytes_, "the chunks differ in precision");
+  WEFT_CHECK(&be == &backend_, "chunk ", j, " is not on the runtime's backend");
   act_bytes_ = be.act_bytes();
   if (sends_grads(j)) {
     for (int k = 0; k < m_; ++k) {
@@ -129,14 +135,14 @@ int PipelineStages::tag(int stage, int mb, bool grad) const {
   return stage_message_tag(stage, mb, m_, grad);
 }
 
-void PipelineStages::copy_boundary(kernels::Act* dst, const kernels::Act* src, model::Gpt& into) {
-  into.backend().copy(dst, src, boundary_bytes());
+void PipelineStages::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
+  backend_.copy(dst, src, boundary_bytes());
 }
 
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows. fp32 goes as
 // floats, bf16 as bytes (the planner's volume counts elements of the activation type).
 comm::Work PipelineStages::send_rows(const kernels::Act* full, int peer, int tag) {
-  chunks_.front()->model->backend().synchronize();
+  backend_.synchronize();
   if (part_ != nullptr) {
     const int64_t part = part_elements_ * act_bytes_;
     return wiring_.boundary->send_async(offset(full, wiring_.tp.rank() * part), count(part),
@@ -147,7 +153,7 @@ comm::Work PipelineStages::send_rows(const kernels::Act* full, int peer, int tag
 
 void PipelineStages::recv_rows(kernels::Act* full, int peer, int tag) {
   const ScopedSeconds waiting(timing_.waiting);
-  chunks_.front()->model->backend().synchronize();
+  backend_.synchronize();
   if (part_ != nullptr) {
     const int64_t part = count(part_elements_ * act_bytes_);
     wiring_.boundary->recv_async(part_, part, act_type(), peer, tag).wait();
@@ -164,11 +170,10 @@ void PipelineStages::forward(int stage, int mb) {
   if (stage > 0 && schedule_.shape.rank_of(stage - 1) == wiring_.pp_rank) {
     // The previous stage is on this rank (pp = 1): hand its output over in memory.
     Chunk& prev = chunk(stage - 1);
-    copy_boundary(c.model->stage_input(slot), prev.model->stage_output(prev.slots.of(mb)),
-                  *c.model);
+    copy_boundary(c.model->stage_input(slot), prev.model->stage_output(prev.slots.of(mb)));
   }
   const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, wiring_.B,
-                                      wiring_.T, slot, wiring_.loss_scale);
+                                      wiring_.T, slot, loss_scale());
   if (stage == S_ - 1) loss_sum_ += loss;
 }
 
@@ -184,9 +189,9 @@ void PipelineStages::run_backward(int stage, int mb, bool split) {
     // Keep d(stage input) until it is sent (or hand it to the previous stage on this rank).
     if (schedule_.shape.rank_of(stage - 1) == wiring_.pp_rank) {
       Chunk& prev = chunk(stage - 1);
-      copy_boundary(prev.model->output_grad(prev.slots.of(mb)), c.model->input_grad(), *prev.model);
+      copy_boundary(prev.model->output_grad(prev.slots.of(mb)), c.model->input_grad());
     } else {
-      copy_boundary(c.grad_out[mb], c.model->input_grad(), *c.model);
+      copy_boundary(c.grad_out[mb], c.model->input_grad());
     }
   }
   if (!split) c.slots.release(mb);
@@ -279,7 +284,7 @@ float PipelineStages::evaluate(const int32_t* tokens, const int32_t* targets, in
         const int from = sh.rank_of(s - 1);
         if (from == wiring_.pp_rank) {
           Chunk& prev = chunk(s - 1);
-          copy_boundary(c.model->stage_input(0), prev.model->stage_output(0), *c.model);
+          copy_boundary(c.model->stage_input(0), prev.model->stage_output(0));
         } else {
           recv_rows(c.model->stage_input(0), from, tag(s, k % m_, false));
         }

@@ -35,6 +35,9 @@
 namespace weft::runtime {
 
 struct PipelineWiring {
+  // Where the chunks live and compute (it must outlive the runtime); null: a host FP32 backend of
+  // the runtime's own.
+  kernels::Backend* backend = nullptr;
   int B = 1, T = 1;
   int pp_rank = 0;
   // The tensor-parallel group on the boundaries' memory, and whether sequence parallelism splits
@@ -43,9 +46,6 @@ struct PipelineWiring {
   comm::Communicator* boundary = nullptr;  // the pp group on the boundaries' memory (pp > 1)
   comm::Communicator* pp = nullptr;        // the pp group, host memory: the loss (null: pp = 1)
   comm::Communicator* dp = nullptr;        // the replicas, host memory (null: dp = 1)
-  // d(loss)/d(logits) scale of each forward: 1/m (replicas average their gradients later) or
-  // 1/(m*dp) (replicas sum theirs).
-  float loss_scale = 1.0f;
 };
 
 class PipelineStages : public StageRunner {
@@ -64,6 +64,7 @@ class PipelineStages : public StageRunner {
   const Timing& last_timing() const { return timing_; }
   const schedule::Schedule& schedule() const { return schedule_; }
   std::span<model::Gpt* const> chunks() const { return models_; }
+  kernels::Backend& backend() const { return backend_; }
 
   // The mean loss of forward passes (no gradients) over `total` [B,T] blocks that the replicas
   // share: this replica runs `batches` of them (tokens/targets are [batches, B, T], batches may be
@@ -99,6 +100,9 @@ class PipelineStages : public StageRunner {
   // loss over the step's microbatches, on every rank.
   virtual StepStats finish(float loss) = 0;
   int dp_size() const { return wiring_.dp != nullptr ? wiring_.dp->size() : 1; }
+  // d(loss)/d(logits) scale of each forward: the mean over every replica's microbatches (the
+  // optimizers sum the replicas' gradients).
+  float loss_scale() const { return 1.0f / static_cast<float>(m_ * dp_size()); }
   int microbatches() const { return m_; }
   const model::GptConfig& config() const { return cfg_; }
   const PipelineWiring& wiring() const { return wiring_; }
@@ -125,7 +129,7 @@ class PipelineStages : public StageRunner {
   comm::Work send_rows(const kernels::Act* full, int peer, int tag);
   void recv_rows(kernels::Act* full, int peer, int tag);
   // Copies a stage boundary from one chunk's memory to another's (the same rank).
-  void copy_boundary(kernels::Act* dst, const kernels::Act* src, model::Gpt& into);
+  void copy_boundary(kernels::Act* dst, const kernels::Act* src);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
   int64_t boundary_bytes() const;
@@ -136,6 +140,9 @@ class PipelineStages : public StageRunner {
   int64_t count(int64_t bytes) const { return act_bytes_ == 4 ? bytes / 4 : bytes; }
   double replica_sum(double loss) const;  // over the pipeline stages and the replicas
 
+  // First: the chunks' memory outlives everything below.
+  std::unique_ptr<kernels::Backend> own_backend_;
+  kernels::Backend& backend_;
   model::GptConfig cfg_;
   schedule::Schedule schedule_;
   PipelineWiring wiring_;

@@ -487,9 +487,8 @@ Status validate(const RunConfig& c) {
   if (!(t.peak_gflops >= 0)) add(fmt::format("train.peak_gflops={} must be >= 0", t.peak_gflops));
   if (c.run.out_dir.empty()) add("run.out_dir is empty");
 
-  // The layout (micro_batch and global_batch included): the rules every engine shares; the
-  // engine's own are checked when it is known (validate_layout, Trainer::run).
-  s.merge(validate_layout(c, layout::Engine::Host));
+  // The layout (micro_batch and global_batch included): the one rule book.
+  s.merge(validate_layout(c));
   return s;
 }
 
@@ -508,13 +507,13 @@ layout::Layout to_layout(const RunConfig& c) {
           .seq_len = c.train.seq_len};
 }
 
-Status validate_layout(const RunConfig& c, layout::Engine engine) {
+Status validate_layout(const RunConfig& c) {
   Status s;
   if (!schedule::parse_kind(c.parallel.schedule).ok()) {
     s.add(fmt::format("{}: parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
                       c.origin, c.parallel.schedule));
   }
-  const Status rules = layout::validate(c.model, to_layout(c), engine);
+  const Status rules = layout::validate(c.model, to_layout(c));
   for (const auto& problem : rules.problems()) {
     s.add(fmt::format("{}: {}", c.origin, problem));
   }

@@ -93,11 +93,10 @@ Result<RunConfig> load_run_config(const std::string& path,
 Status validate(const RunConfig& cfg);
 
 // The run's parallel layout ([parallel], train.micro_batch, global_batch, seq_len, recompute) as
-// layout/validate.h sees it, and the trainer's check of it on `engine`: layout::validate, the one
-// rule book the planner applies too (validate() above runs it for the host engine, whose rules
-// every engine shares; `weft train --device` and Trainer::run run it for theirs).
+// layout/validate.h sees it, and the trainer's check of it: layout::validate, the one rule book
+// the planner applies too, for every device (validate() above runs it).
 layout::Layout to_layout(const RunConfig& c);
-Status validate_layout(const RunConfig& c, layout::Engine engine);
+Status validate_layout(const RunConfig& c);
 
 // The process grid: parallel.tp * pp * dp must equal the number of processes started.
 Status validate_world(const RunConfig& c, int world_size);

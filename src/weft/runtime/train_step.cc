@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "weft/core/check.h"
-#include "weft/kernels/kernels.h"
 
 namespace weft::runtime {
 namespace {
@@ -34,13 +33,34 @@ void sync_tied_embedding(std::span<model::Gpt* const> chunks,
     const std::span<float> a = wte_grad(*chunks[first], *opts[first]);
     const std::span<float> b = wte_grad(*chunks[last], *opts[last]);
     WEFT_CHECK(a.size() == b.size(), "the tied embedding's copies differ in size");
-    for (size_t i = 0; i < a.size(); ++i) b[i] = a[i] = a[i] + b[i];
+    kernels::Backend& be = chunks[first]->backend();
+    be.accumulate(a.data(), b.data(), static_cast<int64_t>(a.size()));
+    be.copy(b.data(), a.data(), static_cast<int64_t>(a.size()) * 4);
   } else if (first >= 0 || last >= 0) {
     WEFT_CHECK(embedding != nullptr, "a pipeline needs its embedding group");
     const int c = first >= 0 ? first : last;
     const std::span<float> g = wte_grad(*chunks[c], *opts[c]);
+    chunks[c]->backend().synchronize();
     embedding->all_reduce(g.data(), static_cast<int64_t>(g.size()));
   }
+}
+
+// The backend's sum of squares over runs of parts of adjacent slices, merged across the zero
+// padding between them (the model zeroes its buffers once; a shard's padding receives zeros): one
+// call, and on a device one wait, per run rather than per tensor.
+double sum_squares(kernels::Backend& be, std::span<const model::GradPart> parts) {
+  double sum = 0;
+  for (size_t i = 0; i < parts.size();) {
+    size_t k = i + 1;
+    while (k < parts.size() && parts[k].slice == parts[k - 1].slice + 1 &&
+           parts[k].grad >= parts[k - 1].grad + parts[k - 1].n) {
+      ++k;
+    }
+    const float* begin = parts[i].grad;
+    sum += be.sum_squares(begin, parts[k - 1].grad + parts[k - 1].n - begin);
+    i = k;
+  }
+  return sum;
 }
 
 }  // namespace
@@ -87,42 +107,38 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
     norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
                            chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
-  auto sum_squares = [](std::span<const model::GradPart> parts) {
-    double sum = 0.0;
-    for (const model::GradPart& g : parts) sum += kernels::cpu::sum_squares(g.grad, g.n);
-    return sum;
-  };
-  const GradNorm norm = global_grad_norm(norm_chunks, sum_squares, groups.model,
-                                         opts[0]->shard_group(), loss, clip_norm);
+  kernels::Backend& be = chunks[0]->backend();
+  const GradNorm norm = global_grad_norm(
+      norm_chunks, [&](std::span<const model::GradPart> parts) { return sum_squares(be, parts); },
+      groups.model, opts[0]->sharded() ? groups.replicas : nullptr, loss, clip_norm);
+  WEFT_CHECK(!opts[0]->sharded() || groups.replicas != nullptr,
+             "ZeRO's gradient shards need the replicas' group for the norm");
   s.grad_norm = norm.norm;
   if (before_update) before_update();
   s.skipped = norm.skipped;
   if (s.skipped) return s;
-  const float clip = norm.clip;
-  for (optim::DistributedOptimizer* o : opts) {
-    if (clip != 1.0f) {
-      for (const model::GradPart& g : o->grad_parts()) kernels::cpu::scale(g.grad, clip, g.n);
-    }
-    o->step(lr);
-  }
+  for (optim::DistributedOptimizer* o : opts) o->step(lr, norm.clip);
   return s;
 }
 
 StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm, const BeforeUpdate& before_update) {
+                     double clip_norm, const BeforeUpdate& before_update,
+                     comm::Communicator* replicas) {
   model.zero_grad();
+  // The mean over every replica's microbatches: the replicas' gradients are summed.
+  const int dp = opt.dp_size();
   double loss_sum = 0;
   const int64_t block = int64_t{B} * T;
   for (int mb = 0; mb < microbatches; ++mb) {
     loss_sum += model.forward(tokens + mb * block, targets + mb * block, B, T, 0,
-                              1.0f / static_cast<float>(microbatches));
+                              1.0f / static_cast<float>(microbatches * dp));
     opt.set_final_pass(mb == microbatches - 1);
     model.backward();
   }
   model::Gpt* chunks[] = {&model};
   optim::DistributedOptimizer* opts[] = {&opt};
-  return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr},
+  return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr, replicas},
                      static_cast<float>(loss_sum / microbatches), lr, clip_norm, before_update);
 }
 

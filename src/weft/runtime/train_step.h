@@ -24,12 +24,14 @@ struct StepStats {
 struct ModelGroups {
   // Every rank holding a part of the replica (tp x pp); null: this process holds all of it.
   comm::Communicator* model = nullptr;
-  // The pipeline ranks of the first and last stage (the two copies of the tied wte); null when
-  // one rank holds both.
+  // The pipeline ranks of the first and last stage (the two copies of the tied wte), on the
+  // backend's memory; null when one rank holds both.
   comm::Communicator* embedding = nullptr;
+  // The replicas (host memory; null: dp = 1): the norm's sum over ZeRO's gradient shards.
+  comm::Communicator* replicas = nullptr;
 };
 
-// ---- The global gradient norm: ONE rule for both engines (finish_step here, DeviceTrainer) ----
+// ---- The global gradient norm: ONE rule (finish_step) ----
 // The norm is over every parameter element of the model replica once:
 //   - a rank counts its tensor-parallel shards, and the tp-replicated tensors (LayerNorms, wpe,
 //     row-parallel biases) on tp rank 0 only;
@@ -72,20 +74,21 @@ GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& s
 // zero their gradient shards in the update).
 using BeforeUpdate = std::function<void()>;
 
-// The end of a step, for any layout and ZeRO stage: completes the gradients (the data-parallel
-// reductions, the sequence-parallel LayerNorms, the tied embedding's two copies) on the parts each
-// optimizer works on (whole, or its ZeRO shard), takes global_grad_norm, clips, and updates every
-// chunk with its optimizer unless the step is skipped. `loss` is the
-// step's mean loss, already known on every rank.
+// The end of a step, for any layout, ZeRO stage and backend: completes the gradients (the
+// data-parallel reductions, the sequence-parallel LayerNorms, the tied embedding's two copies) on
+// the parts each optimizer works on (whole, or its ZeRO shard), takes global_grad_norm with the
+// backend's sum of squares, and updates every chunk with its optimizer, clipping inside AdamW,
+// unless the step is skipped. `loss` is the step's mean loss, already known on every rank.
 StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<optim::DistributedOptimizer* const> opts, const ModelGroups& groups,
                       float loss, float lr, double clip_norm,
                       const BeforeUpdate& before_update = {});
 
 // tokens/targets: `microbatches` consecutive [B,T] blocks; `opt` is the model's optimizer (dp
-// group or not).
+// group or not; `replicas`: the same group, host memory, for the norm under ZeRO 1-3).
 StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
                      const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm, const BeforeUpdate& before_update = {});
+                     double clip_norm, const BeforeUpdate& before_update = {},
+                     comm::Communicator* replicas = nullptr);
 
 }  // namespace weft::runtime

@@ -103,9 +103,8 @@ Result<TrainResult> Trainer::run() {
   const int world_size = world != nullptr ? world->size() : 1;
   const int world_rank = world != nullptr ? world->rank() : 0;
   if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
-  // What the engine runs, before anything is written (layout/validate.h, the rules the planner
-  // applies too).
-  if (Status s = validate_engine_layout(cfg_, device); !s.ok()) return s;
+  // The layout, before anything is written (layout/validate.h, the rules the planner applies too).
+  if (Status s = validate_layout(cfg_); !s.ok()) return s;
   // The checkpoint directory is made and checked writable now, not at the first save after
   // save_every steps of work; rank 0 removes what killed saves left behind.
   auto prepared = checkpoint::prepare_root(root, world_rank == 0);

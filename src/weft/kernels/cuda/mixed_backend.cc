@@ -221,6 +221,9 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     download(&host, sum_, sizeof(double));
     return host;
   }
+  void accumulate(float* dst, const float* src, int64_t n) override {
+    cuda::residual_forward<float>(dst, dst, src, n, stream_);  // element-wise: out may alias a
+  }
 
   // ---- AdamW -----------------------------------------------------------------------------------
   std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override {

@@ -1123,6 +1123,8 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n, Stream stream) 
       detail::dev(out), detail::dev(a), detail::dev(b), n);
   WEFT_CUDA_CHECK_LAUNCH();
 }
+// fp32 on a stream: Backend::accumulate (dst += src).
+template void residual_forward<float>(float*, const float*, const float*, int64_t, Stream);
 
 template <typename T16>
 void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
