@@ -38,7 +38,7 @@ struct DeviceParallel {
   int tp = 1;                      // tensor-parallel size
   bool sequence_parallel = false;  // with tp > 1 (Korthikanti et al. 2022)
   int pp = 1, pp_rank = 0;
-  int vp = 1;  // model chunks per pipeline rank (interleaved; needs pp > 1)
+  int vp = 1;  // model chunks per pipeline rank (interleaved)
   schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b, interleaved or zb-h1
   int zero = 0;  // ZeRO stage over the replicas (optim/distributed_optimizer.h)
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
