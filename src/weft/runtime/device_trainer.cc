@@ -69,62 +69,45 @@ int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, in
 }
 
 namespace {
-PipelineWiring wiring_of(kernels::Backend& backend, const DeviceParallel& p, int B, int T) {
-  PipelineWiring w;
-  w.backend = &backend;
-  w.B = B;
-  w.T = T;
-  w.pp_rank = p.pp_rank;
-  w.tp = {p.tp > 1 ? p.tp_data : nullptr, p.sequence_parallel};
-  w.boundary = p.pp_data;
-  w.pp = p.pp_group;
-  w.dp = p.dp_group;
-  return w;
+// The runner's options for a DeviceParallel, checked.
+PipelineOptions options_of(kernels::Backend& backend, int B, int T, optim::AdamWConfig adamw,
+                           const DeviceParallel& p, model::Recompute recompute) {
+  const bool holds_wte = p.pp_rank == 0 || p.pp_rank == p.pp - 1;
+  WEFT_CHECK(p.pp == 1 || (p.pp_group != nullptr && p.pp_data != nullptr &&
+                           (p.embedding_data != nullptr || !holds_wte)),
+             "a device pipeline of ", p.pp, " ranks needs its pp group, and its first and last ",
+             "ranks their embedding group");
+  WEFT_CHECK((p.dp_group == nullptr) == (p.dp_data == nullptr),
+             "the replicas need both their host and their data communicator");
+  WEFT_CHECK(p.tp == 1 || (p.tp_data != nullptr && p.tp_data->size() == p.tp &&
+                           (p.pp == 1 || p.model_group != nullptr)),
+             "tensor parallelism of ", p.tp, " needs its tp group (and with a pipeline, the ",
+             "replica's model group)");
+  PipelineOptions o;
+  o.backend = &backend;
+  o.B = B;
+  o.T = T;
+  o.recompute = recompute;
+  o.tp = {p.tp > 1 ? p.tp_data : nullptr, p.sequence_parallel};
+  o.pp = p.pp_group;
+  o.dp = p.dp_group;
+  o.pp_data = p.pp_data;
+  o.dp_data = p.dp_data;
+  o.pp_rank = p.pp_rank;
+  o.zero = p.zero;
+  o.groups = {p.model_group != nullptr ? p.model_group : p.pp_group, p.embedding_data};
+  o.adamw = adamw;
+  return o;
 }
 }  // namespace
 
 DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                              int microbatches, optim::AdamWConfig adamw, DeviceParallel parallel,
                              model::Recompute recompute)
-    : PipelineStages(cfg, plan(cfg, microbatches, parallel).schedule,
-                     wiring_of(backend, parallel, B, T)),
-      par_(parallel),
-      unit_pool_(std::make_unique<optim::UnitPool>(backend)) {
-  WEFT_CHECK(microbatches >= 1, "a step needs at least one microbatch");
-  const bool holds_wte = par_.pp_rank == 0 || par_.pp_rank == par_.pp - 1;
-  WEFT_CHECK(par_.pp == 1 || (par_.pp_group != nullptr && par_.pp_data != nullptr &&
-                              (par_.embedding_data != nullptr || !holds_wte)),
-             "a device pipeline of ", par_.pp, " ranks needs its pp group, and its first and last ",
-             "ranks their embedding group");
-  WEFT_CHECK((par_.dp_group == nullptr) == (par_.dp_data == nullptr),
-             "the replicas need both their host and their data communicator");
-  WEFT_CHECK(par_.tp == 1 || (par_.tp_data != nullptr && par_.tp_data->size() == par_.tp &&
-                              (par_.pp == 1 || par_.model_group != nullptr)),
-             "tensor parallelism of ", par_.tp, " needs its tp group (and with a pipeline, the ",
-             "replica's model group)");
-  groups_ = {par_.model_group != nullptr ? par_.model_group : par_.pp_group, par_.embedding_data,
-             par_.dp_group};
-  const int stages = schedule().shape.num_stages();
-  for (int j = 0; j < PipelineStages::num_chunks(); ++j) {
-    model::ParamStorage storage = optim::DistributedOptimizer::storage(par_.zero, dp_size());
-    storage.deferred_weight_grads = par_.schedule == schedule::Kind::ZeroBubbleH1;
-    auto model = std::make_unique<model::Gpt>(
-        cfg, B, T, recompute,
-        parallel::TensorParallel{par_.tp > 1 ? par_.tp_data : nullptr, par_.sequence_parallel},
-        model::pipeline_stage(cfg, stage_of_chunk(j), stages), slots_of_chunk(j), storage,
-        &backend);
-    owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(
-        *model, par_.dp_data, par_.zero, adamw, unit_pool_.get()));
-    opts_.push_back(owned_opts_.back().get());
-    add_chunk(std::move(model));
-  }
-}
+    : PipelineRunner(cfg, plan(cfg, microbatches, parallel).schedule,
+                     options_of(backend, B, T, adamw, parallel, recompute)) {}
 
 DeviceTrainer::~DeviceTrainer() = default;
-
-void DeviceTrainer::init(uint64_t seed) {
-  for (optim::DistributedOptimizer* opt : opts_) opt->init(seed);
-}
 
 DeviceParallel device_parallel(
     const parallel::ProcessGroups& groups, int tp, int pp, int dp, int pp_rank, int vp,
@@ -151,21 +134,8 @@ DeviceParallel device_parallel(
   return p;
 }
 
-void DeviceTrainer::before_weight_pass(int j, bool final) { opts_.at(j)->set_final_pass(final); }
-
-StepStats DeviceTrainer::finish(float loss) {
-  return finish_step(chunks(), opts_, groups_, loss, lr_, clip_);
-}
-
-StepStats DeviceTrainer::step(const int32_t* tokens, const int32_t* targets, float lr,
-                              double clip_norm) {
-  lr_ = lr;
-  clip_ = clip_norm;
-  return run_step(tokens, targets);
-}
-
 void DeviceTrainer::download_state(int j, float* params, float* m, float* v) const {
-  optim::DistributedOptimizer& o = *opts_.at(j);
+  optim::DistributedOptimizer& o = *optimizers()[j];
   const int64_t n = model(j).param_layout().buffer.total();
   WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
   o.read_state(0, 0, n, params);
@@ -175,7 +145,7 @@ void DeviceTrainer::download_state(int j, float* params, float* m, float* v) con
 
 void DeviceTrainer::upload_state(int j, const float* params, const float* m, const float* v,
                                  int step_count) {
-  optim::DistributedOptimizer& o = *opts_.at(j);
+  optim::DistributedOptimizer& o = *optimizers()[j];
   const int64_t n = model(j).param_layout().buffer.total();
   WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
   o.write_state(0, 0, n, params);

@@ -1,13 +1,11 @@
 #pragma once
-// The device trainer: the one pipeline runtime (pipeline_stages.h) over model::Gpt chunks on a
-// kernels::Backend (the GPU, or its host emulation; bf16 mixed precision), each chunk with its
-// replica's optim::DistributedOptimizer (ZeRO 0-3, reductions overlapping the backward), and the
-// one end of a step (finish_step: the tied embedding's copies summed, the norm by the one rule,
-// clip, skip, AdamW in one launch per chunk that also writes the bf16 weights the next forward
-// reads). The same initialization, loss, clipping, AdamW and skip rule as the host trainer
-// (pipeline_runner.h), in mixed precision. Trainer (trainer.h) runs it for `weft train --device`
-// (engine.h); checkpoints stream the optimizers' state from the backend's memory through a bounded
-// host buffer, in the format of the host trainer's, so they load anywhere.
+// The device trainer: the one pipeline runner (pipeline_runner.h: model::Gpt chunks, each with its
+// replica's optim::DistributedOptimizer, ZeRO 0-3, and the one end of a step, finish_step) on a
+// kernels::Backend in bf16 mixed precision (the GPU, or its host emulation), wired from a
+// DeviceParallel. What it adds is the wiring and the memory arithmetic that sizes a device's arena
+// (bytes, arena_bytes). Trainer (trainer.h) runs it for `weft train --device` (engine.h);
+// checkpoints stream the optimizers' state from the backend's memory through a bounded host
+// buffer, in the format of the host trainer's, so they load anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
@@ -27,7 +25,7 @@
 #include "weft/optim/adamw.h"
 #include "weft/optim/distributed_optimizer.h"
 #include "weft/parallel/groups.h"
-#include "weft/runtime/pipeline_stages.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
 
@@ -65,7 +63,9 @@ DeviceParallel device_parallel(const parallel::ProcessGroups& groups, int tp, in
                                int pp_rank, int vp, schedule::Kind schedule,
                                const std::function<comm::Communicator*(comm::Communicator&)>& data);
 
-class DeviceTrainer : public PipelineStages {
+// The pipeline runner (pipeline_runner.h) of a DeviceParallel on a backend: its schedule and
+// options derived and checked here, and the memory arithmetic that sizes a device's arena.
+class DeviceTrainer : public PipelineRunner {
  public:
   // A step is `microbatches` [B,T] microbatches per replica.
   // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
@@ -91,38 +91,15 @@ class DeviceTrainer : public PipelineStages {
                              model::Recompute recompute = model::Recompute::None);
 
   // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.
-  int num_chunks() const { return PipelineStages::num_chunks(); }
+  int num_chunks() const { return static_cast<int>(chunks().size()); }
   model::Gpt& model(int j = 0) { return *chunks()[j]; }
   const model::Gpt& model(int j = 0) const { return *chunks()[j]; }
-  int step_count() const { return opts_.front()->step_count(); }
-  // GPT-2 initialization of every chunk (ZeRO 1-3: each rank its shards).
-  void init(uint64_t seed);
+  int step_count() const { return optimizers().front()->step_count(); }
 
-  // tokens/targets: this replica's `microbatches` consecutive [B,T] blocks (host memory; every
-  // pipeline rank passes the same). Returns the mean loss over the replicas and the gradient norm
-  // before clipping, on every rank; a non-finite loss or norm skips the update.
-  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
-
-  // Each chunk's optimizer: its state (master weights, moments; checkpoints read it where it is).
-  std::span<optim::DistributedOptimizer* const> optimizers() const { return opts_; }
   // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
   // also sets the step count and rounds the weights' bf16 copy.
   void download_state(int j, float* params, float* m, float* v) const;
   void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
-
- private:
-  void before_weight_pass(int j, bool final) override;
-  StepStats finish(float loss) override;
-
-  DeviceParallel par_;
-  ModelGroups groups_;
-  // ZeRO 2/3: the units in use of all chunks (before the optimizers: outlives them).
-  std::unique_ptr<optim::UnitPool> unit_pool_;
-  std::vector<std::unique_ptr<optim::DistributedOptimizer>> owned_opts_;
-  std::vector<optim::DistributedOptimizer*> opts_;
-  // the step in progress
-  float lr_ = 0;
-  double clip_ = 0;
 };
 
 // The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro

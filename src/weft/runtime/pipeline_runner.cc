@@ -11,11 +11,12 @@ namespace weft::runtime {
 namespace {
 PipelineWiring wiring_of(const PipelineOptions& o) {
   PipelineWiring w;
+  w.backend = o.backend;
   w.B = o.B;
   w.T = o.T;
   w.pp_rank = o.pp_rank;
   w.tp = o.tp;
-  w.boundary = o.pp;  // host memory: the host groups carry the boundaries
+  w.boundary = o.pp_data != nullptr ? o.pp_data : o.pp;
   w.pp = o.pp;
   w.dp = o.dp;
   return w;
@@ -36,7 +37,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
         model::pipeline_stage(cfg, stage_of_chunk(j), schedule.shape.num_stages()),
         slots_of_chunk(j), storage, &backend());
     owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(
-        *model, o_.dp, o_.zero, o_.adamw, unit_pool_.get()));
+        *model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, o_.zero, o_.adamw, unit_pool_.get()));
     opts_.push_back(owned_opts_.back().get());
     add_chunk(std::move(model));
   }
@@ -53,7 +54,8 @@ model::MemoryEstimate PipelineRunner::predicted_memory() const {
   return model::estimate_rank_memory(
       config(), o_.B, o_.T, o_.recompute, kernels::num_threads(),
       {o_.tp.size(), o_.tp.sequence_parallel}, chunks, microbatches(), schedule().shape.pp > 1,
-      schedule().kind == schedule::Kind::ZeroBubbleH1, {o_.zero, dp_size()});
+      schedule().kind == schedule::Kind::ZeroBubbleH1, {o_.zero, dp_size()},
+      model::kDefaultRuntimeBytes, backend().precision());
 }
 
 void PipelineRunner::init(uint64_t seed) {

@@ -30,11 +30,18 @@
 namespace weft::runtime {
 
 struct PipelineOptions {
+  // Where the chunks live and compute (it must outlive the runner); null: a host FP32 backend of
+  // the runner's own.
+  kernels::Backend* backend = nullptr;
   int B = 1, T = 1;
   model::Recompute recompute = model::Recompute::None;
   parallel::TensorParallel tp;
   comm::Communicator* pp = nullptr;  // the pipeline group (ranks in pp order); null when pp = 1
   comm::Communicator* dp = nullptr;  // the data-parallel replicas; null when dp = 1
+  // The same two groups on the backend's memory, where it is not host memory (null: pp and dp
+  // carry the data too). `tp` and groups.embedding are on the backend's memory.
+  comm::Communicator* pp_data = nullptr;
+  comm::Communicator* dp_data = nullptr;
   int pp_rank = 0;
   int zero = 0;        // ZeRO stage over dp
   ModelGroups groups;  // for finish_step
@@ -48,6 +55,7 @@ class PipelineRunner : public PipelineStages {
                  PipelineOptions options);
   ~PipelineRunner() override;
 
+  // GPT-2 initialization of every chunk (ZeRO 1-3: each rank its shards).
   void init(uint64_t seed);
   // One optimizer step over m microbatches: tokens/targets are [m, B, T] (every rank passes the
   // same). Returns the mean loss on every rank. `before_update`: see finish_step (tests).

@@ -107,12 +107,12 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
     norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
                            chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
+  WEFT_CHECK(!opts[0]->sharded() || groups.replicas != nullptr,
+             "ZeRO's gradient shards need the replicas' group for the norm");
   kernels::Backend& be = chunks[0]->backend();
   const GradNorm norm = global_grad_norm(
       norm_chunks, [&](std::span<const model::GradPart> parts) { return sum_squares(be, parts); },
       groups.model, opts[0]->sharded() ? groups.replicas : nullptr, loss, clip_norm);
-  WEFT_CHECK(!opts[0]->sharded() || groups.replicas != nullptr,
-             "ZeRO's gradient shards need the replicas' group for the norm");
   s.grad_norm = norm.norm;
   if (before_update) before_update();
   s.skipped = norm.skipped;
