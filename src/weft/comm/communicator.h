@@ -22,6 +22,17 @@ namespace weft::comm {
 
 enum class DataType { F32, F64, I32, I64, U8 };
 size_t dtype_size(DataType t);
+
+// How n elements of `element_bytes` each go to a communicator: 4-byte ones (fp32) as F32 elements,
+// any other size (bf16 activations and weights) as bytes (U8), which a communicator moves but
+// does not reduce.
+struct Payload {
+  int64_t count = 0;
+  DataType type = DataType::F32;
+};
+inline Payload payload_of(int64_t n, int64_t element_bytes) {
+  return element_bytes == 4 ? Payload{n, DataType::F32} : Payload{n * element_bytes, DataType::U8};
+}
 std::string_view dtype_name(DataType t);
 
 enum class ReduceOp { Sum, Max };

@@ -41,6 +41,15 @@ namespace weft::kernels {
 // An activation element: float on an FP32 backend, BF16 on a BF16Mixed one. Never defined.
 struct Act;
 
+// `elements` activation elements of `act_bytes` each (Backend::act_bytes()) past p: the one
+// pointer arithmetic on the opaque type.
+inline Act* act_offset(Act* p, int64_t elements, int64_t act_bytes) {
+  return reinterpret_cast<Act*>(reinterpret_cast<char*>(p) + elements * act_bytes);
+}
+inline const Act* act_offset(const Act* p, int64_t elements, int64_t act_bytes) {
+  return reinterpret_cast<const Act*>(reinterpret_cast<const char*>(p) + elements * act_bytes);
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -187,6 +196,15 @@ class Backend {
   // are compared with.
   virtual double linear_forward_seconds(int N, int IC, int OC, int reps) = 0;
 };
+
+// What a host backend's block of `bytes` holds resident once written: blocks from 2 MiB on are
+// whole transparent huge pages (cpu/host_backend.h), smaller ones their bytes. The memory model's
+// count of host memory (model/memory.cc).
+inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;  // x86-64
+inline int64_t host_resident_bytes(int64_t bytes) {
+  return bytes >= kHugePageBytes ? (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes
+                                 : bytes;
+}
 
 // The host implementations: FP32 (cpu/host_fp32.cc) or BF16Mixed (cpu/host_bf16.cc).
 std::unique_ptr<Backend> make_host_backend(Precision precision);

@@ -18,12 +18,7 @@ struct Gpt::LayerActs {
 };
 
 Act* Gpt::Blocks::act(const std::string& name) const {
-  return reinterpret_cast<Act*>(reinterpret_cast<char*>(act_base) +
-                                layout.act.at(name).offset * act_size);
-}
-
-Act* Gpt::act_at(Act* p, int64_t elems) const {
-  return reinterpret_cast<Act*>(reinterpret_cast<char*>(p) + elems * be_.act_bytes());
+  return kernels::act_offset(act_base, layout.act.at(name).offset, act_size);
 }
 
 Gpt::Blocks Gpt::allocate(ActivationLayout layout) {
@@ -166,8 +161,7 @@ std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
 const Act* Gpt::param(const std::string& name) const {
   const auto [u, at] = locate(name);
   WEFT_CHECK(unit_params_[u] != nullptr, "parameter ", name, " read outside a gather of its unit");
-  return reinterpret_cast<const Act*>(reinterpret_cast<const char*>(unit_params_[u]) +
-                                      at * be_.act_bytes());
+  return kernels::act_offset(unit_params_[u], at, be_.act_bytes());
 }
 
 float* Gpt::grad(const std::string& name) {
@@ -433,8 +427,14 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
     tp_.comm->all_gather(all, stats, int64_t{kernels::vocab_ce::kStats} * N);
     be_.cross_entropy_shard_finish(losses, logits, all, t, dev_targets, dloss, N, V, Vl, Vv, v0);
   }
-  std::vector<float> host(static_cast<size_t>(N));
-  be_.download(host.data(), losses, int64_t{N} * 4);
+  // Read in place from host memory; a device's come back in one copy.
+  const float* host = losses;
+  std::vector<float> copy;
+  if (!be_.host_memory()) {
+    copy.resize(static_cast<size_t>(N));
+    be_.download(copy.data(), losses, int64_t{N} * 4);
+    host = copy.data();
+  }
   double sum = 0.0;
   for (int i = 0; i < N; ++i) {
     if (targets[i] >= 0) sum += host[i];
@@ -448,7 +448,7 @@ const Act* Gpt::keep(Pending& p, const Act* src, int64_t n) {
     p.deferred_block = static_cast<Act*>(be_.allocate(cap * be_.act_bytes()));
   }
   WEFT_CHECK(p.deferred_used + n <= cap, "deferred gradients overflow their block");
-  Act* dst = act_at(p.deferred_block, p.deferred_used);
+  Act* dst = kernels::act_offset(p.deferred_block, p.deferred_used, be_.act_bytes());
   be_.copy(dst, src, n * be_.act_bytes());
   p.deferred_used += n;
   return dst;

@@ -184,8 +184,6 @@ class Gpt {
   void tp_all_gather(kernels::Act* full, const kernels::Act* local, int64_t n_local);
   void tp_all_reduce(kernels::Act* x, int64_t n);
   void tp_reduce_scatter(kernels::Act* local, const kernels::Act* full, int64_t n_local);
-  // `elems` activation elements past p.
-  kernels::Act* act_at(kernels::Act* p, int64_t elems) const;
 
   // ParamHooks calls, when there are hooks and the stage has the unit.
   void gather(int unit);

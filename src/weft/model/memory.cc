@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/kernels/backend.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
 #include "weft/tensor/zero_shards.h"
@@ -17,6 +18,15 @@ namespace weft::model {
 namespace {
 
 constexpr int64_t kFloat = sizeof(float);
+
+// What a block the model or the optimizer takes from its backend counts as: on a BF16Mixed
+// (device) backend what Backend::allocated_bytes() counts, 256-byte aligned; on the host (fp32:
+// the memory model predicts resident memory) the bytes, in whole huge pages from 2 MiB on
+// (kernels::host_resident_bytes).
+int64_t block_bytes(int64_t bytes, Precision precision) {
+  return precision == Precision::BF16Mixed ? backend_block_bytes(bytes)
+                                           : kernels::host_resident_bytes(bytes);
+}
 
 // The MPI temporaries of one unit's gradient reduction on the busiest rank, in bytes (Open
 // MPI 4.1's nonblocking collectives; measured with MPI_Iallreduce on 2, 4 and 8 ranks of this
@@ -74,10 +84,10 @@ class PoolHeld {
 // With deferred weight gradients (zb-h1) the backward pass writes only the LayerNorms' gradients
 // (and none of the embedding's) and marks nothing ready; the weight pass then writes the rest and
 // marks every unit ready, last to first (model::Gpt::backward_weights).
-// `read_bytes`: the bytes of a weight as the forward reads it (ZeRO-3's gathered units).
 int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroSharding zero,
-                   bool deferred, int64_t read_bytes, std::map<int64_t, int>& heap,
+                   bool deferred, Precision precision, std::map<int64_t, int>& heap,
                    PoolHeld& pool) {
+  const int64_t read_bytes = act_bytes(precision);
   const int n = static_cast<int>(layout.units.size());
   std::vector<int64_t> buffer(n), param_buffer(n), temporaries(n);
   int wte = -1, wpe = -1, ln_f = -1;
@@ -87,8 +97,8 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
     const int64_t elements =
         zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp);
     const int64_t bytes = elements * kFloat;
-    buffer[u] = backend_block_bytes(bytes);
-    param_buffer[u] = backend_block_bytes(elements * read_bytes);
+    buffer[u] = block_bytes(bytes, precision);
+    param_buffer[u] = block_bytes(elements * read_bytes, precision);
     temporaries[u] = reduction_temporaries(bytes, zero);
     if (unit.name == "wte") {
       wte = u;
@@ -174,12 +184,11 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
 }
 
 // A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h), as the
-// model and optim::DistributedOptimizer take them from the backend. FP32 counts the elements (the
-// host's resident pages); BF16Mixed each block as Backend::allocated_bytes() counts it.
+// model and optim::DistributedOptimizer take them from the backend (block_bytes).
 void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding zero,
                      Precision precision) {
   const bool bf16 = precision == Precision::BF16Mixed;
-  auto block = [&](int64_t bytes) { return bf16 ? backend_block_bytes(bytes) : bytes; };
+  auto block = [&](int64_t bytes) { return block_bytes(bytes, precision); };
   const int64_t n = layout.buffer.total();
   if (zero.stage == 0) {
     m.params += block(n * kFloat) + (bf16 ? block(n * 2) : 0);  // + the bf16 read copy
@@ -200,9 +209,9 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   if (bf16) {
     m.optimizer += block(S * kFloat) + block(S * 2);  // the master shard and its bf16 copy
   } else if (zero.stage <= 2) {
-    m.optimizer += S * kFloat;  // master weights
+    m.optimizer += block(S * kFloat);  // master weights
   } else {
-    m.params += S * kFloat;  // master weights
+    m.params += block(S * kFloat);  // master weights
   }
   m.grads += block(S * kFloat);  // the reduced shard
   if (zero.stage == 1) {
@@ -242,9 +251,12 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompu
     const auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
-  const int64_t bytes = (workspace ? gpt_workspace_layout(cfg, B, T, mode, tp, stage, precision)
-                                   : gpt_activation_layout(cfg, B, T, mode, tp, stage, precision))
-                            .bytes(precision);
+  const ActivationLayout layout =
+      workspace ? gpt_workspace_layout(cfg, B, T, mode, tp, stage, precision)
+                : gpt_activation_layout(cfg, B, T, mode, tp, stage, precision);
+  // Its two blocks (model::Gpt::allocate).
+  const int64_t bytes = block_bytes(layout.act.total() * act_bytes(precision), precision) +
+                        block_bytes(layout.f32.total() * 4, precision);
   const std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, bytes);
   return bytes;
@@ -266,7 +278,7 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
     const ParamLayout layout =
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, bf16);
-    run_passes(layout, c.stage, zero, deferred_weight_grads, 2, heap, pool);
+    run_passes(layout, c.stage, zero, deferred_weight_grads, bf16, heap, pool);
     m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, bf16);
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
     // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
@@ -346,6 +358,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   const int64_t f = sizeof(float), N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   const bool sp = tp.sequence_parallel && t > 1;
   const int64_t boundary = (sp ? N / t : N) * C;  // a stage's input or output, [Ns, C]
+  auto block = [](int64_t bytes) { return block_bytes(bytes, Precision::FP32); };
   MemoryEstimate m;
   // ZeRO's transient state: ZeRO 2/3 finish every reduction at the end of each backward pass, so
   // one chunk's busiest moment is the rank's; ZeRO 0/1 reduce after the last pass only, and a
@@ -359,22 +372,21 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
         gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, Precision::FP32);
     const int64_t busiest =
-        run_passes(layout, c.stage, zero, deferred_weight_grads, kFloat, heap, pool);
+        run_passes(layout, c.stage, zero, deferred_weight_grads, Precision::FP32, heap, pool);
     mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     const Precision fp32 = Precision::FP32;
     m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, fp32);
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, fp32);
     packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
-    if (c.sends_grads) m.workspace += int64_t{microbatches} * boundary * f;
+    if (c.sends_grads) m.workspace += int64_t{microbatches} * block(boundary * f);
     if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
-      m.workspace +=
-          c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
+      m.workspace += c.slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
     }
   }
   m.grads += pool.held();  // ZeRO-3: and the gathered parameters, which share its buffers
   m.workspace += mapped;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
-  if (pipelined && t > 1 && !sp) m.workspace += N / t * C * f;  // scatter/gather receive buffer
+  if (pipelined && t > 1 && !sp) m.workspace += block(N / t * C * f);  // scatter/gather receive
   m.workspace += tp_collective_temporaries(N * C * f, tp);
   m.workspace += int64_t{threads} * T * T * f;  // attention backward: a T x T block per thread
   m.runtime = runtime_bytes + packing;

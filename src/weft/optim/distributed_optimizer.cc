@@ -173,8 +173,8 @@ const void* DistributedOptimizer::gather(int u) {
     // The all-gather writes all of it.
     param_slot_[u] = pool_->acquire(padded(u) * act_bytes_, /*zeroed=*/false);
     be_.synchronize();
-    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), read_count(sh.size), read_type())
-        .wait();
+    const comm::Payload p = read_payload(sh.size);
+    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), p.count, p.type).wait();
   }
   return param_slot_[u];
 }
@@ -287,8 +287,9 @@ void DistributedOptimizer::gather_all() {
       works.erase(works.begin());
     }
     const Shard& sh = shards_[u];
+    const comm::Payload p = read_payload(sh.size);
     works.push_back(dp_->all_gather_async(model_read(unit(static_cast<int>(u)).begin),
-                                          shard_read(sh.offset), read_count(sh.size), read_type()));
+                                          shard_read(sh.offset), p.count, p.type));
   }
   for (auto& w : works) w.wait();
 }

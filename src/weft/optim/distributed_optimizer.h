@@ -140,12 +140,11 @@ class DistributedOptimizer final : public model::ParamHooks {
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
   // A unit's range padded to dp equal shards: what its collectives read or write.
   int64_t padded(int u) const { return shards_[u].size * dp_->size(); }
-  // The weights the forward reads (fp32 under FP32, bf16 under BF16Mixed) go to a communicator as
-  // F32 elements or as bytes.
-  comm::DataType read_type() const {
-    return act_bytes_ == 4 ? comm::DataType::F32 : comm::DataType::U8;
+  // How `elements` of the weights the forward reads (fp32 under FP32, bf16 under BF16Mixed) go to
+  // a communicator.
+  comm::Payload read_payload(int64_t elements) const {
+    return comm::payload_of(elements, act_bytes_);
   }
-  int64_t read_count(int64_t elements) const { return act_bytes_ == 4 ? elements : elements * 2; }
   // Element `at` of the model's read weights (ZeRO 0-2) and of the read shard (ZeRO 1-3).
   void* model_read(int64_t at) const;
   const void* shard_read(int64_t at) const;

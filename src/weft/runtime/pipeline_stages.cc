@@ -26,9 +26,6 @@ class ScopedSeconds {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-const kernels::Act* offset(const kernels::Act* p, int64_t bytes) {
-  return reinterpret_cast<const kernels::Act*>(reinterpret_cast<const char*>(p) + bytes);
-}
 }  // namespace
 
 PipelineStages::PipelineStages(const model::GptConfig& cfg, const schedule::Schedule& schedule,
@@ -144,23 +141,26 @@ void PipelineStages::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
 comm::Work PipelineStages::send_rows(const kernels::Act* full, int peer, int tag) {
   backend_.synchronize();
   if (part_ != nullptr) {
-    const int64_t part = part_elements_ * act_bytes_;
-    return wiring_.boundary->send_async(offset(full, wiring_.tp.rank() * part), count(part),
-                                        act_type(), peer, tag);
+    const comm::Payload part = payload(part_elements_);
+    return wiring_.boundary->send_async(
+        kernels::act_offset(full, wiring_.tp.rank() * part_elements_, act_bytes_), part.count,
+        part.type, peer, tag);
   }
-  return wiring_.boundary->send_async(full, count(boundary_bytes()), act_type(), peer, tag);
+  const comm::Payload whole = payload(boundary_elements());
+  return wiring_.boundary->send_async(full, whole.count, whole.type, peer, tag);
 }
 
 void PipelineStages::recv_rows(kernels::Act* full, int peer, int tag) {
   const ScopedSeconds waiting(timing_.waiting);
   backend_.synchronize();
   if (part_ != nullptr) {
-    const int64_t part = count(part_elements_ * act_bytes_);
-    wiring_.boundary->recv_async(part_, part, act_type(), peer, tag).wait();
-    wiring_.tp.comm->all_gather_async(full, part_, part, act_type()).wait();
+    const comm::Payload part = payload(part_elements_);
+    wiring_.boundary->recv_async(part_, part.count, part.type, peer, tag).wait();
+    wiring_.tp.comm->all_gather_async(full, part_, part.count, part.type).wait();
     return;
   }
-  wiring_.boundary->recv_async(full, count(boundary_bytes()), act_type(), peer, tag).wait();
+  const comm::Payload whole = payload(boundary_elements());
+  wiring_.boundary->recv_async(full, whole.count, whole.type, peer, tag).wait();
 }
 
 void PipelineStages::forward(int stage, int mb) {

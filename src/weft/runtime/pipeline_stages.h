@@ -133,11 +133,8 @@ class PipelineStages : public StageRunner {
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
   int64_t boundary_bytes() const;
-  // How activations go to a communicator: fp32 as F32 elements, bf16 as bytes (U8).
-  comm::DataType act_type() const {
-    return act_bytes_ == 4 ? comm::DataType::F32 : comm::DataType::U8;
-  }
-  int64_t count(int64_t bytes) const { return act_bytes_ == 4 ? bytes / 4 : bytes; }
+  // How `elements` activations go to a communicator (comm::payload_of).
+  comm::Payload payload(int64_t elements) const { return comm::payload_of(elements, act_bytes_); }
   double replica_sum(double loss) const;  // over the pipeline stages and the replicas
 
   // First: the chunks' memory outlives everything below.

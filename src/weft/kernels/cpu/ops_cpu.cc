@@ -481,14 +481,15 @@ void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* ta
 // ---- optimizer -----------------------------------------------------------------------------
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t) {
+                  float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale) {
   const float inv_c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), t)));
   const float inv_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), t)));
   const float one_minus_b1 = 1.f - beta1;
   const float one_minus_b2 = 1.f - beta2;
 #pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grads[i];
+    const float g = grads[i] * grad_scale;
     const float mi = beta1 * m[i] + one_minus_b1 * g;
     const float vi = beta2 * v[i] + one_minus_b2 * g * g;
     m[i] = mi;

@@ -1004,9 +1004,10 @@ void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* ta
 }
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t) {
+                  float beta1, float beta2, float eps, float weight_decay, int t,
+                  float grad_scale) {
   WEFT_CHECK(n >= 0, "negative element count ", n);
-  const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, 1.f);
+  const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, grad_scale);
   if (n == 0) return;
   detail::adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads>>>(params, grads, m, v, n,
                                                                        weight_decay, s);
