@@ -167,8 +167,8 @@ TEST_F(CliTrainTest, TheGpuPathFollowsTheFp32RunAndItsCheckpointContinuesOnTheCp
   const std::vector<double> mixed_gn = metric(out("/metrics.jsonl"), "grad_norm");
   ASSERT_EQ(mixed.size(), serial.size());
   ASSERT_EQ(mixed_gn.size(), serial.size());
-  // Device ranks: a two-stage pipeline, then tensor parallelism and two replicas, each from the
-  // last one's checkpoint.
+  // Device ranks: a two-stage pipeline, then tensor parallelism and two replicas with ZeRO-3, each
+  // from the last one's checkpoint.
   const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
   const std::string ranks = run + " --device host-bf16 --set run.out_dir=" + dir_ + "/ranks";
   r = weft_command(mpirun + "train " + ranks + " --set parallel.pp=2 --stop-after 4");
@@ -177,7 +177,10 @@ TEST_F(CliTrainTest, TheGpuPathFollowsTheFp32RunAndItsCheckpointContinuesOnTheCp
   r = weft_command(mpirun + "train " + ranks + " --set parallel.tp=2 --resume --stop-after 6");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "tp=2 pp=1 dp=1, 2 ranks on host");
-  r = weft_command(mpirun + "train " + ranks + " --set parallel.dp=2 --resume");
+  // The replicas with ZeRO-3 (the one optimizer on the bf16 backend: bf16 shards gathered per
+  // use), loading the tp=2 run's checkpoint into shards and writing its own from them.
+  r = weft_command(mpirun + "train " + ranks +
+                   " --set parallel.dp=2 --set parallel.zero=3 --resume");
   ASSERT_EQ(r.rc, 0) << r.text;
   const std::vector<double> ranked = losses(dir_ + "/ranks/metrics.jsonl");
   ASSERT_EQ(ranked.size(), serial.size());
