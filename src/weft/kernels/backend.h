@@ -70,7 +70,8 @@ class Backend {
   }
   virtual int64_t allocated_bytes() const = 0;
   // Whether allocate()'s memory is host memory the caller may read and write directly (the host
-  // backends), so that a copy through upload/download can be skipped.
+  // fp32 backend), so that a copy through upload/download can be skipped. The host bf16 backend
+  // says no: it emulates a device.
   virtual bool host_memory() const = 0;
   // Host <-> backend copies; they wait until the copy is complete.
   virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;

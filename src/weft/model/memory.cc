@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -226,12 +227,12 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 // layouts whose stages repeat a few hundred shapes, and building a layout names every slice.
 int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
                      const StageSpec& stage, Precision precision) {
-  using Key = std::tuple<bool, std::string, int, int, int, int64_t, int, int, int, int, bool, int,
-                         int, bool, bool, int>;
+  // The numbers a layout depends on (not the model's name: string keys cost the planner 12%).
+  using Key =
+      std::tuple<bool, int, int, int, int64_t, int, int, int, int, bool, int, int, bool, bool, int>;
   static std::mutex mutex;
   static std::map<Key, int64_t> cache;
   const Key key{workspace,
-                cfg.name,
                 cfg.n_layer,
                 cfg.n_embd,
                 cfg.n_head,
@@ -262,6 +263,24 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompu
   return bytes;
 }
 
+// A stage's parameter layout (param_layout.h), remembered per shape for the same reason: building
+// one names every slice, and the planner asks for the same few hundred shapes again and again.
+const ParamLayout& stage_param_layout(const GptConfig& cfg, int tp, const StageSpec& stage,
+                                      int64_t unit_align) {
+  using Key = std::tuple<int, int, int, int64_t, int, int, int, bool, bool, int64_t>;
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<const ParamLayout>> cache;
+  const Key key{cfg.n_layer, cfg.n_embd,        cfg.n_head,           cfg.padded_vocab(),
+                tp,          stage.first_layer, stage.end_layer(cfg), stage.embedding,
+                stage.head,  unit_align};
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<const ParamLayout>& slot = cache[key];
+  if (slot == nullptr) {
+    slot = std::make_unique<const ParamLayout>(gpt_param_layout(cfg, tp, 0, stage, unit_align));
+  }
+  return *slot;
+}
+
 // The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
 // takes them from the backend: activation_layout.h), the optimizer's (ZeRO's shards and its unit
 // pool) and the input gradients kept until sent, as runtime::DeviceTrainer allocates them.
@@ -275,10 +294,11 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
   PoolHeld pool;                // ZeRO 2/3: the rank's unit pool, over all its chunks' passes
   std::map<int64_t, int> heap;  // host MPI temporaries: not the backend's memory
   for (const ChunkMemory& c : chunks) {
-    const ParamLayout layout =
-        gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
+    const ParamLayout& layout =
+        stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, bf16);
-    run_passes(layout, c.stage, zero, deferred_weight_grads, bf16, heap, pool);
+    // The unit pool (ZeRO 2/3); the host MPI temporaries are not the backend's memory.
+    if (zero.stage >= 2) run_passes(layout, c.stage, zero, deferred_weight_grads, bf16, heap, pool);
     m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, bf16);
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
     // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
@@ -368,8 +388,8 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   std::map<int64_t, int> heap;  // heap temporaries: bytes -> at most in flight
   int64_t packing = 0;          // the GEMM packing buffers: the chunks run on the same threads
   for (const ChunkMemory& c : chunks) {
-    const ParamLayout layout =
-        gpt_param_layout(cfg, tp.tp, 0, c.stage, zero_unit_align(zero.stage, zero.dp));
+    const ParamLayout& layout =
+        stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, Precision::FP32);
     const int64_t busiest =
         run_passes(layout, c.stage, zero, deferred_weight_grads, Precision::FP32, heap, pool);

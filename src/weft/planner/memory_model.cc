@@ -46,11 +46,15 @@ model::Precision model_precision(Precision p) {
 
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             const schedule::Schedule& schedule, int64_t runtime_bytes) {
-  const std::vector<std::vector<int>> slots = schedule::peak_in_flight_per_chunk(schedule);
+  return peak_memory(job, c, schedule.shape, schedule::peak_in_flight_per_chunk(schedule),
+                     runtime_bytes);
+}
+
+MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
+                            const std::vector<std::vector<int>>& slots, int64_t runtime_bytes) {
   MemoryBreakdown best;
   for (int r = 0; r < c.pp; ++r) {
-    const model::MemoryEstimate w =
-        rank_memory(job, c, schedule.shape, slots[r], r, 1, runtime_bytes);
+    const model::MemoryEstimate w = rank_memory(job, c, shape, slots[r], r, 1, runtime_bytes);
     MemoryBreakdown mem;
     mem.weights = static_cast<double>(w.params);
     mem.grads = static_cast<double>(w.grads);

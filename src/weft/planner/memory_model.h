@@ -32,6 +32,10 @@ model::Precision model_precision(Precision p);
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             const schedule::Schedule& schedule,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
+// The same from that schedule's schedule::peak_in_flight_per_chunk (per rank, per chunk).
+MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
+                            const std::vector<std::vector<int>>& slots,
+                            int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 // The same, making the configuration's schedule.
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);

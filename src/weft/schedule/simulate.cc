@@ -161,6 +161,10 @@ Costs unit_costs(const Shape& shape) {
 Timeline simulate(const Schedule& schedule, const Costs& costs) {
   const Status structure = check_structure(schedule);
   WEFT_CHECK(structure.ok(), structure.message("simulate: malformed schedule"));
+  return simulate_checked(schedule, costs);
+}
+
+Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
   const Shape& shape = schedule.shape;
   WEFT_CHECK(static_cast<int>(costs.stages.size()) == shape.num_stages(), "costs for ",
              costs.stages.size(), " stages, the schedule has ", shape.num_stages());

@@ -68,5 +68,8 @@ struct Timeline {
 // Requires check_structure(schedule) and costs.stages.size() == pp*vp (WEFT_CHECK). A schedule
 // that cannot finish yields the timeline up to the deadlock and the blocked instructions.
 Timeline simulate(const Schedule& schedule, const Costs& costs);
+// The same for a schedule whose structure was checked once already: the planner prices one
+// schedule under thousands of configurations' costs, and the check was most of its search time.
+Timeline simulate_checked(const Schedule& schedule, const Costs& costs);
 
 }  // namespace weft::schedule

@@ -87,7 +87,11 @@ class HostBackend : public TypedBackend<Impl, A> {
     return p;
   }
   int64_t allocated_bytes() const override { return allocated_bytes_; }
-  bool host_memory() const override { return true; }
+  // FP32: yes, the CPU engine reads and writes its state in place. The bf16 backend emulates a
+  // GPU, including that its memory is reached through upload and download only: callers take the
+  // device's paths (checkpoints streamed through the staging buffer, losses copied back), which
+  // are then tested without a GPU.
+  bool host_memory() const override { return sizeof(A) == 4; }
   void upload(void* dst, const void* host_src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "upload of ", bytes, " bytes");
     if (bytes > 0) std::memcpy(dst, host_src, static_cast<size_t>(bytes));
