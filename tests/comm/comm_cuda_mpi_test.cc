@@ -21,6 +21,7 @@
 #include "weft/comm/cuda/nccl_communicator.h"
 #include "weft/comm/cuda/staged_communicator.h"
 #include "weft/core/check.h"
+#include "weft/core/dtype.h"
 #include "weft/kernels/cuda/arena.h"
 
 namespace weft::comm::cuda {
@@ -88,6 +89,17 @@ class DeviceOverMpi : public testing::Test {
     check_all_reduce<double>(dev, ReduceOp::Sum);
     check_all_reduce<int32_t>(dev, ReduceOp::Max);
     check_all_reduce<int64_t>(dev, ReduceOp::Sum);
+
+    {  // bf16 (small integers: sums exact in any order, so the device and host orders agree)
+      const auto ints = values<float>(rank(), kN, 3);
+      std::vector<BF16> expected(ints.size());
+      std::transform(ints.begin(), ints.end(), expected.begin(), BF16::from_float);
+      BF16* d = upload(expected);
+      dev.all_reduce(d, kN);
+      host_->all_reduce(expected.data(), kN);
+      const auto got = download(d, kN);
+      for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(got[i].bits, expected[i].bits) << "bf16 " << i;
+    }
 
     const int64_t p = size();
     {

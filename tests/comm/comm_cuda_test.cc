@@ -18,6 +18,7 @@
 #include "weft/comm/cuda/nccl_communicator.h"
 #include "weft/comm/cuda/staged_communicator.h"
 #include "weft/core/check.h"
+#include "weft/core/dtype.h"
 #include "weft/kernels/cuda/arena.h"
 
 namespace weft::comm::cuda {
@@ -99,6 +100,14 @@ TEST_P(DeviceComm, AllReduceOfOneRankLeavesEveryTypeAsItIs) {
   int64_t* di = upload(i);
   comm_->all_reduce(di, kN, ReduceOp::Max);
   EXPECT_EQ(download(di, kN), i);
+
+  const auto ints = ramp<float>(kN, 5);
+  std::vector<BF16> b(ints.size());
+  std::transform(ints.begin(), ints.end(), b.begin(), BF16::from_float);
+  BF16* db = upload(b);
+  comm_->all_reduce(db, kN);
+  const auto got = download(db, kN);
+  for (int64_t k = 0; k < kN; ++k) ASSERT_EQ(got[k].bits, b[k].bits) << "bf16 " << k;
 }
 
 TEST_P(DeviceComm, ReduceScatterOfOneRankCopiesTheInput) {

@@ -1,7 +1,8 @@
 // The thread backend on 1 to 4 threads: every op and dtype against values computed here (rank r
-// contributes r + 1), in-place variants, split (colors, a reordering key, nested, concurrent
-// collectives on the subgroups), eager sends, tag matching, timeouts, mismatched collectives, and
-// the process groups of parallel::make_groups over a thread world.
+// contributes r + 1; bf16 sums also of random values, comm/bf16_sums.h), in-place variants, split
+// (colors, a reordering key, nested, concurrent collectives on the subgroups), eager sends, tag
+// matching, timeouts, mismatched collectives, and the process groups of parallel::make_groups over
+// a thread world.
 
 #include "weft/comm/thread_communicator.h"
 
@@ -14,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "comm/bf16_sums.h"
 #include "weft/core/check.h"
+#include "weft/core/dtype.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
 
@@ -182,6 +185,83 @@ TEST(ThreadCommunicator, U8CannotBeReducedOnAnyRank) {
     w.all_reduce_async(&v, 1, DataType::U8, ReduceOp::Sum).wait();
   });
   for (const auto& e : errors) EXPECT_NE(e.find("u8 cannot be reduced"), std::string::npos) << e;
+}
+
+// bf16 (comm/communicator.h): each add in fp32, rounded to bf16, in rank order.
+BF16 bf16(float f) { return BF16::from_float(f); }
+
+TEST(ThreadBf16, SumsMaxAndGathersOfSmallIntegersAreExact) {
+  // Sums up to 70: integers that bf16 (8 significant bits) holds exactly, in any order.
+  auto value = [](int rank, int64_t j) {
+    return bf16(static_cast<float>((rank + 1) * (j % 7 + 1)));
+  };
+  for (int size : kSizes) {
+    run_ok(size, [&](Communicator& w) {
+      for (const int64_t n : {int64_t{1}, int64_t{37}, int64_t{10007}}) {
+        std::vector<BF16> sum(n), max(n);
+        for (int64_t i = 0; i < n; ++i) sum[i] = max[i] = value(w.rank(), i);
+        w.all_reduce(sum.data(), n);
+        w.all_reduce(max.data(), n, ReduceOp::Max);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(sum[i].to_float(), rank_sum(w) * (i % 7 + 1)) << "n " << n << ", element " << i;
+          ASSERT_EQ(max[i].to_float(), w.size() * (i % 7 + 1)) << "n " << n << ", element " << i;
+        }
+      }
+      const int64_t n = 37;
+      std::vector<BF16> in(w.size() * n), out(n), gathered(w.size() * n);
+      for (int64_t j = 0; j < w.size() * n; ++j) in[j] = value(w.rank(), j);
+      w.reduce_scatter(out.data(), in.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[i].to_float(), rank_sum(w) * ((w.rank() * n + i) % 7 + 1)) << "element " << i;
+      }
+      w.reduce_scatter(in.data(), in.data(), n);  // in place: the result at the front
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(in[i].bits, out[i].bits) << "in place, " << i;
+      w.all_gather(gathered.data(), out.data(), n);
+      for (int q = 0; q < w.size(); ++q) {
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(gathered[q * n + i].to_float(), rank_sum(w) * ((q * n + i) % 7 + 1))
+              << "block " << q << ", element " << i;
+        }
+      }
+    });
+  }
+}
+
+TEST(ThreadBf16, RandomSumsAreTheSameBitsOnEveryRankAndWithinAnUlpPerAdd) {
+  for (int size : kSizes) {
+    const int64_t n = 10007;
+    std::vector<std::vector<BF16>> sums(size);  // each rank's all-reduce result
+    run_ok(size, [&](Communicator& w) {
+      std::vector<BF16>& v = sums[w.rank()];
+      v.resize(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = test::random_bf16(w.rank(), i);
+      w.all_reduce(v.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(test::within_an_ulp_per_add(v[i], w.size(), i));
+      const int64_t m = 37;
+      std::vector<BF16> in(w.size() * m), out(m);
+      for (int64_t j = 0; j < w.size() * m; ++j) in[j] = test::random_bf16(w.rank(), j);
+      w.reduce_scatter(out.data(), in.data(), m);
+      for (int64_t i = 0; i < m; ++i) {
+        ASSERT_TRUE(test::within_an_ulp_per_add(out[i], w.size(), w.rank() * m + i));
+      }
+    });
+    for (int r = 1; r < size; ++r) {
+      ASSERT_EQ(sums[r].size(), sums[0].size());
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(sums[r][i].bits, sums[0][i].bits) << "rank " << r << " of " << size << ", " << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadBf16, AllReduceAddsInRankOrder) {
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7 that rounds to the even 1, twice; adding the two
+  // 2^-8 first would give 1 + 2^-7 exactly.
+  run_ok(3, [](Communicator& w) {
+    BF16 v = bf16(w.rank() == 0 ? 1.0f : 0.00390625f);
+    w.all_reduce(&v, 1);
+    EXPECT_EQ(v.to_float(), 1.0f);
+  });
 }
 
 TEST(ThreadCommunicator, BarrierMakesEveryRanksEarlierWritesVisible) {

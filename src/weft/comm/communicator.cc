@@ -24,6 +24,8 @@ size_t dtype_size(DataType t) {
       return 8;
     case DataType::U8:
       return 1;
+    case DataType::BF16:
+      return 2;
   }
   WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
 }
@@ -40,6 +42,8 @@ std::string_view dtype_name(DataType t) {
       return "i64";
     case DataType::U8:
       return "u8";
+    case DataType::BF16:
+      return "bf16";
   }
   WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
 }
@@ -51,6 +55,19 @@ void reduce_as(T* dst, const T* src, int64_t n, ReduceOp op) {
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
+  }
+}
+
+// Each pairwise result in fp32, rounded once to bf16 (NCCL's bf16 arithmetic). A max is one of its
+// operands: it is chosen, not rounded.
+void reduce_bf16(BF16* dst, const BF16* src, int64_t n, ReduceOp op) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = dst[i].to_float(), b = src[i].to_float();
+    if (op == ReduceOp::Sum) {
+      dst[i] = BF16::from_float(a + b);
+    } else if (a < b) {
+      dst[i] = src[i];
+    }
   }
 }
 }  // namespace
@@ -65,6 +82,8 @@ void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op)
       return reduce_as(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
     case DataType::I64:
       return reduce_as(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+    case DataType::BF16:
+      return reduce_bf16(static_cast<BF16*>(dst), static_cast<const BF16*>(src), n, op);
     case DataType::U8:
       break;
   }

@@ -18,27 +18,42 @@
 #include <string_view>
 #include <vector>
 
+#include "weft/core/dtype.h"
+
 namespace weft::comm {
 
-enum class DataType { F32, F64, I32, I64, U8 };
+// BF16 elements are weft::BF16 (core/dtype.h); U8 is moved but not reduced.
+//
+// bf16 is reduced in bf16, as Megatron-LM and NCCL sum tensor-parallel activations: each pairwise
+// op is computed in fp32 and rounded once to bf16 (reduce_into), so a sum over ranks depends on
+// the order in which a backend adds them. Every backend must still give every rank the same bits,
+// since the ranks of a tensor group go on with replicated activations that would otherwise drift
+// apart: the thread backend folds in rank order and copies the result to every rank, the MPI
+// backend reduces each block on one rank of a ring and passes it on, and NCCL's ring and tree
+// algorithms likewise reduce each element once and broadcast it.
+enum class DataType { F32, F64, I32, I64, U8, BF16 };
 size_t dtype_size(DataType t);
 
 // How n elements of `element_bytes` each go to a communicator: 4-byte ones (fp32) as F32 elements,
-// any other size (bf16 activations and weights) as bytes (U8), which a communicator moves but
-// does not reduce.
+// 2-byte ones (bf16 activations and weights) as BF16 elements, so the tensor group sums them
+// without a widened copy and a Recording counts the elements the planner counts; any other size as
+// bytes (U8).
 struct Payload {
   int64_t count = 0;
   DataType type = DataType::F32;
 };
 inline Payload payload_of(int64_t n, int64_t element_bytes) {
-  return element_bytes == 4 ? Payload{n, DataType::F32} : Payload{n * element_bytes, DataType::U8};
+  if (element_bytes == 4) return {n, DataType::F32};
+  if (element_bytes == 2) return {n, DataType::BF16};
+  return {n * element_bytes, DataType::U8};
 }
 std::string_view dtype_name(DataType t);
 
 enum class ReduceOp { Sum, Max };
 std::string_view reduce_op_name(ReduceOp op);
 // dst[i] = dst[i] op src[i] for n elements of a reducible type (not U8): the arithmetic of every
-// host-memory reduction (the thread communicator's collectives, the MPI ring reduce-scatter).
+// host-memory reduction (the thread communicator's collectives, the MPI rings). BF16: the op in
+// fp32, rounded once to nearest even, as NCCL's bf16 reductions (so not associative: see above).
 void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op);
 
 template <typename T>
@@ -62,6 +77,10 @@ constexpr DataType data_type_of<int64_t>() {
 template <>
 constexpr DataType data_type_of<uint8_t>() {
   return DataType::U8;
+}
+template <>
+constexpr DataType data_type_of<BF16>() {
+  return DataType::BF16;
 }
 
 // A handle on an asynchronous operation. wait() returns when it is complete (its buffers may then

@@ -64,6 +64,8 @@ MPI_Datatype mpi_type(DataType t) {
       return MPI_INT64_T;
     case DataType::U8:
       return MPI_UINT8_T;
+    case DataType::BF16:
+      return MPI_UINT16_T;  // moved as its bits; reduced only by the Ring (reduce_into)
   }
   WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
 }
@@ -209,33 +211,47 @@ class Pending {
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
-// A sum reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first
-// half of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
+// A reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first half
+// of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
 // (r-k-1) mod p to rank r+1 (its own input block at k = 0, else the sum it completed in step k-1)
 // and receives block (r-k-2) mod p from rank r-1, to which it adds its own input block; the block
 // received last is block r, the result. Every rank sends, receives and adds (p-1)/p of the buffer.
 // Open MPI 4.1's MPI_Ireduce_scatter_block (libnbc) instead reduces the whole buffer to rank 0
 // over a binomial tree and scatters from there: rank 0 receives and adds p-1 whole buffers, the
 // bottleneck of ZeRO 1-3's gradient reductions on one core per rank (docs/parallelism.md).
-class RingReduceScatter {
+//
+// With the second half, an all-gather (in step k = 0 .. p-2 rank r passes block (r-k) mod p on to
+// rank r+1 and receives block (r-k-1) mod p in its place), it is the all-reduce of bf16, whose sum
+// depends on the order of the adds (communicator.h): each block is reduced in one order on one
+// rank and copied to the others, so every rank gets the same bits by construction, whichever
+// algorithm Open MPI's settings would pick for MPI_Iallreduce, and without a user-defined MPI_Op
+// to create after MPI_Init and free before MPI_Finalize.
+class Ring {
  public:
-  // `tag` must be unique among the ring operations in flight on `comm` (a communicator of their
-  // own: no other message can match theirs).
-  RingReduceScatter(const Op& op, MPI_Comm comm, int tag, void* out, const void* in, int64_t n,
-                    double timeout_s)
-      : op_(op), comm_(comm), tag_(tag), out_(out), in_(in), n_(n), timeout_s_(timeout_s) {
-    const int p = op.group->size, r = op.group->rank;
-    bytes_ = n * static_cast<int64_t>(dtype_size(op.dtype));
-    // Not zero-filled: the receive and the sums write them whole before they are read.
-    recv_buf_ = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(bytes_));
-    if (p > 2) sum_buf_ = std::make_unique_for_overwrite<char[]>(static_cast<size_t>(bytes_));
-    next_ = (r + 1) % p;
-    prev_ = (r + p - 1) % p;
-    post(block(r - 1));  // step 0 sends this rank's own input block
+  // reduce-scatter: `in` holds size blocks of n elements, block `rank` of their sum goes to `out`
+  // (which may be `in`). `tag` must be unique among the ring operations in flight on `comm` (a
+  // communicator of their own: no other message can match theirs).
+  static std::shared_ptr<Ring> reduce_scatter(const Op& op, MPI_Comm comm, int tag, void* out,
+                                              const void* in, int64_t n, double timeout_s) {
+    auto ring = std::shared_ptr<Ring>(new Ring(op, comm, tag, in, timeout_s));
+    ring->out_ = out;
+    ring->start(op.group->size * n, n, ReduceOp::Sum);
+    return ring;
   }
-  RingReduceScatter(const RingReduceScatter&) = delete;
-  RingReduceScatter& operator=(const RingReduceScatter&) = delete;
-  ~RingReduceScatter() {
+  // all-reduce of data[n] in place; the blocks are the n elements split as evenly as they go.
+  static std::shared_ptr<Ring> all_reduce(const Op& op, MPI_Comm comm, int tag, void* data,
+                                          int64_t n, ReduceOp reduce, double timeout_s) {
+    auto ring = std::shared_ptr<Ring>(new Ring(op, comm, tag, data, timeout_s));
+    ring->all_ = data;
+    const int p = op.group->size;
+    ring->total_ = n;
+    ring->out_ = ring->block(op.group->rank);
+    ring->start(n, (n + p - 1) / p, reduce);
+    return ring;
+  }
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+  ~Ring() {
     // Dropped without wait(): finish, as for a collective, unless an error unwinds the stack.
     if (done() || std::uncaught_exceptions() > 0 || !mpi_live()) return;
     try {
@@ -260,46 +276,87 @@ class RingReduceScatter {
   }
 
  private:
-  bool done() const { return step_ == op_.group->size - 1; }
-  const char* block(int b) const {
-    const int p = op_.group->size;
-    return static_cast<const char*>(in_) + static_cast<int64_t>((b % p + p) % p) * bytes_;
+  Ring(const Op& op, MPI_Comm comm, int tag, const void* in, double timeout_s)
+      : op_(op), comm_(comm), tag_(tag), in_(in), timeout_s_(timeout_s) {}
+
+  // `total` elements in the p blocks, none longer than `longest`.
+  void start(int64_t total, int64_t longest, ReduceOp reduce) {
+    const int p = op_.group->size, r = op_.group->rank;
+    total_ = total;
+    reduce_ = reduce;
+    steps_ = (all_ != nullptr ? 2 : 1) * (p - 1);
+    const auto bytes = static_cast<size_t>(longest) * dtype_size(op_.dtype);
+    // Not zero-filled: the receives and the sums write them before they are read.
+    recv_buf_ = std::make_unique_for_overwrite<char[]>(bytes);
+    if (p > 2) sum_buf_ = std::make_unique_for_overwrite<char[]>(bytes);
+    next_ = (r + 1) % p;
+    prev_ = (r + p - 1) % p;
+    // Step 0 sends this rank's own input block.
+    post(in_block(r - 1), count(r - 1), recv_buf_.get(), count(r - 2));
   }
-  // Posts the current step's send of `data` and receive into recv_buf_.
-  void post(const void* data) {
-    const int count = static_cast<int>(n_);
+
+  bool done() const { return step_ == steps_; }
+  int wrap(int b) const {
+    const int p = op_.group->size;
+    return (b % p + p) % p;
+  }
+  // Block b's first element, b in [0, p]: the blocks split `total_` as evenly as it goes (into
+  // equal ones for a reduce-scatter, whose total is p*n).
+  int64_t first(int b) const { return b * total_ / op_.group->size; }
+  int64_t count(int b) const { return first(wrap(b) + 1) - first(wrap(b)); }
+  size_t offset(int b) const { return static_cast<size_t>(first(wrap(b))) * dtype_size(op_.dtype); }
+  const char* in_block(int b) const { return static_cast<const char*>(in_) + offset(b); }
+  char* block(int b) const { return static_cast<char*>(all_) + offset(b); }
+
+  // Posts the current step's send of `data` and receive into `into`.
+  void post(const void* data, int64_t send_n, void* into, int64_t recv_n) {
+    const bool gather = all_ != nullptr;
     Op s = op_, rv = op_;
-    s.what = "reduce_scatter ring send";
+    s.what = gather ? "all_reduce ring send" : "reduce_scatter ring send";
     s.peer = next_;
-    rv.what = "reduce_scatter ring recv";
+    rv.what = gather ? "all_reduce ring recv" : "reduce_scatter ring recv";
     rv.peer = prev_;
     s.tag = rv.tag = tag_;
     send_ = std::make_unique<Pending>(s, timeout_s_);
     recv_ = std::make_unique<Pending>(rv, timeout_s_);
-    s.check(MPI_Isend(data, count, mpi_type(op_.dtype), next_, tag_, comm_, send_->request()));
-    rv.check(MPI_Irecv(recv_buf_.get(), count, mpi_type(op_.dtype), prev_, tag_, comm_,
-                       recv_->request()));
+    const MPI_Datatype t = mpi_type(op_.dtype);
+    s.check(MPI_Isend(data, static_cast<int>(send_n), t, next_, tag_, comm_, send_->request()));
+    rv.check(MPI_Irecv(into, static_cast<int>(recv_n), t, prev_, tag_, comm_, recv_->request()));
   }
-  // The step's messages are complete: add this rank's input to the received block, into the
-  // output after the last step (every send is complete by then, so `out` may alias `in`), else
-  // into the block the next step sends.
+  // The step's messages are complete. Reducing: add this rank's input to the received block, into
+  // the output after the last reducing step (every send is complete by then, so `out` may alias
+  // `in`), else into the block the next step sends. Then the gathering steps, if any, pass the
+  // reduced blocks on, each received straight into its place.
   void advance() {
-    const char* own = block(op_.group->rank - step_ - 2);
-    ++step_;
-    void* dst = done() ? out_ : sum_buf_.get();
-    if (dst != own) std::memcpy(dst, own, static_cast<size_t>(bytes_));
-    reduce_into(dst, recv_buf_.get(), n_, op_.dtype, ReduceOp::Sum);
-    if (!done()) post(sum_buf_.get());
+    const int p = op_.group->size, r = op_.group->rank;
+    const int k = step_++;
+    if (k < p - 1) {
+      const int b = r - k - 2;
+      const char* own = in_block(b);
+      const bool reduced = step_ == p - 1;
+      void* dst = reduced ? out_ : sum_buf_.get();
+      if (dst != own) std::memcpy(dst, own, static_cast<size_t>(count(b)) * dtype_size(op_.dtype));
+      reduce_into(dst, recv_buf_.get(), count(b), op_.dtype, reduce_);
+      if (!reduced) {
+        post(sum_buf_.get(), count(b), recv_buf_.get(), count(b - 1));
+        return;
+      }
+    }
+    if (done()) return;
+    const int g = step_ - (p - 1);  // the gathering step to post
+    post(block(r - g), count(r - g), block(r - g - 1), count(r - g - 1));
   }
 
   Op op_;
   MPI_Comm comm_;
   int tag_;
-  void* out_;
   const void* in_;
-  int64_t n_, bytes_ = 0;
+  void* out_ = nullptr;
+  void* all_ = nullptr;  // the all-reduce's buffer; null for a reduce-scatter
+  int64_t total_ = 0;
+  ReduceOp reduce_ = ReduceOp::Sum;
   double timeout_s_;
-  int next_ = 0, prev_ = 0, step_ = 0;
+  int next_ = 0, prev_ = 0, step_ = 0, steps_ = 0;
   std::unique_ptr<char[]> recv_buf_, sum_buf_;
   std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
 };
@@ -330,6 +387,12 @@ class MpiCommunicator final : public Communicator {
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
     check_reducible(o);
+    if (t == DataType::BF16) {
+      if (size() == 1) return Work();
+      auto ring =
+          Ring::all_reduce(o, ring_comm(o), next_ring_tag(), data, n, op, timeout_seconds());
+      return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
+    }
     return start(o, [&](MPI_Request* req) {
       return MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), mpi_type(t), mpi_op(op), comm_,
                             req);
@@ -344,17 +407,8 @@ class MpiCommunicator final : public Communicator {
       if (out != in) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
       return Work();
     }
-    if (ring_comm_ == MPI_COMM_NULL) {
-      // The ring's messages get a communicator of their own (created collectively, as this call
-      // is), so no other point-to-point message on this group can match them.
-      o.check(MPI_Comm_dup(comm_, &ring_comm_));
-      MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN);
-    }
-    // Every rank starts its reductions in the same order: the same tag for the same operation.
-    // At most a handful are in flight at once, far fewer than the tags (MPI guarantees 32767).
-    const int tag = ring_tag_++ % 32768;
     auto ring =
-        std::make_shared<RingReduceScatter>(o, ring_comm_, tag, out, in, n, timeout_seconds());
+        Ring::reduce_scatter(o, ring_comm(o), next_ring_tag(), out, in, n, timeout_seconds());
     return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
   }
 
@@ -431,10 +485,22 @@ class MpiCommunicator final : public Communicator {
   }
   static void check_reducible(const Op& o) {
     if (o.dtype == DataType::U8) {
-      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32 and i64 can)", o.where(),
-                              dtype_name(o.dtype)));
+      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
+                              o.where(), dtype_name(o.dtype)));
     }
   }
+  // The Ring's messages get a communicator of their own (created collectively, as the ring
+  // operations that call this are), so no other point-to-point message on this group can match.
+  MPI_Comm ring_comm(const Op& o) {
+    if (ring_comm_ == MPI_COMM_NULL) {
+      o.check(MPI_Comm_dup(comm_, &ring_comm_));
+      MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN);
+    }
+    return ring_comm_;
+  }
+  // Every rank starts its ring operations in the same order: the same tag for the same operation.
+  // At most a handful are in flight at once, far fewer than the tags (MPI guarantees 32767).
+  int next_ring_tag() { return ring_tag_++ % 32768; }
   // Posts the nonblocking call `post(&request)` and returns the Work that waits for it.
   template <typename Post>
   Work start(const Op& o, Post&& post) {
@@ -446,7 +512,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   bool owned_;
   std::shared_ptr<const Group> group_;
-  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // reduce_scatter's messages (RingReduceScatter)
+  MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the Ring operations' messages
   int ring_tag_ = 0;
 };
 

@@ -219,7 +219,8 @@ std::string check_round(const std::vector<Post>& posts) {
   }
   if (has_buffer(a.kind) && a.n < 0) return fmt::format("negative count {}", a.n);
   if (reduces(a.kind) && a.dtype == DataType::U8) {
-    return fmt::format("{} cannot be reduced (f32, f64, i32 and i64 can)", dtype_name(a.dtype));
+    return fmt::format("{} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
+                       dtype_name(a.dtype));
   }
   const int size = static_cast<int>(posts.size());
   if (a.kind == Kind::Broadcast && (a.root < 0 || a.root >= size)) {
@@ -267,10 +268,13 @@ class ThreadCommunicator final : public Communicator {
         arrive({.kind = Kind::AllReduce, .dtype = t, .n = n, .op = op, .out = data, .in = data});
     // This rank owns a slice of the elements (whole cache lines, so no two ranks write one): it
     // folds every rank's slice into a tile, in rank order, and writes the tile to every rank.
-    // No other rank touches those elements, so reading and writing them in place is safe.
+    // No other rank touches those elements, so reading and writing them in place is safe. One
+    // fold copied everywhere is also what gives every rank the same bits where the sum depends on
+    // its order (bf16, and floats in general).
     const size_t es = dtype_size(t);
     const int64_t per_rank = (n + size() - 1) / size();
-    const int64_t slice = (per_rank + 15) / 16 * 16;
+    const int64_t line = std::max<int64_t>(16, 64 / static_cast<int64_t>(es));
+    const int64_t slice = (per_rank + line - 1) / line * line;
     const int64_t lo = std::min(n, rank_ * slice), hi = std::min(n, lo + slice);
     alignas(64) std::byte tile[kTileBytes];
     const int64_t per_tile = static_cast<int64_t>(kTileBytes / es);

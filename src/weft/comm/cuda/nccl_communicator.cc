@@ -107,6 +107,8 @@ ncclDataType_t nccl_type(DataType t) {
       return ncclInt64;
     case DataType::U8:
       return ncclUint8;
+    case DataType::BF16:
+      return ncclBfloat16;
   }
   WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
 }
@@ -460,8 +462,8 @@ class NcclCommunicator final : public Communicator {
   }
   static void check_reducible(const Op& o) {
     if (o.dtype == DataType::U8) {
-      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32 and i64 can)", o.where(),
-                              dtype_name(o.dtype)));
+      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
+                              o.where(), dtype_name(o.dtype)));
     }
   }
   // `small` (n elements) may lie inside `big` (size*n elements) only at this rank's block
