@@ -136,6 +136,7 @@ void expect_device_tp_volume(int tp, int dp) {
   par.tp = tp;
   par.tp_data = &tp_comm;
   par.model_group = groups.model.get();
+  par.dp = dp;
   if (dp > 1) par.dp_group = par.dp_data = groups.dp.get();
   const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   runtime::DeviceTrainer trainer(*backend, tiny(), B, T, m, {}, par);

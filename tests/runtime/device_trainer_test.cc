@@ -6,14 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/param_compare.h"
 #include "support/tiny_gpt.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
+#include "weft/kernels/profiling_backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/distributed_optimizer.h"
 #include "weft/runtime/device_trainer.h"
@@ -251,6 +254,32 @@ TEST_F(DeviceTrainerTest, ANonFiniteLossSkipsTheUpdate) {
   dev.model().get_params(after);
   EXPECT_TRUE(std::isnan(after[0]));
   for (int64_t i = 1; i < total; ++i) ASSERT_EQ(after[i], before[i]) << "element " << i;
+}
+
+// A step makes the host wait for the device a fixed number of times, whatever its microbatches
+// and layers: the step's batch goes up once and its losses come back once (runtime/
+// pipeline_stages.h), nothing waits per layer, and the end of step reads the gradients' norm once
+// per run of adjacent tensors (docs/cuda.md, "Streams and events"). Counted on the profiling
+// wrapper (kernels/profiling_backend.h), which forwards untimed while disabled.
+TEST_F(DeviceTrainerTest, AStepWaitsForTheDeviceAFixedNumberOfTimes) {
+  std::vector<int64_t> waits;
+  for (const auto& [layers, microbatches] : {std::pair{2, 1}, {2, 4}, {4, 4}}) {
+    const model::GptConfig cfg = test::small_gpt_hs64(layers, 64);
+    const auto backend = make_backend(cfg);
+    kernels::ProfilingBackend counting(*backend);
+    runtime::DeviceTrainer t(counting, cfg, kB, kT, microbatches);
+    t.init(3);
+    const auto tokens = batch(0, microbatches * kB * kT + 1, cfg.vocab_size);
+    t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);  // the first step plans and allocates
+    counting.reset_host_waits();
+    t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
+    waits.push_back(counting.host_waits());
+    std::printf("L=%d m=%d: %lld host waits per step\n", layers, microbatches,
+                static_cast<long long>(waits.back()));
+  }
+  EXPECT_EQ(waits[1], waits[0]) << "a wait per microbatch";
+  EXPECT_EQ(waits[2], waits[1]) << "a wait per layer";
+  EXPECT_LE(waits[0], 4) << "the batch up (tokens, targets), the losses back, the norm";
 }
 
 #ifdef WEFT_TEST_CUDA

@@ -43,11 +43,14 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   std::vector<double> times;
   runtime::StepStats last;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) profiler.reset_host_waits();
     const auto t0 = std::chrono::steady_clock::now();
     last = trainer.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) times.push_back(dt);
   }
+  // Calls that made the host wait for the device, per timed step (docs/cuda.md).
+  const double host_waits = static_cast<double>(profiler.host_waits()) / o.steps;
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   // One more step with every op timed on its own (each waits for the one before).
@@ -89,6 +92,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
       {"gemm_ceiling_tflops", ceiling / 1e12},
       {"mfu_gemm", ceiling > 0 ? nlohmann::json(achieved / ceiling) : nlohmann::json()},
       {"loss", last.loss},
+      {"host_waits_per_step", host_waits},
       {"mem_predicted_mib", predicted.total() / mib},
       {"mem_allocated_mib", backend->allocated_bytes() / mib},
   };
@@ -111,6 +115,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   fmt::print("  step          {:9.2f} ms (median of {}; min {:.2f} ms)   loss {:.4f}\n",
              step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
   fmt::print("  throughput    {:9.0f} tokens/s\n", tokens_per_step / step_s);
+  fmt::print("  host waits    {:9.1f} per step (uploads, downloads, syncs, norms)\n", host_waits);
   fmt::print("  model FLOP/s  {:9.2f} TFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
              achieved / 1e12, flops);
   if (o.peak_tflops > 0) {

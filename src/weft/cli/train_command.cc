@@ -115,6 +115,9 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
     layout.tp = cfg.parallel.tp;
     layout.pp = cfg.parallel.pp;
     layout.vp = cfg.parallel.vp;
+    layout.dp = cfg.parallel.dp;
+    layout.zero = cfg.parallel.zero;
+    layout.sequence_parallel = cfg.parallel.sequence_parallel;
     layout.pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
     layout.schedule =
         schedule::parse_kind(cfg.parallel.schedule).value_or_throw("parallel.schedule");

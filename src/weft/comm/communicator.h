@@ -7,9 +7,12 @@
 // RecordingCommunicator (wraps another one and records op, bytes and group, so tests can assert
 // the communication volume the PTD-P analysis predicts).
 //
-// Buffers are host memory of one DataType; counts are elements. Every blocking call waits at
-// most timeout_seconds() and then throws weft::Error naming the op and group, so no rank hangs
-// forever on a peer that died.
+// Buffers are host memory of one DataType, or a backend's memory for the communicators of a
+// device (comm/cuda); counts are elements. A communicator on a backend's memory starts each
+// operation after the backend work queued before the call (so no caller synchronizes the backend
+// first), and Work::order() queues the backend work after it behind the operation. Every blocking
+// call waits at most timeout_seconds() and then throws weft::Error naming the op and group, so no
+// rank hangs forever on a peer that died.
 
 #include <cstdint>
 #include <functional>
@@ -83,27 +86,35 @@ constexpr DataType data_type_of<BF16>() {
   return DataType::BF16;
 }
 
-// A handle on an asynchronous operation. wait() returns when it is complete (its buffers may then
-// be reused) and throws weft::Error on failure or timeout. A default Work is already complete.
+// A handle on an asynchronous operation. Two ways to finish it:
+//   wait()  the host blocks until the operation is complete (its buffers may then be reused by the
+//           host or by anything else), and throws weft::Error on failure or timeout;
+//   order() the backend work the caller queues after this call runs after the operation, without
+//           blocking the host where the communicator can order device work by itself (NCCL: the
+//           compute stream waits for the operation's CUDA event, cudaStreamWaitEvent); elsewhere
+//           (host memory, the staged communicator) it is wait(). The operation's buffers then
+//           belong to the backend's later ops; the host must not touch them before a wait of the
+//           backend (download, synchronize) or of the communicator. Failures of an ordered
+//           operation surface at the communicator's next wait (comm/cuda/nccl_communicator.h).
+// The runtime orders what only kernels consume (a pipeline's received activations, the tensor
+// group's sums, ZeRO's shards) and waits only where the host needs the result (docs/cuda.md,
+// "Streams and events"). A default Work is already complete. A Work must be waited or ordered
+// before its buffers are reused: comm/ordering_checker.h fails a run that does not.
 class Work {
  public:
   Work() = default;
-  // wait_fn is called once by the first wait(); it must block until completion or throw.
-  // test_fn, when given, says without blocking whether the operation is complete.
-  explicit Work(std::function<void()> wait_fn, std::function<bool()> test_fn = {})
-      : wait_(std::move(wait_fn)), test_(std::move(test_fn)) {}
-  void wait() {
-    if (wait_) {
-      auto f = std::move(wait_);
-      wait_ = nullptr;
-      test_ = nullptr;
-      f();
-    }
-  }
+  // wait_fn is called once by the first wait() (or order(), without order_fn); it must block
+  // until completion or throw. test_fn, when given, says without blocking whether the operation is
+  // complete. order_fn, when given, is called once by the first order() instead of wait_fn.
+  explicit Work(std::function<void()> wait_fn, std::function<bool()> test_fn = {},
+                std::function<void()> order_fn = {})
+      : wait_(std::move(wait_fn)), test_(std::move(test_fn)), order_(std::move(order_fn)) {}
+  void wait() { finish(wait_); }
+  void order() { finish(order_ ? order_ : wait_); }
   // Whether the operation is known to be complete, without blocking (false when the backend
   // cannot tell). Calling it also lets the backend progress: Open MPI advances a nonblocking
   // collective only inside MPI calls, so a caller overlapping one with computation polls it now
-  // and then. wait() is still needed to finish it.
+  // and then. wait() or order() is still needed to finish it.
   bool test() {
     if (!wait_) return true;
     return test_ ? test_() : false;
@@ -111,8 +122,18 @@ class Work {
   bool pending() const { return static_cast<bool>(wait_); }
 
  private:
+  void finish(std::function<void()>& which) {
+    if (!wait_) return;
+    auto f = std::move(which);
+    wait_ = nullptr;
+    test_ = nullptr;
+    order_ = nullptr;
+    f();
+  }
+
   std::function<void()> wait_;
   std::function<bool()> test_;
+  std::function<void()> order_;
 };
 
 class Communicator {
@@ -135,6 +156,12 @@ class Communicator {
   virtual Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) = 0;
   virtual Work recv_async(void* data, int64_t n, DataType t, int peer, int tag) = 0;
   virtual void barrier() = 0;
+  // Blocks until every operation this communicator's Works ordered (Work::order) is complete, or
+  // throws weft::Error after timeout_seconds(): the host's bound on device-side waits, so that a
+  // peer that died surfaces as an error rather than a stream that waits forever. The runtime calls
+  // it once per step, before the host reads the step's results. Communicators whose order() waits
+  // on the host have nothing to do.
+  virtual void wait_ordered() {}
   // Collective over this group: ranks with equal `color` form a new group, ordered by `key`
   // (then by rank here), named `name`.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

@@ -94,11 +94,14 @@ Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,
                                             .elements = elements,
                                             .bytes = elements * static_cast<int64_t>(dtype_size(t)),
                                             .peer = peer});
-  Work inner = issue();  // after recording: an op that fails to start is recorded too
-  return Work([inner, rec = rec_, index, start]() mutable {
-    inner.wait();
+  // After recording: an op that fails to start is recorded too. Shared by the two ways to finish.
+  auto inner = std::make_shared<Work>(issue());
+  auto finish = [inner, rec = rec_, index, start](void (Work::*how)()) {
+    ((*inner).*how)();
     rec->add_seconds(index, std::chrono::duration<double>(Clock::now() - start).count());
-  });
+  };
+  return Work([finish] { finish(&Work::wait); }, [inner] { return inner->test(); },
+              [finish] { finish(&Work::order); });
 }
 
 Work RecordingCommunicator::all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) {

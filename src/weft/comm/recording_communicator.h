@@ -68,6 +68,7 @@ class RecordingCommunicator : public Communicator {
   Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) override;
   Work recv_async(void* data, int64_t n, DataType t, int peer, int tag) override;
   void barrier() override;
+  void wait_ordered() override { inner_->wait_ordered(); }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
  private:

@@ -42,9 +42,11 @@ void ProfilingBackend::timed(const std::string& op, F&& f) {
 }
 
 void ProfilingBackend::upload(void* dst, const void* src, int64_t bytes) {
+  ++host_waits_;
   timed("upload", [&] { inner_.upload(dst, src, bytes); });
 }
 void ProfilingBackend::download(void* dst, const void* src, int64_t bytes) {
+  ++host_waits_;
   timed("download", [&] { inner_.download(dst, src, bytes); });
 }
 void ProfilingBackend::zero(void* p, int64_t bytes) {
@@ -147,6 +149,7 @@ void ProfilingBackend::cross_entropy_shard_finish(float* losses, Act* logits,
 }
 double ProfilingBackend::sum_squares(const float* x, int64_t n) {
   double r = 0;
+  ++host_waits_;
   timed("sum_squares", [&] { r = inner_.sum_squares(x, n); });
   return r;
 }

@@ -6,6 +6,11 @@
 // sum approaches the step's time; what a step spends outside the ops (host work, waiting on
 // communication) is the difference. `weft bench step --device ... --profile` prints the table:
 // where a GPU step's time goes, measured in the same run as the step time.
+//
+// Enabled or not, it counts the calls that make the host wait for the device (upload, download,
+// synchronize, sum_squares: backend.h), so that a test can hold the runtime to a fixed number of
+// them per step, whatever the number of microbatches and layers (docs/cuda.md, "Streams and
+// events"), and `weft bench step` prints them.
 
 #include <chrono>
 #include <cstdint>
@@ -27,6 +32,9 @@ class ProfilingBackend final : public Backend {
   void set_enabled(bool on);
   bool enabled() const { return enabled_; }
   void reset() { times_.clear(); }
+  // Calls that waited for the device since the last reset_host_waits().
+  int64_t host_waits() const { return host_waits_; }
+  void reset_host_waits() { host_waits_ = 0; }
 
   struct OpTime {
     std::string op;
@@ -46,7 +54,10 @@ class ProfilingBackend final : public Backend {
   void download(void* dst, const void* src, int64_t bytes) override;
   void zero(void* p, int64_t bytes) override;
   void copy(void* dst, const void* src, int64_t bytes) override;
-  void synchronize() override { inner_.synchronize(); }
+  void synchronize() override {
+    ++host_waits_;
+    inner_.synchronize();
+  }
 
   void convert(Act* out, const float* in, int64_t n) override;
   void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int B,
@@ -103,6 +114,7 @@ class ProfilingBackend final : public Backend {
   Backend& inner_;
   bool enabled_ = false;
   std::map<std::string, OpTime> times_;
+  int64_t host_waits_ = 0;
 };
 
 }  // namespace weft::kernels

@@ -112,10 +112,6 @@ ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recomp
   }
   w.f32.add("tokens", {B, T});
   w.f32.add("targets", {B, T});
-  if (precision != Precision::FP32 && t > 1) {
-    w.f32.add("tp.sum", {B, T, C});
-    if (sp) w.f32.add("tp.sum_local", {Ns, C});
-  }
   if (sp) {
     const int64_t layers = stage.end_layer(cfg) - stage.first_layer;
     w.f32.add("ln.packed", {layers * 4 * C + (stage.head ? 2 * C : 0)});

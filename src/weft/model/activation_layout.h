@@ -99,10 +99,9 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
 //     d.ln), sp.ln [N/t,C] (a LayerNorm's local rows before the all-gather) and sp.partial
 //     [B,T,C] (a row-parallel GEMM's partial sum before the reduce-scatter); the layer tensors
 //     `mode` does not keep ("layer.<name>", see above);
-//   f32: tokens and targets [B,T] (int32: the backend's copies), the not-kept fp32 layer tensors;
-//     under BF16Mixed with t > 1 tp.sum [B,T,C] (a bf16 partial sum widened for an fp32
-//     reduction) and, with sequence parallelism, tp.sum_local [N/t,C] (its reduce-scattered
-//     rows); with sequence parallelism ln.packed (this stage's LayerNorm gradients, packed for
+//   f32: tokens and targets [B,T] (int32: the backend's copies), the not-kept fp32 layer tensors
+//     (bf16 partial sums are reduced in bf16, in place: no fp32 copy); with sequence parallelism
+//     ln.packed (this stage's LayerNorm gradients, packed for
 //     their one all-reduce per step).
 ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recompute mode,
                                       TpShape tp = {}, StageSpec stage = {},

@@ -198,46 +198,27 @@ Gpt::LayerActs Gpt::layer_acts(const Blocks& acts, int l) const {
 }
 
 // ---- the tp group's collectives on activations ------------------------------------------------
-// fp32 activations go to the communicator as they are. bf16 ones are gathered as bytes (exact)
-// and summed in fp32: widened, reduced, rounded once (Megatron reduces bf16 in bf16; weft adds
-// the ranks' bf16 partials in fp32, so tp = 2 differs from one rank by one extra rounding of
-// each partial). The backend is synchronized first: the communicator may run on another stream,
-// or on the host.
+// In the activation type: fp32 as floats, bf16 as bf16, summed in bf16 as Megatron-LM and NCCL do
+// (each add in fp32, rounded once: comm::reduce_into), so no widened fp32 copy exists. A
+// communicator on the backend's memory starts each op after the backend work queued before it;
+// order() queues the kernels that read the result after it, with no host wait on a device
+// (comm::Work; docs/cuda.md, "Streams and events").
+
+comm::Payload Gpt::act_payload(int64_t n) const { return comm::payload_of(n, be_.act_bytes()); }
 
 void Gpt::tp_all_gather(Act* full, const Act* local, int64_t n_local) {
-  be_.synchronize();
-  if (precision_ == Precision::FP32) {
-    tp_.comm->all_gather(reinterpret_cast<float*>(full), reinterpret_cast<const float*>(local),
-                         n_local);
-  } else {
-    tp_.comm->all_gather_async(full, local, n_local * be_.act_bytes(), comm::DataType::U8).wait();
-  }
+  const comm::Payload p = act_payload(n_local);
+  tp_.comm->all_gather_async(full, local, p.count, p.type).order();
 }
 
 void Gpt::tp_all_reduce(Act* x, int64_t n) {
-  if (precision_ == Precision::FP32) {
-    tp_.comm->all_reduce(reinterpret_cast<float*>(x), n);
-    return;
-  }
-  float* sum = work_.f32("tp.sum");
-  be_.widen(sum, x, n);
-  be_.synchronize();
-  tp_.comm->all_reduce(sum, n);
-  be_.convert(x, sum, n);
+  const comm::Payload p = act_payload(n);
+  tp_.comm->all_reduce_async(x, p.count, p.type, comm::ReduceOp::Sum).order();
 }
 
 void Gpt::tp_reduce_scatter(Act* local, const Act* full, int64_t n_local) {
-  if (precision_ == Precision::FP32) {
-    tp_.comm->reduce_scatter(reinterpret_cast<float*>(local), reinterpret_cast<const float*>(full),
-                             n_local);
-    return;
-  }
-  float* sum = work_.f32("tp.sum");
-  float* mine = work_.f32("tp.sum_local");
-  be_.widen(sum, full, n_local * tp_.size());
-  be_.synchronize();
-  tp_.comm->reduce_scatter(mine, sum, n_local);
-  be_.convert(local, mine, n_local);
+  const comm::Payload p = act_payload(n_local);
+  tp_.comm->reduce_scatter_async(local, full, p.count, p.type).order();
 }
 
 // ---- the conjugate operators of tensor parallelism, forward and backward side by side ----------
@@ -343,7 +324,7 @@ const float* Gpt::logits(int slot) const {
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot,
-                   float loss_scale) {
+                   float loss_scale, const DeviceBatch& on_device) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
@@ -368,8 +349,12 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
       WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
                  " is outside the vocabulary of ", V);
     }
-    auto* dev_tokens = reinterpret_cast<int32_t*>(work_.f32("tokens"));
-    be_.upload(dev_tokens, tokens, int64_t{N} * 4);
+    const int32_t* dev_tokens = on_device.tokens;
+    if (dev_tokens == nullptr) {
+      auto* upload = reinterpret_cast<int32_t*>(work_.f32("tokens"));
+      be_.upload(upload, tokens, int64_t{N} * 4);
+      dev_tokens = upload;
+    }
     gather(wte_unit_);
     gather(wpe_unit_);
     if (t == 1) {
@@ -409,11 +394,15 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
     WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
     p.valid_targets += targets[i] >= 0;
   }
-  auto* dev_targets = reinterpret_cast<int32_t*>(work_.f32("targets"));
-  be_.upload(dev_targets, targets, int64_t{N} * 4);
+  const int32_t* dev_targets = on_device.targets;
+  if (dev_targets == nullptr) {
+    auto* upload = reinterpret_cast<int32_t*>(work_.f32("targets"));
+    be_.upload(upload, targets, int64_t{N} * 4);
+    dev_targets = upload;
+  }
   // The losses, and the logits overwritten with the gradient of loss_scale * the mean loss.
   const float dloss = p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
-  float* losses = acts.f32("losses");
+  float* losses = on_device.losses != nullptr ? on_device.losses : acts.f32("losses");
   if (t == 1) {
     be_.softmax_cross_entropy(losses, logits, dev_targets, dloss, N, V, Vl);
   } else {
@@ -423,23 +412,28 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
     float* stats = acts.f32("ce.stats");
     float* all = acts.f32("ce.all");
     be_.cross_entropy_shard_stats(stats, logits, dev_targets, N, Vl, Vv, v0);
-    be_.synchronize();
-    tp_.comm->all_gather(all, stats, int64_t{kernels::vocab_ce::kStats} * N);
+    tp_.comm
+        ->all_gather_async(all, stats, int64_t{kernels::vocab_ce::kStats} * N, comm::DataType::F32)
+        .order();
     be_.cross_entropy_shard_finish(losses, logits, all, t, dev_targets, dloss, N, V, Vl, Vv, v0);
   }
+  if (on_device.losses != nullptr) return 0.0f;
   // Read in place from host memory; a device's come back in one copy.
-  const float* host = losses;
-  std::vector<float> copy;
-  if (!be_.host_memory()) {
-    copy.resize(static_cast<size_t>(N));
-    be_.download(copy.data(), losses, int64_t{N} * 4);
-    host = copy.data();
-  }
+  if (be_.host_memory()) return mean_loss(losses, targets, N);
+  std::vector<float> copy(static_cast<size_t>(N));
+  be_.download(copy.data(), losses, int64_t{N} * 4);
+  return mean_loss(copy.data(), targets, N);
+}
+
+float Gpt::mean_loss(const float* losses, const int32_t* targets, int N) {
   double sum = 0.0;
+  int valid = 0;
   for (int i = 0; i < N; ++i) {
-    if (targets[i] >= 0) sum += host[i];
+    if (targets[i] < 0) continue;
+    sum += losses[i];
+    ++valid;
   }
-  return p.valid_targets > 0 ? static_cast<float>(sum / p.valid_targets) : 0.0f;
+  return valid > 0 ? static_cast<float>(sum / valid) : 0.0f;
 }
 
 const Act* Gpt::keep(Pending& p, const Act* src, int64_t n) {
@@ -627,8 +621,7 @@ void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
     total += g.n;
   }
   WEFT_CHECK(total <= work_.layout.f32.at("ln.packed").numel, "LayerNorm gradients overflow");
-  be_.synchronize();
-  tp_.comm->all_reduce(packed, total);
+  tp_.comm->all_reduce_async(packed, total, comm::DataType::F32, comm::ReduceOp::Sum).order();
   total = 0;
   for (const GradPart& g : parts) {
     if (!is_layernorm_param(slices[g.slice].name)) continue;

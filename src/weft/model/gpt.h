@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "weft/comm/communicator.h"
 #include "weft/kernels/backend.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
@@ -61,6 +62,16 @@ struct GradPart {
   size_t slice = 0;  // index into param_layout().buffer.slices()
   float* grad = nullptr;
   int64_t n = 0;
+};
+
+// Where a forward's batch and losses live when the runtime keeps a whole step's in the backend's
+// memory, so that a step's microbatches cost no host wait on a device: runtime/pipeline_stages.cc
+// uploads a step's batch once and reads its losses once. With `losses` set, Gpt::forward returns 0
+// and the caller takes the mean with Gpt::mean_loss.
+struct DeviceBatch {
+  const int32_t* tokens = nullptr;   // [B*T], or null: uploaded from forward's `tokens`
+  const int32_t* targets = nullptr;  // [B*T], or null: uploaded from forward's `targets`
+  float* losses = nullptr;           // [B*T] fp32, or null: the mean is read back and returned
 };
 
 class Gpt {
@@ -123,8 +134,12 @@ class Gpt {
   // accumulated microbatches): the fused softmax + cross-entropy (backend.h) writes
   // d(loss_scale * mean loss)/d(logits) over the logits here, in the forward, as llm.c and
   // Megatron's fused kernels do, so the logits are read once.
+  // `on_device` (DeviceBatch): the batch already in the backend's memory, and where the losses go.
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot = 0,
-                float loss_scale = 1.0f);
+                float loss_scale = 1.0f, const DeviceBatch& on_device = DeviceBatch{});
+  // The mean of losses[N] over the targets that are not ignored (>= 0), summed in double; 0 when
+  // every target is ignored.
+  static float mean_loss(const float* losses, const int32_t* targets, int N);
   // Back-propagates the slot's forward: grads += loss_scale * d(mean loss)/d(params), with the
   // forward's loss_scale. A stage without the head starts from output_grad(slot) (already scaled)
   // instead; one without the embedding leaves the gradient of its input in input_grad().
@@ -180,7 +195,8 @@ class Gpt {
   void reduce_partial(kernels::Act* out, kernels::Act* partial, int N);
   const kernels::Act* gather_grad(const kernels::Act* d_res, int N);
   const kernels::Act* reduce_grad(kernels::Act* d_partial, int N);
-  // The tp group's collectives on activations, in their precision (bf16 sums in fp32).
+  // The tp group's collectives on activations, in their precision (bf16 summed in bf16).
+  comm::Payload act_payload(int64_t n) const;
   void tp_all_gather(kernels::Act* full, const kernels::Act* local, int64_t n_local);
   void tp_all_reduce(kernels::Act* x, int64_t n);
   void tp_reduce_scatter(kernels::Act* local, const kernels::Act* full, int64_t n_local);

@@ -284,6 +284,13 @@ const ParamLayout& stage_param_layout(const GptConfig& cfg, int tp, const StageS
 // The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
 // takes them from the backend: activation_layout.h), the optimizer's (ZeRO's shards and its unit
 // pool) and the input gradients kept until sent, as runtime::DeviceTrainer allocates them.
+// The runtime's copies of a step's batch, [microbatches, B*T] 4-byte elements each
+// (runtime/pipeline_stages.h): the tokens on the embedding's chunk; the targets and the per-token
+// losses on the head's.
+int64_t step_batch_blocks(const StageSpec& stage) {
+  return (stage.embedding ? 1 : 0) + (stage.head ? 2 : 0);
+}
+
 MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
                                   const std::vector<ChunkMemory>& chunks, int microbatches,
                                   bool pipelined, bool deferred_weight_grads, ZeroSharding zero) {
@@ -303,6 +310,7 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
     // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
     if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block_bytes(Ns * C * 2);
+    m.workspace += step_batch_blocks(c.stage) * backend_block_bytes(int64_t{microbatches} * N * 4);
     if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
       m.workspace +=
           c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
@@ -399,6 +407,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, fp32);
     packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
     if (c.sends_grads) m.workspace += int64_t{microbatches} * block(boundary * f);
+    m.workspace += step_batch_blocks(c.stage) * block(int64_t{microbatches} * N * f);
     if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
       m.workspace += c.slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
     }

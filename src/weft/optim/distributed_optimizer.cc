@@ -172,9 +172,8 @@ const void* DistributedOptimizer::gather(int u) {
     const Shard& sh = shards_[u];
     // The all-gather writes all of it.
     param_slot_[u] = pool_->acquire(padded(u) * act_bytes_, /*zeroed=*/false);
-    be_.synchronize();
     const comm::Payload p = read_payload(sh.size);
-    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), p.count, p.type).wait();
+    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), p.count, p.type).order();
   }
   return param_slot_[u];
 }
@@ -202,8 +201,7 @@ void DistributedOptimizer::grads_ready(int u) {
   // library's temporaries (and, from ZeRO 2 on, a unit's full gradient pages) until it completes.
   for (Pending& p : pending_) p.work.test();
   if (pending_.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) complete_oldest();
-  float* g = grads(u);
-  be_.synchronize();  // the backward's writes of g are complete before the collective reads them
+  float* g = grads(u);  // the collective starts after the backward's writes of g (comm::Work)
   if (zero_ == 0) {
     pending_.push_back(
         {u, -1,
@@ -231,7 +229,7 @@ void DistributedOptimizer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.erase(pending_.begin());
   const auto t0 = std::chrono::steady_clock::now();
-  p.work.wait();
+  p.work.order();
   wait_seconds_ += seconds_since(t0);
   if (zero_ < 2) return;
   if (p.tmp >= 0) {
@@ -252,6 +250,7 @@ void DistributedOptimizer::backward_done() {
 
 void DistributedOptimizer::finish_reduction() {
   while (!pending_.empty()) complete_oldest();
+  dp_->wait_ordered();
 }
 
 double DistributedOptimizer::time_reductions_alone(int microbatches) {
@@ -279,11 +278,11 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
 }
 
 void DistributedOptimizer::gather_all() {
-  be_.synchronize();              // AdamW's writes of the shard are complete
+  // Each gather starts after AdamW's writes of the shard (comm::Work).
   std::vector<comm::Work> works;  // a bounded number in flight, as the reductions
   for (size_t u = 0; u < shards_.size(); ++u) {
     if (works.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) {
-      works.front().wait();
+      works.front().order();
       works.erase(works.begin());
     }
     const Shard& sh = shards_[u];
@@ -291,7 +290,7 @@ void DistributedOptimizer::gather_all() {
     works.push_back(dp_->all_gather_async(model_read(unit(static_cast<int>(u)).begin),
                                           shard_read(sh.offset), p.count, p.type));
   }
-  for (auto& w : works) w.wait();
+  for (auto& w : works) w.order();
 }
 
 void DistributedOptimizer::step(float lr, float grad_scale) {

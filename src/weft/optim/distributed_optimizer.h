@@ -86,7 +86,9 @@ class DistributedOptimizer final : public model::ParamHooks {
   void grads_ready(int unit) override;
   void backward_done() override;
 
-  // After the step's last pass: waits for every reduction.
+  // After the step's last pass: finishes every reduction (Work::order), then bounds the device's
+  // waits on the group (Communicator::wait_ordered; nothing to do on the host): the host reads the
+  // gradients' norm next.
   void finish_reduction();
   // The gradients the rest of the step works on, in the backend's memory: whole slices (ZeRO 0)
   // or this rank's shard.

@@ -12,31 +12,18 @@
 namespace weft::runtime {
 namespace {
 
-// This rank's lowered program and its chunks: stages and activation slots.
-struct Plan {
-  schedule::Schedule schedule;
-  std::vector<model::StageSpec> stages;  // chunk j: global stage pp_rank + j*pp
-  std::vector<int> slots;
-};
-
-Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p) {
+// This rank's lowered program.
+schedule::Schedule device_schedule(const model::GptConfig& cfg, int microbatches,
+                                   const DeviceParallel& p) {
   Status s;
   if (p.pp < 1 || p.pp_rank < 0 || p.pp_rank >= p.pp) {
     s.add("pipeline rank " + std::to_string(p.pp_rank) + " of " + std::to_string(p.pp));
   }
   if (s.ok()) s.merge(model::validate_pipeline(cfg, p.pp, p.vp));
   s.throw_if_error("invalid device pipeline");
-  Plan r;
-  r.schedule = schedule::add_optimizer_step(schedule::add_communication(
+  return schedule::add_optimizer_step(schedule::add_communication(
       schedule::make_schedule(p.schedule, {.pp = p.pp, .vp = p.vp, .microbatches = microbatches})
           .value_or_throw("invalid device pipeline")));
-  const std::vector<int> slots = schedule::peak_in_flight_per_chunk(r.schedule, p.pp_rank);
-  for (int j = 0; j < p.vp; ++j) {
-    const schedule::Shape& sh = r.schedule.shape;
-    r.stages.push_back(model::pipeline_stage(cfg, sh.stage_of(p.pp_rank, j), sh.num_stages()));
-    r.slots.push_back(std::max(1, slots[j]));
-  }
-  return r;
 }
 
 }  // namespace
@@ -44,19 +31,15 @@ Plan plan(const model::GptConfig& cfg, int microbatches, const DeviceParallel& p
 model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, int T,
                                            int microbatches, const DeviceParallel& parallel,
                                            model::Recompute recompute) {
-  // The one memory model (model/memory.h), told this rank's chunks as the constructor builds them:
-  // the same stages and activation slots (plan()), and an input-gradient buffer per microbatch on
-  // every stage but the first.
-  const Plan p = plan(cfg, microbatches, parallel);
-  std::vector<model::ChunkMemory> chunks;
-  for (size_t j = 0; j < p.stages.size(); ++j) {
-    chunks.push_back({p.stages[j], p.slots[j], !p.stages[j].embedding});
-  }
-  const int dp = parallel.dp_group != nullptr ? parallel.dp_group->size() : 1;
-  return model::estimate_rank_memory(
-      cfg, B, T, recompute, 1, {parallel.tp, parallel.sequence_parallel}, chunks, microbatches,
-      parallel.pp > 1, parallel.schedule == schedule::Kind::ZeroBubbleH1, {parallel.zero, dp}, 0,
-      model::Precision::BF16Mixed);
+  // The one memory model, as the runner predicts itself (rank_memory), in the arena's units.
+  return rank_memory(cfg, device_schedule(cfg, microbatches, parallel),
+                     {.B = B,
+                      .T = T,
+                      .recompute = recompute,
+                      .pp_rank = parallel.pp_rank,
+                      .tp = {parallel.tp, parallel.sequence_parallel},
+                      .zero = {parallel.zero, parallel.dp}},
+                     Precision::BF16Mixed, 1, 0);
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
@@ -79,6 +62,9 @@ PipelineOptions options_of(kernels::Backend& backend, int B, int T, optim::AdamW
              "ranks their embedding group");
   WEFT_CHECK((p.dp_group == nullptr) == (p.dp_data == nullptr),
              "the replicas need both their host and their data communicator");
+  WEFT_CHECK(p.dp == (p.dp_group != nullptr ? p.dp_group->size() : 1), "dp = ", p.dp,
+             " but the replicas' group has ", p.dp_group != nullptr ? p.dp_group->size() : 1,
+             " ranks");
   WEFT_CHECK(p.tp == 1 || (p.tp_data != nullptr && p.tp_data->size() == p.tp &&
                            (p.pp == 1 || p.model_group != nullptr)),
              "tensor parallelism of ", p.tp, " needs its tp group (and with a pipeline, the ",
@@ -104,7 +90,7 @@ PipelineOptions options_of(kernels::Backend& backend, int B, int T, optim::AdamW
 DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                              int microbatches, optim::AdamWConfig adamw, DeviceParallel parallel,
                              model::Recompute recompute)
-    : PipelineRunner(cfg, plan(cfg, microbatches, parallel).schedule,
+    : PipelineRunner(cfg, device_schedule(cfg, microbatches, parallel),
                      options_of(backend, B, T, adamw, parallel, recompute)) {}
 
 DeviceTrainer::~DeviceTrainer() = default;
@@ -121,6 +107,7 @@ DeviceParallel device_parallel(
   DeviceParallel p;
   p.tp = tp;
   p.pp = pp;
+  p.dp = dp;
   p.vp = vp;
   p.pp_rank = pp_rank;
   p.schedule = schedule;

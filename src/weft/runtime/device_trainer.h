@@ -38,6 +38,7 @@ struct DeviceParallel {
   int pp = 1, pp_rank = 0;
   int vp = 1;  // model chunks per pipeline rank (interleaved)
   schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b, interleaved or zb-h1
+  int dp = 1;                                          // data-parallel replicas
   int zero = 0;  // ZeRO stage over the replicas (optim/distributed_optimizer.h)
   // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
   comm::Communicator* pp_group = nullptr;
@@ -76,11 +77,9 @@ class DeviceTrainer : public PipelineRunner {
   ~DeviceTrainer() override;
 
   // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`,
-  // exactly (Backend::allocated_bytes() after construction; a step allocates nothing): the one
-  // memory model, model::estimate_rank_memory under Precision::BF16Mixed, told this rank's chunks
-  // (stages, activation slots: the peak its program keeps in flight), which counts each chunk's
-  // model::Gpt buffers from the layouts its constructor allocates (model/activation_layout.h), the
-  // moments (fp32, one element per parameter each) and the input gradients it sends back.
+  // exactly (Backend::allocated_bytes() after construction; from ZeRO 2 on, after a step, which
+  // fills the unit pool): rank_memory (pipeline_runner.h) under Precision::BF16Mixed, the runner's
+  // own predicted_memory() before it exists. Only the numbers of `parallel` are read (no group).
   static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
                                      int microbatches = 1, const DeviceParallel& parallel = {},
                                      model::Recompute recompute = model::Recompute::None);

@@ -45,17 +45,24 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
 
 PipelineRunner::~PipelineRunner() = default;
 
-model::MemoryEstimate PipelineRunner::predicted_memory() const {
-  std::vector<model::ChunkMemory> chunks;
-  for (int j = 0; j < num_chunks(); ++j) {
-    const model::Gpt& g = *this->chunks()[j];
-    chunks.push_back({g.stage(), g.slots(), sends_grads(j)});
-  }
+model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                                  const RankShape& shape, Precision precision, int threads,
+                                  int64_t runtime_bytes) {
   return model::estimate_rank_memory(
-      config(), o_.B, o_.T, o_.recompute, kernels::num_threads(),
-      {o_.tp.size(), o_.tp.sequence_parallel}, chunks, microbatches(), schedule().shape.pp > 1,
-      schedule().kind == schedule::Kind::ZeroBubbleH1, {o_.zero, dp_size()},
-      model::kDefaultRuntimeBytes, backend().precision());
+      cfg, shape.B, shape.T, shape.recompute, threads, shape.tp,
+      rank_chunks(cfg, schedule, shape.pp_rank), schedule.shape.microbatches, schedule.shape.pp > 1,
+      schedule.kind == schedule::Kind::ZeroBubbleH1, shape.zero, runtime_bytes, precision);
+}
+
+model::MemoryEstimate PipelineRunner::predicted_memory() const {
+  return rank_memory(config(), schedule(),
+                     {.B = o_.B,
+                      .T = o_.T,
+                      .recompute = o_.recompute,
+                      .pp_rank = o_.pp_rank,
+                      .tp = {o_.tp.size(), o_.tp.sequence_parallel},
+                      .zero = {o_.zero, dp_size()}},
+                     backend().precision(), kernels::num_threads(), model::kDefaultRuntimeBytes);
 }
 
 void PipelineRunner::init(uint64_t seed) {

@@ -48,6 +48,23 @@ struct PipelineOptions {
   optim::AdamWConfig adamw;
 };
 
+// The numbers a pipeline rank's memory depends on besides the model and the schedule: all known
+// before any group exists, so a device's arena is sized from them (DeviceTrainer::arena_bytes).
+struct RankShape {
+  int B = 1, T = 1;
+  model::Recompute recompute = model::Recompute::None;
+  int pp_rank = 0;
+  model::TpShape tp;
+  model::ZeroSharding zero;  // the stage and the replicas it shards over
+};
+// What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
+// rank_chunks): its predicted_memory(), and DeviceTrainer::bytes before the runner exists.
+// `threads`: the host kernels' (the GEMM packing buffers); `runtime_bytes`: the process's own
+// (model::kDefaultRuntimeBytes on the host; 0 for a device's arena).
+model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                                  const RankShape& shape, Precision precision, int threads,
+                                  int64_t runtime_bytes);
+
 class PipelineRunner : public PipelineStages {
  public:
   // `schedule`: lowered (add_communication, add_optimizer_step) and validated.

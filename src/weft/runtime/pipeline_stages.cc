@@ -28,6 +28,19 @@ class ScopedSeconds {
 
 }  // namespace
 
+std::vector<model::ChunkMemory> rank_chunks(const model::GptConfig& cfg,
+                                            const schedule::Schedule& schedule, int pp_rank) {
+  const schedule::Shape& sh = schedule.shape;
+  const std::vector<int> peak = schedule::peak_in_flight_per_chunk(schedule, pp_rank);
+  std::vector<model::ChunkMemory> chunks;
+  for (int j = 0; j < sh.vp; ++j) {
+    const int stage = sh.stage_of(pp_rank, j);
+    chunks.push_back({model::pipeline_stage(cfg, stage, sh.num_stages()), std::max(1, peak[j]),
+                      stage > 0 && sh.rank_of(stage - 1) != pp_rank});
+  }
+  return chunks;
+}
+
 PipelineStages::PipelineStages(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                PipelineWiring wiring)
     : own_backend_(wiring.backend == nullptr ? kernels::make_host_backend(Precision::FP32)
@@ -44,8 +57,7 @@ PipelineStages::PipelineStages(const model::GptConfig& cfg, const schedule::Sche
   WEFT_CHECK(sh.pp == 1 || (wiring_.boundary != nullptr && wiring_.boundary->size() == sh.pp &&
                             wiring_.pp != nullptr && wiring_.pp->size() == sh.pp),
              "a pipeline of ", sh.pp, " ranks needs its pp groups");
-  const std::vector<int> peak = schedule::peak_in_flight_per_chunk(schedule_, wiring_.pp_rank);
-  for (int j = 0; j < sh.vp; ++j) slots_.push_back(std::max(1, peak[j]));
+  chunk_shapes_ = rank_chunks(cfg_, schedule_, wiring_.pp_rank);
 }
 
 PipelineStages::~PipelineStages() {
@@ -64,10 +76,7 @@ PipelineStages::~PipelineStages() {
   }
 }
 
-bool PipelineStages::sends_grads(int j) const {
-  const int stage = stage_of_chunk(j);
-  return stage > 0 && schedule_.shape.rank_of(stage - 1) != wiring_.pp_rank;
-}
+bool PipelineStages::sends_grads(int j) const { return chunk_shapes_.at(j).sends_grads; }
 
 void PipelineStages::add_chunk(std::unique_ptr<model::Gpt> model) {
   const int j = static_cast<int>(chunks_.size());
@@ -95,6 +104,12 @@ void PipelineStages::add_chunk(std::unique_ptr<model::Gpt> model) {
     part_elements_ = boundary_elements() / tp;
     part_ = static_cast<kernels::Act*>(be.allocate(part_elements_ * be.act_bytes()));
   }
+  const int64_t step_elements = int64_t{m_} * wiring_.B * wiring_.T;
+  if (c->model->stage().embedding) step_tokens_ = be.allocate<int32_t>(step_elements);
+  if (c->model->stage().head) {
+    step_targets_ = be.allocate<int32_t>(step_elements);
+    step_losses_ = be.allocate<float>(step_elements);
+  }
   models_.push_back(c->model.get());
   chunks_.push_back(std::move(c));
 }
@@ -110,7 +125,7 @@ int PipelineStages::acquire(Chunk& c, int mb) {
   const int slot = c.slots.acquire(mb);
   // A slot just taken may still have its output on the way to the next stage, whose receive is
   // posted: that stage ran its forward before this slot's backward could end.
-  if (taken) c.sends[slot].wait();
+  if (taken) c.sends[slot].order();
   return slot;
 }
 
@@ -137,9 +152,8 @@ void PipelineStages::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
 }
 
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows. fp32 goes as
-// floats, bf16 as bytes (the planner's volume counts elements of the activation type).
+// floats, bf16 as bf16 elements (the planner's volume counts elements of the activation type).
 comm::Work PipelineStages::send_rows(const kernels::Act* full, int peer, int tag) {
-  backend_.synchronize();
   if (part_ != nullptr) {
     const comm::Payload part = payload(part_elements_);
     return wiring_.boundary->send_async(
@@ -152,15 +166,14 @@ comm::Work PipelineStages::send_rows(const kernels::Act* full, int peer, int tag
 
 void PipelineStages::recv_rows(kernels::Act* full, int peer, int tag) {
   const ScopedSeconds waiting(timing_.waiting);
-  backend_.synchronize();
   if (part_ != nullptr) {
     const comm::Payload part = payload(part_elements_);
-    wiring_.boundary->recv_async(part_, part.count, part.type, peer, tag).wait();
-    wiring_.tp.comm->all_gather_async(full, part_, part.count, part.type).wait();
+    wiring_.boundary->recv_async(part_, part.count, part.type, peer, tag).order();
+    wiring_.tp.comm->all_gather_async(full, part_, part.count, part.type).order();
     return;
   }
   const comm::Payload whole = payload(boundary_elements());
-  wiring_.boundary->recv_async(full, whole.count, whole.type, peer, tag).wait();
+  wiring_.boundary->recv_async(full, whole.count, whole.type, peer, tag).order();
 }
 
 void PipelineStages::forward(int stage, int mb) {
@@ -172,9 +185,12 @@ void PipelineStages::forward(int stage, int mb) {
     Chunk& prev = chunk(stage - 1);
     copy_boundary(c.model->stage_input(slot), prev.model->stage_output(prev.slots.of(mb)));
   }
-  const float loss = c.model->forward(tokens_ + mb * block, targets_ + mb * block, wiring_.B,
-                                      wiring_.T, slot, loss_scale());
-  if (stage == S_ - 1) loss_sum_ += loss;
+  const model::DeviceBatch on_device{
+      .tokens = step_tokens_ != nullptr ? step_tokens_ + mb * block : nullptr,
+      .targets = step_targets_ != nullptr ? step_targets_ + mb * block : nullptr,
+      .losses = stage == S_ - 1 ? step_losses_ + mb * block : nullptr};
+  c.model->forward(tokens_ + mb * block, targets_ + mb * block, wiring_.B, wiring_.T, slot,
+                   loss_scale(), on_device);
 }
 
 // B (split = false): the whole backward, then the slot is free. I (split = true): input
@@ -211,7 +227,7 @@ void PipelineStages::backward_weight(int stage, int mb) {
 void PipelineStages::send_activation(int stage, int mb, int peer) {
   Chunk& c = chunk(stage);
   const int slot = c.slots.of(mb);
-  c.sends[slot].wait();
+  c.sends[slot].order();
   c.sends[slot] = send_rows(c.model->stage_output(slot), peer, tag(stage + 1, mb, false));
 }
 
@@ -243,10 +259,21 @@ void PipelineStages::reduce_grads(int stage) {
 void PipelineStages::optimizer_step() {
   // Every send of the step was issued before this: waiting for them cannot cycle.
   for (auto& c : chunks_) {
-    for (auto& w : c->grad_sends) w.wait();
+    for (auto& w : c->grad_sends) w.order();
   }
-  // The loss lives on the last stage's rank: every rank gets the mean (over the replicas too).
-  const double loss = replica_sum(loss_sum_) / dp_size();  // each replica's mean over m_
+  if (wiring_.boundary != nullptr) wiring_.boundary->wait_ordered();
+  // The loss lives on the last stage's rank: every microbatch's mean, from one copy of the step's
+  // losses; every rank gets the mean (over the replicas too).
+  double loss_sum = 0;
+  if (step_losses_ != nullptr) {
+    const int N = wiring_.B * wiring_.T;
+    std::vector<float> losses(static_cast<size_t>(m_) * N);
+    backend_.download(losses.data(), step_losses_, static_cast<int64_t>(losses.size()) * 4);
+    for (int mb = 0; mb < m_; ++mb) {
+      loss_sum += model::Gpt::mean_loss(losses.data() + int64_t{mb} * N, targets_ + mb * N, N);
+    }
+  }
+  const double loss = replica_sum(loss_sum) / dp_size();  // each replica's mean over m_
   stats_ = finish(static_cast<float>(loss / m_));
 }
 
@@ -255,7 +282,9 @@ StepStats PipelineStages::run_step(const int32_t* tokens, const int32_t* targets
              " of its ", num_chunks(), " chunks");
   tokens_ = tokens;
   targets_ = targets;
-  loss_sum_ = 0;
+  const int64_t step_bytes = int64_t{m_} * wiring_.B * wiring_.T * 4;
+  if (step_tokens_ != nullptr) backend_.upload(step_tokens_, tokens, step_bytes);
+  if (step_targets_ != nullptr) backend_.upload(step_targets_, targets, step_bytes);
   stats_ = {};
   timing_ = {};
   const auto t0 = std::chrono::steady_clock::now();
@@ -279,7 +308,7 @@ float PipelineStages::evaluate(const int32_t* tokens, const int32_t* targets, in
     for (int s = 0; s < S_; ++s) {
       if (sh.rank_of(s) != wiring_.pp_rank) continue;
       Chunk& c = chunk(s);
-      c.sends[0].wait();
+      c.sends[0].order();
       if (s > 0) {
         const int from = sh.rank_of(s - 1);
         if (from == wiring_.pp_rank) {
@@ -298,7 +327,7 @@ float PipelineStages::evaluate(const int32_t* tokens, const int32_t* targets, in
       }
     }
   }
-  for (auto& c : chunks_) c->sends[0].wait();
+  for (auto& c : chunks_) c->sends[0].order();
   return static_cast<float>(replica_sum(loss) / total);  // the replicas' batches, each once
 }
 

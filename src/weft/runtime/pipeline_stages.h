@@ -27,6 +27,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/model/gpt.h"
+#include "weft/model/memory.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/microbatch_slots.h"
 #include "weft/runtime/train_step.h"
@@ -47,6 +48,13 @@ struct PipelineWiring {
   comm::Communicator* pp = nullptr;        // the pp group, host memory: the loss (null: pp = 1)
   comm::Communicator* dp = nullptr;        // the replicas, host memory (null: dp = 1)
 };
+
+// The chunks pipeline rank `pp_rank` of `schedule` holds, as PipelineStages builds them: chunk j's
+// stage (Shape::stage_of), its activation slots (its peak of microbatches in flight, at least 1)
+// and whether it keeps its input gradients to send (its predecessor stage is on another rank).
+// What the memory model is told (model::estimate_rank_memory), before any runner exists.
+std::vector<model::ChunkMemory> rank_chunks(const model::GptConfig& cfg,
+                                            const schedule::Schedule& schedule, int pp_rank);
 
 class PipelineStages : public StageRunner {
  public:
@@ -86,7 +94,7 @@ class PipelineStages : public StageRunner {
  protected:
   // Chunk j of this rank: its global stage and the activation slots its model must hold.
   int stage_of_chunk(int j) const { return schedule_.shape.stage_of(wiring_.pp_rank, j); }
-  int slots_of_chunk(int j) const { return slots_.at(j); }
+  int slots_of_chunk(int j) const { return chunk_shapes_.at(j).slots; }
   int num_chunks() const { return schedule_.shape.vp; }
   // Hands chunk j's model over (in order j = 0, 1, ...), built for stage_of_chunk(j) with
   // slots_of_chunk(j) slots.
@@ -144,17 +152,22 @@ class PipelineStages : public StageRunner {
   schedule::Schedule schedule_;
   PipelineWiring wiring_;
   int S_ = 1, m_ = 1;
-  int64_t act_bytes_ = 4;   // the chunks' activation element
-  std::vector<int> slots_;  // per chunk
+  int64_t act_bytes_ = 4;                         // the chunks' activation element
+  std::vector<model::ChunkMemory> chunk_shapes_;  // rank_chunks()
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<model::Gpt*> models_;
   // With scatter/gather: the 1/tp part of a boundary a receive lands in, in the chunks' backend.
   kernels::Act* part_ = nullptr;
   int64_t part_elements_ = 0;
+  // The step's batch in the backend's memory, uploaded once per step, and the head's per-token
+  // losses, read once at its end (no host wait per microbatch on a device): [m, B*T] each, on the
+  // ranks with the embedding (tokens) and the head (targets, losses).
+  int32_t* step_tokens_ = nullptr;
+  int32_t* step_targets_ = nullptr;
+  float* step_losses_ = nullptr;
   // the step in progress
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
-  double loss_sum_ = 0;
   StepStats stats_;
   Timing timing_;
 };

@@ -40,8 +40,10 @@ void sync_tied_embedding(std::span<model::Gpt* const> chunks,
     WEFT_CHECK(embedding != nullptr, "a pipeline needs its embedding group");
     const int c = first >= 0 ? first : last;
     const std::span<float> g = wte_grad(*chunks[c], *opts[c]);
-    chunks[c]->backend().synchronize();
-    embedding->all_reduce(g.data(), static_cast<int64_t>(g.size()));
+    embedding
+        ->all_reduce_async(g.data(), static_cast<int64_t>(g.size()), comm::DataType::F32,
+                           comm::ReduceOp::Sum)
+        .order();
   }
 }
 
@@ -104,9 +106,12 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   std::vector<NormChunk> norm_chunks;
   for (size_t i = 0; i < chunks.size(); ++i) {
     chunks[i]->finish_grad_sync(opts[i]->grad_parts());
+    // The host reads the norm next: bound the device's waits of the step on these groups.
+    if (comm::Communicator* tp = chunks[i]->tensor_parallel().comm) tp->wait_ordered();
     norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
                            chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
+  if (groups.embedding != nullptr) groups.embedding->wait_ordered();
   WEFT_CHECK(!opts[0]->sharded() || groups.replicas != nullptr,
              "ZeRO's gradient shards need the replicas' group for the norm");
   kernels::Backend& be = chunks[0]->backend();

@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -403,6 +405,12 @@ class NcclCommunicator final : public Communicator {
     }).wait();
   }
 
+  void wait_ordered() override {
+    DeviceGuard on(group_->device);
+    for (const Ordered& d : *ordered_) wait_for(d.op, *d.done, timeout_seconds());
+    ordered_->clear();
+  }
+
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     const Op o = make_op("split", DataType::U8, 0);
     o.check_usable();
@@ -494,19 +502,43 @@ class NcclCommunicator final : public Communicator {
     if (call(group_->comm) == ncclInProgress) settle(o, group_->comm, timeout_s);
     auto done = std::make_shared<Event>();
     WEFT_CUDA_CHECK(cudaEventRecord(done->get(), stream_));
+    // order(): the legacy default stream (the backend's kernels) waits for the event, the host
+    // does not; on a given stream the kernels that follow are in order already. wait_ordered()
+    // bounds the wait later.
+    const bool owned = owned_stream_ != nullptr;
     return Work([o, done, timeout_s] { wait_for(o, *done, timeout_s); },
-                [done] {
-                  const cudaError_t rc = cudaEventQuery(done->get());
-                  if (rc != cudaSuccess) (void)cudaGetLastError();  // see wait_for
-                  return rc == cudaSuccess;
+                [done] { return query(*done); },
+                [o, done, owned, ordered = ordered_] {
+                  o.check_usable();
+                  DeviceGuard on(o.group->device);
+                  if (owned) {
+                    WEFT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done->get(), 0));
+                  }
+                  std::erase_if(*ordered, [](const Ordered& d) { return query(*d.done); });
+                  ordered->push_back({o, done});
                 });
   }
+
+  // Whether the operation behind `done` is complete (without blocking).
+  static bool query(const Event& done) {
+    const cudaError_t rc = cudaEventQuery(done.get());
+    if (rc != cudaSuccess) (void)cudaGetLastError();  // see wait_for
+    return rc == cudaSuccess;
+  }
+
+  // An operation a Work ordered and no host wait has seen complete yet.
+  struct Ordered {
+    Op op;
+    std::shared_ptr<Event> done;
+  };
 
   std::shared_ptr<Group> group_;
   std::unique_ptr<OwnedStream> owned_stream_;  // before stream_'s users below
   Stream stream_ = nullptr;
   std::unique_ptr<Event> after_default_;  // orders an owned stream after the legacy default one
   void* barrier_value_ = nullptr;
+  // Shared with the Works' order(), which may outlive the communicator.
+  std::shared_ptr<std::vector<Ordered> > ordered_ = std::make_shared<std::vector<Ordered> >();
 };
 
 }  // namespace

@@ -4,13 +4,17 @@
 // finds NCCL (cmake/WeftCuda.cmake); otherwise make_nccl_communicator throws and have_nccl() is
 // false.
 //
-// Every operation is enqueued on the communicator's stream and returns a Work that waits for a
-// CUDA event recorded after it: wait() polls the event (and NCCL's asynchronous error state) and,
-// after timeout_seconds(), aborts the NCCL communicator (ncclCommAbort) and throws weft::Error
+// Every operation is enqueued on the communicator's stream and returns a Work whose order() makes
+// the legacy default stream (where the backend's kernels run) wait for a CUDA event recorded after
+// it, without a host wait (cudaStreamWaitEvent), and whose wait() waits for that event on the
+// host: it polls the event (and NCCL's asynchronous error state) and, after timeout_seconds(),
+// aborts the NCCL communicator (ncclCommAbort) and throws weft::Error
 // naming the op and the group, so no rank hangs forever on a peer that died (DESIGN.md §5). The
 // communicator is NCCL's nonblocking kind (ncclConfig_t::blocking = 0), so initialization, split
 // and the host side of each call (which may wait for peers in NCCL's own code) are bounded by the
-// same timeout. After an abort every operation on the communicator throws.
+// same timeout. After an abort every operation on the communicator throws. The ordered operations
+// are waited the same way by wait_ordered(), which the runtime calls once per step: a peer that
+// died mid-step surfaces there, not as a stream that never finishes.
 //
 // The stream: the one given, else one owned non-blocking stream. Work on an owned stream starts
 // after the work already queued on the legacy default stream (and so on every blocking stream),
