@@ -1,8 +1,9 @@
 // The planner's communication volume (planner/comm_volume.h) against the Recording communicator
 // around one real training step of the pipeline runner: per group (tp, pp, embedding) and per
 // op, the same number of calls and elements. mpirun -n 2: tp=2, pp=2; -n 4: tp=2 x pp=2.
-// The device trainer (runtime/device_trainer.h, on the host-bf16 backend) too, for its tp group
-// without a pipeline: tp=2 (-n 2), tp=4 and tp=2 x dp=2 (-n 4).
+// The same on the host-bf16 backend (bf16 elements and bytes), ZeRO 0-3 included, and the device
+// trainer's wiring of the runner (runtime/device_trainer.h) for its tp group: tp=2 (-n 2), tp=4
+// and tp=2 x dp=2 (-n 4).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -24,14 +25,18 @@ namespace {
 
 model::GptConfig tiny() { return test::tiny_gpt(4, 32); }
 
-using Ops = std::map<comm::CommOp, std::pair<int64_t, int64_t>>;  // op -> (calls, elements)
+struct Volume {
+  int64_t calls = 0, elements = 0, bytes = 0;
+};
+using Ops = std::map<comm::CommOp, Volume>;
 
 Ops recorded(const comm::CommRecorder& rec, const std::string& group) {
   Ops out;
   for (const comm::CommRecord& r : rec.records()) {
     if (r.group != group) continue;
-    out[r.op].first += 1;
-    out[r.op].second += r.elements;
+    out[r.op].calls += 1;
+    out[r.op].elements += r.elements;
+    out[r.op].bytes += r.bytes;
   }
   return out;
 }
@@ -39,7 +44,7 @@ Ops recorded(const comm::CommRecorder& rec, const std::string& group) {
 Ops predicted(const planner::GroupVolume& g) {
   Ops out;
   auto put = [&](comm::CommOp op, const planner::OpVolume& v) {
-    if (v.ops > 0) out[op] = {v.ops, v.elements};
+    if (v.ops > 0) out[op] = {v.ops, v.elements, v.bytes};
   };
   put(comm::CommOp::AllReduce, g.all_reduce);
   put(comm::CommOp::ReduceScatter, g.reduce_scatter);
@@ -52,14 +57,15 @@ Ops predicted(const planner::GroupVolume& g) {
 std::string show(const Ops& ops) {
   std::string s;
   for (const auto& [op, v] : ops) {
-    s += std::string(comm::comm_op_name(op)) + " " + std::to_string(v.first) + " calls, " +
-         std::to_string(v.second) + " elements; ";
+    s += std::string(comm::comm_op_name(op)) + " " + std::to_string(v.calls) + " calls, " +
+         std::to_string(v.elements) + " elements, " + std::to_string(v.bytes) + " bytes; ";
   }
   return s;
 }
 
 void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, schedule::Kind kind,
-                           int vp, int dp = 1, int zero = 0) {
+                           int vp, int dp = 1, int zero = 0,
+                           Precision precision = Precision::FP32) {
   comm::Communicator& world = test::test_world();
   if (world.size() != tp * pp * dp) return;
   const parallel::Topology topo({.tp = tp, .pp = pp, .dp = dp});
@@ -74,7 +80,9 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   const int B = 2, T = 8, m = 4;
   const schedule::Schedule s = schedule::add_optimizer_step(schedule::add_communication(
       schedule::make_schedule(kind, {.pp = pp, .vp = vp, .microbatches = m}).value_or_throw("")));
+  const auto backend = kernels::make_host_backend(precision);
   runtime::PipelineOptions o;
+  o.backend = backend.get();
   o.B = B;
   o.T = T;
   o.recompute = recompute;
@@ -96,7 +104,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   job.seq_len = T;
   job.global_batch = m * B * dp;
   job.world = tp * pp * dp;
-  job.precision = planner::Precision::FP32;
+  job.precision = precision;
   planner::ParallelConfig c;
   c.tp = tp;
   c.pp = pp;
@@ -112,8 +120,8 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   const std::string what =
       "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " sp=" + std::to_string(sp) +
       " recompute=" + std::string(model::recompute_name(recompute)) + " vp=" + std::to_string(vp) +
-      " dp=" + std::to_string(dp) + " zero=" + std::to_string(zero) + " pp rank " +
-      std::to_string(o.pp_rank);
+      " dp=" + std::to_string(dp) + " zero=" + std::to_string(zero) + " " +
+      std::string(planner::precision_name(precision)) + " pp rank " + std::to_string(o.pp_rank);
   EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp))) << what << " (tp)";
   EXPECT_EQ(show(recorded(*rec, "pp")), show(predicted(v.pp))) << what << " (pp)";
   EXPECT_EQ(show(recorded(*rec, "embedding")), show(predicted(v.embedding)))
@@ -121,9 +129,8 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   EXPECT_EQ(show(recorded(*rec, "dp")), show(predicted(v.dp))) << what << " (dp)";
 }
 
-// The device trainer's tp group over one step, against the planner's (pp = 1: a device pipeline
-// sends whole stage boundaries, not the CPU runner's scatter/gather the planner prices; and its
-// full recomputation repeats one of a layer's two forward all-reduces, not both).
+// The device trainer's wiring (runtime::DeviceParallel, as `weft train --device` builds it) of the
+// same runner: its tp group over one step, against the planner's.
 void expect_device_tp_volume(int tp, int dp) {
   comm::Communicator& world = test::test_world();
   if (world.size() != tp * dp) return;
@@ -185,6 +192,25 @@ TEST(PlannerVolume, EqualsTheRecordedStep) {
     expect_planner_volume(1, 2, false, model::Recompute::Selective, Kind::ZeroBubbleH1, 1, 2, zero);
   }
   expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 4, 3);
+}
+
+// The same runner on the host-bf16 backend (the device's emulation): bf16 boundaries, tp sums and
+// ZeRO's weight gathers as bf16 elements, fp32 gradient reductions, priced by the planner's bf16.
+TEST(PlannerVolume, EqualsTheRecordedBf16Step) {
+  using schedule::Kind;
+  const Precision bf16 = Precision::BF16Mixed;
+  for (bool sp : {false, true}) {
+    expect_planner_volume(2, 1, sp, model::Recompute::None, Kind::OneFOneB, 1, 1, 0, bf16);
+    expect_planner_volume(2, 2, sp, model::Recompute::Full, Kind::Interleaved, 2, 1, 0, bf16);
+  }
+  expect_planner_volume(1, 2, false, model::Recompute::None, Kind::OneFOneB, 1, 1, 0, bf16);
+  for (int zero = 0; zero <= 3; ++zero) {
+    expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 2, zero, bf16);
+    expect_planner_volume(2, 1, true, model::Recompute::Full, Kind::OneFOneB, 1, 2, zero, bf16);
+    expect_planner_volume(1, 2, false, model::Recompute::None, Kind::ZeroBubbleH1, 1, 2, zero,
+                          bf16);
+  }
+  expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 4, 3, bf16);
 }
 
 }  // namespace
