@@ -225,7 +225,6 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
                                         schedule::parse_kind(par.schedule).value(), data_group);
     dp.sequence_parallel = par.sequence_parallel;
     dp.zero = par.zero;
-    predicted_bytes_ = DeviceTrainer::bytes(cfg.model, b, T, m, dp, cfg.recompute()).total();
     trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
                                                cfg.recompute());
     state_ = std::make_unique<OptimizerState>(trainer_->chunks(), trainer_->optimizers(),
@@ -246,7 +245,8 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
   }
   Memory memory() const override {
     return {backend_.name() + " memory per rank, allocated / predicted",
-            static_cast<double>(backend_.allocated_bytes()), static_cast<double>(predicted_bytes_)};
+            static_cast<double>(backend_.allocated_bytes()),
+            static_cast<double>(trainer_->predicted_memory().total())};
   }
 
   CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, *state_, world_); }
@@ -262,7 +262,6 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
   std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
   std::unique_ptr<DeviceTrainer> trainer_;
   std::unique_ptr<OptimizerState> state_;
-  int64_t predicted_bytes_ = 0;
 };
 
 }  // namespace
