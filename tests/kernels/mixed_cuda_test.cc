@@ -427,15 +427,6 @@ std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
   return out;
 }
 
-TEST_F(MixedCuda, WidenIsExact) {
-  const int64_t n = 100003;
-  const Both<BF16> in = put(random16(n, -100.f, 100.f));
-  const Both<float> out = poisoned<float>(n);
-  weft::test::act_op(&kernels::Backend::widen, *host_, out.host, in.host, n);
-  weft::test::act_op(&kernels::Backend::widen, *gpu_, out.gpu, in.gpu, n);
-  EXPECT_EQ(get(*gpu_, out.gpu, n), get(*host_, out.host, n));
-}
-
 TEST_F(MixedCuda, EmbeddingForwardShardRoundsLikeTheHost) {
   const int B = 3, T = 67, C = 77, V = 1001, Vp = 1008;
   const Both<int32_t> tokens = put(random_tokens(B * T, V));

@@ -674,17 +674,6 @@ std::vector<VocabShard> vocab_shards(int V, int Vp, int t) {
   return out;
 }
 
-TEST_F(HostBf16BackendTest, WidenIsExact) {
-  Bf16s x = uniform_bf16(1001, "widen", -100.f, 100.f);
-  x.push_back(BF16::from_float(kNaN));
-  const int64_t n = static_cast<int64_t>(x.size());
-  float* out = poisoned_floats(n);
-  weft::test::act_op(&kernels::Backend::widen, *backend_, out, put(x), n);
-  const Floats got = get(out, n);
-  for (int64_t i = 0; i + 1 < n; ++i) ASSERT_EQ(got[i], x[i].to_float()) << i;
-  EXPECT_TRUE(std::isnan(got[n - 1]));
-}
-
 // The ranks' partials (rank 0 with wpe, the others without), summed in fp32 and rounded, are
 // embedding_forward's output, bit for bit.
 TEST_F(HostBf16BackendTest, EmbeddingForwardShardsAddUpToTheEmbedding) {

@@ -84,8 +84,6 @@ class Backend {
   // ---- ops -------------------------------------------------------------------------------------
   // out[n] = in[n] as an Act (bf16: rounded to nearest even; fp32: copied unless out == in).
   virtual void convert(Act* out, const float* in, int64_t n) = 0;
-  // out[n] = in[n] as fp32 (exact): a bf16 partial sum widened for an fp32 all-reduce.
-  virtual void widen(float* out, const Act* in, int64_t n) = 0;
   // out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
   virtual void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe,
                                  int B, int T, int C) = 0;
@@ -225,7 +223,6 @@ class TypedBackend : public Backend {
     return sizeof(A) == 4 ? Precision::FP32 : Precision::BF16Mixed;
   }
   void convert(Act* out, const float* in, int64_t n) final { self().convert(t(out), in, n); }
-  void widen(float* out, const Act* in, int64_t n) final { self().widen(out, t(in), n); }
   void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int B,
                          int T, int C) final {
     self().embedding_forward(t(out), tokens, t(wte), t(wpe), B, T, C);

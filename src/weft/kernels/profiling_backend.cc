@@ -58,9 +58,6 @@ void ProfilingBackend::copy(void* dst, const void* src, int64_t bytes) {
 void ProfilingBackend::convert(Act* out, const float* in, int64_t n) {
   timed("convert", [&] { inner_.convert(out, in, n); });
 }
-void ProfilingBackend::widen(float* out, const Act* in, int64_t n) {
-  timed("widen", [&] { inner_.widen(out, in, n); });
-}
 void ProfilingBackend::embedding_forward(Act* out, const int32_t* tokens, const Act* wte,
                                          const Act* wpe, int B, int T, int C) {
   timed("embedding_forward", [&] { inner_.embedding_forward(out, tokens, wte, wpe, B, T, C); });

@@ -62,7 +62,6 @@ class ProfilingBackend final : public Backend {
   void convert(Act* out, const float* in, int64_t n) override;
   void embedding_forward(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe, int B,
                          int T, int C) override;
-  void widen(float* out, const Act* in, int64_t n) override;
   void embedding_backward(float* dwte, float* dwpe, const Act* dout, const int32_t* tokens_host,
                           int B, int T, int C) override;
   void embedding_forward_shard(Act* out, const int32_t* tokens, const Act* wte, const Act* wpe,

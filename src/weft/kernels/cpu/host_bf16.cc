@@ -123,11 +123,6 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     for (int64_t i = 0; i < n; ++i) out[i] = round_bf16(in[i]);
   }
 
-  void widen(float* out, const BF16* in, int64_t n) {
-    WEFT_CHECK(n >= 0, "negative element count ", n);
-    kernels::widen(out, in, n);
-  }
-
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);

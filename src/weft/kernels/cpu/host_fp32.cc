@@ -30,7 +30,6 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
   std::string name() const override { return "host"; }
 
   void convert(float* out, const float* in, int64_t n) { copy_floats(out, in, n); }
-  void widen(float* out, const float* in, int64_t n) { copy_floats(out, in, n); }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) {

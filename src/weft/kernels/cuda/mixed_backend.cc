@@ -142,7 +142,6 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   // ---- ops
   // ---------------------------------------------------------------------------------------
   void convert(BF16* out, const float* in, int64_t n) { cuda::convert(out, in, n, stream_); }
-  void widen(float* out, const BF16* in, int64_t n) { cuda::convert(out, in, n, stream_); }
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) {
     cuda::embedding_forward<BF16>(out, tokens, wte, wpe, B, T, C, stream_);
