@@ -549,10 +549,5 @@ TEST(Performance, AllReduceOfOneMillionFloatsIsNotPathologicallySlow) {
   expect_all_reduce_not_pathologically_slow<float>("f32");
 }
 
-// bf16 goes through weft's own ring (mpi_communicator.cc: Ring), not MPI_Iallreduce.
-TEST(Performance, Bf16AllReduceOfOneMillionIsNotPathologicallySlow) {
-  expect_all_reduce_not_pathologically_slow<BF16>("bf16");
-}
-
 }  // namespace
 }  // namespace weft::comm
