@@ -313,7 +313,8 @@ TEST_F(TrainerTest, NonFiniteStepsAreSkippedAndLoggedAndTheRunGoesOn) {
 TEST_F(TrainerTest, MetricsLinesCarryEveryFieldAndTheRunEndsWithALossPlot) {
   TrainerOptions o = quiet();
   o.measure_gemm_ceiling = true;
-  Trainer t(config("metrics", {"train.steps=6", "train.peak_gflops=100", "train.eval_every=3"}),
+  // A peak of 1 PFLOP/s: above any ceiling measured here, so MFU against it is reported.
+  Trainer t(config("metrics", {"train.steps=6", "train.peak_gflops=1e6", "train.eval_every=3"}),
             data_, o);
   t.run().value_or_throw("run");
   std::ifstream f(base_ + "/metrics/metrics.jsonl");
@@ -337,6 +338,25 @@ TEST_F(TrainerTest, MetricsLinesCarryEveryFieldAndTheRunEndsWithALossPlot) {
   const std::string svg = read_text(base_ + "/metrics/loss.svg");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("validation loss"), std::string::npos);
+}
+
+TEST_F(TrainerTest, ASpecPeakBelowTheMeasuredGemmCeilingIsNotReported) {
+  // 1 MFLOP/s cannot be a peak of a machine that just ran a GEMM faster: an MFU against it would
+  // read far above 100%. The demo's config once gave a base clock's peak and printed MFU 105%.
+  TrainerOptions o = quiet();
+  o.measure_gemm_ceiling = true;
+  Trainer t(config("low-peak", {"train.steps=2", "train.peak_gflops=0.001"}), data_, o);
+  t.run().value_or_throw("run");
+  std::ifstream f(base_ + "/low-peak/metrics.jsonl");
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    const auto j = nlohmann::json::parse(line);
+    ++n;
+    EXPECT_FALSE(j.contains("mfu_spec")) << line;
+    EXPECT_GT(j["mfu_gemm"].get<double>(), 0) << line;
+  }
+  EXPECT_EQ(n, 2);
 }
 
 }  // namespace

@@ -213,6 +213,21 @@ Result<TrainResult> Trainer::run() {
       engine_->describe(),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
+  // A spec peak below a rate this machine just measured is not its peak (a base clock where the
+  // cores boost, a core count too low); an MFU against it would read above 100%. It is dropped,
+  // with a warning, whenever a ceiling above it is measured.
+  double peak_flops = t.peak_gflops * 1e9;
+  const auto check_peak = [&] {
+    if (peak_flops <= 0 || ceiling <= peak_flops) return;
+    progress.message(fmt::format(
+        "weft train: warning: train.peak_gflops={} is below the GEMM rate measured on this job "
+        "({:.1f} GFLOP/s), so it is not this machine's peak (a base clock where the cores boost?); "
+        "MFU is reported against the GEMM ceiling only. Set it from the boost clock: cores x GHz x "
+        "FLOP/cycle",
+        t.peak_gflops, ceiling / 1e9));
+    peak_flops = 0;
+  };
+  check_peak();
 
   const int64_t last =
       options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
@@ -285,14 +300,17 @@ Result<TrainResult> Trainer::run() {
     r.grad_norm = stats.grad_norm;
     r.step_seconds = dt;
     r.tokens_per_s = static_cast<double>(t.global_batch) * T / dt;
-    if (t.peak_gflops > 0) r.mfu_spec = flops_per_step / (dt * t.peak_gflops * 1e9);
+    if (peak_flops > 0) r.mfu_spec = flops_per_step / (dt * peak_flops);
     if (ceiling > 0) r.mfu_gemm = flops_per_step / (dt * ceiling);
     r.skipped = stats.skipped;
     r.epoch = epoch;
     r.tokens = step * t.global_batch * T;
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
       r.val_loss = evaluate();
-      if (ceiling > 0 && step < last) ceiling = std::max(ceiling, engine_->gemm_ceiling(true));
+      if (ceiling > 0 && step < last) {
+        ceiling = std::max(ceiling, engine_->gemm_ceiling(true));
+        check_peak();
+      }
     }
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
