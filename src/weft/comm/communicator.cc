@@ -50,40 +50,44 @@ std::string_view dtype_name(DataType t) {
 
 namespace {
 template <typename T>
-void reduce_as(T* dst, const T* src, int64_t n, ReduceOp op) {
+void reduce_as(T* dst, const T* a, const T* b, int64_t n, ReduceOp op) {
   if (op == ReduceOp::Sum) {
-    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+    for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + b[i];
   } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] < src[i] ? src[i] : dst[i];
+    for (int64_t i = 0; i < n; ++i) dst[i] = a[i] < b[i] ? b[i] : a[i];
   }
 }
 
 // Each pairwise result in fp32, rounded once to bf16 (NCCL's bf16 arithmetic). A max is one of its
 // operands: it is chosen, not rounded.
-void reduce_bf16(BF16* dst, const BF16* src, int64_t n, ReduceOp op) {
+void reduce_bf16(BF16* dst, const BF16* a, const BF16* b, int64_t n, ReduceOp op) {
   for (int64_t i = 0; i < n; ++i) {
-    const float a = dst[i].to_float(), b = src[i].to_float();
+    const float x = a[i].to_float(), y = b[i].to_float();
     if (op == ReduceOp::Sum) {
-      dst[i] = BF16::from_float(a + b);
-    } else if (a < b) {
-      dst[i] = src[i];
+      dst[i] = BF16::from_float(x + y);
+    } else {
+      dst[i] = x < y ? b[i] : a[i];
     }
   }
 }
 }  // namespace
 
-void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op) {
+void reduce_into(void* dst, const void* a, const void* b, int64_t n, DataType t, ReduceOp op) {
+  const auto as = [&]<typename T>(T* out) {
+    return reduce_as(out, static_cast<const T*>(a), static_cast<const T*>(b), n, op);
+  };
   switch (t) {
     case DataType::F32:
-      return reduce_as(static_cast<float*>(dst), static_cast<const float*>(src), n, op);
+      return as(static_cast<float*>(dst));
     case DataType::F64:
-      return reduce_as(static_cast<double*>(dst), static_cast<const double*>(src), n, op);
+      return as(static_cast<double*>(dst));
     case DataType::I32:
-      return reduce_as(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op);
+      return as(static_cast<int32_t*>(dst));
     case DataType::I64:
-      return reduce_as(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
+      return as(static_cast<int64_t*>(dst));
     case DataType::BF16:
-      return reduce_bf16(static_cast<BF16*>(dst), static_cast<const BF16*>(src), n, op);
+      return reduce_bf16(static_cast<BF16*>(dst), static_cast<const BF16*>(a),
+                         static_cast<const BF16*>(b), n, op);
     case DataType::U8:
       break;
   }

@@ -54,10 +54,15 @@ std::string_view dtype_name(DataType t);
 
 enum class ReduceOp { Sum, Max };
 std::string_view reduce_op_name(ReduceOp op);
-// dst[i] = dst[i] op src[i] for n elements of a reducible type (not U8): the arithmetic of every
-// host-memory reduction (the thread communicator's collectives, the MPI rings). BF16: the op in
-// fp32, rounded once to nearest even, as NCCL's bf16 reductions (so not associative: see above).
-void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op);
+// dst[i] = a[i] op b[i] for n elements of a reducible type (not U8); dst may be a: the arithmetic
+// of every host-memory reduction (the thread communicator's collectives, the MPI rings). BF16: the
+// op in fp32, rounded once to nearest even, as NCCL's bf16 reductions (so not associative: see
+// above). One pass over the three buffers, where a copy and then an add would be two.
+void reduce_into(void* dst, const void* a, const void* b, int64_t n, DataType t, ReduceOp op);
+// dst[i] = dst[i] op src[i].
+inline void reduce_into(void* dst, const void* src, int64_t n, DataType t, ReduceOp op) {
+  reduce_into(dst, dst, src, n, t, op);
+}
 
 template <typename T>
 constexpr DataType data_type_of();

@@ -335,10 +335,7 @@ class Ring {
       const char* own = in_block(b);
       const bool reduced = step_ == p - 1;
       void* dst = reduced ? out_ : sum_buf_.get();
-      if (dst != own && count(b) > 0) {  // an empty block may have no buffer behind it
-        std::memcpy(dst, own, static_cast<size_t>(count(b)) * dtype_size(op_.dtype));
-      }
-      reduce_into(dst, recv_buf_.get(), count(b), op_.dtype, reduce_);
+      reduce_into(dst, own, recv_buf_.get(), count(b), op_.dtype, reduce_);
       if (!reduced) {
         post(sum_buf_.get(), count(b), recv_buf_.get(), count(b - 1));
         return;

@@ -197,12 +197,8 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
     m.optimizer += 2 * block(n * kFloat);  // AdamW's m and v
     return;
   }
-  int64_t S = 0, largest_shard = 0;
-  for (const ParamUnit& u : layout.units) {
-    const int64_t shard = zero_shard(u.numel(), zero.dp, 0).size();
-    S += shard;
-    largest_shard = std::max(largest_shard, shard);
-  }
+  int64_t S = 0;
+  for (const ParamUnit& u : layout.units) S += zero_shard(u.numel(), zero.dp, 0).size();
   m.optimizer += 2 * block(S * kFloat);  // m, v
   // The model's weights as the forward reads them, whole: fp32, or bf16 (the master weights are
   // the shard). ZeRO-3: gathered units are in the pool (run_passes).
@@ -215,11 +211,8 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
     m.params += block(S * kFloat);  // master weights
   }
   m.grads += block(S * kFloat);  // the reduced shard
-  if (zero.stage == 1) {
-    m.grads += block(n * kFloat);  // the model's gradients
-  } else {
-    m.grads += kZeroBucketsInFlight * block(largest_shard * kFloat);  // the receive buffers
-  }
+  // The model's gradients (ZeRO 2 on: the units in use, in the pool; run_passes).
+  if (zero.stage == 1) m.grads += block(n * kFloat);
 }
 
 // The bytes of a stage's activation (per slot) or workspace layout (activation_layout.h: the

@@ -97,7 +97,7 @@ struct ChunkMemory {
 // attention backward's T x T row block per thread. With ZeRO (optim/distributed_optimizer.h),
 // per chunk and with S its shard (1/dp of every unit, padded), the steady state:
 //   stage 1: + S reduced gradients; m, v and master weights 3S instead of m, v
-//   stage 2: gradients S + kZeroBucketsInFlight receive buffers; parameters whole; 3S
+//   stage 2: gradients S; parameters whole; 3S
 //   stage 3: as 2, and parameters S (the master shard)
 // plus the busiest moment of a pass, found by walking the backward (docs/planner.md §5): from
 // stage 2 on the full gradients of the units written and not yet reduced (the tied wte's from the

@@ -116,7 +116,7 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
 // unit; kAlignElems for ZeRO 0.
 int64_t zero_unit_align(int zero, int dp);
 // ZeRO 2/3: unit gradient reductions a backward pass keeps outstanding before it waits for the
-// oldest (their receive buffers, and the units' full gradients, stay resident meanwhile).
+// oldest (the units' full gradients, and MPI's temporaries, stay resident meanwhile).
 inline constexpr int kZeroBucketsInFlight = 2;
 
 // GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)

@@ -82,7 +82,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
   } else {
     WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0, "a ZeRO chunk needs the ",
                "layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
-    int64_t offset = 0, largest = 0;
+    int64_t offset = 0;
     for (size_t u = 0; u < layout.units.size(); ++u) {
       const model::ParamUnit& U = layout.units[u];
       const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
@@ -91,7 +91,6 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
       shards_.push_back({own.begin, own.size(), offset});
       WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
       offset += own.size();
-      largest = std::max(largest, own.size());
     }
     shard_elements_ = offset;
     master_ = take(offset);
@@ -106,9 +105,6 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
       parts_.push_back({p.slice, grad_shard_ + p.at, p.n});
       add_segment(master_, grad_shard_, p.at, p.at + p.n, master16_,
                   layout.init[p.slice].weight_decay);
-    }
-    if (zero_ >= 2) {
-      for (int i = 0; i < model::kZeroBucketsInFlight; ++i) tmp_.push_back(take(largest));
     }
   }
   adam_ = be_.plan_adamw(segments);
@@ -186,9 +182,22 @@ void DistributedOptimizer::release(int u) {
 
 float* DistributedOptimizer::grads(int u) {
   if (zero_ < 2) return model_.grads().data() + unit(u).begin;
-  // Zeroed, including the padding the reduce-scatter reads past the unit's last element.
   if (grad_slot_[u] == nullptr) {
-    grad_slot_[u] = static_cast<float*>(pool_->acquire(padded(u) * 4, /*zeroed=*/true));
+    // The pass's gradients add to zeros, including the padding the reduce-scatter reads past the
+    // unit's last element; except this rank's block once a pass of this step has reduced the unit
+    // (backward_done completed it): there they add to the step's reduced sum so far, so the
+    // reduce-scatter writes the new sum straight into the shard. With dp = 1 this is the plain
+    // accumulation of a ZeRO-0 buffer, bit for bit.
+    float* g = static_cast<float*>(pool_->acquire(padded(u) * 4, /*zeroed=*/false));
+    const Shard& sh = shards_[u];
+    if (shard_started_[u]) {
+      be_.zero(g, sh.begin * 4);
+      be_.copy(g + sh.begin, grad_shard_ + sh.offset, sh.size * 4);
+      be_.zero(g + sh.begin + sh.size, (padded(u) - sh.begin - sh.size) * 4);
+    } else {
+      be_.zero(g, padded(u) * 4);
+    }
+    grad_slot_[u] = g;
   }
   return grad_slot_[u];
 }
@@ -204,27 +213,19 @@ void DistributedOptimizer::grads_ready(int u) {
   float* g = grads(u);  // the collective starts after the backward's writes of g (comm::Work)
   if (zero_ == 0) {
     pending_.push_back(
-        {u, -1,
-         dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
+        {u, dp_->all_reduce_async(g, unit(u).numel(), comm::DataType::F32, comm::ReduceOp::Sum)});
     return;
   }
-  // ZeRO 1's one reduction, and ZeRO 2/3's first of the step: the reduced shard is the step's
-  // gradient so far, straight into place. Later passes arrive in tmp_ and are added.
+  // Straight into the shard: ZeRO 1's one reduction; ZeRO 2/3's every pass, whose gradients
+  // already hold the step's earlier sum in this rank's block (grads()).
   const Shard& sh = shards_[u];
-  if (zero_ == 1 || !shard_started_[u]) {
-    shard_started_[u] = true;
-    pending_.push_back(
-        {u, -1,
-         dp_->reduce_scatter_async(grad_shard_ + sh.offset, g, sh.size, comm::DataType::F32)});
-    return;
-  }
-  const int t = next_tmp_;
-  next_tmp_ = (next_tmp_ + 1) % static_cast<int>(tmp_.size());
-  pending_.push_back({u, t, dp_->reduce_scatter_async(tmp_[t], g, sh.size, comm::DataType::F32)});
+  shard_started_[u] = true;
+  pending_.push_back(
+      {u, dp_->reduce_scatter_async(grad_shard_ + sh.offset, g, sh.size, comm::DataType::F32)});
 }
 
-// Waits for the oldest reduction in flight. ZeRO 2/3: this microbatch's reduced gradient joins the
-// shard, and the unit's full gradient goes back to the pool (the next pass starts from zero).
+// Waits for the oldest reduction in flight. ZeRO 2/3: the unit's full gradient goes back to the
+// pool (the next pass takes a buffer afresh).
 void DistributedOptimizer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.erase(pending_.begin());
@@ -232,10 +233,6 @@ void DistributedOptimizer::complete_oldest() {
   p.work.order();
   wait_seconds_ += seconds_since(t0);
   if (zero_ < 2) return;
-  if (p.tmp >= 0) {
-    const Shard& sh = shards_[p.unit];
-    be_.accumulate(grad_shard_ + sh.offset, tmp_[p.tmp], sh.size);
-  }
   pool_->release(grad_slot_[p.unit]);
   grad_slot_[p.unit] = nullptr;
 }
@@ -265,8 +262,7 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
       if (zero_ == 0) {
         dp_->all_reduce(g, unit(u).numel());
       } else {
-        dp_->reduce_scatter(zero_ == 1 ? grad_shard_ + shards_[u].offset : tmp_[0], g,
-                            shards_[u].size);
+        dp_->reduce_scatter(grad_shard_ + shards_[u].offset, g, shards_[u].size);
       }
       if (zero_ >= 2) {
         pool_->release(grad_slot_[u]);

@@ -13,8 +13,10 @@
 //   1      reduce-scatter per unit, last microbatch   params, grads; shard of m, v,   all-gather
 //                                                     master params, reduced grads    params
 //   2      reduce-scatter per unit, EVERY microbatch, params; shard of grads, m, v,   all-gather
-//          into the shard; the unit's full gradient   master params; full grads only  params
-//          buffer then goes back to the pool          of the units in use
+//          into the shard (each pass's gradients      master params; full grads only  params
+//          start from the sum so far in this rank's   of the units in use
+//          block); the unit's full gradient buffer
+//          then goes back to the pool
 //   3      as 2                                       shards only; a unit's params    -
 //                                                     are all-gathered into a pool
 //                                                     buffer before each use and
@@ -135,8 +137,8 @@ class DistributedOptimizer final : public model::ParamHooks {
     int64_t begin = 0, size = 0;  // this rank's range, relative to the unit's first element
     int64_t offset = 0;           // where it sits in master_, grad_shard_ and the moments
   };
-  struct Pending {           // a unit's reduction in flight
-    int unit = 0, tmp = -1;  // tmp: its receive buffer in tmp_ (ZeRO 2/3)
+  struct Pending {  // a unit's reduction in flight
+    int unit = 0;
     comm::Work work;
   };
   const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
@@ -175,8 +177,6 @@ class DistributedOptimizer final : public model::ParamHooks {
   BF16* master16_ = nullptr;
   float* grad_shard_ = nullptr;
   int64_t shard_elements_ = 0;
-  std::vector<float*> tmp_;  // ZeRO >= 2: reduce-scatter outputs in flight
-  int next_tmp_ = 0;
   std::vector<Pending> pending_;  // oldest first, at most model::kZeroBucketsInFlight
   // ZeRO 2/3: the units in use, in pool_: their full gradients from the first write of a pass until
   // reduced (grad_slot_), ZeRO 3 their read weights from gather to release (param_slot_).
@@ -184,8 +184,8 @@ class DistributedOptimizer final : public model::ParamHooks {
   UnitPool* pool_;
   std::vector<float*> grad_slot_;
   std::vector<void*> param_slot_;
-  // ZeRO 1-3: whether a unit's gradient shard has received this step's first reduction (which
-  // goes straight into it; from ZeRO 2 on later ones arrive in tmp_ and are added).
+  // ZeRO 1-3: whether a unit's gradient shard has received a reduction this step (from ZeRO 2 on,
+  // the next pass's gradients then start from it in this rank's block; grads()).
   std::vector<bool> shard_started_;
   double wait_seconds_ = 0;
 };

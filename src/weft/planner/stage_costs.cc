@@ -179,10 +179,9 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
       const double layers = static_cast<double>(job.model.n_layer) / stages;
       out[s].backward_weight.dp_comm +=
           in.overlap_dp ? exposed_reduction(reduce, out[s].backward().total(), layers) : reduce;
-      // The unit pool's buffer is zeroed before each pass writes it: a write of the stage's
-      // gradients. (The shard's accumulation is left out: counted at memory bandwidth too, its
-      // three passes over the shard doubled ZeRO-2's predicted cost over ZeRO-1 against
-      // bench/zero/run.sh, where it runs mostly from cache.)
+      // The unit pool's buffer is written before each pass adds to it: zeros, and the step's sum
+      // so far in this rank's block (so the reduce-scatter writes the new sum straight into the
+      // shard, with no accumulation after it): one write of the stage's gradients.
       out[s].backward_weight.compute += memory_time(cl, params * pb.grad);
       if (cfg.zero < 3) continue;
       out[s].forward.dp_comm += collective_time(dp, Collective::AllGather, params * pb.weight);
