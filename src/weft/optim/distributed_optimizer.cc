@@ -247,7 +247,6 @@ void DistributedOptimizer::backward_done() {
 
 void DistributedOptimizer::finish_reduction() {
   while (!pending_.empty()) complete_oldest();
-  dp_->wait_ordered();
 }
 
 double DistributedOptimizer::time_reductions_alone(int microbatches) {

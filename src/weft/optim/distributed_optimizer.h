@@ -88,10 +88,11 @@ class DistributedOptimizer final : public model::ParamHooks {
   void grads_ready(int unit) override;
   void backward_done() override;
 
-  // After the step's last pass: finishes every reduction (Work::order), then bounds the device's
-  // waits on the group (Communicator::wait_ordered; nothing to do on the host): the host reads the
-  // gradients' norm next.
+  // After the step's last pass: finishes every reduction (Work::order; runtime::finish_step then
+  // bounds the device's waits on the group before the host reads the gradients' norm).
   void finish_reduction();
+  // The replicas' group the reductions and gathers run on (a group of one when there is none).
+  comm::Communicator& dp_group() const { return *dp_; }
   // The gradients the rest of the step works on, in the backend's memory: whole slices (ZeRO 0)
   // or this rank's shard.
   std::span<const model::GradPart> grad_parts() const { return parts_; }

@@ -29,6 +29,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
       o_(options),
       unit_pool_(std::make_unique<optim::UnitPool>(backend())) {
   o_.groups.replicas = o_.dp;
+  o_.groups.boundary = wiring_of(o_).boundary;
   for (int j = 0; j < num_chunks(); ++j) {
     model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
     storage.deferred_weight_grads = schedule.kind == schedule::Kind::ZeroBubbleH1;

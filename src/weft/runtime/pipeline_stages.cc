@@ -261,7 +261,6 @@ void PipelineStages::optimizer_step() {
   for (auto& c : chunks_) {
     for (auto& w : c->grad_sends) w.order();
   }
-  if (wiring_.boundary != nullptr) wiring_.boundary->wait_ordered();
   // The loss lives on the last stage's rank: every microbatch's mean, from one copy of the step's
   // losses; every rank gets the mean (over the replicas too).
   double loss_sum = 0;

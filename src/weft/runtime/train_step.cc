@@ -1,5 +1,6 @@
 #include "weft/runtime/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -104,14 +105,21 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   for (optim::DistributedOptimizer* o : opts) o->finish_reduction();
   sync_tied_embedding(chunks, opts, groups.embedding);
   std::vector<NormChunk> norm_chunks;
+  // The host reads the norm next: the device's waits of the step are bounded here, once per group
+  // on the backend's memory that the step used (comm::Communicator::wait_ordered).
+  std::vector<comm::Communicator*> ordered = {groups.embedding, groups.boundary};
   for (size_t i = 0; i < chunks.size(); ++i) {
     chunks[i]->finish_grad_sync(opts[i]->grad_parts());
-    // The host reads the norm next: bound the device's waits of the step on these groups.
-    if (comm::Communicator* tp = chunks[i]->tensor_parallel().comm) tp->wait_ordered();
+    ordered.push_back(chunks[i]->tensor_parallel().comm);
+    ordered.push_back(&opts[i]->dp_group());
     norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
                            chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
-  if (groups.embedding != nullptr) groups.embedding->wait_ordered();
+  std::sort(ordered.begin(), ordered.end());
+  ordered.erase(std::unique(ordered.begin(), ordered.end()), ordered.end());
+  for (comm::Communicator* c : ordered) {
+    if (c != nullptr) c->wait_ordered();
+  }
   WEFT_CHECK(!opts[0]->sharded() || groups.replicas != nullptr,
              "ZeRO's gradient shards need the replicas' group for the norm");
   kernels::Backend& be = chunks[0]->backend();

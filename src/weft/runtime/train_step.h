@@ -29,6 +29,9 @@ struct ModelGroups {
   comm::Communicator* embedding = nullptr;
   // The replicas (host memory; null: dp = 1): the norm's sum over ZeRO's gradient shards.
   comm::Communicator* replicas = nullptr;
+  // The pipeline group the stages' activations and gradients cross (on the backend's memory; null
+  // when pp = 1): finish_step bounds the device's waits on it with the step's other groups.
+  comm::Communicator* boundary = nullptr;
 };
 
 // ---- The global gradient norm: ONE rule (finish_step) ----
