@@ -137,7 +137,8 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       f"{ratio:.3f}x the grid's fastest in the grid's own trial",
       f"- planner step-time error (mean |predicted/measured - 1|, weighted by timed steps) on the halving's layouts: "
       f"{100 * refit.get('mean_abs_error_before', float('nan')):.1f}% before the refit, "
-      f"{100 * refit.get('mean_abs_error_after', float('nan')):.1f}% after",
+      + (f"{100 * refit['mean_abs_error_after']:.1f}% after" if "errors_after" in refit
+         else f"no refit ({refit.get('refused', 'none')})"),
       ""]
 # The planner against measurement per layout: the preset as it is (before) and refitted from the
 # same table's trials (after), for the halving (its trials of 3-24 timed steps) and the grid (24).
@@ -150,6 +151,11 @@ md += ["## Step time: the planner against measurement, before and after the refi
        ""]
 for name, r, t in (("halving", refit, h), ("grid", grid_refit, g)):
     if not r:
+        continue
+    if "errors_after" not in r:
+        md.append(f"- {name}: {within(r['errors_before'])} of {len(r['errors_before'])} layouts "
+                  f"within 10%; mean {100 * r['mean_abs_error_before']:.1f}%; refit refused: "
+                  f"{r.get('refused', '?')}")
         continue
     md.append(f"- {name}: {within(r['errors_before'])} of {len(r['errors_before'])} layouts "
               f"within 10% before, {within(r['errors_after'])} after; mean "
@@ -165,7 +171,8 @@ def row_of(r, t):
     if not r:
         return out
     by_layout = {l["layout"]: l for l in t["layouts"]}
-    for name, eb, ea in zip(r["layouts"], r["errors_before"], r["errors_after"]):
+    after = r.get("errors_after") or [float("nan")] * len(r["errors_before"])
+    for name, eb, ea in zip(r["layouts"], r["errors_before"], after):
         l = by_layout[name]
         steps = [x["steps"] for x in l["trials"] if x["ok"] and not x["stopped"]][-1]
         out[name] = (l["short"], steps, l["measured_ms"], eb, ea)

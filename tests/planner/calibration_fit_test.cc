@@ -294,5 +294,16 @@ TEST(CalibrationFit, BadTrialsAreOneErrorThatSaysWhatToChange) {
   expect_error(base, t, "the planner cannot price this layout on this-machine");
 }
 
+TEST(CalibrationFit, TrialsOnSharedCoresAreRefusedForTheRefit) {
+  EXPECT_EQ(refit_refusal(2, 1, 2), "");
+  EXPECT_EQ(refit_refusal(1, 2, 2), "");
+  EXPECT_EQ(refit_refusal(4, 8, 64), "");
+  const std::string why = refit_refusal(4, 1, 2);  // bench/tune/run.sh 4 on this machine
+  EXPECT_NE(why.find("4 process(es) x 1 thread(s) share this node's 2 core(s)"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("fewer ranks, or train.threads"), std::string::npos) << why;
+  EXPECT_NE(refit_refusal(2, 2, 2), "");
+}
+
 }  // namespace
 }  // namespace weft::planner

@@ -396,11 +396,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     }
   }
   nlohmann::json refit = nullptr;
+  const std::string refusal = refit_refusal(local_processes(world_size), threads, node_cores());
   if (!measured.empty()) {
     try {
-      const Cluster fitted = refit_cluster(cluster, measured);
-      const std::vector<double> before = step_time_errors(cluster, measured);
-      const std::vector<double> after = step_time_errors(fitted, measured);
       // Weighted by each trial's timed steps, as the refit weighs them: a 3-step first-round
       // trial is a noisier measurement than a 24-step final one.
       const auto mean_abs = [&](const std::vector<double>& v) {
@@ -411,36 +409,47 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         }
         return w > 0 ? s / w : 0.0;
       };
+      const std::vector<double> before = step_time_errors(cluster, measured);
       refit = {{"layouts", measured_layouts},
                {"errors_before", before},
-               {"errors_after", after},
-               {"mean_abs_error_before", mean_abs(before)},
-               {"mean_abs_error_after", mean_abs(after)},
-               {"compute_scale", fitted.compute_scale},
-               {"weight_passes", fitted.weight_passes},
-               {"step_overhead_ms", fitted.step_overhead * 1e3},
-               {"note", fitted.calibration_note}};
-      say(fmt::format(
-          "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
-          "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
-          measured.size(), 100 * mean_abs(before), 100 * mean_abs(after), fitted.calibration_note));
-      std::string target = o.calibrate_out;
-      if (target.empty() && o.update_calibration) target = o.cluster;
-      if (!target.empty() && leader) {
-        // The preset's own header (what `weft calibrate` measured, and how) stays on top.
-        std::string header;
-        std::istringstream old(read_text_file(o.cluster).value_or(""));
-        for (std::string line; std::getline(old, line) && line.starts_with('#');) {
-          if (!line.starts_with("# refitted by weft tune")) header += line + "\n";
+               {"mean_abs_error_before", mean_abs(before)}};
+      if (!refusal.empty()) {
+        refit["refused"] = refusal;
+        say(fmt::format(
+            "refit refused: {}{}\n", refusal,
+            o.update_calibration || !o.calibrate_out.empty() ? "; no preset written" : ""));
+      } else {
+        const Cluster fitted = refit_cluster(cluster, measured);
+        const std::vector<double> after = step_time_errors(fitted, measured);
+        refit.update({{"errors_after", after},
+                      {"mean_abs_error_after", mean_abs(after)},
+                      {"compute_scale", fitted.compute_scale},
+                      {"weight_passes", fitted.weight_passes},
+                      {"step_overhead_ms", fitted.step_overhead * 1e3},
+                      {"note", fitted.calibration_note}});
+        say(fmt::format(
+            "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
+            "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
+            measured.size(), 100 * mean_abs(before), 100 * mean_abs(after),
+            fitted.calibration_note));
+        std::string target = o.calibrate_out;
+        if (target.empty() && o.update_calibration) target = o.cluster;
+        if (!target.empty() && leader) {
+          // The preset's own header (what `weft calibrate` measured, and how) stays on top.
+          std::string header;
+          std::istringstream old(read_text_file(o.cluster).value_or(""));
+          for (std::string line; std::getline(old, line) && line.starts_with('#');) {
+            if (!line.starts_with("# refitted by weft tune")) header += line + "\n";
+          }
+          header += fmt::format("refitted by weft tune {} on {} measured layouts", o.run,
+                                measured.size());
+          write_file_atomic(target, to_toml(fitted, header))
+              .throw_if_error("cannot write the refitted preset");
+          fmt::print("wrote the refitted preset {}\n", target);
+        } else if (target.empty()) {
+          say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
+              o.cluster + ")\n");
         }
-        header +=
-            fmt::format("refitted by weft tune {} on {} measured layouts", o.run, measured.size());
-        write_file_atomic(target, to_toml(fitted, header))
-            .throw_if_error("cannot write the refitted preset");
-        fmt::print("wrote the refitted preset {}\n", target);
-      } else if (target.empty()) {
-        say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
-            o.cluster + ")\n");
       }
     } catch (const Error& e) {
       say(fmt::format("refit skipped: {}\n", e.what()));

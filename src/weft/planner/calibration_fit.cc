@@ -152,6 +152,15 @@ double residual_spread(const std::vector<double>& x, const std::vector<std::vect
 
 }  // namespace
 
+std::string refit_refusal(int processes, int threads, int cores) {
+  if (int64_t{processes} * threads <= cores) return "";
+  return fmt::format(
+      "{} process(es) x {} thread(s) share this node's {} core(s): the ranks take turns on the "
+      "cores, so the trials measure the sharing, not the machine; refit from a tune whose "
+      "processes x threads fit the cores (fewer ranks, or train.threads)",
+      processes, threads, cores);
+}
+
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials) {
   check_trials(trials);
   ScheduleCache cache;

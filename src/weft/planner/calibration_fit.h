@@ -26,6 +26,7 @@
 //   Cluster fitted = refit_cluster(c, trials);   // fitted.calibration_note says what changed
 //   write_text(to_toml(fitted, header));
 
+#include <string>
 #include <vector>
 
 #include "weft/planner/hardware.h"
@@ -50,6 +51,12 @@ std::vector<double> step_time_errors(const Cluster& cluster,
 // weft::Error, saying what to change, when there are no trials, a step time is not a positive
 // finite number, or the planner cannot price a trial's layout.
 Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials);
+
+// Why trials run by `processes` processes of `threads` kernel threads each on a node of `cores`
+// cores must not refit a preset, or "" when they may: with more threads than cores the ranks take
+// turns on the cores, so a step measures the sharing, not the machine (4 ranks on this machine's
+// 2 cores fitted compute_scale 2.98, then 0.0008 minutes later, against 1.22 from 2 ranks).
+std::string refit_refusal(int processes, int threads, int cores);
 
 // The guards of the parameters beyond the scale. A parameter is fitted only when the trials
 // spread in what it changes beyond what the parameters already fitted can change: the spread is
