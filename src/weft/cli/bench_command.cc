@@ -115,10 +115,8 @@ void run_bench_step(const BenchOptions& o) {
   const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
   const schedule::Kind kind = schedule::parse_kind(o.schedule).value_or_throw("--schedule");
-  const schedule::Schedule sched = schedule::add_optimizer_step(schedule::add_communication(
-      schedule::make_schedule(kind, {.pp = o.pp, .vp = o.vp, .microbatches = m})
-          .value_or_throw("--schedule")));
-  model::validate_pipeline(cfg, o.pp, o.vp).throw_if_error("invalid pipeline");
+  const schedule::Schedule sched =
+      runtime::runner_schedule(cfg, kind, o.pp, o.vp, m).value_or_throw("invalid pipeline");
 
   const bool sp = o.sequence_parallel && o.tp > 1;
   // What this rank allocates, predicted by the planner's model of weft's trainer.
@@ -146,16 +144,14 @@ void run_bench_step(const BenchOptions& o) {
   const int64_t rss_before = current_resident_bytes();
   const model::MemoryEstimate predicted =
       planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
-  runtime::PipelineOptions po;
-  po.B = B;
-  po.T = T;
-  po.recompute = *recompute;
-  po.tp = {tp.get(), sp};
-  po.pp = groups.pp.get();
-  po.dp = groups.dp.get();
-  po.pp_rank = topo.coord(world ? world->rank() : 0).pp;
-  po.zero = o.zero;
-  po.groups = {groups.model.get(), groups.embedding.get()};
+  runtime::PipelineOptions po =
+      runtime::host_pipeline_options(groups, {.B = B,
+                                              .T = T,
+                                              .recompute = *recompute,
+                                              .pp_rank = topo.coord(world ? world->rank() : 0).pp,
+                                              .tp = {o.tp, sp},
+                                              .zero = {o.zero, o.dp}});
+  po.tp.comm = tp.get();  // the tp group, recording its collectives' time
   runtime::PipelineRunner runner(cfg, sched, po);
   runner.init(1234);
 

@@ -116,27 +116,18 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
       const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
       const int m = c.microbatches(job);
-      auto made = schedule::make_schedule(c.schedule, {.pp = c.pp, .vp = c.vp, .microbatches = m});
-      runtime::PipelineOptions po;
-      po.B = c.micro_batch;
-      po.T = job.seq_len;
-      po.recompute = c.recompute;
-      po.tp = {groups.tp.get(), c.sequence_parallel && c.tp > 1};
-      po.pp = groups.pp.get();
-      po.dp = groups.dp.get();
-      po.pp_rank = topo.coord(rank).pp;
-      po.zero = c.zero;
-      po.groups = {groups.model.get(), groups.embedding.get()};
-      const auto& t = cfg.train;
-      po.adamw.beta1 = static_cast<float>(t.beta1);
-      po.adamw.beta2 = static_cast<float>(t.beta2);
-      po.adamw.eps = static_cast<float>(t.eps);
-      po.adamw.weight_decay = static_cast<float>(t.weight_decay);
       runner = std::make_unique<runtime::PipelineRunner>(
           cfg.model,
-          schedule::add_optimizer_step(
-              schedule::add_communication(std::move(made).value_or_throw("schedule"))),
-          po);
+          runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp, m).value_or_throw("schedule"),
+          runtime::host_pipeline_options(groups,
+                                         {.B = c.micro_batch,
+                                          .T = job.seq_len,
+                                          .recompute = c.recompute,
+                                          .pp_rank = topo.coord(rank).pp,
+                                          .tp = {c.tp, c.sequence_parallel},
+                                          .zero = {c.zero, c.dp}},
+                                         cfg.adamw()));
+      const auto& t = cfg.train;
       runner->init(static_cast<uint64_t>(t.seed));
       data::SamplerConfig s;
       s.seq_len = job.seq_len;

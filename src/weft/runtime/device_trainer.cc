@@ -15,15 +15,10 @@ namespace {
 // This rank's lowered program.
 schedule::Schedule device_schedule(const model::GptConfig& cfg, int microbatches,
                                    const DeviceParallel& p) {
-  Status s;
-  if (p.pp < 1 || p.pp_rank < 0 || p.pp_rank >= p.pp) {
-    s.add("pipeline rank " + std::to_string(p.pp_rank) + " of " + std::to_string(p.pp));
-  }
-  if (s.ok()) s.merge(model::validate_pipeline(cfg, p.pp, p.vp));
-  s.throw_if_error("invalid device pipeline");
-  return schedule::add_optimizer_step(schedule::add_communication(
-      schedule::make_schedule(p.schedule, {.pp = p.pp, .vp = p.vp, .microbatches = microbatches})
-          .value_or_throw("invalid device pipeline")));
+  WEFT_CHECK(p.pp >= 1 && p.pp_rank >= 0 && p.pp_rank < p.pp, "invalid device pipeline: pipeline ",
+             "rank ", p.pp_rank, " of ", p.pp);
+  return runner_schedule(cfg, p.schedule, p.pp, p.vp, microbatches)
+      .value_or_throw("invalid device pipeline");
 }
 
 }  // namespace

@@ -31,15 +31,6 @@ int concurrent_ranks(int world_size, int threads) {
   return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
 }
 
-optim::AdamWConfig adamw_config(const RunConfig& cfg) {
-  optim::AdamWConfig a;
-  a.beta1 = static_cast<float>(cfg.train.beta1);
-  a.beta2 = static_cast<float>(cfg.train.beta2);
-  a.eps = static_cast<float>(cfg.train.eps);
-  a.weight_decay = static_cast<float>(cfg.train.weight_decay);
-  return a;
-}
-
 CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, RankState& state,
                      comm::Communicator* world) {
   CheckpointJob job;
@@ -58,24 +49,19 @@ CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, RankState&
 Result<std::unique_ptr<PipelineRunner>> make_runner(const RunConfig& cfg,
                                                     const parallel::ProcessGroups& groups,
                                                     int pp_rank, int B, int T) {
-  auto made = schedule::make_schedule(
-      schedule::parse_kind(cfg.parallel.schedule).value(),
-      {.pp = cfg.parallel.pp, .vp = cfg.parallel.vp, .microbatches = cfg.microbatches()});
-  if (!made.ok()) return made.status();
-  PipelineOptions po;
-  po.B = B;
-  po.T = T;
-  po.recompute = cfg.recompute();
-  po.tp = {groups.tp.get(), cfg.parallel.sequence_parallel};
-  po.pp = groups.pp.get();
-  po.dp = groups.dp.get();
-  po.pp_rank = pp_rank;
-  po.zero = cfg.parallel.zero;
-  po.groups = {groups.model.get(), groups.embedding.get()};
-  po.adamw = adamw_config(cfg);
-  return std::make_unique<PipelineRunner>(
-      cfg.model, schedule::add_optimizer_step(schedule::add_communication(std::move(made).value())),
-      po);
+  const auto& p = cfg.parallel;
+  auto program = runner_schedule(cfg.model, schedule::parse_kind(p.schedule).value(), p.pp, p.vp,
+                                 cfg.microbatches());
+  if (!program.ok()) return program.status();
+  return std::make_unique<PipelineRunner>(cfg.model, program.value(),
+                                          host_pipeline_options(groups,
+                                                                {.B = B,
+                                                                 .T = T,
+                                                                 .recompute = cfg.recompute(),
+                                                                 .pp_rank = pp_rank,
+                                                                 .tp = {p.tp, p.sequence_parallel},
+                                                                 .zero = {p.zero, p.dp}},
+                                                                cfg.adamw()));
 }
 
 // The steps of an engine: forwarded to what runs them (PipelineRunner, DeviceTrainer).
@@ -225,7 +211,7 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
                                         schedule::parse_kind(par.schedule).value(), data_group);
     dp.sequence_parallel = par.sequence_parallel;
     dp.zero = par.zero;
-    trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, adamw_config(cfg), dp,
+    trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, cfg.adamw(), dp,
                                                cfg.recompute());
     state_ = std::make_unique<OptimizerState>(trainer_->chunks(), trainer_->optimizers(),
                                               cfg.parallel, me.dp, device.staging_bytes);

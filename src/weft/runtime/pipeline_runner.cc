@@ -23,6 +23,31 @@ PipelineWiring wiring_of(const PipelineOptions& o) {
 }
 }  // namespace
 
+Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
+                                           int vp, int microbatches) {
+  const Status valid = model::validate_pipeline(cfg, pp, vp);
+  if (!valid.ok()) return valid;
+  auto made = schedule::make_schedule(kind, {.pp = pp, .vp = vp, .microbatches = microbatches});
+  if (!made.ok()) return made.status();
+  return schedule::add_optimizer_step(schedule::add_communication(std::move(made).value()));
+}
+
+PipelineOptions host_pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
+                                      optim::AdamWConfig adamw) {
+  PipelineOptions o;
+  o.B = shape.B;
+  o.T = shape.T;
+  o.recompute = shape.recompute;
+  o.tp = {groups.tp.get(), shape.tp.sequence_parallel && shape.tp.tp > 1};
+  o.pp = groups.pp.get();
+  o.dp = groups.dp.get();
+  o.pp_rank = shape.pp_rank;
+  o.zero = shape.zero.stage;
+  o.groups = {groups.model.get(), groups.embedding.get()};
+  o.adamw = adamw;
+  return o;
+}
+
 PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                PipelineOptions options)
     : PipelineStages(cfg, schedule, wiring_of(options)),

@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/core/status.h"
 #include "weft/model/gpt.h"
 #include "weft/model/memory.h"
+#include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_stages.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
@@ -64,6 +66,19 @@ struct RankShape {
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                   const RankShape& shape, Precision precision, int threads,
                                   int64_t runtime_bytes);
+
+// The program every rank of a pipeline runs: `kind` over pp ranks of vp chunks each, `microbatches`
+// per step, checked against the model (model::validate_pipeline) and lowered with its
+// communication and the optimizer step: what PipelineRunner takes.
+Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
+                                           int vp, int microbatches);
+
+// The options of this rank's runner on the host, in a job whose groups parallel::make_groups made
+// (all null in one process): the one wiring of `weft train`, `weft bench step` and `weft tune`'s
+// trials. A device's runner adds its backend and its groups on the device's memory
+// (device_trainer.h).
+PipelineOptions host_pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
+                                      optim::AdamWConfig adamw = {});
 
 class PipelineRunner : public PipelineStages {
  public:

@@ -286,6 +286,12 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
 model::Recompute RunConfig::recompute() const {
   return model::parse_recompute(train.recompute).value_or(model::Recompute::None);
 }
+optim::AdamWConfig RunConfig::adamw() const {
+  return {.beta1 = static_cast<float>(train.beta1),
+          .beta2 = static_cast<float>(train.beta2),
+          .eps = static_cast<float>(train.eps),
+          .weight_decay = static_cast<float>(train.weight_decay)};
+}
 std::string RunConfig::checkpoint_root() const {
   return (std::filesystem::path(run.out_dir) / "checkpoints").string();
 }

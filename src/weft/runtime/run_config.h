@@ -16,6 +16,7 @@
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/recompute.h"
+#include "weft/optim/adamw.h"
 
 namespace weft::runtime {
 
@@ -64,6 +65,7 @@ struct RunConfig {
     return static_cast<int>(train.global_batch / (int64_t{train.micro_batch} * parallel.dp));
   }
   model::Recompute recompute() const;
+  optim::AdamWConfig adamw() const;     // train.beta1, beta2, eps, weight_decay
   std::string checkpoint_root() const;  // <out_dir>/checkpoints
   std::string metrics_path() const;     // <out_dir>/metrics.jsonl
   nlohmann::json to_json() const;       // every key, resolved
