@@ -49,13 +49,15 @@ model::GptConfig small_gpt() { return test::small_gpt_hs64(4, 32); }
 
 constexpr int kB = 2, kT = 32, kSteps = 10, kM = 4;  // kM microbatches per replica
 
-std::unique_ptr<kernels::Backend> make_backend(int microbatches, const runtime::DeviceParallel& p) {
+// A backend for a rank of `schedule` in `shape` (its arena sized for exactly that on a GPU).
+std::unique_ptr<kernels::Backend> make_backend(const schedule::Schedule& schedule,
+                                               const runtime::RankShape& shape) {
 #ifdef WEFT_TEST_CUDA
   return kernels::cuda::make_mixed_backend(
-      runtime::DeviceTrainer::arena_bytes(small_gpt(), kB, kT, microbatches, p));
+      runtime::DeviceTrainer::arena_bytes(small_gpt(), schedule, shape));
 #else
-  (void)microbatches;
-  (void)p;
+  (void)schedule;
+  (void)shape;
   return kernels::make_host_backend(Precision::BF16Mixed);
 #endif
 }
@@ -94,8 +96,12 @@ const Run& one_rank(int dp) {
   static std::map<int, Run> cache;
   auto it = cache.find(dp);
   if (it != cache.end()) return it->second;
-  const auto backend = make_backend(kM * dp, {});
-  runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM * dp);
+  const runtime::RankShape shape{.B = kB, .T = kT};
+  const schedule::Schedule program =
+      runtime::runner_schedule(small_gpt(), schedule::Kind::OneFOneB, 1, 1, kM * dp).value();
+  const auto backend = make_backend(program, shape);
+  runtime::DeviceTrainer t(small_gpt(), program,
+                           runtime::pipeline_options({}, shape, {}, backend.get()));
   t.init(4);
   Run r;
   const int n = dp * kM * kB * kT;
@@ -182,12 +188,13 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
     owned.push_back(data_group(host));
     return owned.back() ? owned.back().get() : &host;
   };
-  runtime::DeviceParallel par =
-      runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind, data);
-  par.sequence_parallel = l.sp;
-  par.zero = l.zero;
-  const auto backend = make_backend(kM, par);
-  runtime::DeviceTrainer t(*backend, small_gpt(), kB, kT, kM, {}, par);
+  const runtime::RankShape shape{
+      .B = kB, .T = kT, .pp_rank = me.pp, .tp = {l.tp, l.sp}, .zero = {l.zero, l.dp}};
+  const schedule::Schedule program =
+      runtime::runner_schedule(small_gpt(), l.kind, l.pp, l.vp, kM).value();
+  const auto backend = make_backend(program, shape);
+  runtime::DeviceTrainer t(small_gpt(), program,
+                           runtime::pipeline_options(groups, shape, {}, backend.get(), data));
   t.init(4);
   // What the optimizers hold, placed in the serial layout: ZeRO 0 one replica's ranks (the others'
   // copies are the same), ZeRO 1-3 every rank its shard's parts (model::zero_owned_parts), which

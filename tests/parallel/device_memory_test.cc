@@ -60,17 +60,19 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
-  // The host backend: the host groups are the data groups.
-  runtime::DeviceParallel par =
-      runtime::device_parallel(groups, l.tp, l.pp, l.dp, me.pp, l.vp, l.kind,
-                               [](comm::Communicator& host) { return &host; });
-  par.sequence_parallel = l.sp;
-  par.zero = l.zero;
+  const runtime::RankShape shape{.B = kB,
+                                 .T = kT,
+                                 .recompute = l.recompute,
+                                 .pp_rank = me.pp,
+                                 .tp = {l.tp, l.sp},
+                                 .zero = {l.zero, l.dp}};
 
   RankMemory r;
   r.pp_rank = me.pp;
   const model::GptConfig cfg = small_gpt();
-  r.trainer = runtime::DeviceTrainer::bytes(cfg, kB, kT, l.microbatches, par, l.recompute).total();
+  const schedule::Schedule program =
+      runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
+  r.trainer = runtime::DeviceTrainer::bytes(cfg, program, shape).total();
   planner::Job job;
   job.model = cfg;
   job.seq_len = kT;
@@ -89,7 +91,11 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   r.planner = planner::weft_rank_memory(job, c, me.pp).total();
 
   const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
-  runtime::DeviceTrainer t(*backend, cfg, kB, kT, l.microbatches, {}, par, l.recompute);
+  // The host backend: the host groups are the data groups.
+  runtime::DeviceTrainer t(
+      cfg, program,
+      runtime::pipeline_options(groups, shape, {}, backend.get(),
+                                [](comm::Communicator& host) { return &host; }));
   r.allocated = backend->allocated_bytes();
   t.init(3);
   const int per_replica = l.microbatches * kB * kT;

@@ -129,24 +129,23 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   EXPECT_EQ(show(recorded(*rec, "dp")), show(predicted(v.dp))) << what << " (dp)";
 }
 
-// The device trainer's wiring (runtime::DeviceParallel, as `weft train --device` builds it) of the
-// same runner: its tp group over one step, against the planner's.
+// The device trainer's wiring (runtime::pipeline_options with a backend, as `weft train --device`
+// builds it) of the same runner: its tp group over one step, against the planner's.
 void expect_device_tp_volume(int tp, int dp) {
   comm::Communicator& world = test::test_world();
   if (world.size() != tp * dp) return;
   const parallel::Topology topo({.tp = tp, .pp = 1, .dp = dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
+  const int B = 2, T = 8, m = 4;
+  const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
+  runtime::PipelineOptions o =
+      runtime::pipeline_options(groups, {.B = B, .T = T, .tp = {tp, false}, .zero = {0, dp}}, {},
+                                backend.get(), [](comm::Communicator& host) { return &host; });
   auto rec = std::make_shared<comm::CommRecorder>();
   comm::RecordingCommunicator tp_comm(std::move(groups.tp), rec);
-  const int B = 2, T = 8, m = 4;
-  runtime::DeviceParallel par;
-  par.tp = tp;
-  par.tp_data = &tp_comm;
-  par.model_group = groups.model.get();
-  par.dp = dp;
-  if (dp > 1) par.dp_group = par.dp_data = groups.dp.get();
-  const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
-  runtime::DeviceTrainer trainer(*backend, tiny(), B, T, m, {}, par);
+  o.tp.comm = &tp_comm;
+  runtime::DeviceTrainer trainer(
+      tiny(), runtime::runner_schedule(tiny(), schedule::Kind::OneFOneB, 1, 1, m).value(), o);
   trainer.init(3);
   std::vector<int32_t> tokens(m * B * T + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 1) % 61);

@@ -198,7 +198,7 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   constexpr int kM = 2;
   const int n = kM * kB * kT;
   runtime::DeviceTrainer none(*backend_, cfg_, kB, kT, kM);
-  runtime::DeviceTrainer full(*backend_, cfg_, kB, kT, kM, {}, {}, model::Recompute::Full);
+  runtime::DeviceTrainer full(*backend_, cfg_, kB, kT, kM, {}, model::Recompute::Full);
   none.init(5);
   full.init(5);
   for (int s = 0; s < 3; ++s) {
@@ -215,7 +215,7 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   EXPECT_EQ(pa, pb);
   const model::MemoryEstimate a = runtime::DeviceTrainer::bytes(cfg_, kB, kT, kM);
   const model::MemoryEstimate b =
-      runtime::DeviceTrainer::bytes(cfg_, kB, kT, kM, {}, model::Recompute::Full);
+      runtime::DeviceTrainer::bytes(cfg_, kB, kT, kM, model::Recompute::Full);
   // Per layer, the input alone instead of 16 C-wide rows per token (plus statistics): the two
   // layers' other tensors become one shared set.
   EXPECT_LT(b.activations + b.workspace, a.activations + a.workspace);

@@ -99,10 +99,6 @@ void run_bench_step(const BenchOptions& o) {
   const parallel::Topology topo({.tp = o.tp, .pp = o.pp, .dp = o.dp});
   parallel::ProcessGroups groups;
   if (world_size > 1) groups = parallel::make_groups(*world, topo);
-  // The tp group records its collectives' time: the communication share of the step.
-  auto recorder = std::make_shared<comm::CommRecorder>();
-  std::unique_ptr<comm::RecordingCommunicator> tp;
-  if (groups.tp) tp = std::make_unique<comm::RecordingCommunicator>(std::move(groups.tp), recorder);
   const int threads =
       o.threads > 0
           ? o.threads
@@ -145,13 +141,17 @@ void run_bench_step(const BenchOptions& o) {
   const model::MemoryEstimate predicted =
       planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
   runtime::PipelineOptions po =
-      runtime::host_pipeline_options(groups, {.B = B,
-                                              .T = T,
-                                              .recompute = *recompute,
-                                              .pp_rank = topo.coord(world ? world->rank() : 0).pp,
-                                              .tp = {o.tp, sp},
-                                              .zero = {o.zero, o.dp}});
-  po.tp.comm = tp.get();  // the tp group, recording its collectives' time
+      runtime::pipeline_options(groups, {.B = B,
+                                         .T = T,
+                                         .recompute = *recompute,
+                                         .pp_rank = topo.coord(world ? world->rank() : 0).pp,
+                                         .tp = {o.tp, sp},
+                                         .zero = {o.zero, o.dp}});
+  // The tp group records its collectives' time: the communication share of the step.
+  auto recorder = std::make_shared<comm::CommRecorder>();
+  std::unique_ptr<comm::RecordingCommunicator> tp;
+  if (groups.tp) tp = std::make_unique<comm::RecordingCommunicator>(std::move(groups.tp), recorder);
+  po.tp.comm = tp.get();
   runtime::PipelineRunner runner(cfg, sched, po);
   runner.init(1234);
 

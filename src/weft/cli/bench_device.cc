@@ -32,11 +32,11 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
   const auto backend =
-      make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, {}, o.recompute));
+      make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, o.recompute));
   WEFT_CHECK(backend != nullptr, "run_bench_step_on_device needs a device other than cpu");
   // The trainer runs on the profiling wrapper, which forwards untimed until --profile's step.
   kernels::ProfilingBackend profiler(*backend);
-  runtime::DeviceTrainer trainer(profiler, cfg, B, T, m, {}, {}, o.recompute);
+  runtime::DeviceTrainer trainer(profiler, cfg, B, T, m, {}, o.recompute);
   trainer.init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
@@ -68,8 +68,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const double achieved = flops / step_s;
   const double ceiling = runtime::device_gemm_ceiling(*backend, cfg, B, T);
   const int64_t tokens_per_step = int64_t{m} * B * T;
-  const model::MemoryEstimate predicted =
-      runtime::DeviceTrainer::bytes(cfg, B, T, m, {}, o.recompute);
+  const model::MemoryEstimate predicted = runtime::DeviceTrainer::bytes(cfg, B, T, m, o.recompute);
   const double mib = 1 << 20;
 
   nlohmann::json j = {

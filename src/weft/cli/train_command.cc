@@ -29,6 +29,7 @@
 #include "weft/data/token_stats.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/device_trainer.h"
+#include "weft/runtime/engine.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/trainer.h"
 #include "weft/schedule/schedule.h"
@@ -111,19 +112,11 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
   std::unique_ptr<kernels::Backend> device;
   if (o.device != "cpu") {
     const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
-    runtime::DeviceParallel layout;
-    layout.tp = cfg.parallel.tp;
-    layout.pp = cfg.parallel.pp;
-    layout.vp = cfg.parallel.vp;
-    layout.dp = cfg.parallel.dp;
-    layout.zero = cfg.parallel.zero;
-    layout.sequence_parallel = cfg.parallel.sequence_parallel;
-    layout.pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
-    layout.schedule =
-        schedule::parse_kind(cfg.parallel.schedule).value_or_throw("parallel.schedule");
-    device = make_device(o.device, runtime::DeviceTrainer::arena_bytes(
-                                       cfg.model, cfg.train.micro_batch, cfg.train.seq_len,
-                                       cfg.microbatches(), layout, cfg.recompute()));
+    const int pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
+    device = make_device(
+        o.device, runtime::DeviceTrainer::arena_bytes(
+                      cfg.model, runtime::run_schedule(cfg).value_or_throw("invalid pipeline"),
+                      runtime::rank_shape(cfg, pp_rank)));
     options.device = device.get();
     options.device_group = device_group_maker(o.device);
   }

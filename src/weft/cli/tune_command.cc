@@ -119,14 +119,14 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
       runner = std::make_unique<runtime::PipelineRunner>(
           cfg.model,
           runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp, m).value_or_throw("schedule"),
-          runtime::host_pipeline_options(groups,
-                                         {.B = c.micro_batch,
-                                          .T = job.seq_len,
-                                          .recompute = c.recompute,
-                                          .pp_rank = topo.coord(rank).pp,
-                                          .tp = {c.tp, c.sequence_parallel},
-                                          .zero = {c.zero, c.dp}},
-                                         cfg.adamw()));
+          runtime::pipeline_options(groups,
+                                    {.B = c.micro_batch,
+                                     .T = job.seq_len,
+                                     .recompute = c.recompute,
+                                     .pp_rank = topo.coord(rank).pp,
+                                     .tp = {c.tp, c.sequence_parallel},
+                                     .zero = {c.zero, c.dp}},
+                                    cfg.adamw()));
       const auto& t = cfg.train;
       runner->init(static_cast<uint64_t>(t.seed));
       data::SamplerConfig s;

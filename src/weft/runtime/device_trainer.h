@@ -1,17 +1,18 @@
 #pragma once
 // The device trainer: the one pipeline runner (pipeline_runner.h: model::Gpt chunks, each with its
 // replica's optim::DistributedOptimizer, ZeRO 0-3, and the one end of a step, finish_step) on a
-// kernels::Backend in bf16 mixed precision (the GPU, or its host emulation), wired from a
-// DeviceParallel. What it adds is the wiring and the memory arithmetic that sizes a device's arena
-// (bytes, arena_bytes). Trainer (trainer.h) runs it for `weft train --device` (engine.h);
+// kernels::Backend in bf16 mixed precision (the GPU, or its host emulation), wired by
+// pipeline_options as every runner is. What it adds is the memory arithmetic that sizes a device's
+// arena (bytes, arena_bytes). Trainer (trainer.h) runs it for `weft train --device` (engine.h);
 // checkpoints stream the optimizers' state from the backend's memory through a bounded host
 // buffer, in the format of the host trainer's, so they load anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host
 // memory when ranks share a GPU, NCCL across GPUs; the host communicators themselves for the host
-// backend). The backend is synchronized before each such call and its result waited for before
-// use, so any communicator's stream is correctly ordered against the kernels.
+// backend). A communicator on the backend's memory starts each op after the backend work queued
+// before it, and the runtime orders the kernels that read its result behind it (comm::Work::order;
+// docs/cuda.md, "Streams and events").
 
 #include <cstdint>
 #include <functional>
@@ -31,62 +32,37 @@
 
 namespace weft::runtime {
 
-// How the job is split, from this rank's point of view.
-struct DeviceParallel {
-  int tp = 1;                      // tensor-parallel size
-  bool sequence_parallel = false;  // with tp > 1 (Korthikanti et al. 2022)
-  int pp = 1, pp_rank = 0;
-  int vp = 1;  // model chunks per pipeline rank (interleaved)
-  schedule::Kind schedule = schedule::Kind::OneFOneB;  // gpipe, 1f1b, interleaved or zb-h1
-  int dp = 1;                                          // data-parallel replicas
-  int zero = 0;  // ZeRO stage over the replicas (optim/distributed_optimizer.h)
-  // Host-memory groups (null when the axis has size 1): the pipeline and the replicas.
-  comm::Communicator* pp_group = nullptr;
-  comm::Communicator* dp_group = nullptr;
-  // Every rank of this replica (tp x pp), host memory: the gradient norm's sum. Null: pp_group.
-  comm::Communicator* model_group = nullptr;
-  // The tp group on the backend's memory (activations' partial sums, cross-entropy statistics).
-  comm::Communicator* tp_data = nullptr;
-  // The same groups on the backend's memory, and the first + last stage's ranks (the tied wte; null
-  // on the ranks between).
-  comm::Communicator* pp_data = nullptr;
-  comm::Communicator* dp_data = nullptr;
-  comm::Communicator* embedding_data = nullptr;
-};
-
-// This rank's DeviceParallel in a job of tp x pp x dp ranks, from the groups parallel::make_groups
-// made (all null in one process): pipeline rank `pp_rank`, vp chunks per rank under `schedule`.
-// `data(host)` gives the group on the backend's memory with host's ranks (the caller owns it; the
-// host backend may return `host` itself); it is asked only for groups of more than one rank, in
-// the same order on every rank (a split is collective). The one way the trainer and the tests
-// wire a device job.
-DeviceParallel device_parallel(const parallel::ProcessGroups& groups, int tp, int pp, int dp,
-                               int pp_rank, int vp, schedule::Kind schedule,
-                               const std::function<comm::Communicator*(comm::Communicator&)>& data);
-
-// The pipeline runner (pipeline_runner.h) of a DeviceParallel on a backend: its schedule and
-// options derived and checked here, and the memory arithmetic that sizes a device's arena.
+// The pipeline runner (pipeline_runner.h) on a backend in bf16 mixed precision, and the memory
+// arithmetic that sizes a device's arena.
 class DeviceTrainer : public PipelineRunner {
  public:
-  // A step is `microbatches` [B,T] microbatches per replica.
+  // A rank of a job: `schedule` from runner_schedule, `options` from pipeline_options with the
+  // backend (options.backend, which must be set) and its data groups.
+  DeviceTrainer(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                PipelineOptions options);
+  // One process with the whole model; a step is `microbatches` [B,T] microbatches.
   // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
   // probabilities: activation_layout.h).
   DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                int microbatches = 1, optim::AdamWConfig adamw = {}, DeviceParallel parallel = {},
+                int microbatches = 1, optim::AdamWConfig adamw = {},
                 model::Recompute recompute = model::Recompute::None);
   ~DeviceTrainer() override;
 
-  // What a DeviceTrainer of this shape allocates on its backend on pipeline rank `pp_rank`,
-  // exactly (Backend::allocated_bytes() after construction; from ZeRO 2 on, after a step, which
-  // fills the unit pool): rank_memory (pipeline_runner.h) under Precision::BF16Mixed, the runner's
-  // own predicted_memory() before it exists. Only the numbers of `parallel` are read (no group).
+  // What a DeviceTrainer of this schedule and shape allocates on its backend, exactly
+  // (Backend::allocated_bytes() after construction; from ZeRO 2 on, after a step, which fills the
+  // unit pool): rank_memory (pipeline_runner.h) under Precision::BF16Mixed, the runner's own
+  // predicted_memory() before it exists. The second: one process with the whole model.
+  static model::MemoryEstimate bytes(const model::GptConfig& cfg,
+                                     const schedule::Schedule& schedule, const RankShape& shape);
   static model::MemoryEstimate bytes(const model::GptConfig& cfg, int B, int T,
-                                     int microbatches = 1, const DeviceParallel& parallel = {},
+                                     int microbatches = 1,
                                      model::Recompute recompute = model::Recompute::None);
-  // What a backend arena needs for that and for device_gemm_ceiling's largest GEMM (its buffers
-  // are taken and given back while the model exists), plus 64 MiB for alignment and small plans.
+  // What a backend arena needs for bytes() and for device_gemm_ceiling's largest GEMM (its
+  // buffers are taken and given back while the model exists), plus 64 MiB for alignment and small
+  // plans.
+  static int64_t arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                             const RankShape& shape);
   static int64_t arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
-                             const DeviceParallel& parallel = {},
                              model::Recompute recompute = model::Recompute::None);
 
   // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.

@@ -45,23 +45,35 @@ CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, RankState&
   return job;
 }
 
-// The pipeline runner of this rank's chunks at micro batch B and length T.
+}  // namespace
+
+Result<schedule::Schedule> run_schedule(const RunConfig& cfg) {
+  const auto& p = cfg.parallel;
+  auto kind = schedule::parse_kind(p.schedule);
+  if (!kind.ok()) return kind.status();
+  return runner_schedule(cfg.model, kind.value(), p.pp, p.vp, cfg.microbatches());
+}
+
+RankShape rank_shape(const RunConfig& cfg, int pp_rank) {
+  const auto& p = cfg.parallel;
+  return {.B = cfg.train.micro_batch,
+          .T = cfg.train.seq_len,
+          .recompute = cfg.recompute(),
+          .pp_rank = pp_rank,
+          .tp = {p.tp, p.sequence_parallel},
+          .zero = {p.zero, p.dp}};
+}
+
+namespace {
+
+// The pipeline runner of this rank's chunks.
 Result<std::unique_ptr<PipelineRunner>> make_runner(const RunConfig& cfg,
                                                     const parallel::ProcessGroups& groups,
-                                                    int pp_rank, int B, int T) {
-  const auto& p = cfg.parallel;
-  auto program = runner_schedule(cfg.model, schedule::parse_kind(p.schedule).value(), p.pp, p.vp,
-                                 cfg.microbatches());
+                                                    int pp_rank) {
+  auto program = run_schedule(cfg);
   if (!program.ok()) return program.status();
-  return std::make_unique<PipelineRunner>(cfg.model, program.value(),
-                                          host_pipeline_options(groups,
-                                                                {.B = B,
-                                                                 .T = T,
-                                                                 .recompute = cfg.recompute(),
-                                                                 .pp_rank = pp_rank,
-                                                                 .tp = {p.tp, p.sequence_parallel},
-                                                                 .zero = {p.zero, p.dp}},
-                                                                cfg.adamw()));
+  return std::make_unique<PipelineRunner>(
+      cfg.model, program.value(), pipeline_options(groups, rank_shape(cfg, pp_rank), cfg.adamw()));
 }
 
 // The steps of an engine: forwarded to what runs them (PipelineRunner, DeviceTrainer).
@@ -205,14 +217,9 @@ class DeviceEngine final : public EngineOver<DeviceTrainer> {
                                             : host.split(0, host.rank(), host.name()));
       return device_groups_.back().get();
     };
-    const int b = cfg.train.micro_batch, T = cfg.train.seq_len, m = cfg.microbatches();
-    const auto& par = cfg.parallel;
-    DeviceParallel dp = device_parallel(groups, par.tp, par.pp, par.dp, me.pp, par.vp,
-                                        schedule::parse_kind(par.schedule).value(), data_group);
-    dp.sequence_parallel = par.sequence_parallel;
-    dp.zero = par.zero;
-    trainer_ = std::make_unique<DeviceTrainer>(backend_, cfg.model, b, T, m, cfg.adamw(), dp,
-                                               cfg.recompute());
+    trainer_ = std::make_unique<DeviceTrainer>(
+        cfg.model, run_schedule(cfg).value_or_throw("invalid pipeline"),
+        pipeline_options(groups, rank_shape(cfg, me.pp), cfg.adamw(), &backend_, data_group));
     state_ = std::make_unique<OptimizerState>(trainer_->chunks(), trainer_->optimizers(),
                                               cfg.parallel, me.dp, device.staging_bytes);
   }
@@ -278,7 +285,7 @@ Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
     return std::unique_ptr<Engine>(std::make_unique<DeviceEngine>(cfg, me, world, groups, device));
   }
   const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
-  auto runner = make_runner(cfg, groups, me.pp, cfg.train.micro_batch, cfg.train.seq_len);
+  auto runner = make_runner(cfg, groups, me.pp);
   if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(
       std::make_unique<HostEngine>(cfg, me, world, rss_before, std::move(runner).value()));

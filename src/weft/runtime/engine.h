@@ -17,6 +17,7 @@
 #include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/checkpointing.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/train_step.h"
 
@@ -74,6 +75,12 @@ struct EngineDevice {
 Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
                                             const parallel::ProcessGroups& groups,
                                             comm::Communicator* world, const EngineDevice& device);
+
+// The program every rank of `cfg`'s pipeline runs (runner_schedule), and this rank's shape in it:
+// what its runner is built from on either engine, and what sizes a device's arena before any
+// group exists (`weft train --device`).
+Result<schedule::Schedule> run_schedule(const RunConfig& cfg);
+RankShape rank_shape(const RunConfig& cfg, int pp_rank);
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
 // machine, measured on the first call for a shape and remembered for the process.

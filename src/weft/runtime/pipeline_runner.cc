@@ -32,19 +32,39 @@ Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule
   return schedule::add_optimizer_step(schedule::add_communication(std::move(made).value()));
 }
 
-PipelineOptions host_pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
-                                      optim::AdamWConfig adamw) {
+PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
+                                 optim::AdamWConfig adamw, kernels::Backend* backend,
+                                 const DataGroups& data) {
   PipelineOptions o;
+  o.backend = backend;
   o.B = shape.B;
   o.T = shape.T;
   o.recompute = shape.recompute;
-  o.tp = {groups.tp.get(), shape.tp.sequence_parallel && shape.tp.tp > 1};
-  o.pp = groups.pp.get();
-  o.dp = groups.dp.get();
   o.pp_rank = shape.pp_rank;
   o.zero = shape.zero.stage;
-  o.groups = {groups.model.get(), groups.embedding.get()};
   o.adamw = adamw;
+  const bool sp = shape.tp.sequence_parallel && shape.tp.tp > 1;
+  const auto size = [](comm::Communicator* g) { return g != nullptr ? g->size() : 1; };
+  WEFT_CHECK(size(groups.tp.get()) == shape.tp.tp && size(groups.dp.get()) == shape.zero.dp,
+             "tp = ", shape.tp.tp, " and dp = ", shape.zero.dp, " but the groups have ",
+             size(groups.tp.get()), " and ", size(groups.dp.get()), " ranks");
+  if (!data) {  // the host groups carry the data
+    o.tp = {groups.tp.get(), sp};
+    o.pp = groups.pp.get();
+    o.dp = groups.dp.get();
+    o.groups = {groups.model.get(), groups.embedding.get()};
+    return o;
+  }
+  // A group of one rank has nothing to exchange: none (a device's buffers never go through a host
+  // group). The data groups are asked for in one order on every rank: tp, pp, dp, embedding.
+  auto host = [](comm::Communicator* g) { return g != nullptr && g->size() > 1 ? g : nullptr; };
+  auto on_backend = [&](comm::Communicator* g) { return host(g) != nullptr ? data(*g) : nullptr; };
+  o.tp = {on_backend(groups.tp.get()), sp};
+  o.pp = host(groups.pp.get());
+  o.dp = host(groups.dp.get());
+  o.pp_data = on_backend(o.pp);
+  o.dp_data = on_backend(o.dp);
+  o.groups = {host(groups.model.get()), on_backend(groups.embedding.get())};
   return o;
 }
 

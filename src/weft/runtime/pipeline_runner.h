@@ -16,6 +16,7 @@
 // kept; the slot is freed after W.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -73,12 +74,19 @@ model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::S
 Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
                                            int vp, int microbatches);
 
-// The options of this rank's runner on the host, in a job whose groups parallel::make_groups made
-// (all null in one process): the one wiring of `weft train`, `weft bench step` and `weft tune`'s
-// trials. A device's runner adds its backend and its groups on the device's memory
-// (device_trainer.h).
-PipelineOptions host_pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
-                                      optim::AdamWConfig adamw = {});
+// How a job's groups reach a backend's memory: data(host) gives the group on the backend's memory
+// with host's ranks (the caller owns it; the host backend may return `host` itself). It is asked
+// only for groups of more than one rank, in the same order on every rank (a split is collective).
+using DataGroups = std::function<comm::Communicator*(comm::Communicator&)>;
+
+// The options of this rank's runner in a job whose groups parallel::make_groups made (all null in
+// one process): the one wiring of `weft train` (either engine), `weft bench step`, `weft tune`'s
+// trials and the tests. `backend` null: the runner's own host fp32 backend, whose memory the host
+// groups reach; else `data` gives the groups on its memory (the tensor group, the pipeline's
+// boundaries, the replicas' reductions, the tied embedding).
+PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
+                                 optim::AdamWConfig adamw = {}, kernels::Backend* backend = nullptr,
+                                 const DataGroups& data = {});
 
 class PipelineRunner : public PipelineStages {
  public:
