@@ -1,7 +1,6 @@
 #include "weft/optim/adamw.h"
 
 #include <cmath>
-#include <utility>
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
@@ -20,18 +19,6 @@ AdamW::AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWCo
     } else {
       runs_.push_back({slices[i].offset, end - slices[i].offset, decay[i]});
     }
-  }
-}
-
-AdamW::AdamW(int64_t size, std::vector<Run> runs, AdamWConfig cfg)
-    : cfg_(cfg), runs_(std::move(runs)) {
-  BufferLayout state;
-  if (size > 0) state.add("state", {size});
-  m_ = FlatBuffer(state);
-  v_ = FlatBuffer(state);
-  for (const Run& r : runs_) {
-    WEFT_CHECK(r.offset >= 0 && r.numel >= 0 && r.offset + r.numel <= size, "AdamW run [", r.offset,
-               ", ", r.offset + r.numel, ") outside its ", size, " elements");
   }
 }
 

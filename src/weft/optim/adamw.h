@@ -1,6 +1,9 @@
 #pragma once
 // AdamW over a flat parameter buffer (Loshchilov & Hutter 2019, decoupled weight decay), with its
-// two moments in flat buffers of the same layout, and global-norm gradient clipping.
+// two moments in flat buffers of the same layout, and global-norm gradient clipping. The trainer's
+// optimizer is optim::DistributedOptimizer (any backend, ZeRO 0-3, through Backend::plan_adamw);
+// this serial one is the host kernel (kernels::cpu::adamw_update) over a whole model, for the
+// serial checkpoint API and the tests that train one model::Gpt by hand.
 
 #include <cstdint>
 #include <vector>
@@ -24,8 +27,6 @@ class AdamW {
   // decay[i]: whether slice i of the layout gets weight decay (matrices and embeddings do;
   // biases and LayerNorm parameters do not).
   AdamW(const BufferLayout& layout, const std::vector<bool>& decay, AdamWConfig cfg = {});
-  // Moments of `size` elements of which `runs` are updated (ZeRO: the parts of a shard).
-  AdamW(int64_t size, std::vector<Run> runs, AdamWConfig cfg = {});
 
   // One update with learning rate lr; increments the step count first (bias correction uses t>=1).
   // params and grads are laid out like the moments.
