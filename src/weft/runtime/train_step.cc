@@ -115,7 +115,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
     norm_chunks.push_back({&chunks[i]->param_layout(), chunks[i]->stage(),
                            chunks[i]->tensor_parallel().rank(), opts[i]->grad_parts()});
   }
-  std::sort(ordered.begin(), ordered.end());
+  std::sort(ordered.begin(), ordered.end(), std::less<>());  // by address, to drop repeats
   ordered.erase(std::unique(ordered.begin(), ordered.end()), ordered.end());
   for (comm::Communicator* c : ordered) {
     if (c != nullptr) c->wait_ordered();
