@@ -41,8 +41,11 @@ struct TrainerOptions {
   // the start of main() (core/stop_signals.h); without it the signals keep their default action.
   bool handle_signals = true;
   bool measure_gemm_ceiling = true;  // for MFU against the GEMM ceiling
-  bool progress = true;              // progress on stderr
-  bool write_plot = true;            // <out_dir>/loss.svg at the end
+  // Measures the ceiling (FLOP/s) instead of the engine (Engine::gemm_ceiling's contract): for
+  // tests of what the trainer does with a measurement.
+  std::function<double(bool fresh)> gemm_ceiling;
+  bool progress = true;    // progress on stderr
+  bool write_plot = true;  // <out_dir>/loss.svg at the end
   // Recorded in checkpoints for `weft generate`: how to load the tokenizer ("gpt2" or an absolute
   // directory; default data.tokenizer) and what it is (BpeTokenizer::identity(), "" if none).
   std::string tokenizer_spec;
@@ -52,10 +55,9 @@ struct TrainerOptions {
   // parallel.tp * pp * dp.
   comm::Communicator* world = nullptr;
   // Train on this backend (`weft train --device`: the GPU, or its host emulation) in mixed
-  // precision instead of on the CPU kernels in fp32; null: the CPU. Tensor (no sequence
-  // parallelism), pipeline (gpipe, 1f1b, interleaved) and data parallelism (ZeRO 0) across ranks,
-  // full recomputation.
-  // Its checkpoints load under any layout and on either engine.
+  // precision instead of on the CPU kernels in fp32; null: the CPU. Every layout the CPU trains
+  // (the one model and pipeline runtime). Its checkpoints load under any layout and on either
+  // engine.
   kernels::Backend* device = nullptr;
   // With a device: a communicator on the device's memory over the ranks of a host group (comm/cuda:
   // staged through pinned memory, or NCCL). Null: a split of the host group itself (right for the
