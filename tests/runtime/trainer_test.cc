@@ -110,6 +110,13 @@ class TrainerTest : public ::testing::Test {
     sets.push_back("run.out_dir=" + base_ + "/" + out);
     return parse_run_config(kRun, "tiny-run.toml", sets).value_or_throw("config");
   }
+  // The lines of a run's metrics.jsonl, parsed.
+  std::vector<nlohmann::json> metrics(const std::string& out) const {
+    std::ifstream f(base_ + "/" + out + "/metrics.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(f, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  }
   static TrainerOptions quiet(TrainerOptions o = {}) {
     o.progress = false;
     o.measure_gemm_ceiling = false;
@@ -347,16 +354,12 @@ TEST_F(TrainerTest, ASpecPeakBelowTheMeasuredGemmCeilingIsNotReported) {
   o.measure_gemm_ceiling = true;
   Trainer t(config("low-peak", {"train.steps=2", "train.peak_gflops=0.001"}), data_, o);
   t.run().value_or_throw("run");
-  std::ifstream f(base_ + "/low-peak/metrics.jsonl");
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    const auto j = nlohmann::json::parse(line);
-    ++n;
-    EXPECT_FALSE(j.contains("mfu_spec")) << line;
-    EXPECT_GT(j["mfu_gemm"].get<double>(), 0) << line;
+  const std::vector<nlohmann::json> lines = metrics("low-peak");
+  EXPECT_EQ(lines.size(), 2u);
+  for (const auto& j : lines) {
+    EXPECT_FALSE(j.contains("mfu_spec")) << j;
+    EXPECT_GT(j["mfu_gemm"].get<double>(), 0) << j;
   }
-  EXPECT_EQ(n, 2);
 }
 
 TEST_F(TrainerTest, AStepFasterThanTheGemmCeilingMeasuresTheCeilingAgain) {
@@ -372,15 +375,9 @@ TEST_F(TrainerTest, AStepFasterThanTheGemmCeilingMeasuresTheCeilingAgain) {
   Trainer t(config("remeasured", {"train.steps=3", "train.log_every=1", "train.eval_every=0"}),
             data_, o);
   t.run().value_or_throw("run");
-  std::ifstream f(base_ + "/remeasured/metrics.jsonl");
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    const auto j = nlohmann::json::parse(line);
-    ++n;
-    EXPECT_LT(j["mfu_gemm"].get<double>(), 1.0) << line;
-  }
-  EXPECT_EQ(n, 3);
+  const std::vector<nlohmann::json> lines = metrics("remeasured");
+  EXPECT_EQ(lines.size(), 3u);
+  for (const auto& j : lines) EXPECT_LT(j["mfu_gemm"].get<double>(), 1.0) << j;
   EXPECT_EQ(fresh, 1);  // once: the steps after it are below the new ceiling
 }
 
