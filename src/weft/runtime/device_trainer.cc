@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <utility>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -14,6 +15,11 @@ namespace {
 schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microbatches) {
   return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
       .value_or_throw("invalid device trainer");
+}
+// A device trainer's options name their backend (else the runner would make a host fp32 one).
+PipelineOptions with_backend(PipelineOptions o) {
+  WEFT_CHECK(o.backend != nullptr, "a device trainer needs its backend (PipelineOptions::backend)");
+  return o;
 }
 }  // namespace
 
@@ -47,9 +53,7 @@ int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, in
 
 DeviceTrainer::DeviceTrainer(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                              PipelineOptions options)
-    : PipelineRunner(cfg, schedule, options) {
-  WEFT_CHECK(options.backend != nullptr, "a device trainer needs its backend");
-}
+    : PipelineRunner(cfg, schedule, with_backend(std::move(options))) {}
 
 DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                              int microbatches, optim::AdamWConfig adamw, model::Recompute recompute)
