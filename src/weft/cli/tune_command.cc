@@ -247,6 +247,20 @@ std::string keys_text(const planner::ParallelConfig& c) {
   return s;
 }
 
+// Writes `fitted` to `target` under the header of the preset it was refitted from (what `weft
+// calibrate` measured, and how, stays on top), its last line `refitted`.
+void write_refitted_preset(const std::string& target, const std::string& base,
+                           const planner::Cluster& fitted, const std::string& refitted) {
+  std::string header;
+  std::istringstream old(read_text_file(base).value_or(""));
+  for (std::string line; std::getline(old, line) && line.starts_with('#');) {
+    if (!line.starts_with("# refitted by weft tune")) header += line + "\n";
+  }
+  write_file_atomic(target, planner::to_toml(fitted, header + refitted))
+      .throw_if_error("cannot write the refitted preset");
+  fmt::print("wrote the refitted preset {}\n", target);
+}
+
 void run_tune(const TuneOptions& o, comm::Communicator* world) {
   using namespace planner;
   const int world_size = world ? world->size() : 1;
@@ -426,17 +440,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         std::string target = o.calibrate_out;
         if (target.empty() && o.update_calibration) target = o.cluster;
         if (!target.empty() && leader) {
-          // The preset's own header (what `weft calibrate` measured, and how) stays on top.
-          std::string header;
-          std::istringstream old(read_text_file(o.cluster).value_or(""));
-          for (std::string line; std::getline(old, line) && line.starts_with('#');) {
-            if (!line.starts_with("# refitted by weft tune")) header += line + "\n";
-          }
-          header += fmt::format("refitted by weft tune {} on {} measured layouts", o.run,
-                                measured.size());
-          write_file_atomic(target, to_toml(fitted, header))
-              .throw_if_error("cannot write the refitted preset");
-          fmt::print("wrote the refitted preset {}\n", target);
+          write_refitted_preset(target, o.cluster, fitted,
+                                fmt::format("refitted by weft tune {} on {} measured layouts",
+                                            o.run, measured.size()));
         } else if (target.empty()) {
           say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
               o.cluster + ")\n");

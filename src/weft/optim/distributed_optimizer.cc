@@ -186,8 +186,8 @@ float* DistributedOptimizer::grads(int u) {
     // The pass's gradients add to zeros, including the padding the reduce-scatter reads past the
     // unit's last element; except this rank's block once a pass of this step has reduced the unit
     // (backward_done completed it): there they add to the step's reduced sum so far, so the
-    // reduce-scatter writes the new sum straight into the shard. With dp = 1 this is the plain
-    // accumulation of a ZeRO-0 buffer, bit for bit.
+    // reduce-scatter writes the new sum straight into the shard. With dp = 1 this is, by
+    // construction, the accumulation of a ZeRO-0 buffer.
     float* g = static_cast<float*>(pool_->acquire(padded(u) * 4, /*zeroed=*/false));
     const Shard& sh = shards_[u];
     if (shard_started_[u]) {

@@ -232,6 +232,10 @@ Result<TrainResult> Trainer::run() {
     peak_flops = 0;
   };
   check_peak();
+  const auto measure_ceiling_again = [&] {
+    ceiling = std::max(ceiling, measure_ceiling(true));
+    check_peak();
+  };
 
   const int64_t last =
       options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
@@ -308,9 +312,8 @@ Result<TrainResult> Trainer::run() {
     // the cores (the demo's first one read half the later ones, and its steps 160% of it): it is
     // measured again at once, at most once per log interval.
     if (ceiling > 0 && flops_per_step / dt > ceiling && step - ceiling_step >= t.log_every) {
-      ceiling = std::max(ceiling, measure_ceiling(true));
+      measure_ceiling_again();
       ceiling_step = step;
-      check_peak();
     }
     if (peak_flops > 0) r.mfu_spec = flops_per_step / (dt * peak_flops);
     if (ceiling > 0) r.mfu_gemm = flops_per_step / (dt * ceiling);
@@ -319,10 +322,7 @@ Result<TrainResult> Trainer::run() {
     r.tokens = step * t.global_batch * T;
     if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
       r.val_loss = evaluate();
-      if (ceiling > 0 && step < last) {
-        ceiling = std::max(ceiling, measure_ceiling(true));
-        check_peak();
-      }
+      if (ceiling > 0 && step < last) measure_ceiling_again();
     }
     r.peak_mem_bytes = peak_resident_bytes();
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
