@@ -33,8 +33,9 @@ class CliTuneTest : public test::CliFixture {
 
 TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   const std::string run = write_run();
-  const auto r = weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
-                              " --budget-trials 4 --write " + dir_ + "/tuned.toml");
+  const auto r =
+      weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run + " --budget-trials 4 --write " +
+                   dir_ + "/tuned.toml --calibrate-out " + dir_ + "/fitted.toml");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text, "infeasible");
   EXPECT_HAS(r.text, "| planner rank | layout |");
@@ -76,6 +77,14 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   const auto check = weft("plan --check " + dir_ + "/tuned.toml --world 2");
   EXPECT_EQ(check.rc, 0) << check.text;
   EXPECT_HAS(check.text, "fits in memory   yes");
+
+  // The refitted preset: the base preset's header (what `weft calibrate` measured) on top, the
+  // refit's line after it, and the fitted calibration.
+  EXPECT_HAS(r.text, "wrote the refitted preset " + dir_ + "/fitted.toml");
+  const std::string fitted = read_text(dir_ + "/fitted.toml");
+  EXPECT_EQ(fitted.rfind("# This machine, measured by `weft calibrate`", 0), 0u) << fitted;
+  EXPECT_HAS(fitted, "# refitted by weft tune " + run + " on ");
+  EXPECT_HAS(fitted, "[calibration]\ncompute_scale = ");
 }
 
 TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {
