@@ -53,7 +53,11 @@ constexpr int64_t kHeapCeiling = int64_t{32} << 20;
 // all its chunks share (optim/unit_pool.h): a unit's full gradients from the first write of a
 // backward pass until their reduction completes, under ZeRO-3 also its gathered parameters from
 // gather to release. The pool keeps every buffer it ever made, so what stays resident is, per
-// buffer size, the most in use at once over the passes.
+// buffer size, the most in use at once over the passes. A size is the bytes asked for, as
+// UnitPool::acquire matches them, not the block the backend rounds them to: on the host a layer's
+// 3.0 MiB and the wte's 4.0 MiB both take a 4 MiB block of huge pages, but neither serves the
+// other (counting them as one size left one buffer out: ZeRO-3 read 6% above its prediction at dp=2
+// on a 4-layer C=256 GPT).
 class PoolHeld {
  public:
   void take(int64_t bytes) {
@@ -61,9 +65,9 @@ class PoolHeld {
     most_[bytes] = std::max(most_[bytes], ++k);
   }
   void give(int64_t bytes) { --now_[bytes]; }
-  int64_t held() const {
+  int64_t held(Precision precision) const {
     int64_t total = 0;
-    for (const auto& [bytes, k] : most_) total += k * bytes;
+    for (const auto& [bytes, k] : most_) total += k * block_bytes(bytes, precision);
     return total;
   }
 
@@ -98,8 +102,8 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
     const int64_t elements =
         zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp);
     const int64_t bytes = elements * kFloat;
-    buffer[u] = block_bytes(bytes, precision);
-    param_buffer[u] = block_bytes(elements * read_bytes, precision);
+    buffer[u] = bytes;  // as UnitPool::acquire is asked (PoolHeld)
+    param_buffer[u] = elements * read_bytes;
     temporaries[u] = reduction_temporaries(bytes, zero);
     if (unit.name == "wte") {
       wte = u;
@@ -309,7 +313,7 @@ MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute 
           c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
     }
   }
-  m.grads += pool.held();  // ZeRO-3: and the gathered weights
+  m.grads += pool.held(bf16);  // ZeRO-3: and the gathered weights
   // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.
   if (pipelined && tp.tp > 1 && !(tp.sequence_parallel)) {
     m.workspace += backend_block_bytes(N / tp.tp * C * 2);
@@ -368,6 +372,18 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
   return total;
 }
 
+int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const std::vector<ChunkMemory>& chunks,
+                        bool deferred_weight_grads, ZeroSharding zero, Precision precision) {
+  if (zero.stage < 2) return 0;
+  PoolHeld pool;
+  std::map<int64_t, int> heap;  // not asked for here
+  for (const ChunkMemory& c : chunks) {
+    run_passes(stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp)),
+               c.stage, zero, deferred_weight_grads, precision, heap, pool);
+  }
+  return pool.held(precision);
+}
+
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
@@ -405,7 +421,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
       m.workspace += c.slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
     }
   }
-  m.grads += pool.held();  // ZeRO-3: and the gathered parameters, which share its buffers
+  m.grads += pool.held(Precision::FP32);  // ZeRO-3: and the gathered parameters
   m.workspace += mapped;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   if (pipelined && t > 1 && !sp) m.workspace += block(N / t * C * f);  // scatter/gather receive

@@ -114,14 +114,20 @@ struct ChunkMemory {
 // moments m and v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16
 // input gradients kept until sent. `runtime` is 0 (the arena's own blocks are
 // DeviceTrainer::arena_bytes' margin); `threads` does not matter; `pipelined` with tp > 1 and no
-// sequence parallelism adds scatter/gather's receive buffer (1/tp of a boundary). The device engine
-// has no ZeRO (layout::support, the rule book that refuses it first): asked for it, this throws
-// weft::Error.
+// sequence parallelism adds scatter/gather's receive buffer (1/tp of a boundary). ZeRO as for
+// FP32, in the backend's blocks and without the MPI temporaries (host memory, not the device's);
+// ZeRO 1 on keeps a bf16 copy of the master shard beside it.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
                                     TpShape tp, const std::vector<ChunkMemory>& chunks,
                                     int microbatches, bool pipelined, bool deferred_weight_grads,
                                     ZeroSharding zero = {},
                                     int64_t runtime_bytes = kDefaultRuntimeBytes,
                                     Precision precision = Precision::FP32);
+
+// ZeRO 2/3: what a rank's unit pool (optim/unit_pool.h) holds once its chunks have run a step, in
+// the backend's blocks: per size asked for, the most buffers in use at once over their passes
+// (estimate_rank_memory counts it under grads). 0 below ZeRO 2.
+int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const std::vector<ChunkMemory>& chunks,
+                        bool deferred_weight_grads, ZeroSharding zero, Precision precision);
 
 }  // namespace weft::model

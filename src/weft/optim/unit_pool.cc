@@ -33,4 +33,10 @@ void UnitPool::release(void* p) {
   WEFT_CHECK(false, "release of a buffer that is not the pool's");
 }
 
+std::vector<int64_t> UnitPool::sizes() const {
+  std::vector<int64_t> out;
+  for (const Slot& s : slots_) out.push_back(s.bytes);
+  return out;
+}
+
 }  // namespace weft::optim

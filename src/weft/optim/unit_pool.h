@@ -31,6 +31,9 @@ class UnitPool {
   // Gives back a buffer acquire() returned.
   void release(void* p);
   kernels::Backend& backend() const { return backend_; }
+  // The bytes asked for of every buffer it made, in the order made (what it holds: tests compare
+  // it with model::zero_pool_bytes).
+  std::vector<int64_t> sizes() const;
 
  private:
   struct Slot {

@@ -108,6 +108,8 @@ class PipelineRunner : public PipelineStages {
   model::MemoryEstimate predicted_memory() const;
 
   std::span<optim::DistributedOptimizer* const> optimizers() const { return opts_; }
+  // ZeRO 2/3: the units in use of all chunks (empty below ZeRO 2).
+  const optim::UnitPool& unit_pool() const { return *unit_pool_; }
 
  private:
   void before_weight_pass(int j, bool final) override;
