@@ -250,6 +250,20 @@ void make_split(Round& round) {
   }
 }
 
+// dst[0, n) = the ranks' inputs from byte `off` on, reduced in rank order: the first add reads
+// both of its operands from the inputs (reduce_into's three-operand form) instead of copying the
+// first and adding the second onto the copy. Same order, so the same bits.
+void fold(void* dst, const std::vector<Post>& posts, size_t off, int64_t n, DataType t,
+          ReduceOp op) {
+  const auto in = [&](size_t q) { return static_cast<const std::byte*>(posts[q].in) + off; };
+  if (posts.size() == 1) {
+    std::memcpy(dst, in(0), static_cast<size_t>(n) * dtype_size(t));
+    return;
+  }
+  reduce_into(dst, in(0), in(1), n, t, op);
+  for (size_t q = 2; q < posts.size(); ++q) reduce_into(dst, in(q), n, t, op);
+}
+
 // Elements per all-reduce tile: 16 KiB of the widest type stays in L1 while the ranks' inputs are
 // folded into it.
 constexpr size_t kTileBytes = 16384;
@@ -282,10 +296,7 @@ class ThreadCommunicator final : public Communicator {
     for (int64_t j = lo; j < hi; j += per_tile) {
       const int64_t c = std::min(per_tile, hi - j);
       const size_t off = static_cast<size_t>(j) * es, bytes = static_cast<size_t>(c) * es;
-      std::memcpy(tile, static_cast<const std::byte*>(posts[0].in) + off, bytes);
-      for (size_t q = 1; q < posts.size(); ++q) {
-        reduce_into(tile, static_cast<const std::byte*>(posts[q].in) + off, c, t, op);
-      }
+      fold(tile, posts, off, c, t, op);
       for (const Post& p : posts) std::memcpy(static_cast<std::byte*>(p.out) + off, tile, bytes);
     }
     leave();
@@ -301,13 +312,7 @@ class ThreadCommunicator final : public Communicator {
         arrive({.kind = Kind::ReduceScatter, .dtype = t, .n = n, .out = out, .in = in});
     const size_t off = static_cast<size_t>(rank_) * sum.size();
     const auto& posts = round->posts;
-    if (!sum.empty()) {
-      std::memcpy(sum.data(), static_cast<const std::byte*>(posts[0].in) + off, sum.size());
-      for (size_t q = 1; q < posts.size(); ++q) {
-        reduce_into(sum.data(), static_cast<const std::byte*>(posts[q].in) + off, n, t,
-                    ReduceOp::Sum);
-      }
-    }
+    if (!sum.empty()) fold(sum.data(), posts, off, n, t, ReduceOp::Sum);
     leave();
     if (!sum.empty()) std::memcpy(out, sum.data(), sum.size());
     return {};
