@@ -214,10 +214,15 @@ TEST(HostUnitPool, HoldsWhatTheModelCounts) {
           const int pp_rank = topo.coord(world.rank()).pp;
           const schedule::Schedule program =
               runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
-          runtime::PipelineRunner runner(
-              cfg, program,
-              runtime::pipeline_options(
-                  groups, {.B = kB, .T = kT, .pp_rank = pp_rank, .zero = {l.zero, l.dp}}, {}));
+          runtime::PipelineRunner runner(cfg, program,
+                                         runtime::pipeline_options(groups,
+                                                                   {.B = kB,
+                                                                    .T = kT,
+                                                                    .recompute = l.recompute,
+                                                                    .pp_rank = pp_rank,
+                                                                    .tp = {l.tp, l.sp},
+                                                                    .zero = {l.zero, l.dp}},
+                                                                   {}));
           runner.init(3);
           std::vector<int32_t> tokens(l.microbatches * kB * kT + 1);
           for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 4001);
