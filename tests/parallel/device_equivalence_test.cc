@@ -96,7 +96,9 @@ const Run& one_rank(int dp) {
   static std::map<int, Run> cache;
   auto it = cache.find(dp);
   if (it != cache.end()) return it->second;
-  const runtime::RankShape shape{.B = kB, .T = kT};
+  runtime::RankShape shape;  // one process: the whole model
+  shape.B = kB;
+  shape.T = kT;
   const schedule::Schedule program =
       runtime::runner_schedule(small_gpt(), schedule::Kind::OneFOneB, 1, 1, kM * dp).value();
   const auto backend = make_backend(program, shape);

@@ -40,7 +40,9 @@ ScalingStudy scaling_study(const Cluster& cluster, const Job& job, ScalingMode m
       j.global_batch = static_cast<int>(
           std::lround(static_cast<double>(job.global_batch) * n / devices.front()));
     }
-    ScalingPoint pt{.devices = n, .global_batch = j.global_batch};
+    ScalingPoint pt;
+    pt.devices = n;
+    pt.global_batch = j.global_batch;
     if (fixed) {
       ParallelConfig c = *fixed;
       c.dp = n / (c.tp * c.pp);

@@ -16,6 +16,14 @@ schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microba
   return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
       .value_or_throw("invalid device trainer");
 }
+// The one process's shape: the whole model, no tensor parallelism, no ZeRO.
+RankShape one_process_shape(int B, int T, model::Recompute recompute) {
+  RankShape s;
+  s.B = B;
+  s.T = T;
+  s.recompute = recompute;
+  return s;
+}
 // A device trainer's options name their backend (else the runner would make a host fp32 one).
 PipelineOptions with_backend(PipelineOptions o) {
   WEFT_CHECK(o.backend != nullptr, "a device trainer needs its backend (PipelineOptions::backend)");
@@ -32,8 +40,7 @@ model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg,
 
 model::MemoryEstimate DeviceTrainer::bytes(const model::GptConfig& cfg, int B, int T,
                                            int microbatches, model::Recompute recompute) {
-  return bytes(cfg, one_process_schedule(cfg, microbatches),
-               {.B = B, .T = T, .recompute = recompute});
+  return bytes(cfg, one_process_schedule(cfg, microbatches), one_process_shape(B, T, recompute));
 }
 
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
@@ -48,7 +55,7 @@ int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, const schedule::
 int64_t DeviceTrainer::arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
                                    model::Recompute recompute) {
   return arena_bytes(cfg, one_process_schedule(cfg, microbatches),
-                     {.B = B, .T = T, .recompute = recompute});
+                     one_process_shape(B, T, recompute));
 }
 
 DeviceTrainer::DeviceTrainer(const model::GptConfig& cfg, const schedule::Schedule& schedule,
@@ -57,9 +64,8 @@ DeviceTrainer::DeviceTrainer(const model::GptConfig& cfg, const schedule::Schedu
 
 DeviceTrainer::DeviceTrainer(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                              int microbatches, optim::AdamWConfig adamw, model::Recompute recompute)
-    : DeviceTrainer(
-          cfg, one_process_schedule(cfg, microbatches),
-          pipeline_options({}, {.B = B, .T = T, .recompute = recompute}, adamw, &backend)) {}
+    : DeviceTrainer(cfg, one_process_schedule(cfg, microbatches),
+                    pipeline_options({}, one_process_shape(B, T, recompute), adamw, &backend)) {}
 
 DeviceTrainer::~DeviceTrainer() = default;
 
