@@ -27,7 +27,7 @@ TEST(WeftCheck, DoesNothingWhenTheConditionHolds) {
 
 TEST(WeftCheck, ThrowsWeftErrorWhenTheConditionFails) {
   EXPECT_THROW(WEFT_CHECK(1 + 1 == 3), Error);
-  EXPECT_THROW(WEFT_CHECK(false, "x"), std::runtime_error);  // Error is a runtime_error
+  EXPECT_THROW(WEFT_FAIL("x"), std::runtime_error);  // Error is a runtime_error
 }
 
 TEST(WeftCheck, MessageCarriesFileLineConditionAndStreamedParts) {
@@ -61,7 +61,7 @@ TEST(WeftCheck, EvaluatesMessagePartsOnlyOnFailure) {
   auto part = [&] { return ++calls; };
   WEFT_CHECK(true, part());
   EXPECT_EQ(calls, 0);
-  EXPECT_THROW(WEFT_CHECK(false, part()), Error);
+  EXPECT_THROW(WEFT_FAIL(part()), Error);
   EXPECT_EQ(calls, 1);
 }
 

@@ -88,7 +88,7 @@ HfName hf_gpt2_name(std::string_view weft_name) {
       }
     }
   }
-  WEFT_CHECK(false, "'", weft_name, "' is not a GPT-2 parameter");
+  WEFT_FAIL("'", weft_name, "' is not a GPT-2 parameter");
 }
 
 nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, std::optional<int> eot_id) {

@@ -32,7 +32,7 @@ std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers
   const float* const buffers[] = {state.params, state.m, state.v};
   std::vector<WritePiece> out;
   for (StatePiece& p : state_pieces(chunk, true, state.m != nullptr && state.v != nullptr)) {
-    out.push_back({std::move(p.tensor), buffers[p.group] + p.at});
+    out.push_back({std::move(p.tensor), buffers[p.group] + p.at, {}});
   }
   return out;
 }
@@ -42,7 +42,7 @@ std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& 
   float* const buffers[] = {state.params, state.m, state.v};
   std::vector<ReadPiece> out;
   for (StatePiece& p : state_pieces(chunk, false, state.m != nullptr && state.v != nullptr)) {
-    out.push_back({std::move(p.tensor), buffers[p.group] + p.at});
+    out.push_back({std::move(p.tensor), buffers[p.group] + p.at, {}});
   }
   return out;
 }

@@ -27,7 +27,7 @@ size_t dtype_size(DataType t) {
     case DataType::BF16:
       return 2;
   }
-  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
 }
 
 std::string_view dtype_name(DataType t) {
@@ -45,7 +45,7 @@ std::string_view dtype_name(DataType t) {
     case DataType::BF16:
       return "bf16";
   }
-  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
 }
 
 namespace {
@@ -91,7 +91,7 @@ void reduce_into(void* dst, const void* a, const void* b, int64_t n, DataType t,
     case DataType::U8:
       break;
   }
-  WEFT_CHECK(false, "cannot reduce ", dtype_name(t));
+  WEFT_FAIL("cannot reduce ", dtype_name(t));
 }
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -101,7 +101,7 @@ std::string_view reduce_op_name(ReduceOp op) {
     case ReduceOp::Max:
       return "max";
   }
-  WEFT_CHECK(false, "unknown ReduceOp ", static_cast<int>(op));
+  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
 
 namespace {

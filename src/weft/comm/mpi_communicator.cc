@@ -67,7 +67,7 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::BF16:
       return MPI_UINT16_T;  // moved as its bits; reduced only by the Ring (reduce_into)
   }
-  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -77,7 +77,7 @@ MPI_Op mpi_op(ReduceOp op) {
     case ReduceOp::Max:
       return MPI_MAX;
   }
-  WEFT_CHECK(false, "unknown ReduceOp ", static_cast<int>(op));
+  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
 
 // The group an operation runs on, as messages name it. Shared by the operations in flight, so a

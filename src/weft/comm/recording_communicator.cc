@@ -23,7 +23,7 @@ std::string_view comm_op_name(CommOp op) {
     case CommOp::Barrier:
       return "barrier";
   }
-  WEFT_CHECK(false, "unknown CommOp ", static_cast<int>(op));
+  WEFT_FAIL("unknown CommOp ", static_cast<int>(op));
 }
 
 size_t CommRecorder::add(CommRecord r) {

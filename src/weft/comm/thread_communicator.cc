@@ -56,7 +56,7 @@ const char* kind_name(Kind k) {
     case Kind::Split:
       return "split";
   }
-  WEFT_CHECK(false, "unknown collective ", static_cast<int>(k));
+  WEFT_FAIL("unknown collective ", static_cast<int>(k));
 }
 
 bool has_buffer(Kind k) { return k != Kind::Barrier && k != Kind::Split; }

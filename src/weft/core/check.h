@@ -2,6 +2,9 @@
 // WEFT_CHECK(cond, msg...): an always-on invariant check. On failure it throws weft::Error whose
 // message carries file:line, the failed condition and the streamed message parts:
 //   WEFT_CHECK(C % NH == 0, "C=", C, " is not divisible by NH=", NH);
+// WEFT_FAIL(msg...): the same failure, unconditionally ("check failed: false: msg"), as a statement
+// the compiler knows does not return (a function may end with it; WEFT_FAIL(...) inside
+// its do-while left GCC's sanitizer build warning that control reaches the function's end).
 
 #include <sstream>
 #include <stdexcept>
@@ -35,3 +38,5 @@ template <typename... Args>
       ::weft::detail::check_failed(__FILE__, __LINE__, #cond __VA_OPT__(, ) __VA_ARGS__); \
     }                                                                                     \
   } while (0)
+
+#define WEFT_FAIL(...) ::weft::detail::check_failed(__FILE__, __LINE__, "false", __VA_ARGS__)

@@ -300,8 +300,8 @@ Pretokenizer::Pretokenizer() {
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(error, msg, sizeof msg);
-    WEFT_CHECK(false, "PCRE2 cannot compile GPT-2's pattern at ", offset, ": ",
-               reinterpret_cast<const char*>(msg));
+    WEFT_FAIL("PCRE2 cannot compile GPT-2's pattern at ", offset, ": ",
+              reinterpret_cast<const char*>(msg));
   }
   // Without JIT (a platform PCRE2 lacks it for) pcre2_match interprets: slower, same matches.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);

@@ -27,7 +27,7 @@ uint8_t megatron_dtype_code(TokenType type) {
     case TokenType::U32:
       break;  // Megatron has no uint32
   }
-  WEFT_CHECK(false, "Megatron's indexed dataset cannot store ", token_type_name(type));
+  WEFT_FAIL("Megatron's indexed dataset cannot store ", token_type_name(type));
 }
 
 std::optional<TokenType> token_type_from_megatron_code(uint8_t code) {

@@ -30,7 +30,7 @@ void UnitPool::release(void* p) {
     free_.push_back(i);
     return;
   }
-  WEFT_CHECK(false, "release of a buffer that is not the pool's");
+  WEFT_FAIL("release of a buffer that is not the pool's");
 }
 
 std::vector<int64_t> UnitPool::sizes() const {

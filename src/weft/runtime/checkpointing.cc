@@ -48,7 +48,7 @@ std::vector<checkpoint::WritePiece> write_pieces(RankState& st) {
   std::vector<checkpoint::WritePiece> out;
   for (int j = 0; j < st.num_chunks(); ++j) {
     for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
-      checkpoint::WritePiece w{std::move(p.tensor)};
+      checkpoint::WritePiece w{std::move(p.tensor), nullptr, {}};
       if (const float* host = st.host_buffer(j, p.group)) {
         w.data = host + p.at;
       } else {
@@ -66,7 +66,7 @@ std::vector<checkpoint::ReadPiece> read_pieces(RankState& st, bool moments) {
   std::vector<checkpoint::ReadPiece> out;
   for (int j = 0; j < st.num_chunks(); ++j) {
     for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), false, moments)) {
-      checkpoint::ReadPiece r{std::move(p.tensor)};
+      checkpoint::ReadPiece r{std::move(p.tensor), nullptr, {}};
       if (float* host = st.host_buffer(j, p.group)) {
         r.data = host + p.at;
       } else {

@@ -53,7 +53,7 @@ const OpEntry& entry(Op op) {
   for (const auto& e : kOps) {
     if (e.op == op) return e;
   }
-  WEFT_CHECK(false, "unknown Op ", static_cast<int>(op));
+  WEFT_FAIL("unknown Op ", static_cast<int>(op));
 }
 
 }  // namespace
@@ -78,7 +78,7 @@ std::string_view kind_name(Kind kind) {
   for (const auto& e : kKinds) {
     if (e.kind == kind) return e.name;
   }
-  WEFT_CHECK(false, "unknown Kind ", static_cast<int>(kind));
+  WEFT_FAIL("unknown Kind ", static_cast<int>(kind));
 }
 
 Result<Kind> parse_kind(std::string_view name) {

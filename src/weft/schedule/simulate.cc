@@ -113,7 +113,7 @@ double duration(const Instr& in, const Costs& costs) {
     case Op::OptimizerStep:
       return costs.optimizer_step;
   }
-  WEFT_CHECK(false, "unknown Op");
+  WEFT_FAIL("unknown Op");
 }
 
 // Where the producer a blocked instruction needs is: "rank 1 has not reached it (blocked at

@@ -56,7 +56,7 @@ std::string instr_to_text(const Instr& in) {
     case Op::OptimizerStep:
       return std::string(op_code(in.op));
   }
-  WEFT_CHECK(false, "unknown Op");
+  WEFT_FAIL("unknown Op");
 }
 
 Result<Instr> parse_instr(std::string_view text) {

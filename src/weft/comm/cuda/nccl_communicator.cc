@@ -112,7 +112,7 @@ ncclDataType_t nccl_type(DataType t) {
     case DataType::BF16:
       return ncclBfloat16;
   }
-  WEFT_CHECK(false, "unknown DataType ", static_cast<int>(t));
+  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -122,7 +122,7 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::Max:
       return ncclMax;
   }
-  WEFT_CHECK(false, "unknown ReduceOp ", static_cast<int>(op));
+  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
 
 ncclConfig_t nonblocking_config() {

@@ -251,8 +251,8 @@ Matmul cached_matmul(const Key& k) {
   try {
     return cache.emplace(k, make_matmul(k)).first->second;
   } catch (const dnnl::error& e) {
-    WEFT_CHECK(false, "sgemm_bf16: oneDNN matmul (M=", k.M, " N=", k.N, " K=", k.K,
-               " trans_b=", k.trans_b, " ldc=", k.ldc, ") failed: ", e.what());
+    WEFT_FAIL("sgemm_bf16: oneDNN matmul (M=", k.M, " N=", k.N, " K=", k.K, " trans_b=", k.trans_b,
+              " ldc=", k.ldc, ") failed: ", e.what());
   }
 }
 
