@@ -27,7 +27,7 @@ TEST(WeftCheck, DoesNothingWhenTheConditionHolds) {
 
 TEST(WeftCheck, ThrowsWeftErrorWhenTheConditionFails) {
   EXPECT_THROW(WEFT_CHECK(1 + 1 == 3), Error);
-  EXPECT_THROW(WEFT_FAIL("x"), std::runtime_error);  // Error is a runtime_error
+  EXPECT_THROW(WEFT_CHECK(false, "x"), std::runtime_error);  // Error is a runtime_error
 }
 
 TEST(WeftCheck, MessageCarriesFileLineConditionAndStreamedParts) {
@@ -61,8 +61,21 @@ TEST(WeftCheck, EvaluatesMessagePartsOnlyOnFailure) {
   auto part = [&] { return ++calls; };
   WEFT_CHECK(true, part());
   EXPECT_EQ(calls, 0);
-  EXPECT_THROW(WEFT_FAIL(part()), Error);
+  EXPECT_THROW(WEFT_CHECK(false, part()), Error);
   EXPECT_EQ(calls, 1);
+}
+
+TEST(WeftFail, ThrowsTheFailureOfAFalseCheckWithItsMessage) {
+  try {
+    WEFT_FAIL("unknown Op ", 7);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("check_test.cc:"), std::string::npos) << msg;
+    const std::string tail = "check failed: false: unknown Op 7";
+    ASSERT_GE(msg.size(), tail.size());
+    EXPECT_EQ(msg.substr(msg.size() - tail.size()), tail);
+  }
 }
 
 }  // namespace

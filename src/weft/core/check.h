@@ -3,7 +3,7 @@
 // message carries file:line, the failed condition and the streamed message parts:
 //   WEFT_CHECK(C % NH == 0, "C=", C, " is not divisible by NH=", NH);
 // WEFT_FAIL(msg...): the same failure, unconditionally ("check failed: false: msg"), as a statement
-// the compiler knows does not return (a function may end with it; WEFT_FAIL(...) inside
+// the compiler knows does not return (a function may end with it; WEFT_CHECK(false, ...) inside
 // its do-while left GCC's sanitizer build warning that control reaches the function's end).
 
 #include <sstream>
