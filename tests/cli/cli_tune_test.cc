@@ -1,6 +1,7 @@
 // `mpirun -n 2 weft tune` end to end on the tiny model and a synthetic dataset: the trials run,
 // the table, tune.json and the winner's keys agree, the winner is the measured fastest of the
-// last round, and --write gives a run config `weft plan --check` accepts. Bad input fails before
+// last round, a layout's figure is its fastest trial (and --grid --passes runs each layout once
+// per pass), and --write gives a run config `weft plan --check` accepts. Bad input fails before
 // any trial with one message that says what to change.
 
 #include <nlohmann/json.hpp>
@@ -66,6 +67,18 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   }
   EXPECT_EQ(j["winner"], fastest_layout);
   EXPECT_HAS(r.text, "winner: " + winner_short);
+  // A layout's figure is its fastest trial, a trial's its fastest step (never above its median).
+  for (const auto& l : j["layouts"]) {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& t : l["trials"]) {
+      if (!t["ok"].get<bool>() || t["stopped"].get<bool>()) continue;
+      EXPECT_LE(t["step_ms"].get<double>(), t["median_step_ms"].get<double>()) << l.dump();
+      best = std::min(best, t["step_ms"].get<double>());
+    }
+    if (!l["measured_ms"].is_null()) {
+      EXPECT_EQ(l["measured_ms"].get<double>(), best) << l.dump();
+    }
+  }
   EXPECT_HAS(read_text(dir_ + "/out/tune/tune.svg"), "<circle");
   EXPECT_HAS(read_text(dir_ + "/out/tune/tune.md"), "```toml\n[parallel]");
 
@@ -85,6 +98,30 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   EXPECT_EQ(fitted.rfind("# This machine, measured by `weft calibrate`", 0), 0u) << fitted;
   EXPECT_HAS(fitted, "# refitted by weft tune " + run + " on ");
   EXPECT_HAS(fitted, "[calibration]\ncompute_scale = ");
+}
+
+// The grid in passes: every layout once per pass, its figure the fastest of its trials.
+TEST_F(CliTuneTest, TheGridsPassesRunEveryLayoutOncePerPass) {
+  const std::string run = write_run();
+  const auto r =
+      weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
+                   " --grid --passes 2 --top 3 --steps 1 --warmup 1 --out " + dir_ + "/grid");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text,
+             "grid: the 3 best-predicted layouts, 1 warm-up + 2 timed steps each, 2 passes");
+  const auto j = nlohmann::json::parse(read_text(dir_ + "/grid/tune.json"));
+  EXPECT_EQ(j["passes"], 2);
+  EXPECT_EQ(j["trials"], 6);
+  EXPECT_EQ(j["layouts"].size(), 3u);
+  for (const auto& l : j["layouts"]) {
+    ASSERT_EQ(l["trials"].size(), 2u) << l.dump();
+    EXPECT_EQ(l["timed_steps"], 4);
+    EXPECT_EQ(l["measured_ms"].get<double>(), std::min(l["trials"][0]["step_ms"].get<double>(),
+                                                       l["trials"][1]["step_ms"].get<double>()));
+  }
+  const auto bad = weft("tune " + run + " --passes 2");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_HAS(bad.text, "--passes requires --grid");
 }
 
 TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {

@@ -31,11 +31,15 @@ std::vector<TuneCandidate> ranked(int n) {
 struct FakeMachine {
   explicit FakeMachine(std::vector<double> m) : measured(std::move(m)) {}
   std::vector<double> measured;
+  // Interference: the trial of call k (0-based, in order) measures slow[k] times its step.
+  std::map<int, double> slow;
   double now = 0;
   std::vector<std::pair<int, int>> calls;  // (candidate, timed steps)
   TrialRunner runner() {
     return [this](const TuneCandidate& c, int warmup, int steps) {
       const int i = c.config.micro_batch - 1;
+      const auto k = slow.find(static_cast<int>(calls.size()));
+      const double factor = k == slow.end() ? 1.0 : k->second;
       calls.emplace_back(i, steps);
       TrialResult r;
       r.steps = steps;
@@ -45,8 +49,9 @@ struct FakeMachine {
         now += 0.1;
         return r;
       }
-      r.step_seconds = measured[i];
-      r.wall_seconds = (warmup + steps) * measured[i];
+      r.step_seconds = measured[i] * factor;
+      r.median_seconds = r.step_seconds;
+      r.wall_seconds = (warmup + steps) * r.step_seconds;
       now += r.wall_seconds;
       return r;
     };
@@ -211,6 +216,63 @@ TEST(TuneTest, TheGridRunsEveryCandidateOnceAtTheFinalTrialLength) {
   EXPECT_EQ(o.trials, 8);
   for (auto [c, s] : m.calls) EXPECT_EQ(s, 12);  // 8 -> 4 -> 2: the third round's 3 * 4
   EXPECT_EQ(winner_candidate(o), 5);
+}
+
+// On a shared machine a layout's trial can run in another job's slow phase: its figure is its
+// fastest trial, in the halving's rounds, for its winner and in a grid of several passes.
+TEST(TuneTest, ALayoutsFigureIsItsFastestTrial) {
+  // Round 1 (calls 0-3) keeps 1 and 0, run again in that order; 1's trial (call 4) runs 3x slow.
+  // Its latest measurement (3) would lose to 0's (2); its fastest (1) wins.
+  FakeMachine m{{2, 1, 4, 3}};
+  m.slow = {{4, 3.0}};
+  const TuneOutcome o =
+      successive_halving(ranked(4), {.initial = 4, .first_steps = 1}, m.runner(), m.clock());
+  ASSERT_EQ(m.calls.size(), 6u);
+  EXPECT_EQ(m.calls[4].first, 1);
+  EXPECT_EQ(winner_candidate(o), 1);
+  EXPECT_EQ(o.records[1].best()->step_seconds, 1);
+  EXPECT_EQ(o.records[1].latest()->step_seconds, 3);
+  EXPECT_EQ(o.records[1].timed_steps(), 1 + 2);
+
+  // Halving from 8: round 1 keeps 5, 2, 7, 6 (1, 2, 3, 4 s) and runs them again in that order;
+  // 2's second trial (call 9) runs 5x slow. By each entrant's fastest so far round 3 is 5 and 2;
+  // by the latest it would be 5 and 7.
+  FakeMachine h{{8, 7, 2, 6, 5, 1, 4, 3}};
+  h.slow = {{9, 5.0}};
+  const TuneOutcome oh =
+      successive_halving(ranked(8), {.initial = 8, .first_steps = 3}, h.runner(), h.clock());
+  EXPECT_EQ(winner_candidate(oh), 5);
+  std::vector<int> third;
+  for (size_t k = 12; k < h.calls.size(); ++k) third.push_back(h.calls[k].first);
+  EXPECT_EQ(third, (std::vector<int>{5, 2}));
+}
+
+TEST(TuneTest, TheGridsPassesTakeEachLayoutsFastestTrial) {
+  // Three passes over 4 layouts; the first and last run layout 0 slow (0.5 s -> 2 s, 3 s), so
+  // the first pass alone, or each layout's latest trial, would pick 1. Layout 3 fails in the first
+  // pass and is not run again.
+  FakeMachine m{{0.5, 1, 3, -1}};
+  m.slow = {{0, 4.0}, {5, 2.0}, {7, 6.0}};
+  const TuneOutcome o =
+      successive_halving(ranked(4), {.initial = 4, .first_steps = 3, .grid = true, .passes = 3},
+                         m.runner(), m.clock());
+  EXPECT_EQ(o.trials, 4 + 3 + 3);
+  EXPECT_EQ(o.rounds, 3);
+  for (auto [c, s] : m.calls) EXPECT_EQ(s, 6);  // 4 -> 2: the second round's 3 * 2
+  EXPECT_EQ(o.records[0].trials.size(), 3u);
+  EXPECT_EQ(o.records[3].trials.size(), 1u);
+  EXPECT_TRUE(o.records[3].failed);
+  EXPECT_EQ(o.records[0].best()->step_seconds, 0.5);
+  EXPECT_EQ(o.records[1].best()->step_seconds, 1);  // its second pass (call 5) ran 2x slow
+  EXPECT_EQ(o.records[1].timed_steps(), 18);
+  EXPECT_EQ(winner_candidate(o), 0);
+  // One pass: the slow first trial of 0 decides.
+  FakeMachine one{{0.5, 1, 3, -1}};
+  one.slow = {{0, 4.0}};
+  EXPECT_EQ(
+      winner_candidate(successive_halving(ranked(4), {.initial = 4, .first_steps = 3, .grid = true},
+                                          one.runner(), one.clock())),
+      1);
 }
 
 TEST(TuneTest, TheWinnersKeysReplaceTheRunConfigsOwn) {

@@ -60,6 +60,7 @@ struct TuneOptions {
   std::string out;    // "": <run.out_dir>/tune
   std::string write;  // a whole run config with the winner's keys
   bool grid = false;
+  int passes = 1;  // the grid's passes over its layouts (HalvingOptions::passes)
   std::string calibrate_out;
   bool update_calibration = false;
 };
@@ -173,11 +174,12 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
     r.ok = false;
     r.error = error;
   } else if (!stopped) {
-    // The slowest rank's time is the step's; the median step is the trial's.
+    // The slowest rank's time is the step's; the fastest step is the trial's (TrialResult).
     if (world)
       world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
     std::sort(times.begin(), times.end());
-    r.step_seconds = times[times.size() / 2];
+    r.step_seconds = times.front();
+    r.median_seconds = times[times.size() / 2];
     double most = static_cast<double>(peak), first = most;
     if (world) {
       world->all_reduce(&most, 1, comm::ReduceOp::Max);
@@ -201,12 +203,12 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   for (int i = 0; i < static_cast<int>(o.records.size()); ++i) {
     if (!o.records[i].trials.empty()) order.push_back(i);
   }
-  // The bracket: the layouts that reached the latest round first, each round's by their measured
-  // step time (their latest, longest trial), then the failed and stopped ones. A layout out in
-  // round 1 can show a faster 3-step figure than the winner's 24-step one: the rounds compare
-  // trials of one length.
+  // The bracket: the layouts that reached the latest round first, each round's by their figure
+  // (the fastest of their trials), then the failed and stopped ones. A layout out in round 1 can
+  // show a faster figure than the winner's: it had one trial of 3 steps against the winner's 4,
+  // and the rounds compare layouts that ran as many trials.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const auto *ta = o.records[a].latest(), *tb = o.records[b].latest();
+    const auto *ta = o.records[a].best(), *tb = o.records[b].best();
     if (!ta || !tb) return ta != nullptr;
     if (o.records[a].last_round != o.records[b].last_round) {
       return o.records[a].last_round > o.records[b].last_round;
@@ -216,7 +218,7 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   for (int i : order) {
     const planner::CandidateRecord& r = o.records[i];
     const planner::TuneCandidate& c = r.candidate;
-    const planner::TrialResult* t = r.latest();
+    const planner::TrialResult* t = r.best();
     const std::string name = planner::short_name(c.config);
     if (t == nullptr) {
       const std::string why = r.failed ? "failed: " + r.trials.back().error : "stopped";
@@ -228,7 +230,7 @@ std::string markdown_table(const planner::TuneOutcome& o) {
     s += fmt::format(
         "| {} | {} | {} | {} | {:.3f} | {:.3f} | {:+.0f}% | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | "
         "{:.1f} | {:+.0f}% | {} |\n",
-        c.predicted_rank, name, r.trials.size(), t->steps, c.predicted_seconds * 1e3,
+        c.predicted_rank, name, r.trials.size(), r.timed_steps(), c.predicted_seconds * 1e3,
         t->step_seconds * 1e3, error_pct(c.predicted_seconds, t->step_seconds),
         mib(c.predicted_bytes), mib(t->peak_bytes), error_pct(c.predicted_bytes, t->peak_bytes),
         mib(c.predicted_rank0_bytes), mib(t->rank0_bytes),
@@ -328,6 +330,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   h.warmup = o.warmup;
   h.first_steps = o.steps;
   h.grid = o.grid;
+  h.passes = o.passes;
   h.max_trials = o.budget_trials;
   h.max_seconds = o.budget_minutes * 60;
   if (o.budget_trials == 0 && o.budget_minutes == 0) h.max_seconds = kDefaultBudgetMinutes * 60;
@@ -343,7 +346,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   say(fmt::format("{}: the {} best-predicted layouts, {} warm-up + {} timed steps{}; budget {}\n\n",
                   o.grid ? "grid" : "successive halving", r0, h.warmup,
                   o.grid ? final_round_steps(r0, h.first_steps) : h.first_steps,
-                  o.grid ? " each" : " first, doubled each round",
+                  o.grid ? (o.passes > 1 ? fmt::format(" each, {} passes", o.passes) : " each")
+                         : std::string(" first, doubled each round"),
                   h.max_trials > 0 ? fmt::format("{} trials", h.max_trials)
                                    : fmt::format("{:.3g} minutes", h.max_seconds / 60)));
 
@@ -376,9 +380,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                       r.error));
     } else {
       say(fmt::format(
-          "  trial {:3}  {:<40} {:3} steps  {:9.3f} ms (predicted {:.3f})  {:.1f} MiB\n", trial_no,
-          short_name(c.config), steps, r.step_seconds * 1e3, c.predicted_seconds * 1e3,
-          mib(r.peak_bytes)));
+          "  trial {:3}  {:<40} {:3} steps  {:9.3f} ms (median {:.3f}, predicted {:.3f})  {:.1f} "
+          "MiB\n",
+          trial_no, short_name(c.config), steps, r.step_seconds * 1e3, r.median_seconds * 1e3,
+          c.predicted_seconds * 1e3, mib(r.peak_bytes)));
     }
     return r;
   };
@@ -391,12 +396,13 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   say(fmt::format("\n{}\n{} trials ({} steps) in {} round(s), {:.1f} s{}{}\n", table, out.trials,
                   out.steps, out.rounds, seconds, out.budget_spent ? "; the budget ended it" : "",
                   out.stopped ? "; stopped by a signal: the table so far" : ""));
-  // 4. The refit, from each layout's latest measurement.
+  // 4. The refit, from each layout's figure (its fastest trial).
   std::vector<TrialMeasurement> measured;
   nlohmann::json measured_layouts = nlohmann::json::array();  // the refit's errors, in order
   for (const CandidateRecord& r : out.records) {
-    if (const TrialResult* t = r.latest()) {
-      measured.push_back({job, r.candidate.config, t->step_seconds, t->peak_bytes, t->steps});
+    if (const TrialResult* t = r.best()) {
+      measured.push_back(
+          {job, r.candidate.config, t->step_seconds, t->peak_bytes, r.timed_steps()});
       measured_layouts.push_back(to_string(r.candidate.config));
     }
   }
@@ -465,11 +471,12 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"error", t.error},
                           {"steps", t.steps},
                           {"step_ms", t.step_seconds * 1e3},
+                          {"median_step_ms", t.median_seconds * 1e3},
                           {"peak_mib", mib(t.peak_bytes)},
                           {"rank0_mib", mib(t.rank0_bytes)},
                           {"wall_s", t.wall_seconds}});
       }
-      const TrialResult* t = r.latest();
+      const TrialResult* t = r.best();
       const TuneCandidate& c = r.candidate;
       layouts.push_back(
           {{"layout", to_string(c.config)},
@@ -479,8 +486,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
            {"predicted_mib", mib(c.predicted_bytes)},
            {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
            {"measured_ms", t ? nlohmann::json(t->step_seconds * 1e3) : nlohmann::json()},
+           {"measured_median_ms", t ? nlohmann::json(t->median_seconds * 1e3) : nlohmann::json()},
            {"measured_mib", t ? nlohmann::json(mib(t->peak_bytes)) : nlohmann::json()},
            {"measured_rank0_mib", t ? nlohmann::json(mib(t->rank0_bytes)) : nlohmann::json()},
+           {"timed_steps", r.timed_steps()},
            {"failed", r.failed},
            {"last_round", r.last_round},
            {"trials", trials}});
@@ -496,6 +505,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         {"infeasible_reasons", sr.reason_counts},
         {"feasible", sr.feasible},
         {"mode", o.grid ? "grid" : "halving"},
+        {"passes", o.grid ? o.passes : 1},
         {"initial", r0},
         {"warmup", h.warmup},
         {"first_steps", h.first_steps},
@@ -568,9 +578,15 @@ void add_tune_command(CLI::App& app) {
                   "directory of tune.json, tune.md, tune.svg (default: "
                   "<run.out_dir>/tune)");
   cmd->add_option("--write", o->write, "write RUN.toml with the winner's keys to this file");
-  cmd->add_flag("--grid", o->grid,
-                "run every one of the --top layouts once, at the halving's final trial length "
-                "(the baseline the halving saves trials against)");
+  auto* grid =
+      cmd->add_flag("--grid", o->grid,
+                    "run every one of the --top layouts once, at the halving's final trial length "
+                    "(the baseline the halving saves trials against)");
+  cmd->add_option("--passes", o->passes,
+                  "with --grid: run the layouts this many times, one pass after the other; each "
+                  "layout's figure is its fastest trial (on a machine shared with other jobs)")
+      ->check(kPositive)
+      ->needs(grid);
   cmd->add_option("--calibrate-out", o->calibrate_out,
                   "write the preset refitted from the trials to this file");
   cmd->add_flag("--update-calibration", o->update_calibration,

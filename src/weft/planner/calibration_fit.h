@@ -14,9 +14,10 @@
 // step pays a fixed cost the kernels leave out (the optimizer's bookkeeping, synchronization,
 // the allocator, data loading), an additive one. Three parameters, fitted by least squares on
 // log(measured / predicted) over the trials (relative error, so a 10 ms step counts as much as a
-// 1 s one), each trial weighted by its timed steps (the variance of a median of k steps falls as
-// 1/k: successive halving's first-round trials of 3 steps measured up to 2x off on this shared
-// machine, its final ones of 24 within 7%): Cluster::compute_scale, Cluster::weight_passes and
+// 1 s one), each trial weighted by its timed steps (a layout's figure is the fastest of its
+// trials' steps, planner/tune.h; the more steps, the likelier one ran undisturbed: successive
+// halving's first-round trials of 3 steps measured up to 2x off on this shared machine, its
+// final ones of 24 within 7%): Cluster::compute_scale, Cluster::weight_passes and
 // Cluster::step_overhead. Without the weight passes the factor alone left the error depending on
 // the micro-batch size (this machine, 2 ranks: mb=1 layouts predicted 11-15% too fast, mb=4-8
 // 10-20% too slow). Memory is not refitted here: the memory model's terms are byte counts of

@@ -22,6 +22,22 @@ const TrialResult* CandidateRecord::latest() const {
   return nullptr;
 }
 
+const TrialResult* CandidateRecord::best() const {
+  const TrialResult* b = nullptr;
+  for (const TrialResult& t : trials) {
+    if (t.ok && !t.stopped && (b == nullptr || t.step_seconds < b->step_seconds)) b = &t;
+  }
+  return b;
+}
+
+int CandidateRecord::timed_steps() const {
+  int n = 0;
+  for (const TrialResult& t : trials) {
+    if (t.ok && !t.stopped) n += t.steps;
+  }
+  return n;
+}
+
 int halving_trials(int n) {
   if (n <= 1) return n;
   int total = 0;
@@ -121,6 +137,7 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
     bool cut = false;
     for (int i : entrants) {
       CandidateRecord& rec = out.records[i];
+      if (rec.failed) continue;  // a grid's later pass
       if (stop && stop()) {
         out.stopped = cut = true;
         break;
@@ -148,10 +165,11 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
         rec.failed = true;  // out of the search; the search goes on
         continue;
       }
-      measured.emplace_back(r.step_seconds, i);
+      measured.emplace_back(rec.best()->step_seconds, i);
     }
-    if (cut || o.grid) break;
-    // The faster half (rounded up) of the layouts that ran, by measured step time.
+    if (cut || (o.grid && round + 1 >= std::max(1, o.passes))) break;
+    if (o.grid) continue;  // the next pass: every entrant again, at the same length
+    // The faster half (rounded up) of the layouts that ran, by their fastest trial so far.
     std::stable_sort(measured.begin(), measured.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     entrants.clear();
@@ -166,7 +184,7 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
   double best = std::numeric_limits<double>::infinity();
   for (int i : out.finalists) {
     const CandidateRecord& rec = out.records[i];
-    const TrialResult* t = rec.latest();
+    const TrialResult* t = rec.best();
     if (rec.failed || t == nullptr) continue;
     if (t->step_seconds < best) {
       best = t->step_seconds;
@@ -286,9 +304,9 @@ std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title
     int round = 0;
     for (const TrialResult& t : r.trials) {
       if (t.ok && !t.stopped && r.candidate.predicted_seconds > 0 && t.step_seconds > 0) {
-        const bool last = &t == r.latest();
+        const bool figure = &t == r.best();
         points.push_back({r.candidate.predicted_seconds, t.step_seconds, round,
-                          last && outcome.winner == static_cast<int>(i)});
+                          figure && outcome.winner == static_cast<int>(i)});
         max_round = std::max(max_round, round);
       }
       ++round;
@@ -331,7 +349,7 @@ std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title
       "exact)</text>\n"
       "<text x=\"{8}\" y=\"{9}\" text-anchor=\"middle\">predicted step time</text>\n"
       "<text x=\"18\" y=\"{10}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {10})\">measured "
-      "step time (median, slowest rank)</text>\n",
+      "step time (fastest step, slowest rank)</text>\n",
       left, top, pw, ph, top + ph, left + pw, left + pw - 8, top + 16, left + pw / 2, H - 15,
       top + ph / 2);
   static const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",

@@ -27,9 +27,9 @@ namespace weft::planner {
 struct TrialMeasurement {
   Job job;
   ParallelConfig config;
-  double step_seconds = 0;  // s per training step: the median timed step of the slowest rank
+  double step_seconds = 0;  // s per training step: the fastest timed step of the slowest rank
   double peak_bytes = 0;    // bytes above the baseline, the largest of the ranks' peaks
-  int timed_steps = 1;      // steps the median was taken over: the refit's weight
+  int timed_steps = 1;      // steps the figure was taken over: the refit's weight
 };
 
 // A layout the planner ranked feasible, with what it predicts.
@@ -44,13 +44,20 @@ struct TuneCandidate {
 // What one trial of one layout measured (on every rank, reduced: rank 0 holds the job's view).
 struct TrialResult {
   bool ok = true;
-  std::string error;        // why it failed ("rank 1: std::bad_alloc"), when !ok
-  bool stopped = false;     // a stop signal ended it: neither a measurement nor a failure
-  double step_seconds = 0;  // median over the timed steps of the slowest rank's step
-  double peak_bytes = 0;    // the largest rank's peak resident memory above its baseline
-  double rank0_bytes = 0;   // rank 0's
-  double wall_seconds = 0;  // the whole trial: build, warm-up, timed steps, teardown
-  int steps = 0;            // timed steps
+  std::string error;     // why it failed ("rank 1: std::bad_alloc"), when !ok
+  bool stopped = false;  // a stop signal ended it: neither a measurement nor a failure
+  // The trial's step time: the fastest of its timed steps, each the slowest rank's. Every step of
+  // a trial does the same work, so the spread between them is interference (this shared
+  // machine's other jobs: one layout's median step measured 69-88 ms over eight fresh runs, its
+  // fastest 60-64 ms); only interference adds time, so the fastest step is the best estimate of
+  // the layout's own step time, as `weft calibrate` times its GEMMs in short undisturbed bursts
+  // (and as Python's timeit advises: "the min is the most useful value").
+  double step_seconds = 0;
+  double median_seconds = 0;  // the median timed step: what the trial saw, interference included
+  double peak_bytes = 0;      // the largest rank's peak resident memory above its baseline
+  double rank0_bytes = 0;     // rank 0's
+  double wall_seconds = 0;    // the whole trial: build, warm-up, timed steps, teardown
+  int steps = 0;              // timed steps
 };
 
 struct HalvingOptions {
@@ -67,6 +74,13 @@ struct HalvingOptions {
   // Grid: every one of the R candidates once, at the trial length the last round of the halving
   // of R would have (final_round_steps), as the baseline the halving is compared with.
   bool grid = false;
+  // The grid's passes: the R candidates run `passes` times, one pass over all of them after the
+  // other, so that a layout's trials lie seconds apart. On a machine shared with other jobs a
+  // slow phase lasts seconds (this machine: one layout's fastest step measured 55-92 ms from one
+  // trial to the next); each layout's figure is its fastest over the passes (CandidateRecord::
+  // best), what the planner is validated against. The first pass alone is the grid the halving is
+  // compared with.
+  int passes = 1;
 };
 
 // Everything about one candidate after the search.
@@ -77,6 +91,12 @@ struct CandidateRecord {
   bool failed = false;              // a trial failed: out of the search from then on
   // Its latest successful measurement (the longest trial), if any.
   const TrialResult* latest() const;
+  // Its fastest successful measurement, if any: the layout's figure. Only interference adds time
+  // (TrialResult::step_seconds), so of trials that lie seconds apart the fastest is the closest
+  // to the layout's own step time; within a halving round every entrant has run as many trials.
+  const TrialResult* best() const;
+  // The timed steps of its successful trials, all of them: the refit's weight of its figure.
+  int timed_steps() const;
 };
 
 struct TuneOutcome {
@@ -105,17 +125,19 @@ int final_round_steps(int n, int first_steps);
 // R for a budget: min(initial, candidates), reduced until halving_trials(R) fits max_trials.
 int initial_candidates(int candidates, const HalvingOptions& o);
 
-// Successive halving over `ranked` (best-predicted first): round k runs each entrant with
-// first_steps * 2^k timed steps and keeps the faster half (ceil) of those that succeeded, by
-// measured step time; a failed trial puts its layout out of the search, never ends it. Before each
-// trial the budget is checked: no trial starts past max_trials, nor when the time spent plus the
-// trial's estimate (its steps times its latest measured step time, else its prediction scaled by
-// the measured/predicted ratio seen so far, plus the mean overhead of a trial) exceeds max_seconds.
-// The winner is the fastest latest measurement among the entrants of the last round (when the
-// budget cuts a round short, its entrants not yet re-run compete with their previous round's
-// measurement). `stop` (optional) is asked before each trial.
 // The first round's entrants among `ranked` (the planner's order): `n` indices, ascending.
 std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n);
+
+// Successive halving over `ranked` (best-predicted first): round k runs each entrant with
+// first_steps * 2^k timed steps and keeps the faster half (ceil) of those that succeeded, by
+// their fastest trial so far (CandidateRecord::best); a failed trial puts its layout out of the
+// search, never ends it. Before each trial the budget is checked: no trial starts past max_trials,
+// nor when the time spent plus the trial's estimate (its steps times its latest measured step
+// time, else its prediction scaled by the measured/predicted ratio seen so far, plus the mean
+// overhead of a trial) exceeds max_seconds. The winner is the fastest figure among the entrants
+// of the last round (when the budget cuts a round short, its entrants not yet re-run compete with
+// the trials they had). With o.grid, o.passes rounds each run every entrant not failed at the
+// final length. `stop` (optional) is asked before each trial.
 
 TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const HalvingOptions& o,
                                const TrialRunner& run, const ElapsedClock& elapsed,
