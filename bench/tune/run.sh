@@ -199,12 +199,14 @@ def row_of(r, t):
         trials = " ".join(f"{x['step_ms']:.1f}" for x in l["trials"] if ok(x))
         out[name] = (l["short"], l["timed_steps"], l["measured_ms"], eb, ea, trials)
     return out
+def pct(x):
+    return "-" if x != x else f"{100 * x:+.1f}%"  # no refit (refused): no error after
 hr, gr = row_of(refit, h), row_of(grid_refit, g)
 for name in list(hr) + [n for n in gr if n not in hr]:
     a, b = hr.get(name), gr.get(name)
     short = (a or b)[0]
-    cells = [f"{a[1]} | {a[2]:.3f} | {100 * a[3]:+.1f}% | {100 * a[4]:+.1f}%" if a else " | | |",
-             f"{b[5]} | {b[2]:.3f} | {100 * b[3]:+.1f}% | {100 * b[4]:+.1f}%" if b else " | | |"]
+    cells = [f"{a[1]} | {a[2]:.3f} | {pct(a[3])} | {pct(a[4])}" if a else " | | |",
+             f"{b[5]} | {b[2]:.3f} | {pct(b[3])} | {pct(b[4])}" if b else " | | |"]
     md.append(f"| {short} | " + " | ".join(cells) + " |")
 md += ["", "## The halving's table", "",
       open(f"{work}/halving/tune.md").read().split("\n", 2)[2],

@@ -155,6 +155,31 @@ TEST(Simulate, WeightPassesArePaidOncePerMicrobatchOverTheRanksWeights) {
   EXPECT_EQ(weight_pass_time(c, 1e9), 0);
 }
 
+// Cluster::tp_collective_overhead (hardware.h): each tensor-parallel collective of a step costs it
+// once. Counted by hand for the bench's model (L=4): per microbatch, each layer's forward and
+// input-gradient pass 2 all-reduces each (with sequence parallelism 2 all-gathers and 2
+// reduce-scatters each), the embedding's output 1 all-reduce (sp: a reduce-scatter, and an
+// all-gather of its gradient), the head's cross-entropy statistics 1 all-gather and its input
+// gradient 1 all-reduce (sp: a reduce-scatter): 4 x 4 + 1 + 2 = 19, with sp 4 x 8 + 2 + 2 = 36;
+// full recomputation runs each layer's forward again, its 4 collectives (sp) with it; selective
+// recomputation none. Without tensor parallelism there is none.
+TEST(Simulate, TheTensorParallelCollectivesCostIsPaidOncePerCollective) {
+  Cluster c = load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
+  c.tp_collective_overhead = 0;
+  Cluster meeting = c;
+  meeting.tp_collective_overhead = 100e-6;
+  const Job j = test::tune_bench_job();
+  for (const auto& [text, collectives] :
+       {std::tuple{"tp=1,dp=2,mb=4", 0}, std::tuple{"pp=2,mb=4,schedule=zb-h1", 0},
+        std::tuple{"tp=2,mb=8", 19}, std::tuple{"tp=2,mb=4", 2 * 19},
+        std::tuple{"tp=2,mb=8,sp=1", 36}, std::tuple{"tp=2,mb=2,sp=1,recompute=selective", 4 * 36},
+        std::tuple{"tp=2,mb=8,sp=1,recompute=full", 36 + 4 * 4}}) {
+    const ParallelConfig cfg = parse_parallel_config(text, j.world).value();
+    const double extra = predict(meeting, j, cfg).time.total - predict(c, j, cfg).time.total;
+    EXPECT_NEAR(extra, collectives * 100e-6, 1e-9) << text;
+  }
+}
+
 TEST(Report, TheChromeTraceHasOneTrackPerPipelineRank) {
   const Job j = gpt175b(64, 64);
   const ParallelConfig c{

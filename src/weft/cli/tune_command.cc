@@ -437,6 +437,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                       {"compute_scale", fitted.compute_scale},
                       {"weight_passes", fitted.weight_passes},
                       {"step_overhead_ms", fitted.step_overhead * 1e3},
+                      {"tp_collective_overhead_us", fitted.tp_collective_overhead * 1e6},
                       {"note", fitted.calibration_note}});
         say(fmt::format(
             "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "

@@ -56,18 +56,20 @@ struct Factors {
   double log_scale = 0;      // log compute_scale
   double weight_passes = 0;  // passes over a GEMM's weight operand per call
   double overhead = 0;       // step_overhead / the mean measured step
+  double tp = 0;             // tp_collective_overhead / (1% of the mean measured step)
 };
-constexpr int kParams = 3;
+constexpr int kParams = 4;
 
 Cluster with_factors(Cluster c, const Factors& f, double mean_measured) {
   c.compute_scale = std::exp(f.log_scale);
   c.weight_passes = f.weight_passes;
   c.step_overhead = f.overhead * mean_measured;
+  c.tp_collective_overhead = f.tp * mean_measured / 100;
   return c;
 }
 
 double& param(Factors& f, int k) {
-  return k == 0 ? f.log_scale : k == 1 ? f.weight_passes : f.overhead;
+  return k == 0 ? f.log_scale : k == 1 ? f.weight_passes : k == 2 ? f.overhead : f.tp;
 }
 
 // Solves a x = b for the k x k system (k <= kParams) by Gaussian elimination with partial
@@ -206,18 +208,28 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   // fitted, only by trials whose shares differ beyond what those two can express (their
   // microbatches per step and weights per rank differ; with one microbatch count the passes cost
   // the same in every step, a fixed cost like the overhead).
-  std::vector<double> share(n);
-  {
-    const std::vector<double> r1 = residuals({.weight_passes = 1});
-    for (size_t i = 0; i < n; ++i) share[i] = 1 - std::exp((r1[i] - r0[i]) / sqrt_w[i]);
-  }
+  // The share of each trial's predicted step that one unit of a parameter adds (1 - p0 / p1).
+  auto share_of = [&](const Factors& unit) {
+    const std::vector<double> r1 = residuals(unit);
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = 1 - std::exp((r1[i] - r0[i]) / sqrt_w[i]);
+    return out;
+  };
+  const std::vector<double> share = share_of({.weight_passes = 1});
   std::vector<std::vector<double>> others = {ones};
   if (fit_overhead) others.push_back(inverse_predicted);
   const bool fit_passes =
       n >= 2 && residual_spread(share, others, sqrt_w) >= kMinShareSpreadForWeightPasses;
+  if (fit_passes) others.push_back(share);
+  // The tensor-parallel collectives' cost: told apart by trials whose steps meet the other ranks
+  // of a tensor-parallel group a different number of times per unit of step (tp = 1 against
+  // tp > 1, sequence parallelism's four collectives per pass against two).
+  const bool fit_tp =
+      n >= 2 && residual_spread(share_of({.tp = 1}), others, sqrt_w) >= kMinShareSpreadForTp;
   std::vector<int> active = {0};  // indices into Factors (param())
   if (fit_passes) active.push_back(1);
   if (fit_overhead) active.push_back(2);
+  if (fit_tp) active.push_back(3);
   const int dims = static_cast<int>(active.size());
 
   // A parameter the trials cannot identify keeps the preset's value, and the others are fitted
@@ -227,6 +239,7 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   Factors x;
   if (!fit_passes) x.weight_passes = base.weight_passes;
   if (!fit_overhead) x.overhead = base.step_overhead / mean_measured;
+  if (!fit_tp) x.tp = base.tp_collective_overhead / mean_measured * 100;
   {
     const std::vector<double> r_held = residuals(x);
     for (size_t i = 0; i < n; ++i) x.log_scale += sqrt_w[i] * r_held[i] / n;  // weighted mean log
@@ -268,10 +281,11 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
       for (int k = 0; k < dims && ok; ++k) param(xn, active[k]) += step[k];
       xn.weight_passes = std::max(0.0, xn.weight_passes);
       xn.overhead = std::max(0.0, xn.overhead);
+      xn.tp = std::max(0.0, xn.tp);
       // A step off to a scale beyond 1e6 (or a singular system's NaN) is no fit: exp() of it
       // overflows, and an infinite scale times a zero-byte term prices a pass at NaN. Damp more.
       if (!ok || !(std::abs(xn.log_scale) < kMaxLogScale) || !std::isfinite(xn.weight_passes) ||
-          !std::isfinite(xn.overhead)) {
+          !std::isfinite(xn.overhead) || !std::isfinite(xn.tp)) {
         lambda *= 4;
         continue;
       }
@@ -292,13 +306,16 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     if (!improved) break;
   }
 
+  // What the solver leaves of a cost the trials do not carry (1e-13 of the unit: 4e-11 us on
+  // trials with none) is none.
+  if (x.tp < 1e-9) x.tp = 0;
   Cluster fitted = with_factors(base, x, mean_measured);
   std::vector<double> after;
   for (size_t i = 0; i < n; ++i) after.push_back(std::exp(-r[i] / sqrt_w[i]) - 1);
   fitted.calibration_note = fmt::format(
       "refitted from {} measured trials: compute_scale {:.4g} (kernels inside a step vs "
-      "calibrated alone), weight_passes {}, step_overhead {}; planner step-time error, mean of "
-      "|predicted/measured - 1|: {:.1f}% before, {:.1f}% after",
+      "calibrated alone), weight_passes {}, step_overhead {}, tp_collective_overhead {}; planner "
+      "step-time error, mean of |predicted/measured - 1|: {:.1f}% before, {:.1f}% after",
       n, fitted.compute_scale,
       fit_passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
                  : fmt::format("not fitted, kept at {:.4g} (one pass is too alike a share of "
@@ -308,6 +325,11 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
                    : fmt::format("not fitted, kept at {:.4g} ms (the trials' steps are too alike "
                                  "in length)",
                                  fitted.step_overhead * 1e3),
+      fit_tp ? fmt::format("{:.4g} us per tensor-parallel collective",
+                           fitted.tp_collective_overhead * 1e6)
+             : fmt::format("not fitted, kept at {:.4g} us (the trials meet their tensor-parallel "
+                           "ranks alike often per step)",
+                           fitted.tp_collective_overhead * 1e6),
       100 * mean_abs(before), 100 * mean_abs(after));
   return fitted;
 }

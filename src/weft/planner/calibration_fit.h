@@ -12,15 +12,20 @@
 // each GEMM call passes over its weights again, from L3 or memory, which calibrate's GEMMs
 // (timed on operands kept in cache) never do, a cost per call and so per microbatch; and each
 // step pays a fixed cost the kernels leave out (the optimizer's bookkeeping, synchronization,
-// the allocator, data loading), an additive one. Three parameters, fitted by least squares on
+// the allocator, data loading), an additive one; and each tensor-parallel collective inside a
+// step costs more than calibrate's collectives, which start on every rank together (the ranks
+// meet there with the skew their kernels gathered since the last one), a cost per collective.
+// Four parameters, fitted by least squares on
 // log(measured / predicted) over the trials (relative error, so a 10 ms step counts as much as a
 // 1 s one), each trial weighted by its timed steps (a layout's figure is the fastest of its
 // trials' steps, planner/tune.h; the more steps, the likelier one ran undisturbed: successive
 // halving's first-round trials of 3 steps measured up to 2x off on this shared machine, its
-// final ones of 24 within 7%): Cluster::compute_scale, Cluster::weight_passes and
-// Cluster::step_overhead. Without the weight passes the factor alone left the error depending on
-// the micro-batch size (this machine, 2 ranks: mb=1 layouts predicted 11-15% too fast, mb=4-8
-// 10-20% too slow). Memory is not refitted here: the memory model's terms are byte counts of
+// final ones of 24 within 7%): Cluster::compute_scale, Cluster::weight_passes,
+// Cluster::step_overhead and Cluster::tp_collective_overhead. Without the weight passes the
+// factor alone left the error depending on the micro-batch size (this machine, 2 ranks: mb=1
+// layouts predicted 11-15% too fast, mb=4-8 10-20% too slow); without the collectives' cost,
+// on the tensor-parallel degree (tp2 layouts 6-17% too fast where dp2 layouts were within a
+// few percent). Memory is not refitted here: the memory model's terms are byte counts of
 // buffers, not machine constants.
 //
 //   Cluster c = load_cluster("configs/clusters/this-machine.toml").value();
@@ -40,14 +45,15 @@ namespace weft::planner {
 std::vector<double> step_time_errors(const Cluster& cluster,
                                      const std::vector<TrialMeasurement>& trials);
 
-// `base` with compute_scale, weight_passes and step_overhead fitted to the trials (starting
-// again from 1, 0 and 0: a refit of a refitted preset gives the same factors, it does not
-// compound them) and calibration_note saying what was fitted and how well. The overhead is
-// fitted only when the trials' predicted step times differ by at least kMinSpreadForOverhead (a
-// fixed cost and a factor cannot be told apart on steps of one length); the weight passes only
-// when the share of the step one pass takes differs between the trials by at least
-// kMinShareSpreadForWeightPasses (on trials of one microbatch count and one weight size per rank
-// they are a fixed cost per step too); a parameter not fitted keeps base's value (0 on a preset
+// `base` with compute_scale, weight_passes, step_overhead and tp_collective_overhead fitted to
+// the trials (starting again from 1, 0, 0 and 0: a refit of a refitted preset gives the same
+// factors, it does not compound them) and calibration_note saying what was fitted and how well.
+// The overhead is fitted only when the trials' predicted step times differ by at least
+// kMinSpreadForOverhead (a fixed cost and a factor cannot be told apart on steps of one length);
+// the weight passes only when the share of the step one pass takes differs between the trials by
+// at least kMinShareSpreadForWeightPasses (on trials of one microbatch count and one weight size
+// per rank they are a fixed cost per step too); the collectives' cost only when its share differs
+// by at least kMinShareSpreadForTp; a parameter not fitted keeps base's value (0 on a preset
 // never refitted) and the others are fitted with it. Throws
 // weft::Error, saying what to change, when there are no trials, a step time is not a positive
 // finite number, or the planner cannot price a trial's layout.
@@ -80,5 +86,12 @@ inline constexpr double kMinSpreadForOverhead = 1.2;
 // passes, the planner ranks small micro-batches low and a tune's best-ranked layouts are all of
 // large mb: then the passes are kept as they were, not fitted.
 inline constexpr double kMinShareSpreadForWeightPasses = 0.06;
+// The tensor-parallel collectives' cost (Cluster::tp_collective_overhead), decided last, against
+// the scale and whichever of the overhead and the passes are fitted: the spread of the share of
+// each trial's predicted step that a cost of 1% of the mean measured step per collective adds,
+// at least this (the same 6% as the passes'). This machine's 2-rank trials: tp=1 layouts none,
+// tp=2 layouts 19-72 collectives per step, shares 0-0.42. A tune of tensor-parallel layouts
+// alone with one collective count per step cannot tell the cost from the scale: it is kept.
+inline constexpr double kMinShareSpreadForTp = 0.06;
 
 }  // namespace weft::planner

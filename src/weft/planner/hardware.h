@@ -93,6 +93,18 @@ struct Cluster {
   // 0 (a preset without the key; a GPU, whose GEMMs overlap their weight reads with their math):
   // no such cost.
   double weight_passes = 0;  // >= 0
+  // tp_collective_overhead: what each tensor-parallel collective inside a step costs beyond its
+  // alpha-beta time on the link (cost_model.h, collective_time), once per call. `weft calibrate`
+  // times collectives on ranks that start them together, again and again on the same buffers;
+  // inside a step the ranks reach each of the layer's collectives at different times (the
+  // faster rank waits for the slower one's kernels since the last collective) with data the
+  // other core just wrote. Data parallelism meets the other ranks once per step, tensor
+  // parallelism 2-4 times per layer and microbatch. Fitted from this machine's trials
+  // (bench/tune/run.sh 2, 2 ranks on 2 cores): tp2 layouts, 19-72 collectives per step, measured
+  // 6-17% slower than predicted where dp2 layouts were within a few percent; about 100 us per
+  // call took both to within 10% (docs/planner.md §12). 0 (a preset without the key): no such
+  // cost.
+  double tp_collective_overhead = 0;  // s per call, >= 0
   std::string calibration_note;
 
   double peak(NumberFormat f) const;  // 0 when the device has no such rate

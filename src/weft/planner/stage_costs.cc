@@ -47,15 +47,22 @@ double forward_memory_bytes(const LayerShape& l) {
 }
 double attention_core_memory_bytes(const LayerShape& l) { return l.e * 4 * l.A + l.A; }
 
+// One tensor-parallel collective inside a step: its time on the link and the cost of meeting the
+// other ranks there (Cluster::tp_collective_overhead).
+double tp_collective(const Cluster& cl, const GroupLink& tp, Collective op, double bytes) {
+  if (tp.size <= 1) return 0;
+  return collective_time(tp, op, bytes) + cl.tp_collective_overhead;
+}
+
 // Two all-reduces of b*s*h, or with sequence parallelism two all-gathers and two
 // reduce-scatters of it (the all-reduce's two halves).
-double tp_pass_time(const LayerShape& l, const GroupLink& tp) {
+double tp_pass_time(const Cluster& cl, const LayerShape& l, const GroupLink& tp) {
   const double bytes = l.n * l.e;
   if (l.sp) {
-    return 2 * (collective_time(tp, Collective::AllGather, bytes) +
-                collective_time(tp, Collective::ReduceScatter, bytes));
+    return 2 * (tp_collective(cl, tp, Collective::AllGather, bytes) +
+                tp_collective(cl, tp, Collective::ReduceScatter, bytes));
   }
-  return 2 * collective_time(tp, Collective::AllReduce, bytes);
+  return 2 * tp_collective(cl, tp, Collective::AllReduce, bytes);
 }
 
 }  // namespace
@@ -80,13 +87,13 @@ StageCost layer_cost(const StageCostInputs& in) {
                       G(M, h, 4 * h / t) + attention_forward +
                       memory_time(cl, forward_memory_bytes(l)) +
                       weight_pass_time(cl, linear_weights * pb.weight);
-  c.forward.tp_comm = tp_pass_time(l, in.placement->tp);
+  c.forward.tp_comm = tp_pass_time(cl, l, in.placement->tp);
   // Input gradients: dX = dY W for the four linears, the four attention GEMMs' gradients.
   c.backward_input.compute = G(M, h, 3 * h / t) + G(M, h / t, h) + G(M, h, 4 * h / t) +
                              G(M, 4 * h / t, h) + 3 * G(s, d, s, heads) + G(s, s, d, heads) +
                              memory_time(cl, 2 * forward_memory_bytes(l)) +
                              weight_pass_time(cl, linear_weights * pb.weight);
-  c.backward_input.tp_comm = tp_pass_time(l, in.placement->tp);
+  c.backward_input.tp_comm = tp_pass_time(cl, l, in.placement->tp);
   // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
   c.backward_weight.compute = G(3 * h / t, h, M) + G(h, h / t, M) + G(4 * h / t, h, M) +
                               G(h, 4 * h / t, M) + weight_pass_time(cl, linear_weights * pb.grad);
@@ -135,10 +142,10 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     c.forward.compute += memory_time(cl, 3 * nbytes);
     c.backward_weight.compute += memory_time(cl, 3 * nbytes);
     if (l.sp) {
-      c.forward.tp_comm += collective_time(tp, Collective::ReduceScatter, nbytes);
-      c.backward_weight.tp_comm += collective_time(tp, Collective::AllGather, nbytes);
+      c.forward.tp_comm += tp_collective(cl, tp, Collective::ReduceScatter, nbytes);
+      c.backward_weight.tp_comm += tp_collective(cl, tp, Collective::AllGather, nbytes);
     } else {
-      c.forward.tp_comm += collective_time(tp, Collective::AllReduce, nbytes);
+      c.forward.tp_comm += tp_collective(cl, tp, Collective::AllReduce, nbytes);
     }
   }
   // Head: ln_f, logits [M, Vp/t] = x W^T, fp32 softmax cross-entropy (reads the logits twice,
@@ -154,12 +161,12 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
                          weight_pass_time(cl, wte * pb.weight);
     // The vocabulary-parallel cross-entropy's one all-gather of three fp32 statistics per row
     // from every rank (kernels/vocab_parallel_ce.h).
-    c.forward.tp_comm += collective_time(tp, Collective::AllGather, l.t * l.M * 3 * 4.0);
+    c.forward.tp_comm += tp_collective(cl, tp, Collective::AllGather, l.t * l.M * 3 * 4.0);
     c.backward_input.compute += gemm_time(cl, peak, l.M, l.h, Vt) +
                                 memory_time(cl, 2 * logits_bytes + 6 * l.act * l.e) +
                                 weight_pass_time(cl, wte * pb.weight);
     c.backward_input.tp_comm +=
-        collective_time(tp, l.sp ? Collective::ReduceScatter : Collective::AllReduce, nbytes);
+        tp_collective(cl, tp, l.sp ? Collective::ReduceScatter : Collective::AllReduce, nbytes);
     c.backward_weight.compute +=
         gemm_time(cl, peak, Vt, l.h, l.M) + weight_pass_time(cl, wte * pb.grad);
   }
