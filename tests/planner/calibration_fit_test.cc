@@ -78,6 +78,35 @@ double mean_abs(const std::vector<double>& v) {
   return s / v.size();
 }
 
+// `layouts` of the tune bench's job (planner/tune_bench_job.h) measured on `truth`, 24 timed
+// steps each.
+std::vector<TrialMeasurement> bench_trials_on(const Cluster& truth,
+                                              std::initializer_list<const char*> layouts) {
+  std::vector<std::pair<Job, std::string>> jobs;
+  for (const char* text : layouts) jobs.push_back({test::tune_bench_job(), text});
+  std::vector<TrialMeasurement> trials = trials_on(truth, jobs);
+  for (TrialMeasurement& t : trials) t.timed_steps = 24;
+  return trials;
+}
+
+// `base` with the one scale that fits the trials best (their mean log error, what the refit
+// starts from), and its errors printed.
+std::vector<double> scale_alone_errors(const Cluster& base,
+                                       const std::vector<TrialMeasurement>& trials) {
+  double mean_log = 0;
+  for (const TrialMeasurement& t : trials) {
+    mean_log +=
+        std::log(t.step_seconds / predict(base, t.job, t.config).time.total) / trials.size();
+  }
+  Cluster scale_only = base;
+  scale_only.compute_scale = std::exp(mean_log);
+  const std::vector<double> e = step_time_errors(scale_only, trials);
+  std::printf("scale alone %.4f: errors", scale_only.compute_scale);
+  for (double x : e) std::printf(" %+.1f%%", 100 * x);
+  std::printf("\n");
+  return e;
+}
+
 Cluster distorted(Cluster c) {
   c.compute_scale = kScale;
   c.weight_passes = kPasses;
@@ -168,27 +197,10 @@ TEST(CalibrationFit, WeightPassesTakeOutTheErrorThatDependsOnTheMicroBatchSize) 
   Cluster truth = base;
   truth.compute_scale = 1.1;
   truth.weight_passes = 1.0;
-  std::vector<std::pair<Job, std::string>> layouts;
-  for (const char* text :
-       {"dp=2,mb=1", "dp=2,mb=2", "dp=2,mb=4", "dp=2,zero=2,mb=4", "tp=2,sp=1,mb=1",
-        "tp=2,sp=1,mb=2", "tp=2,sp=1,mb=4", "tp=2,sp=1,mb=8", "pp=2,mb=1,schedule=zb-h1"}) {
-    layouts.push_back({test::tune_bench_job(), text});
-  }
-  std::vector<TrialMeasurement> trials = trials_on(truth, layouts);
-  for (TrialMeasurement& t : trials) t.timed_steps = 24;
-
-  // The scale alone, at its best (the weighted mean log error, what the refit starts from).
-  double mean_log = 0;
-  for (const TrialMeasurement& t : trials) {
-    mean_log +=
-        std::log(t.step_seconds / predict(base, t.job, t.config).time.total) / trials.size();
-  }
-  Cluster scale_only = base;
-  scale_only.compute_scale = std::exp(mean_log);
-  const std::vector<double> e = step_time_errors(scale_only, trials);
-  std::printf("scale alone %.4f: errors", scale_only.compute_scale);
-  for (double x : e) std::printf(" %+.1f%%", 100 * x);
-  std::printf("\n");
+  const std::vector<TrialMeasurement> trials = bench_trials_on(
+      truth, {"dp=2,mb=1", "dp=2,mb=2", "dp=2,mb=4", "dp=2,zero=2,mb=4", "tp=2,sp=1,mb=1",
+              "tp=2,sp=1,mb=2", "tp=2,sp=1,mb=4", "tp=2,sp=1,mb=8", "pp=2,mb=1,schedule=zb-h1"});
+  const std::vector<double> e = scale_alone_errors(base, trials);
   EXPECT_LT(e[0], -0.05);  // dp2 mb1: 4 microbatches per rank, predicted too fast
   EXPECT_GT(e[2], 0.03);   // dp2 mb4: one
   EXPECT_LT(e[4], -0.05);  // tp2 mb1: 8
@@ -216,24 +228,11 @@ TEST(CalibrationFit, TheTensorParallelCollectivesCostIsToldApartByTheirCount) {
   Cluster truth = base;
   truth.compute_scale = 1.2;
   truth.tp_collective_overhead = 100e-6;
-  std::vector<std::pair<Job, std::string>> layouts;
-  for (const char* text :
-       {"dp=2,mb=4,zero=1", "dp=2,mb=4,zero=2", "dp=2,mb=2,zero=1", "dp=2,mb=4,zero=3", "tp=2,mb=8",
-        "tp=2,mb=8,sp=1", "tp=2,mb=4", "tp=2,mb=4,sp=1", "pp=2,mb=4,schedule=zb-h1"}) {
-    layouts.push_back({test::tune_bench_job(), text});
-  }
-  std::vector<TrialMeasurement> trials = trials_on(truth, layouts);
-  for (TrialMeasurement& t : trials) t.timed_steps = 72;
-
-  Cluster scale_only = base;
-  scale_only.compute_scale = 1;
-  double mean_log = 0;
-  for (const double e : step_time_errors(scale_only, trials)) mean_log -= std::log1p(e) / 9;
-  scale_only.compute_scale = std::exp(mean_log);
-  const std::vector<double> e = step_time_errors(scale_only, trials);
-  std::printf("scale alone %.4f: errors", scale_only.compute_scale);
-  for (double x : e) std::printf(" %+.1f%%", 100 * x);
-  std::printf("\n");
+  const std::vector<TrialMeasurement> trials =
+      bench_trials_on(truth, {"dp=2,mb=4,zero=1", "dp=2,mb=4,zero=2", "dp=2,mb=2,zero=1",
+                              "dp=2,mb=4,zero=3", "tp=2,mb=8", "tp=2,mb=8,sp=1", "tp=2,mb=4",
+                              "tp=2,mb=4,sp=1", "pp=2,mb=4,schedule=zb-h1"});
+  const std::vector<double> e = scale_alone_errors(base, trials);
   EXPECT_GT(e[0], 0.01);   // dp2: no tensor-parallel collective, predicted too slow (+1.7%)
   EXPECT_LT(e[7], -0.05);  // tp2 mb4 sp: 2 microbatches x 36 collectives, too fast (-11.1%)
   EXPECT_LT(e[7], e[6]);   // sequence parallelism's 4 per pass against 2
