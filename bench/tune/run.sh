@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # weft tune benchmark (issue 16): `mpirun -n 4 weft tune` on a small GPT (L=4, C=256, 4 heads,
 # V=4096, T=64, global batch 8) with its default budget, then the grid over the same candidates
-# (`weft tune --grid --passes 3`: every one of the first round's layouts once per pass, at the
+# (`weft tune --grid --passes 4`: every one of the first round's layouts once per pass, at the
 # halving's final trial length). The grid's first pass is the grid the halving is compared with:
-# its trials and steps against the halving's, and whether both found the same winner. Its three
+# its trials and steps against the halving's, and whether both found the same winner. Its four
 # passes give each layout's figure (its fastest trial: a slow phase of the machine's other jobs
 # lasts seconds, so one trial can be slow from its first step to its last), which the planner is
 # validated against, before and after the refit, and the halving's winner measured against.
@@ -12,8 +12,9 @@
 # synthetic llm.c token file of the same vocabulary (the step time does not depend on the tokens).
 # Writes bench/results/tune-<stamp>.{json,md}: the search against the grid, and the planner's
 # step-time error per layout before the refit (the preset as it is) and after it (refitted from
-# that table's own trials: compute_scale, weight_passes, step_overhead; docs/planner.md §9).
-# The grid's refit is from the figures of its three passes; the halving's from its own trials.
+# that table's own trials: compute_scale, weight_passes, step_overhead, tp_collective_overhead;
+# docs/planner.md §9).
+# The grid's refit is from the figures of its four passes; the halving's from its own trials.
 #
 # Usage: bench/tune/run.sh [RANKS] [--update-calibration]   (default 4 ranks)
 #   --update-calibration: the grid's refit (16 layouts x the final trial length) rewrites
@@ -78,7 +79,7 @@ start=$(date +%s.%N)
 OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --out "$work/halving" \
   | tee "$work/halving.log"
 end=$(date +%s.%N)
-passes=3
+passes=4
 echo "== weft tune --grid --passes $passes on $ranks ranks" >&2
 OMP_NUM_THREADS=1 "${mpirun[@]}" -n "$ranks" "$weft" tune "$work/run.toml" --grid \
   --passes "$passes" --budget-minutes 30 --out "$work/grid" "${update[@]}" | tee "$work/grid.log"

@@ -248,22 +248,26 @@ TEST(TuneTest, ALayoutsFigureIsItsFastestTrial) {
 }
 
 TEST(TuneTest, TheGridsPassesTakeEachLayoutsFastestTrial) {
-  // Three passes over 4 layouts; the first and last run layout 0 slow (0.5 s -> 2 s, 3 s), so
-  // the first pass alone, or each layout's latest trial, would pick 1. Layout 3 fails in the first
-  // pass and is not run again.
+  // Three passes over 4 layouts, pass k starting k * 4 / 3 layouts in: 0 1 2 3, then 1 2 (3) 0,
+  // then 2 (3) 0 1. Layout 3 fails in the first pass and is not run again. The first and last
+  // pass run layout 0 slow (0.5 s -> 2 s, 3 s), so the first pass alone, or each layout's latest
+  // trial, would pick 1.
   FakeMachine m{{0.5, 1, 3, -1}};
-  m.slow = {{0, 4.0}, {5, 2.0}, {7, 6.0}};
+  m.slow = {{0, 4.0}, {4, 2.0}, {8, 6.0}};
   const TuneOutcome o =
       successive_halving(ranked(4), {.initial = 4, .first_steps = 3, .grid = true, .passes = 3},
                          m.runner(), m.clock());
   EXPECT_EQ(o.trials, 4 + 3 + 3);
   EXPECT_EQ(o.rounds, 3);
+  std::vector<int> order;
+  for (auto [c, s] : m.calls) order.push_back(c);
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 1, 2, 0, 2, 0, 1}));
   for (auto [c, s] : m.calls) EXPECT_EQ(s, 6);  // 4 -> 2: the second round's 3 * 2
   EXPECT_EQ(o.records[0].trials.size(), 3u);
   EXPECT_EQ(o.records[3].trials.size(), 1u);
   EXPECT_TRUE(o.records[3].failed);
   EXPECT_EQ(o.records[0].best()->step_seconds, 0.5);
-  EXPECT_EQ(o.records[1].best()->step_seconds, 1);  // its second pass (call 5) ran 2x slow
+  EXPECT_EQ(o.records[1].best()->step_seconds, 1);  // its second pass (call 4) ran 2x slow
   EXPECT_EQ(o.records[1].timed_steps(), 18);
   EXPECT_EQ(winner_candidate(o), 0);
   // One pass: the slow first trial of 0 decides.

@@ -79,7 +79,7 @@ struct HalvingOptions {
   // slow phase lasts seconds (this machine: one layout's fastest step measured 55-92 ms from one
   // trial to the next); each layout's figure is its fastest over the passes (CandidateRecord::
   // best), what the planner is validated against. The first pass alone is the grid the halving is
-  // compared with.
+  // compared with. Pass k (0-based) starts k * R / passes layouts into the planner's order.
   int passes = 1;
 };
 
