@@ -127,5 +127,31 @@ TEST(Hardware, RuntimeMemoryRoundTripsAndIsWhatThePredictionAdds) {
   EXPECT_NE(here.runtime_bytes, model::kDefaultRuntimeBytes);
 }
 
+// memory.optimizer_bandwidth_gbps, what `weft calibrate` times AdamW at: absent, the optimizer
+// step streams at the memory bandwidth, as before; present, the prediction's optimizer step is its
+// 28 bytes per parameter of fp32 AdamW at that rate (times compute_scale), to the ns.
+TEST(Hardware, OptimizerBandwidthRoundTripsAndPricesTheOptimizerStep) {
+  Cluster c = parse_cluster(kMinimal, "mini").value();
+  c.peak_fp32 = 1e11;
+  c.compute_scale = 1.25;
+  EXPECT_EQ(c.optimizer_bandwidth, 0);
+  EXPECT_EQ(to_toml(c).find("optimizer_bandwidth_gbps"), std::string::npos);
+  Cluster measured = c;
+  measured.optimizer_bandwidth = 34.1e9;
+  const Cluster back = parse_cluster(to_toml(measured), "again").value();
+  EXPECT_NEAR(back.optimizer_bandwidth, 34.1e9, 1);
+
+  const Job job = test::tune_bench_job();
+  const ParallelConfig dp2{.tp = 1, .pp = 1, .dp = 2, .micro_batch = 4, .zero = 1};
+  const double params = 4224512;  // the bench GPT's, half of them per ZeRO-1 rank
+  EXPECT_NEAR(predict(back, job, dp2).time.optimizer, 1.25 * params / 2 * 28 / 34.1e9, 1e-9);
+  EXPECT_NEAR(predict(c, job, dp2).time.optimizer,
+              1.25 * params / 2 * 28 / (c.memory_bandwidth * c.memory_efficiency), 1e-9);
+  Cluster bad = c;
+  bad.optimizer_bandwidth = -1e9;
+  EXPECT_NE(validate(bad).message("x").find("memory.optimizer_bandwidth_gbps=-1 must be >= 0"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft::planner

@@ -1,10 +1,11 @@
 // weft calibrate: measure this machine and write a cluster preset (configs/clusters/*.toml) the
 // planner reads: GEMM rates by shape (fitted to the planner's GEMM model), the memory bandwidth
-// of a streaming copy, and, when started by mpirun with two or more ranks, the alpha and beta of
-// all-reduce and point-to-point messages between ranks (least squares over several sizes).
-// Without mpirun (or with --no-mpi) the link constants keep the preset defaults, and it says so.
-// First of all, before anything else touches oneDNN, it measures what a training process holds
-// beyond its model's buffers (the preset's memory.runtime_mib), with a few steps of a small GPT.
+// of a streaming copy and of the optimizer step, and, when started by mpirun with two or more
+// ranks, the alpha and beta of all-reduce and point-to-point messages between ranks (least squares
+// over several sizes). Without mpirun (or with --no-mpi) the link constants keep the preset
+// defaults, and it says so. First of all, before anything else touches oneDNN, it measures what a
+// training process holds beyond its model's buffers (the preset's memory.runtime_mib), with a few
+// steps of a small GPT.
 
 #include <fmt/core.h>
 #include <malloc.h>
@@ -137,6 +138,22 @@ double measure_copy_bandwidth(bool quick) {
     }
     best = std::max(best, 2.0 * n / seconds_since(t0));
     std::swap(a, b);
+  }
+  return best;
+}
+
+// The optimizer step's rate: kernels::cpu::adamw_update (the trainer's host AdamW) over fp32
+// buffers much larger than the caches, in bytes per second as the planner counts them (28 per
+// parameter: parameter, gradient and both moments read, all but the gradient written).
+double measure_optimizer_bandwidth(bool quick) {
+  const int64_t n = int64_t{quick ? 4 : 16} << 20;
+  std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.f), v(n, 0.f);
+  double best = 0;
+  for (int t = 1; t <= (quick ? 3 : 7); ++t) {
+    const auto t0 = clock_type::now();
+    kernels::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f,
+                               0.1f, t);
+    if (t > 1) best = std::max(best, 28.0 * n / seconds_since(t0));  // the first touches pages
   }
   return best;
 }
@@ -325,6 +342,7 @@ void run_calibrate(const CalibrateOptions& o) {
   if (rank == 0) fmt::print("measuring memory bandwidth ...\n");
   c.memory_bandwidth = measure_copy_bandwidth(o.quick);
   c.memory_efficiency = 1;
+  c.optimizer_bandwidth = measure_optimizer_bandwidth(o.quick);
   // Links default to shared-memory-ish figures until measured.
   c.node = {.bandwidth = c.memory_bandwidth / 4, .latency = 2e-6};
   c.network = c.node;
@@ -357,7 +375,8 @@ void run_calibrate(const CalibrateOptions& o) {
       "# peak_tflops.fp32: the best rate of the measured GEMMs (sgemm through oneDNN, {} "
       "threads),\n"
       "# not a spec sheet's figure; gemm.*: the GEMM model fitted to {} shapes by least squares\n"
-      "# on log time. memory.bandwidth_gbps: a streaming copy (bytes read + written per second).\n"
+      "# on log time. memory.bandwidth_gbps: a streaming copy (bytes read + written per second);\n"
+      "# memory.optimizer_bandwidth_gbps: AdamW over fp32 buffers, 28 bytes per parameter.\n"
       "{}# GEMMs measured (M x N x K: GFLOP/s):",
       today(), threads, gemms.size(), notes);
   for (size_t i = 0; i < gemms.size(); ++i) {
@@ -373,8 +392,9 @@ void run_calibrate(const CalibrateOptions& o) {
   if (!out) throw Error(fmt::format("cannot write '{}'", o.output));
   fmt::print("peak fp32 {:.1f} GFLOP/s (best GEMM), GEMM efficiency {:.2f}, tile {}, k_half {}\n",
              c.peak_fp32 / 1e9, c.gemm.efficiency, c.gemm.tile_m, c.gemm.k_half);
-  fmt::print("memory {:.1f} GB/s (copy); runtime {:.2f} MiB per process\n",
-             c.memory_bandwidth / 1e9, static_cast<double>(c.runtime_bytes) / (1 << 20));
+  fmt::print("memory {:.1f} GB/s (copy), {:.1f} GB/s (AdamW); runtime {:.2f} MiB per process\n",
+             c.memory_bandwidth / 1e9, c.optimizer_bandwidth / 1e9,
+             static_cast<double>(c.runtime_bytes) / (1 << 20));
   fmt::print("links  all-reduce {:.2f} GB/s alpha {:.1f} us; p2p {:.2f} GB/s alpha {:.1f} us{}\n",
              c.node.bandwidth / 1e9, c.node.latency * 1e6, c.network.bandwidth / 1e9,
              c.network.latency * 1e6, ranks >= 2 ? "" : " (placeholders: not measured)");

@@ -33,6 +33,11 @@ double memory_time(const Cluster& c, double bytes) {
   return c.compute_scale * bytes / (c.memory_bandwidth * c.memory_efficiency);
 }
 
+double optimizer_time(const Cluster& c, double bytes) {
+  if (c.optimizer_bandwidth <= 0) return memory_time(c, bytes);
+  return c.compute_scale * bytes / c.optimizer_bandwidth;
+}
+
 double weight_pass_time(const Cluster& c, double bytes) {
   // Not times compute_scale: the two are separate terms of the refit (calibration_fit.h), so
   // neither can grow without bound while the other shrinks to keep their product. 0 exactly when

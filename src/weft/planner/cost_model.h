@@ -23,6 +23,9 @@ double gemm_shape_efficiency(const GemmModel& g, int64_t M, int64_t N, int64_t K
 
 // Seconds to stream `bytes` (read + written) through device memory.
 double memory_time(const Cluster& c, double bytes);
+// Seconds the optimizer step takes over `bytes` of parameters, gradients and moments (read +
+// written): at Cluster::optimizer_bandwidth when the preset measured it, else as memory_time.
+double optimizer_time(const Cluster& c, double bytes);
 // Seconds a GEMM call spends on its weight-sized operand beyond its FLOPs (hardware.h,
 // Cluster::weight_passes): weight_passes passes over `bytes` at the memory bandwidth (not scaled
 // by compute_scale); 0 on a preset that does not set it. Charged once per call, so once per

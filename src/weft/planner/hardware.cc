@@ -173,6 +173,10 @@ Status validate(const Cluster& c) {
     s.add(fmt::format("memory.runtime_mib={:.4g} must be >= 0", c.runtime_bytes / kMiB));
   }
   fraction("memory.efficiency", c.memory_efficiency);
+  if (!(c.optimizer_bandwidth >= 0)) {
+    s.add(fmt::format("memory.optimizer_bandwidth_gbps={} must be >= 0 (0: bandwidth_gbps)",
+                      c.optimizer_bandwidth / kGB));
+  }
   if (c.peak_bf16 <= 0 && c.peak_fp16 <= 0 && c.peak_tf32 <= 0 && c.peak_fp32 <= 0) {
     s.add("peak_tflops needs at least one rate (bf16, fp16, tf32 or fp32)");
   }
@@ -247,6 +251,7 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     c.reserved_bytes = r.number("reserved_gib", 0, false) * kGiB;
     c.memory_bandwidth = r.number("bandwidth_gbps", 0, true) * kGB;
     c.memory_efficiency = r.number("efficiency", 1, false);
+    c.optimizer_bandwidth = r.number("optimizer_bandwidth_gbps", 0, false) * kGB;
     const double runtime_mib =
         r.number("runtime_mib", static_cast<double>(model::kDefaultRuntimeBytes) / kMiB, false);
     c.runtime_bytes = std::llround(runtime_mib * kMiB);
@@ -346,6 +351,9 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
       "efficiency = {:.4g}\n",
       c.memory_bytes / kGiB, c.reserved_bytes / kGiB, c.memory_bandwidth / kGB,
       c.memory_efficiency);
+  if (c.optimizer_bandwidth > 0) {
+    out += fmt::format("optimizer_bandwidth_gbps = {:.6g}\n", c.optimizer_bandwidth / kGB);
+  }
   if (c.runtime_bytes != model::kDefaultRuntimeBytes) {
     // The shortest text that reads back as the same double: bytes / 2^20 is exact, so the byte
     // count round-trips (6 significant digits of MiB would not, for a measured figure).

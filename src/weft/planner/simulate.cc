@@ -132,7 +132,7 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
   // The calibration's per-step overhead (hardware.h) runs where every rank's step ends.
   costs.optimizer_step =
-      memory_time(cl, shard * optimizer_bytes_per_param(job.precision)) + cl.step_overhead;
+      optimizer_time(cl, shard * optimizer_bytes_per_param(job.precision)) + cl.step_overhead;
 
   if (options.bound_only) {
     // Each rank runs m forwards and backwards of each of its vp stages, their reductions and the
