@@ -108,9 +108,9 @@ struct Cluster {
   // other core just wrote. Data parallelism meets the other ranks once per step, tensor
   // parallelism 2-4 times per layer and microbatch. Fitted from this machine's trials
   // (bench/tune/run.sh 2, 2 ranks on 2 cores): tp2 layouts, 19-72 collectives per step, measured
-  // 6-17% slower than predicted where dp2 layouts were within a few percent; about 100 us per
-  // call took both to within 10% (docs/planner.md §12). 0 (a preset without the key): no such
-  // cost.
+  // 6-17% slower than predicted where dp2 layouts were within a few percent; 100-300 us per
+  // call took both to within 10% (the committed preset: 160; docs/planner.md §12). 0 (a preset
+  // without the key): no such cost.
   double tp_collective_overhead = 0;  // s per call, >= 0
   std::string calibration_note;
 
