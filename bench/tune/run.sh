@@ -183,6 +183,30 @@ for name, r, t in (("halving", refit, h), (f"grid ({g['passes']} passes)", grid_
               f"within 10% before, {within(r['errors_after'])} after; mean "
               f"{100 * r['mean_abs_error_before']:.1f}% -> {100 * r['mean_abs_error_after']:.1f}%; "
               f"refit: {r.get('note', '?')}")
+# The GEMM speed probes (Cluster::gemm_speed): the run's speed against the preset's, and whether
+# a trial's probe (just before it) tells how slow the trial runs against its layout's figure
+# (Pearson correlation over the grid's trials: near -1, the probe tracks the machine's speed;
+# near 0, it does not).
+def speed_text(t):
+    s = t.get("gemm_speed") or {}
+    return (f"{s.get('fastest', float('nan')):.3f}x the GEMM model over {s.get('probes', 0)} "
+            f"probes, {s.get('relative', float('nan')):.3f}x the preset's "
+            f"{s.get('preset', 0):.3f}{' (warned: another machine?)' if s.get('foreign') else ''}")
+pairs = [(x["gemm_speed"], x["step_ms"] / l["measured_ms"]) for l in g["layouts"]
+         if l["measured_ms"] for x in l["trials"] if ok(x) and x.get("gemm_speed")]
+def pearson(p):
+    n = len(p)
+    if n < 3:
+        return float("nan")
+    mx, my = sum(a for a, _ in p) / n, sum(b for _, b in p) / n
+    sxy = sum((a - mx) * (b - my) for a, b in p)
+    sxx, syy = sum((a - mx) ** 2 for a, _ in p), sum((b - my) ** 2 for _, b in p)
+    return sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")
+result["grid_speed_step_correlation"] = pearson(pairs)
+json.dump(result, open(out_json, "w"), indent=2)
+md.append(f"- GEMM speed: halving {speed_text(h)}; grid {speed_text(g)}; over the grid's "
+          f"{len(pairs)} trials, the probe before a trial against its step over the layout's "
+          f"figure: correlation {result['grid_speed_step_correlation']:+.2f}")
 if updated:
     md.append("- the grid's refit was written to configs/clusters/this-machine.toml "
               "(`--update-calibration`)")

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iomanip>
 #include <limits>
+#include <sstream>
 #include <string>
 
 #include "support/cli_fixture.h"
@@ -50,6 +52,23 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   EXPECT_GE(j["trials"].get<int>(), 1);
   EXPECT_EQ(j["world"], 2);
   EXPECT_GT(j["infeasible"].get<int>(), 0);
+  // The GEMM speed probes: three before the search, one before each trial (recorded with it);
+  // the run's speed is the fastest.
+  EXPECT_HAS(r.text, "GEMM speed ");
+  EXPECT_EQ(j["gemm_speed"]["probes"].get<int>(), 3 + j["trials"].get<int>());
+  const double speed = j["gemm_speed"]["fastest"].get<double>();
+  EXPECT_GT(speed, 0);
+  // The warning comes with a speed far from the preset's, and only then (this machine may be
+  // another host than the one the committed preset was measured on).
+  EXPECT_EQ(r.text.find("it may describe another machine") != std::string::npos,
+            j["gemm_speed"]["foreign"].get<bool>())
+      << r.text;
+  for (const auto& l : j["layouts"]) {
+    for (const auto& t : l["trials"]) {
+      EXPECT_GT(t["gemm_speed"].get<double>(), 0) << l.dump();
+      EXPECT_LE(t["gemm_speed"].get<double>(), speed) << l.dump();
+    }
+  }
   ASSERT_TRUE(j["winner"].is_string()) << j.dump(2);
   // The winner is the fastest latest measurement among the layouts of the last round, and it was
   // measured (never one the planner ranked infeasible: only feasible ones are tried).
@@ -103,14 +122,27 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
   EXPECT_EQ(fitted.rfind("# This machine, measured by `weft calibrate`", 0), 0u) << fitted;
   EXPECT_HAS(fitted, "# refitted by weft tune " + run + " on ");
   EXPECT_HAS(fitted, "[calibration]\ncompute_scale = ");
+  // ... and the speed its factors hold at, the fastest probe's.
+  std::ostringstream at;
+  at << "\ngemm_speed = " << std::setprecision(6) << speed << "\n";
+  EXPECT_HAS(fitted, at.str());
 }
 
 // The grid in passes: every layout once per pass, its figure the fastest of its trials.
+// Its preset says its factors were fitted on a machine 100x this one's GEMM speed: the tune warns
+// that the preset may be another machine's, and goes on.
 TEST_F(CliTuneTest, TheGridsPassesRunEveryLayoutOncePerPass) {
   const std::string run = write_run();
-  const auto r =
-      weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
-                   " --grid --passes 2 --top 3 --steps 1 --warmup 1 --out " + dir_ + "/grid");
+  std::string preset = read_text(WEFT_SOURCE_DIR "/configs/clusters/this-machine.toml");
+  const size_t key = preset.find("\ngemm_speed = ");
+  ASSERT_NE(key, std::string::npos);
+  const size_t end = preset.find('\n', key + 1);
+  const double committed = std::stod(preset.substr(key + 14, end - key - 14));
+  preset.replace(key, end - key, "\ngemm_speed = " + std::to_string(100 * committed));
+  std::ofstream(dir_ + "/foreign.toml") << preset;
+  const auto r = weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
+                              " --grid --passes 2 --top 3 --steps 1 --warmup 1 --out " + dir_ +
+                              "/grid --cluster " + dir_ + "/foreign.toml");
   ASSERT_EQ(r.rc, 0) << r.text;
   EXPECT_HAS(r.text,
              "grid: the 3 best-predicted layouts, 1 warm-up + 2 timed steps each, 2 passes");
@@ -118,6 +150,10 @@ TEST_F(CliTuneTest, TheGridsPassesRunEveryLayoutOncePerPass) {
   EXPECT_EQ(j["passes"], 2);
   EXPECT_EQ(j["trials"], 6);
   EXPECT_EQ(j["layouts"].size(), 3u);
+  EXPECT_HAS(r.text, "warning: this machine runs the run's GEMMs at 0.0");
+  EXPECT_HAS(r.text, "it may describe another machine");
+  EXPECT_TRUE(j["gemm_speed"]["foreign"].get<bool>());
+  EXPECT_EQ(j["gemm_speed"]["probes"], 3 + 6);
   for (const auto& l : j["layouts"]) {
     ASSERT_EQ(l["trials"].size(), 2u) << l.dump();
     EXPECT_EQ(l["timed_steps"], 4);
@@ -127,6 +163,48 @@ TEST_F(CliTuneTest, TheGridsPassesRunEveryLayoutOncePerPass) {
   const auto bad = weft("tune " + run + " --passes 2");
   EXPECT_NE(bad.rc, 0);
   EXPECT_HAS(bad.text, "--passes requires --grid");
+}
+
+// --refit-from: an earlier tune's figures join this one's in the refit (the note counts them all),
+// the written preset says where they came from; a tune.json of another job, or no tune.json, is
+// one error before any trial.
+TEST_F(CliTuneTest, TheRefitPoolsAnEarlierTunesFigures) {
+  const std::string run = write_run();
+  const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run;
+  auto r = weft_command(mpirun + " --budget-trials 2 --out " + dir_ + "/a");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const auto a = nlohmann::json::parse(read_text(dir_ + "/a/tune.json"));
+  const size_t a_layouts = a["refit"]["layouts"].size();
+  ASSERT_GT(a_layouts, 0u);
+  r = weft_command(mpirun + " --budget-trials 2 --out " + dir_ + "/b --refit-from " + dir_ +
+                   "/a/tune.json --calibrate-out " + dir_ + "/fitted.toml");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  const auto b = nlohmann::json::parse(read_text(dir_ + "/b/tune.json"));
+  const size_t b_layouts = b["refit"]["layouts"].size();
+  EXPECT_EQ(b["refit"]["pooled_layouts"], a_layouts);
+  EXPECT_EQ(b["refit"]["errors_after"].size(), b_layouts);  // this tune's own layouts
+  EXPECT_HAS(r.text, "refit with " + std::to_string(a_layouts) +
+                         " layouts' figures from 1 earlier tune(s): the planner's step time "
+                         "error on these " +
+                         std::to_string(b_layouts) + " layouts");
+  EXPECT_HAS(b["refit"]["note"].get<std::string>(),
+             "refitted from " + std::to_string(a_layouts + b_layouts) + " measured trials");
+  EXPECT_HAS(read_text(dir_ + "/fitted.toml"),
+             "on " + std::to_string(a_layouts + b_layouts) + " measured layouts (" +
+                 std::to_string(a_layouts) + " from " + dir_ + "/a/tune.json)");
+
+  // Another job (4 processes), and a file that is no tune.json.
+  auto other = a;
+  other["world"] = 4;
+  std::ofstream(dir_ + "/other.json") << other.dump();
+  r = weft_command(mpirun + " --refit-from " + dir_ + "/other.json");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "it tuned \"tiny\" on 4 process(es)");
+  EXPECT_HAS(r.text, "a refit pools trials of one job");
+  EXPECT_EQ(r.text.find("trial   1"), std::string::npos) << r.text;
+  r = weft_command(mpirun + " --refit-from " + run);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_HAS(r.text, "is not a tune.json");
 }
 
 TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {

@@ -16,6 +16,8 @@
 #include "weft/core/check.h"
 #include "weft/model/gpt_config.h"
 #include "weft/planner/calibration_fit.h"
+#include "weft/planner/cost_model.h"
+#include "weft/planner/gemm_fit.h"
 #include "weft/planner/simulate.h"
 
 namespace weft::planner {
@@ -26,16 +28,11 @@ constexpr double kPasses = 1.2;     // passes over a GEMM's weights per call
 constexpr double kOverhead = 2e-3;  // s per step
 constexpr double kTp = 50e-6;       // s per tensor-parallel collective
 
-// The preset as `weft calibrate` measured it: the committed one also carries a refit by `weft
-// tune` ([calibration]), which these tests make and check themselves.
+// A preset as `weft calibrate` measured it, without a refit ([calibration]), which these tests
+// make and check themselves: a fixed copy of one calibration of this machine's kind, so that the
+// figures below do not move with each recalibration of configs/clusters/this-machine.toml.
 Cluster this_machine() {
-  Cluster c = load_cluster(test::source_path("configs/clusters/this-machine.toml")).value();
-  c.compute_scale = 1;
-  c.step_overhead = 0;
-  c.weight_passes = 0;
-  c.tp_collective_overhead = 0;
-  c.calibration_note.clear();
-  return c;
+  return load_cluster(test::source_path("tests/planner/this-machine-2026-12-01.toml")).value();
 }
 
 Job pipe8l(int world, int batch) {
@@ -339,6 +336,45 @@ TEST(CalibrationFit, TheRefittedPresetIsWrittenAndReadBack) {
   EXPECT_NE(s.message("x").find("calibration.step_overhead_ms=-1 must be >= 0"), std::string::npos);
   EXPECT_NE(s.message("x").find("calibration.weight_passes=-0.5 must be >= 0"), std::string::npos);
   EXPECT_NE(s.message("x").find("calibration.tp_collective_overhead_us=-2 must be >= 0"),
+            std::string::npos);
+}
+
+// Cluster::gemm_speed: the machine's GEMM speed against the preset's GEMM model, the model's time
+// of the samples over their measured time, weighted by time; a refit records the speed its
+// factors were fitted at, and the preset carries it; a negative one is a validation error.
+TEST(CalibrationFit, TheGemmSpeedIsMeasuredAgainstTheModelAndARefitRecordsIt) {
+  const Cluster base = this_machine();
+  const double peak = base.peak(NumberFormat::FP32);
+  // 1 s at the model's time and 1 s taking 3 s: 2/4, not the mean of the rates (2/3).
+  const std::vector<GemmSample> shapes = {{512, 512, 512, 0}, {128, 1024, 256, 0}};
+  std::vector<GemmSample> at_model = shapes, slow = shapes;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    at_model[i].seconds = gemm_time(base, peak, shapes[i].M, shapes[i].N, shapes[i].K);
+    slow[i].seconds = at_model[i].seconds * (i == 0 ? 1 : 3);
+  }
+  EXPECT_NEAR(gemm_speed(base.gemm, peak, at_model), 1, 1e-12);
+  EXPECT_NEAR(
+      gemm_speed(base.gemm, peak, slow),
+      (at_model[0].seconds + at_model[1].seconds) / (at_model[0].seconds + 3 * at_model[1].seconds),
+      1e-12);
+
+  Cluster probed = base;
+  probed.gemm_speed = 0.8;
+  const Cluster fitted = refit_cluster(probed, trials_on(distorted(base), mixed_layouts()));
+  const Cluster back = parse_cluster(to_toml(fitted), "refitted.toml").value();
+  EXPECT_NEAR(back.gemm_speed, 0.8, 1e-6);
+  EXPECT_NE(back.calibration_note.find("the machine's GEMMs ran at 0.8x the GEMM model"),
+            std::string::npos)
+      << back.calibration_note;
+  // Not a price: the same predictions at any speed.
+  const Job job = test::tune_bench_job();
+  const ParallelConfig dp2 = parse_parallel_config("dp=2,mb=4,zero=1", 2).value();
+  Cluster other = back;
+  other.gemm_speed = 0.4;
+  EXPECT_EQ(predict(other, job, dp2).time.total, predict(back, job, dp2).time.total);
+  Cluster negative = base;
+  negative.gemm_speed = -1;
+  EXPECT_NE(validate(negative).message("x").find("calibration.gemm_speed=-1 must be >= 0"),
             std::string::npos);
 }
 

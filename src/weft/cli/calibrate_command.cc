@@ -34,6 +34,7 @@
 #include "weft/model/gemm_shapes.h"
 #include "weft/optim/unit_pool.h"
 #include "weft/planner/cost_model.h"
+#include "weft/planner/gemm_fit.h"
 #include "weft/planner/hardware.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
@@ -52,10 +53,7 @@ struct CalibrateOptions {
   bool quick = false;
 };
 
-struct Measured {
-  int64_t M, N, K;
-  double seconds;
-};
+using Measured = planner::GemmSample;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -338,6 +336,9 @@ void run_calibrate(const CalibrateOptions& o) {
   if (rank == 0) fmt::print("measuring GEMM rates ({} threads) ...\n", threads);
   const std::vector<Measured> gemms = measure_gemms(o.quick);
   fit_gemm(c, gemms, threads);
+  // The factors a later refit adds hold at the speed of the minute it measures; this preset's
+  // GEMM model is this minute's (near 1 by the fit, not exactly).
+  c.gemm_speed = planner::gemm_speed(c.gemm, c.peak_fp32, gemms);
   c.peak_bf16 = 0;
   if (rank == 0) fmt::print("measuring memory bandwidth ...\n");
   c.memory_bandwidth = measure_copy_bandwidth(o.quick);

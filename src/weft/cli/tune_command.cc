@@ -11,6 +11,7 @@
 // because everything they read is reduced (step times, memory, failures) or broadcast (the clock).
 
 #include <fmt/core.h>
+#include <fmt/format.h>
 #include <malloc.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -37,11 +39,14 @@
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
 #include "weft/kernels/kernels.h"
+#include "weft/model/gemm_shapes.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/calibration_fit.h"
+#include "weft/planner/gemm_fit.h"
 #include "weft/planner/memory_model.h"
 #include "weft/planner/search.h"
 #include "weft/planner/tune.h"
+#include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/schedule/schedule.h"
@@ -63,6 +68,7 @@ struct TuneOptions {
   int passes = 1;  // the grid's passes over its layouts (HalvingOptions::passes)
   std::string calibrate_out;
   bool update_calibration = false;
+  std::vector<std::string> refit_from;  // earlier tune.json files of the same job
 };
 
 // Four minutes of trials: with the search and the refit a default `weft tune` of a small model
@@ -194,6 +200,53 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
   return r;
 }
 
+// The machine's GEMM speed of the moment (Cluster::gemm_speed): the run's costliest GEMM shapes
+// (kProbeShapes of them, at the run's micro-batch, tp = 1) timed on every rank at once, one batch
+// of >= 5 ms each (about 30 ms in all on this machine), the slowest rank's time per shape, against
+// the preset's GEMM model. The meter's buffers are made at construction, before the memory
+// baseline, so no trial's memory holds them. The fastest of every probe is the run's speed, as a
+// layout's fastest trial is its figure: the machine at its least disturbed.
+class SpeedProbe {
+ public:
+  static constexpr int kProbeShapes = 4;
+
+  SpeedProbe(const model::GptConfig& m, int micro_batch, int seq_len)
+      : meter_(costliest(model::training_gemm_shapes(m, micro_batch, seq_len))) {}
+
+  // Measures once on every rank of `world` together; returns this probe's speed.
+  double probe(comm::Communicator* world, const planner::Cluster& c) {
+    if (world) world->barrier();
+    const runtime::GemmCeiling g = meter_.measure(1);
+    std::vector<double> seconds;
+    for (const auto& t : g.timings) seconds.push_back(t.seconds);
+    if (world && world->size() > 1) {
+      world->all_reduce(seconds.data(), static_cast<int64_t>(seconds.size()), comm::ReduceOp::Max);
+    }
+    std::vector<planner::GemmSample> samples;
+    for (size_t i = 0; i < seconds.size(); ++i) {
+      const model::GemmShape& s = g.timings[i].shape;
+      samples.push_back({s.M, s.N, s.K, seconds[i]});
+    }
+    const double now = planner::gemm_speed(c.gemm, c.peak(planner::NumberFormat::FP32), samples);
+    fastest_ = std::max(fastest_, now);
+    ++probes_;
+    return now;
+  }
+  double fastest() const { return fastest_; }
+  int probes() const { return probes_; }
+
+ private:
+  static std::vector<model::GemmShape> costliest(std::vector<model::GemmShape> shapes) {
+    std::stable_sort(shapes.begin(), shapes.end(),
+                     [](const auto& a, const auto& b) { return a.flops() > b.flops(); });
+    shapes.resize(std::min<size_t>(shapes.size(), kProbeShapes));
+    return shapes;
+  }
+  runtime::GemmCeilingMeter meter_;
+  double fastest_ = 0;
+  int probes_ = 0;
+};
+
 std::string markdown_table(const planner::TuneOutcome& o) {
   std::string s =
       "| planner rank | layout | trials | timed steps | predicted ms | measured ms | error | "
@@ -249,6 +302,53 @@ std::string keys_text(const planner::ParallelConfig& c) {
   return s;
 }
 
+// The layouts' figures of an earlier `weft tune` of the same job (its tune.json), which join this
+// tune's in the refit: the machine's speed moves from one minute to the next (this machine: the
+// same 16 layouts 7% apart between two tables, and the tensor-parallel collectives' cost fitted
+// at 81 and 155 us), so a preset refitted from several tables holds for more minutes than one
+// fitted from one. `speed`: the fastest GEMM speed that tune probed (0: none recorded).
+std::vector<planner::TrialMeasurement> read_tune_figures(const std::string& path,
+                                                         const planner::Job& job, int threads,
+                                                         double& speed) {
+  const std::optional<std::string> text = read_text_file(path);
+  if (!text) throw Error(fmt::format("--refit-from {}: cannot read it", path));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(*text);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("--refit-from {} is not a tune.json ({})", path, e.what()));
+  }
+  const auto value = [&](const char* key) {
+    if (!j.contains(key)) {
+      throw Error(fmt::format(
+          "--refit-from {}: no \"{}\": not a tune.json of this weft (rerun that tune)", path, key));
+    }
+    return j[key];
+  };
+  if (value("model") != job.model.name || value("world") != job.world ||
+      value("global_batch") != job.global_batch || value("seq_len") != job.seq_len ||
+      value("threads") != threads) {
+    throw Error(fmt::format(
+        "--refit-from {}: it tuned {} on {} process(es) x {} thread(s), global batch {} x {} "
+        "tokens; this tune is {} on {} x {}, global batch {} x {}: a refit pools trials of one job",
+        path, value("model").dump(), value("world").dump(), value("threads").dump(),
+        value("global_batch").dump(), value("seq_len").dump(), job.model.name, job.world, threads,
+        job.global_batch, job.seq_len));
+  }
+  speed = j.contains("gemm_speed") ? j["gemm_speed"].value("fastest", 0.0) : 0.0;
+  std::vector<planner::TrialMeasurement> out;
+  for (const auto& l : value("layouts")) {
+    if (l["measured_ms"].is_null()) continue;
+    const planner::ParallelConfig c =
+        planner::parse_parallel_config(l["layout"].get<std::string>(), job.world)
+            .value_or_throw(fmt::format("--refit-from {}", path));
+    out.push_back({job, c, l["measured_ms"].get<double>() * 1e-3,
+                   l["measured_mib"].get<double>() * (1 << 20), l["timed_steps"].get<int>()});
+  }
+  if (out.empty()) throw Error(fmt::format("--refit-from {}: no layout was measured", path));
+  return out;
+}
+
 // Writes `fitted` to `target` under the header of the preset it was refitted from (what `weft
 // calibrate` measured, and how, stays on top), its last line `refitted`.
 void write_refitted_preset(const std::string& target, const std::string& base,
@@ -272,6 +372,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   };
   const runtime::RunConfig cfg =
       runtime::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  SpeedProbe speed(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   // Memory is measured as `weft bench step` and `weft train` see it in a fresh process: the peak
   // above what the process held before anything of the run (MPI is up, no dataset, no model).
   // A baseline taken before each trial instead would leave out what the first trial leaves
@@ -285,6 +386,26 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         "[peak_tflops], or measure this machine with `weft calibrate -o {}`",
         o.cluster, o.cluster));
   }
+  const int threads =
+      cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
+  kernels::set_num_threads(threads);
+  // Is the preset this machine's? Three probes now, then one before each trial.
+  for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
+  const double reference = cluster.gemm_speed > 0 ? cluster.gemm_speed : 1.0;
+  const double relative = speed.fastest() / reference;
+  say(fmt::format(
+      "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
+      "at{})\n",
+      speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
+  const bool foreign = relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed;
+  if (foreign) {
+    say(fmt::format(
+        "warning: this machine runs the run's GEMMs at {:.2f}x the speed {} was calibrated and "
+        "refitted at: it may describe another machine, and its predictions will be off by about "
+        "as much; `weft calibrate -o {}` measures this one (then a tune with "
+        "--update-calibration refits it)\n",
+        relative, o.cluster, o.cluster));
+  }
   Job job;
   job.model = cfg.model;
   job.seq_len = cfg.train.seq_len;
@@ -292,6 +413,15 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   job.world = world_size;
   job.precision = Precision::FP32;
   validate(job).throw_if_error("invalid job");
+  // Earlier tunes' figures for the refit, read before any trial: a wrong file fails now.
+  std::vector<TrialMeasurement> pooled;
+  double pooled_speed = 0;
+  for (const std::string& path : o.refit_from) {
+    double s = 0;
+    const std::vector<TrialMeasurement> more = read_tune_figures(path, job, threads, s);
+    pooled.insert(pooled.end(), more.begin(), more.end());
+    pooled_speed = std::max(pooled_speed, s);
+  }
 
   // 1. Every layout, priced; all of the feasible ones ranked (keep = every candidate).
   const SearchResult sr = search(cluster, job, SearchSpace{}, 1 << 20);
@@ -309,9 +439,6 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         "processes (mpirun -n), train.global_batch or train.seq_len",
         cfg.model.name, world_size, job.global_batch, reasons));
   }
-  const int threads =
-      cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
-  kernels::set_num_threads(threads);
   std::vector<TuneCandidate> ranked;
   for (const Prediction& p : sr.ranked) {
     TuneCandidate c;
@@ -370,8 +497,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   };
   int trial_no = 0;
   const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
+    const double speed_now = speed.probe(world, cluster);
     TrialResult r =
         run_trial(cfg, *dataset, world, job, c.config, warmup, steps, baseline, stop_flag);
+    r.gemm_speed = speed_now;
     ++trial_no;
     if (r.stopped) {
       say(fmt::format("  trial {:3}  {:<40} stopped\n", trial_no, short_name(c.config)));
@@ -421,7 +550,13 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         return w > 0 ? s / w : 0.0;
       };
       const std::vector<double> before = step_time_errors(cluster, measured);
+      // This tune's own layouts first; the pooled ones join the refit only.
+      const size_t own = measured.size();
+      std::vector<TrialMeasurement> all = measured;
+      all.insert(all.end(), pooled.begin(), pooled.end());
       refit = {{"layouts", measured_layouts},
+               {"pooled_layouts", pooled.size()},
+               {"pooled_from", o.refit_from},
                {"errors_before", before},
                {"mean_abs_error_before", mean_abs(before)}};
       if (!refusal.empty()) {
@@ -430,7 +565,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
             "refit refused: {}{}\n", refusal,
             o.update_calibration || !o.calibrate_out.empty() ? "; no preset written" : ""));
       } else {
-        const Cluster fitted = refit_cluster(cluster, measured);
+        // The factors hold at the speed the trials ran at, the fastest probe's.
+        Cluster base = cluster;
+        base.gemm_speed = std::max(speed.fastest(), pooled_speed);
+        const Cluster fitted = refit_cluster(base, all);
         const std::vector<double> after = step_time_errors(fitted, measured);
         refit.update({{"errors_after", after},
                       {"mean_abs_error_after", mean_abs(after)},
@@ -440,16 +578,21 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                       {"tp_collective_overhead_us", fitted.tp_collective_overhead * 1e6},
                       {"note", fitted.calibration_note}});
         say(fmt::format(
-            "refit: the planner's step time error on these {} layouts, mean |predicted/measured - "
-            "1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
-            measured.size(), 100 * mean_abs(before), 100 * mean_abs(after),
-            fitted.calibration_note));
+            "refit{}: the planner's step time error on these {} layouts, mean |predicted/measured "
+            "- 1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
+            pooled.empty() ? ""
+                           : fmt::format(" with {} layouts' figures from {} earlier tune(s)",
+                                         pooled.size(), o.refit_from.size()),
+            own, 100 * mean_abs(before), 100 * mean_abs(after), fitted.calibration_note));
         std::string target = o.calibrate_out;
         if (target.empty() && o.update_calibration) target = o.cluster;
         if (!target.empty() && leader) {
-          write_refitted_preset(target, o.cluster, fitted,
-                                fmt::format("refitted by weft tune {} on {} measured layouts",
-                                            o.run, measured.size()));
+          write_refitted_preset(
+              target, o.cluster, fitted,
+              fmt::format("refitted by weft tune {} on {} measured layouts{}", o.run, all.size(),
+                          pooled.empty() ? ""
+                                         : fmt::format(" ({} from {})", pooled.size(),
+                                                       fmt::join(o.refit_from, ", "))));
         } else if (target.empty()) {
           say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
               o.cluster + ")\n");
@@ -475,7 +618,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"median_step_ms", t.median_seconds * 1e3},
                           {"peak_mib", mib(t.peak_bytes)},
                           {"rank0_mib", mib(t.rank0_bytes)},
-                          {"wall_s", t.wall_seconds}});
+                          {"wall_s", t.wall_seconds},
+                          {"gemm_speed", t.gemm_speed}});
       }
       const TrialResult* t = r.best();
       const TuneCandidate& c = r.candidate;
@@ -500,7 +644,15 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         {"model", cfg.model.name},
         {"world", world_size},
         {"threads", threads},
+        {"global_batch", job.global_batch},
+        {"seq_len", job.seq_len},
         {"cluster", o.cluster},
+        {"gemm_speed",
+         {{"fastest", speed.fastest()},
+          {"probes", speed.probes()},
+          {"preset", cluster.gemm_speed},
+          {"relative", relative},
+          {"foreign", foreign}}},
         {"candidates", sr.candidates},
         {"infeasible", sr.infeasible.size()},
         {"infeasible_reasons", sr.reason_counts},
@@ -592,6 +744,10 @@ void add_tune_command(CLI::App& app) {
                   "write the preset refitted from the trials to this file");
   cmd->add_flag("--update-calibration", o->update_calibration,
                 "rewrite --cluster's preset with the refit");
+  cmd->add_option("--refit-from", o->refit_from,
+                  "tune.json of an earlier `weft tune` of the same run: its layouts' figures join "
+                  "the refit (repeatable)")
+      ->check(CLI::ExistingFile);
   cmd->callback([o] {
     const JobWorld processes;
     try {

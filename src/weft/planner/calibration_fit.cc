@@ -315,7 +315,7 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   fitted.calibration_note = fmt::format(
       "refitted from {} measured trials: compute_scale {:.4g} (kernels inside a step vs "
       "calibrated alone), weight_passes {}, step_overhead {}, tp_collective_overhead {}; planner "
-      "step-time error, mean of |predicted/measured - 1|: {:.1f}% before, {:.1f}% after",
+      "step-time error, mean of |predicted/measured - 1|: {:.1f}% before, {:.1f}% after{}",
       n, fitted.compute_scale,
       fit_passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
                  : fmt::format("not fitted, kept at {:.4g} (one pass is too alike a share of "
@@ -330,7 +330,10 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
              : fmt::format("not fitted, kept at {:.4g} us (the trials meet their tensor-parallel "
                            "ranks alike often per step)",
                            fitted.tp_collective_overhead * 1e6),
-      100 * mean_abs(before), 100 * mean_abs(after));
+      100 * mean_abs(before), 100 * mean_abs(after),
+      fitted.gemm_speed > 0
+          ? fmt::format("; the machine's GEMMs ran at {:.3g}x the GEMM model", fitted.gemm_speed)
+          : "");
   return fitted;
 }
 

@@ -94,4 +94,11 @@ inline constexpr double kMinShareSpreadForWeightPasses = 0.06;
 // alone with one collective count per step cannot tell the cost from the scale: it is kept.
 inline constexpr double kMinShareSpreadForTp = 0.06;
 
+// How far the GEMM speed `weft tune` probes may lie from the speed its preset's factors were
+// fitted at (Cluster::gemm_speed; 1 for a preset that does not say) before it warns that the
+// preset may be another machine's: a factor of kForeignPresetSpeed either way. This machine's
+// speed drifted by up to 12% between minutes; two hosts of its kind (both "AMD EPYC", 2 cores)
+// differed 2.3x (GEMMs at 106-114 GFLOP/s per core on one, 176-247 on the other).
+inline constexpr double kForeignPresetSpeed = 1.25;
+
 }  // namespace weft::planner

@@ -23,6 +23,16 @@ double gemm_rate_error(const GemmModel& g, double peak, const GemmSample& s) {
   return s.seconds / model_time(g, peak, s) - 1;
 }
 
+double gemm_speed(const GemmModel& g, double peak, std::span<const GemmSample> samples) {
+  WEFT_CHECK(!samples.empty() && peak > 0, "gemm_speed needs samples and a peak rate");
+  double model = 0, measured = 0;
+  for (const GemmSample& s : samples) {
+    model += model_time(g, peak, s);
+    measured += s.seconds;
+  }
+  return model / measured;
+}
+
 GemmModel fit_gemm_model(const GemmModel& base, double peak, std::span<const GemmSample> samples,
                          const GemmFitGrid& grid) {
   WEFT_CHECK(!samples.empty() && peak > 0, "fit_gemm_model needs samples and a peak rate");

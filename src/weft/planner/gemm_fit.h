@@ -39,4 +39,9 @@ double gemm_rate_error(const GemmModel& g, double peak, const GemmSample& s);
 GemmModel fit_gemm_model(const GemmModel& base, double peak, std::span<const GemmSample> samples,
                          const GemmFitGrid& grid = {});
 
+// How fast the machine runs the samples against the model: the model's time of all of them over
+// their measured time (> 1: faster than the model, which `weft calibrate` fitted at its own
+// minute). The time-weighted mean, so a shape counts by how long it takes. Cluster::gemm_speed.
+double gemm_speed(const GemmModel& g, double peak, std::span<const GemmSample> samples);
+
 }  // namespace weft::planner

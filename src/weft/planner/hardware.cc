@@ -208,6 +208,9 @@ Status validate(const Cluster& c) {
     s.add(fmt::format("calibration.tp_collective_overhead_us={} must be >= 0",
                       c.tp_collective_overhead / kMicro));
   }
+  if (!(c.gemm_speed >= 0)) {
+    s.add(fmt::format("calibration.gemm_speed={} must be >= 0 (0: not measured)", c.gemm_speed));
+  }
   positive("link.network.bandwidth_gbps", c.network.bandwidth);
   return s;
 }
@@ -294,6 +297,7 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     c.step_overhead = r.number("step_overhead_ms", 0, false) * kMilli;
     c.weight_passes = r.number("weight_passes", 0, false);
     c.tp_collective_overhead = r.number("tp_collective_overhead_us", 0, false) * kMicro;
+    c.gemm_speed = r.number("gemm_speed", 0, false);
     c.calibration_note = r.text("note", "", false);
     r.report_unknown();
   }
@@ -372,7 +376,7 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
   link("node", c.node);
   link("network", c.network);
   if (c.compute_scale != 1 || c.step_overhead != 0 || c.weight_passes != 0 ||
-      c.tp_collective_overhead != 0 || !c.calibration_note.empty()) {
+      c.tp_collective_overhead != 0 || c.gemm_speed != 0 || !c.calibration_note.empty()) {
     out += fmt::format("\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\n",
                        c.compute_scale, c.step_overhead / kMilli);
     // Written only when fitted: a preset without it reads as 0, today's pricing.
@@ -380,6 +384,7 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
     if (c.tp_collective_overhead != 0) {
       out += fmt::format("tp_collective_overhead_us = {:.6g}\n", c.tp_collective_overhead / kMicro);
     }
+    if (c.gemm_speed != 0) out += fmt::format("gemm_speed = {:.6g}\n", c.gemm_speed);
     out += fmt::format("note = {}\n", quoted(c.calibration_note));
   }
   return out;

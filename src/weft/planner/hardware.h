@@ -112,6 +112,15 @@ struct Cluster {
   // call took both to within 10% (the committed preset: 160; docs/planner.md §12). 0 (a preset
   // without the key): no such cost.
   double tp_collective_overhead = 0;  // s per call, >= 0
+  // gemm_speed: how fast the machine ran GEMMs when the factors above were fitted, against the
+  // [gemm] model (planner/gemm_fit.h, gemm_speed: the model's time of a run's GEMM shapes over
+  // their measured time). `weft calibrate` writes its own fit's (near 1); a refit by `weft tune`
+  // the fastest of the speeds it probed before and between its trials. `weft tune` compares the
+  // speed it probes with this one and warns when they are far apart (kForeignPresetSpeed,
+  // calibration_fit.h): two hosts of this machine's kind ran GEMMs 2.3x apart, and a preset
+  // calibrated on one priced the other's steps 40-50% fast. Not a price: the planner's times do
+  // not read it. 0 (a preset without the key, every vendor preset): not measured.
+  double gemm_speed = 0;  // >= 0
   std::string calibration_note;
 
   double peak(NumberFormat f) const;  // 0 when the device has no such rate

@@ -58,6 +58,8 @@ struct TrialResult {
   double rank0_bytes = 0;     // rank 0's
   double wall_seconds = 0;    // the whole trial: build, warm-up, timed steps, teardown
   int steps = 0;              // timed steps
+  // The machine's GEMM speed probed just before the trial (Cluster::gemm_speed; 0: not probed).
+  double gemm_speed = 0;
 };
 
 struct HalvingOptions {
