@@ -21,7 +21,6 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -30,6 +29,8 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/job_world.h"
 #include "weft/cli/launch_check.h"
+#include "weft/cli/tune_figures.h"
+#include "weft/cli/tune_speed_probe.h"
 #include "weft/cli/validators.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -39,14 +40,11 @@
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
 #include "weft/kernels/kernels.h"
-#include "weft/model/gemm_shapes.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/calibration_fit.h"
-#include "weft/planner/gemm_fit.h"
 #include "weft/planner/memory_model.h"
 #include "weft/planner/search.h"
 #include "weft/planner/tune.h"
-#include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/schedule/schedule.h"
@@ -200,53 +198,6 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
   return r;
 }
 
-// The machine's GEMM speed of the moment (Cluster::gemm_speed): the run's costliest GEMM shapes
-// (kProbeShapes of them, at the run's micro-batch, tp = 1) timed on every rank at once, one batch
-// of >= 5 ms each (about 30 ms in all on this machine), the slowest rank's time per shape, against
-// the preset's GEMM model. The meter's buffers are made at construction, before the memory
-// baseline, so no trial's memory holds them. The fastest of every probe is the run's speed, as a
-// layout's fastest trial is its figure: the machine at its least disturbed.
-class SpeedProbe {
- public:
-  static constexpr int kProbeShapes = 4;
-
-  SpeedProbe(const model::GptConfig& m, int micro_batch, int seq_len)
-      : meter_(costliest(model::training_gemm_shapes(m, micro_batch, seq_len))) {}
-
-  // Measures once on every rank of `world` together; returns this probe's speed.
-  double probe(comm::Communicator* world, const planner::Cluster& c) {
-    if (world) world->barrier();
-    const runtime::GemmCeiling g = meter_.measure(1);
-    std::vector<double> seconds;
-    for (const auto& t : g.timings) seconds.push_back(t.seconds);
-    if (world && world->size() > 1) {
-      world->all_reduce(seconds.data(), static_cast<int64_t>(seconds.size()), comm::ReduceOp::Max);
-    }
-    std::vector<planner::GemmSample> samples;
-    for (size_t i = 0; i < seconds.size(); ++i) {
-      const model::GemmShape& s = g.timings[i].shape;
-      samples.push_back({s.M, s.N, s.K, seconds[i]});
-    }
-    const double now = planner::gemm_speed(c.gemm, c.peak(planner::NumberFormat::FP32), samples);
-    fastest_ = std::max(fastest_, now);
-    ++probes_;
-    return now;
-  }
-  double fastest() const { return fastest_; }
-  int probes() const { return probes_; }
-
- private:
-  static std::vector<model::GemmShape> costliest(std::vector<model::GemmShape> shapes) {
-    std::stable_sort(shapes.begin(), shapes.end(),
-                     [](const auto& a, const auto& b) { return a.flops() > b.flops(); });
-    shapes.resize(std::min<size_t>(shapes.size(), kProbeShapes));
-    return shapes;
-  }
-  runtime::GemmCeilingMeter meter_;
-  double fastest_ = 0;
-  int probes_ = 0;
-};
-
 std::string markdown_table(const planner::TuneOutcome& o) {
   std::string s =
       "| planner rank | layout | trials | timed steps | predicted ms | measured ms | error | "
@@ -300,53 +251,6 @@ std::string keys_text(const planner::ParallelConfig& c) {
     for (const auto& [k, v] : kv) s += fmt::format("{} = {}\n", k, v);
   }
   return s;
-}
-
-// The layouts' figures of an earlier `weft tune` of the same job (its tune.json), which join this
-// tune's in the refit: the machine's speed moves from one minute to the next (this machine: the
-// same 16 layouts 7% apart between two tables, and the tensor-parallel collectives' cost fitted
-// at 81 and 155 us), so a preset refitted from several tables holds for more minutes than one
-// fitted from one. `speed`: the fastest GEMM speed that tune probed (0: none recorded).
-std::vector<planner::TrialMeasurement> read_tune_figures(const std::string& path,
-                                                         const planner::Job& job, int threads,
-                                                         double& speed) {
-  const std::optional<std::string> text = read_text_file(path);
-  if (!text) throw Error(fmt::format("--refit-from {}: cannot read it", path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(*text);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("--refit-from {} is not a tune.json ({})", path, e.what()));
-  }
-  const auto value = [&](const char* key) {
-    if (!j.contains(key)) {
-      throw Error(fmt::format(
-          "--refit-from {}: no \"{}\": not a tune.json of this weft (rerun that tune)", path, key));
-    }
-    return j[key];
-  };
-  if (value("model") != job.model.name || value("world") != job.world ||
-      value("global_batch") != job.global_batch || value("seq_len") != job.seq_len ||
-      value("threads") != threads) {
-    throw Error(fmt::format(
-        "--refit-from {}: it tuned {} on {} process(es) x {} thread(s), global batch {} x {} "
-        "tokens; this tune is {} on {} x {}, global batch {} x {}: a refit pools trials of one job",
-        path, value("model").dump(), value("world").dump(), value("threads").dump(),
-        value("global_batch").dump(), value("seq_len").dump(), job.model.name, job.world, threads,
-        job.global_batch, job.seq_len));
-  }
-  speed = j.contains("gemm_speed") ? j["gemm_speed"].value("fastest", 0.0) : 0.0;
-  std::vector<planner::TrialMeasurement> out;
-  for (const auto& l : value("layouts")) {
-    if (l["measured_ms"].is_null()) continue;
-    const planner::ParallelConfig c =
-        planner::parse_parallel_config(l["layout"].get<std::string>(), job.world)
-            .value_or_throw(fmt::format("--refit-from {}", path));
-    out.push_back({job, c, l["measured_ms"].get<double>() * 1e-3,
-                   l["measured_mib"].get<double>() * (1 << 20), l["timed_steps"].get<int>()});
-  }
-  if (out.empty()) throw Error(fmt::format("--refit-from {}: no layout was measured", path));
-  return out;
 }
 
 // Writes `fitted` to `target` under the header of the preset it was refitted from (what `weft
@@ -417,10 +321,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   std::vector<TrialMeasurement> pooled;
   double pooled_speed = 0;
   for (const std::string& path : o.refit_from) {
-    double s = 0;
-    const std::vector<TrialMeasurement> more = read_tune_figures(path, job, threads, s);
-    pooled.insert(pooled.end(), more.begin(), more.end());
-    pooled_speed = std::max(pooled_speed, s);
+    const TuneFigures more = read_tune_figures(path, job, threads);
+    pooled.insert(pooled.end(), more.layouts.begin(), more.layouts.end());
+    pooled_speed = std::max(pooled_speed, more.gemm_speed);
   }
 
   // 1. Every layout, priced; all of the feasible ones ranked (keep = every candidate).
