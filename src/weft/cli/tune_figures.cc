@@ -44,9 +44,11 @@ TuneFigures read_tune_figures(const std::string& path, const planner::Job& job, 
         planner::parse_parallel_config(l["layout"].get<std::string>(), job.world)
             .value_or_throw(fmt::format("--refit-from {}", path));
     out.layouts.push_back({job, c, l["measured_ms"].get<double>() * 1e-3,
-                   l["measured_mib"].get<double>() * (1 << 20), l["timed_steps"].get<int>()});
+                           l["measured_mib"].get<double>() * (1 << 20),
+                           l["timed_steps"].get<int>()});
   }
-  if (out.layouts.empty()) throw Error(fmt::format("--refit-from {}: no layout was measured", path));
+  if (out.layouts.empty())
+    throw Error(fmt::format("--refit-from {}: no layout was measured", path));
   return out;
 }
 
