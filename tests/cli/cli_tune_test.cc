@@ -159,6 +159,14 @@ TEST_F(CliTuneTest, TheGridsPassesRunEveryLayoutOncePerPass) {
     EXPECT_EQ(l["timed_steps"], 4);
     EXPECT_EQ(l["measured_ms"].get<double>(), std::min(l["trials"][0]["step_ms"].get<double>(),
                                                        l["trials"][1]["step_ms"].get<double>()));
+    // ... and its memory the least of its trials', each rank statistic on its own.
+    for (const char* key : {"mib", "rank0_mib"}) {
+      const std::string trial_key = key == std::string("mib") ? "peak_mib" : key;
+      EXPECT_EQ(l[std::string("measured_") + key].get<double>(),
+                std::min(l["trials"][0][trial_key].get<double>(),
+                         l["trials"][1][trial_key].get<double>()))
+          << l.dump();
+    }
   }
   const auto bad = weft("tune " + run + " --passes 2");
   EXPECT_NE(bad.rc, 0);

@@ -279,6 +279,28 @@ TEST(TuneTest, TheGridsPassesTakeEachLayoutsFastestTrial) {
       1);
 }
 
+TEST(TuneTest, ALayoutsMemoryIsItsLeastTrial) {
+  // Four trials of one layout, as the grid's passes run it: the heap the earlier trials left adds
+  // to some of them, on one rank or both. The figure is each statistic's least, not the fastest
+  // trial's (the third: 90/80) nor the latest's, and a failed or stopped trial does not count.
+  CandidateRecord r;
+  const auto trial = [](double s, double peak, double rank0, bool ok = true, bool stop = false) {
+    TrialResult t;
+    t.ok = ok;
+    t.stopped = stop;
+    t.step_seconds = s;
+    t.peak_bytes = peak;
+    t.rank0_bytes = rank0;
+    return t;
+  };
+  EXPECT_EQ(r.least_memory().peak_bytes, 0);
+  r.trials = {trial(1.2, 96, 84), trial(1.1, 85, 85),        trial(1.0, 90, 80),
+              trial(1.3, 94, 94), trial(0.9, 10, 10, false), trial(0.8, 20, 20, true, true)};
+  EXPECT_EQ(r.best()->peak_bytes, 90);
+  EXPECT_EQ(r.least_memory().peak_bytes, 85);
+  EXPECT_EQ(r.least_memory().rank0_bytes, 80);
+}
+
 TEST(TuneTest, TheWinnersKeysReplaceTheRunConfigsOwn) {
   const std::string run =
       "[model]\nconfig = \"tiny.toml\"\n\n[train]\nmicro_batch = 4  # sequences\nsteps = 10\n"

@@ -231,14 +231,15 @@ std::string markdown_table(const planner::TuneOutcome& o) {
                        mib(c.predicted_bytes), mib(c.predicted_rank0_bytes), why);
       continue;
     }
+    const planner::CandidateRecord::Memory mem = r.least_memory();
     s += fmt::format(
         "| {} | {} | {} | {} | {:.3f} | {:.3f} | {:+.0f}% | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | "
         "{:.1f} | {:+.0f}% | {} |\n",
         c.predicted_rank, name, r.trials.size(), r.timed_steps(), c.predicted_seconds * 1e3,
         t->step_seconds * 1e3, error_pct(c.predicted_seconds, t->step_seconds),
-        mib(c.predicted_bytes), mib(t->peak_bytes), error_pct(c.predicted_bytes, t->peak_bytes),
-        mib(c.predicted_rank0_bytes), mib(t->rank0_bytes),
-        error_pct(c.predicted_rank0_bytes, t->rank0_bytes),
+        mib(c.predicted_bytes), mib(mem.peak_bytes), error_pct(c.predicted_bytes, mem.peak_bytes),
+        mib(c.predicted_rank0_bytes), mib(mem.rank0_bytes),
+        error_pct(c.predicted_rank0_bytes, mem.rank0_bytes),
         o.winner == i ? "**winner**" : (r.failed ? "failed" : ""));
   }
   return s;
@@ -434,7 +435,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   for (const CandidateRecord& r : out.records) {
     if (const TrialResult* t = r.best()) {
       measured.push_back(
-          {job, r.candidate.config, t->step_seconds, t->peak_bytes, r.timed_steps()});
+          {job, r.candidate.config, t->step_seconds, r.least_memory().peak_bytes, r.timed_steps()});
       measured_layouts.push_back(to_string(r.candidate.config));
     }
   }
@@ -525,6 +526,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"gemm_speed", t.gemm_speed}});
       }
       const TrialResult* t = r.best();
+      const CandidateRecord::Memory mem = r.least_memory();
       const TuneCandidate& c = r.candidate;
       layouts.push_back(
           {{"layout", to_string(c.config)},
@@ -535,8 +537,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
            {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
            {"measured_ms", t ? nlohmann::json(t->step_seconds * 1e3) : nlohmann::json()},
            {"measured_median_ms", t ? nlohmann::json(t->median_seconds * 1e3) : nlohmann::json()},
-           {"measured_mib", t ? nlohmann::json(mib(t->peak_bytes)) : nlohmann::json()},
-           {"measured_rank0_mib", t ? nlohmann::json(mib(t->rank0_bytes)) : nlohmann::json()},
+           {"measured_mib", t ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
+           {"measured_rank0_mib", t ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
            {"timed_steps", r.timed_steps()},
            {"failed", r.failed},
            {"last_round", r.last_round},

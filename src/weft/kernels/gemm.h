@@ -11,7 +11,9 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 
 // The same GEMM with A and B rounded to bfloat16 (round to nearest even) and the products
 // accumulated in fp32 (C stays fp32), through oneDNN's bf16 matmul: about twice sgemm's rate on
-// CPUs with avx512_bf16. The linear layers use it under MatmulPrecision::BF16 (kernels.h).
+// CPUs with avx512_bf16; on CPUs without oneDNN's bf16 matmul (below avx512_core) the rounded
+// inputs go through sgemm instead: the same numbers at sgemm's rate. The linear layers use it
+// under MatmulPrecision::BF16 (kernels.h).
 // Relative error about 2^-8 (the input rounding). Threads may call it concurrently (per-thread
 // scratch buffers, a locked primitive cache).
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weft/core/dtype.h"
+#include "weft/kernels/kernels.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_layout.h"
@@ -49,7 +50,9 @@ struct MemoryEstimate {
 // another CPU or oneDNN build JITs other kernels, so a cluster preset may give its own
 // (memory.runtime_mib, which `weft calibrate` measures: 11.03 MiB on this machine on 2026-12-01,
 // with the heap temporaries of oneDNN and MPI and the code and data pages a tune trial touches).
-constexpr int64_t kDefaultRuntimeBytes = int64_t{7680} << 10;  // 7.5 MiB
+// The vendor presets' default is the AVX-512 host's; a training process prices its own host's
+// (kernels::host_runtime_bytes).
+constexpr int64_t kDefaultRuntimeBytes = kernels::kRuntimeBytesAvx512;  // 7.5 MiB
 
 // The temporary Open MPI 4.1's nonblocking collectives (libnbc) allocate for a tensor-parallel
 // collective over an activation of `activation_bytes` ([N, C] fp32, N = B*T), which stays on the

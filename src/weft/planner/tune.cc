@@ -30,6 +30,18 @@ const TrialResult* CandidateRecord::best() const {
   return b;
 }
 
+CandidateRecord::Memory CandidateRecord::least_memory() const {
+  Memory m;
+  bool any = false;
+  for (const TrialResult& t : trials) {
+    if (!t.ok || t.stopped) continue;
+    m.peak_bytes = any ? std::min(m.peak_bytes, t.peak_bytes) : t.peak_bytes;
+    m.rank0_bytes = any ? std::min(m.rank0_bytes, t.rank0_bytes) : t.rank0_bytes;
+    any = true;
+  }
+  return m;
+}
+
 int CandidateRecord::timed_steps() const {
   int n = 0;
   for (const TrialResult& t : trials) {

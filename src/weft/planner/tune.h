@@ -97,6 +97,16 @@ struct CandidateRecord {
   // (TrialResult::step_seconds), so of trials that lie seconds apart the fastest is the closest
   // to the layout's own step time; within a halving round every entrant has run as many trials.
   const TrialResult* best() const;
+  // Its memory figure: the least peak of its successful trials, on the busiest rank and on rank 0
+  // (each the least of its own; zero without a successful trial). What one trial holds beyond the
+  // layout's own is what the trials before it did to the process's heap, which only adds: on a
+  // heap earlier trials left fragmented, a GEMM's packing buffer (allocated and freed by oneDNN
+  // on every call) lands on free pages not yet resident, so tp2 mb8's trials measured 0-17 MiB
+  // above the same layout in a fresh process, one trial to the next (docs/planner.md §12).
+  struct Memory {
+    double peak_bytes = 0, rank0_bytes = 0;
+  };
+  Memory least_memory() const;
   // The timed steps of its successful trials, all of them: the refit's weight of its figure.
   int timed_steps() const;
 };

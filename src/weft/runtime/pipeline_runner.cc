@@ -108,7 +108,7 @@ model::MemoryEstimate PipelineRunner::predicted_memory() const {
                       .pp_rank = o_.pp_rank,
                       .tp = {o_.tp.size(), o_.tp.sequence_parallel},
                       .zero = {o_.zero, dp_size()}},
-                     backend().precision(), kernels::num_threads(), model::kDefaultRuntimeBytes);
+                     backend().precision(), kernels::num_threads(), kernels::host_runtime_bytes());
 }
 
 void PipelineRunner::init(uint64_t seed) {

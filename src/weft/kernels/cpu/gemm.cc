@@ -10,6 +10,7 @@
 // one thread in a fixed order, so results are deterministic for a fixed thread count.
 
 #include "weft/kernels/gemm.h"
+#include "weft/kernels/kernels.h"
 
 #include <dnnl.h>
 #include <omp.h>
@@ -37,6 +38,12 @@ void check_status(dnnl_status_t status, bool trans_a, bool trans_b, int64_t M, i
 }
 
 }  // namespace
+
+int64_t host_runtime_bytes() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
+  return (isa & avx512) == avx512 ? kRuntimeBytesAvx512 : kRuntimeBytesAvx2;
+}
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {

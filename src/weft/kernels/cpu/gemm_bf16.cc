@@ -1,6 +1,8 @@
 // Row-major GEMM with bfloat16 inputs and fp32 accumulation and output, through oneDNN's matmul
 // primitive (brgemm kernels on avx512_bf16 CPUs: about twice dnnl_sgemm's rate, see
-// docs/gemm-backend.md), and the process-wide matmul precision of kernels.h.
+// docs/gemm-backend.md), and the process-wide matmul precision of kernels.h. Where oneDNN has no
+// bf16 matmul for the CPU (AVX2-only hosts), the rounded operands are multiplied by sgemm
+// (run_matmul): the same rounding and fp32 accumulation, so results do not depend on the host.
 //
 // The fp32 inputs are rounded to bf16 (round to nearest even) into per-thread scratch buffers on
 // every call. B keeps its layout (the primitive's memory descriptor carries its transpose); a
@@ -295,9 +297,42 @@ void convert_b(bool trans_b, const float* B, int64_t ldb, int64_t K, int64_t N, 
   }
 }
 
-// C[M,N] = alpha a b + beta C for a = convert_a's dense [M, K], b = convert_b's.
+// Whether this CPU has a oneDNN bf16 matmul: oneDNN 2.6 has none below avx512_core (an AVX2-only
+// host refuses every bf16 primitive descriptor). Asked once, with a small primitive.
+bool bf16_matmul_available() {
+  static const bool available = [] {
+    try {
+      make_matmul({16, 16, 16, 16, false, 1, std::bit_cast<uint32_t>(1.f), 0});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// dst[i] = float(src[i]): exact (a bf16 is an fp32 with its low 16 bits zero).
+void widen(const uint16_t* src, int64_t n, float* dst) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t{src[i]} << 16);
+}
+
+// C[M,N] = alpha a b + beta C for a = convert_a's dense [M, K], b = convert_b's. Without a bf16
+// matmul on this CPU the rounded operands are widened back to fp32 (exactly) and multiplied by
+// sgemm: the same products of bf16 inputs accumulated in fp32, at sgemm's rate, so the bf16
+// precision (and the host bf16 backend that emulates the GPU) means the same numbers on every
+// host.
 void run_matmul(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                 const uint16_t* b, float beta, float* C, int64_t ldc) {
+  if (!bf16_matmul_available()) {
+    thread_local Scratch wide_a, wide_b;
+    float* a32 = static_cast<float*>(wide_a.bytes(static_cast<size_t>(M * K) * sizeof(float)));
+    float* b32 = static_cast<float*>(wide_b.bytes(static_cast<size_t>(K * N) * sizeof(float)));
+    widen(a, M * K, a32);
+    widen(b, K * N, b32);
+    sgemm(false, trans_b, M, N, K, alpha, a32, K, b32, trans_b ? K : N, beta, C, ldc);
+    return;
+  }
   const uint32_t alpha_bits = std::bit_cast<uint32_t>(alpha);
   const uint32_t beta_bits = std::bit_cast<uint32_t>(beta);
   const int plan_threads = omp_get_max_threads();  // what oneDNN plans for (dnnl_get_max_threads)
