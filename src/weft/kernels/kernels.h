@@ -30,8 +30,8 @@ MatmulPrecision matmul_precision();
 // What a training process holds for its kernels beyond its model's buffers (the runtime term of
 // model::estimate_rank_memory): oneDNN's JIT-generated kernels, the code pages a step touches,
 // the trainer's small heap blocks. oneDNN JITs the kernels of the instruction set it dispatches
-// to, so the figure is the host's: measured with oneDNN 2.6 from a tiny GPT's `weft train` on 1
-// and 4 ranks (tests/runtime/train_memory_test.cc), 7.5 MiB on AVX-512 hosts (2026-12-01; JIT
+// to, so the figure is the host's: measured with oneDNN 2.6 from a tiny GPT's 4-rank `weft train`
+// (tests/runtime/train_memory_test.cc), 7.5 MiB on AVX-512 hosts (2026-12-01; JIT
 // code 3,456 KiB of it) and 4.9 MiB on an AVX2-only one (2026-12-03).
 constexpr int64_t kRuntimeBytesAvx512 = int64_t{7680} << 10;
 constexpr int64_t kRuntimeBytesAvx2 = int64_t{4992} << 10;
