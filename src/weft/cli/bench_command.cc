@@ -139,7 +139,8 @@ void run_bench_step(const BenchOptions& o) {
   runtime::GemmCeilingMeter meter(shapes);
   const int64_t rss_before = current_resident_bytes();
   const model::MemoryEstimate predicted =
-      planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads);
+      planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads,
+                                kernels::host_runtime_bytes());  // as the trainer prices it
   runtime::PipelineOptions po =
       runtime::pipeline_options(groups, {.B = B,
                                          .T = T,

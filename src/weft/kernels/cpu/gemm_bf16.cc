@@ -314,7 +314,7 @@ bool bf16_matmul_available() {
 // dst[i] = float(src[i]): exact (a bf16 is an fp32 with its low 16 bits zero).
 void widen(const uint16_t* src, int64_t n, float* dst) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t{src[i]} << 16);
+  for (int64_t i = 0; i < n; ++i) dst[i] = BF16{src[i]}.to_float();
 }
 
 // C[M,N] = alpha a b + beta C for a = convert_a's dense [M, K], b = convert_b's. Without a bf16
