@@ -101,8 +101,8 @@ struct CandidateRecord {
   // (each the least of its own; zero without a successful trial). What one trial holds beyond the
   // layout's own is what the trials before it did to the process's heap, which only adds: on a
   // heap earlier trials left fragmented, a GEMM's packing buffer (allocated and freed by oneDNN
-  // on every call) lands on free pages not yet resident, so tp2 mb8's trials measured 0-17 MiB
-  // above the same layout in a fresh process, one trial to the next (docs/planner.md §12).
+  // on every call) lands on free pages not yet resident, so tp2 mb8's trials measured up to 18
+  // MiB above the same layout in a fresh process, one trial to the next (docs/planner.md §12).
   struct Memory {
     double peak_bytes = 0, rank0_bytes = 0;
   };
