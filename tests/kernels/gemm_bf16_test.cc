@@ -91,7 +91,25 @@ void check_case(const Case& c) {
   EXPECT_LT(rel_error(C, ref_fp32), kBf16Tol) << "vs the fp32 inputs";
 }
 
-TEST(SgemmBf16, MatchesDoubleGemmOfRoundedInputsForAllTransposesAlphasAndBetas) {
+// Every sgemm_bf16 test runs on both of its paths (gemm.h, Bf16GemmPath): oneDNN's bf16 matmul
+// where the host has one (skipped elsewhere), and the widened fp32 path forced, which AVX2-only
+// hosts always take, so that neither goes untested on either kind of host.
+class SgemmBf16 : public ::testing::TestWithParam<Bf16GemmPath> {
+ protected:
+  void SetUp() override {
+    force_bf16_gemm_widened(GetParam() == Bf16GemmPath::Widened);
+    if (bf16_gemm_path() != GetParam()) GTEST_SKIP() << "this CPU has no oneDNN bf16 matmul";
+  }
+  void TearDown() override { force_bf16_gemm_widened(false); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Paths, SgemmBf16,
+                         ::testing::Values(Bf16GemmPath::Native, Bf16GemmPath::Widened),
+                         [](const auto& info) {
+                           return info.param == Bf16GemmPath::Native ? "Native" : "Widened";
+                         });
+
+TEST_P(SgemmBf16, MatchesDoubleGemmOfRoundedInputsForAllTransposesAlphasAndBetas) {
   for (const bool ta : {false, true}) {
     for (const bool tb : {false, true}) {
       check_case({37, 29, 53, ta, tb, 5, 0.75f, 0.5f});
@@ -104,13 +122,13 @@ TEST(SgemmBf16, MatchesDoubleGemmOfRoundedInputsForAllTransposesAlphasAndBetas) 
 
 // Operands above sgemm_bf16's chunk size (2^23 elements) are converted and multiplied in chunks:
 // along M (A too large), N (B too large) or K (both, or K the longest side of a too-large one).
-TEST(SgemmBf16, ChunkedLargeOperandsMatchDoubleGemm) {
+TEST_P(SgemmBf16, ChunkedLargeOperandsMatchDoubleGemm) {
   check_case({20001, 7, 500, true, false, 3, 1.f, 1.f});     // A = 10.0M elements: chunks of M
   check_case({7, 20001, 500, false, true, 3, 1.f, 0.5f});    // B = 10.0M elements: chunks of N
   check_case({600, 16, 16001, false, false, 1, 0.5f, 1.f});  // A = 9.6M elements: chunks of K
 }
 
-TEST(SgemmBf16, WithBetaZeroOverwritesTheOutput) {
+TEST_P(SgemmBf16, WithBetaZeroOverwritesTheOutput) {
   const int M = 17, N = 19, K = 23;
   const Floats A = random_floats(int64_t{M} * K, 4), B = random_floats(int64_t{K} * N, 5);
   Floats C(static_cast<size_t>(M) * N, 1e30f);
@@ -120,7 +138,7 @@ TEST(SgemmBf16, WithBetaZeroOverwritesTheOutput) {
   EXPECT_LT(rel_error(C, ref), kAccumulationTol);
 }
 
-TEST(SgemmBf16, WithAnEmptyInnerDimensionScalesTheOutputByBeta) {
+TEST_P(SgemmBf16, WithAnEmptyInnerDimensionScalesTheOutputByBeta) {
   Floats C = {1.f, 2.f, 3.f, 4.f, 5.f, 6.f};
   const Floats A = {0.f}, B = {0.f};
   sgemm_bf16(false, false, 2, 3, 0, 1.f, A.data(), 1, B.data(), 3, 0.5f, C.data(), 3);
@@ -129,7 +147,7 @@ TEST(SgemmBf16, WithAnEmptyInnerDimensionScalesTheOutputByBeta) {
   EXPECT_EQ(C, Floats(6, 0.f));
 }
 
-TEST(SgemmBf16, GivesBitIdenticalResultsOnTwoRuns) {
+TEST_P(SgemmBf16, GivesBitIdenticalResultsOnTwoRuns) {
   const int64_t M = 301, N = 263, K = 131;
   const Floats A = random_floats(M * K, 6), B = random_floats(N * K, 7);
   Floats C1(static_cast<size_t>(M * N), 0.f), C2 = C1;

@@ -20,4 +20,14 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                 int64_t ldc);
 
+// Which kernel sgemm_bf16 multiplies with: oneDNN's bf16 matmul (Native), or the rounded operands
+// widened exactly to fp32 and multiplied by sgemm (Widened), which hosts without a oneDNN bf16
+// matmul always take. Both are the same products accumulated in fp32.
+enum class Bf16GemmPath { Native, Widened };
+Bf16GemmPath bf16_gemm_path();
+// Makes sgemm_bf16 take the widened path on every host (true), or the host's own again (false):
+// so that tests exercise both paths wherever they run. Not to be called while another thread is
+// inside sgemm_bf16.
+void force_bf16_gemm_widened(bool widened);
+
 }  // namespace weft::kernels

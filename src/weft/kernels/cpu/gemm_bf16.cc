@@ -51,6 +51,7 @@ namespace weft::kernels {
 namespace {
 
 std::atomic<MatmulPrecision> g_matmul_precision{MatmulPrecision::F32};
+std::atomic<bool> g_force_widened{false};  // force_bf16_gemm_widened
 
 // Largest operand chunk converted at once, in elements (16 MiB of bf16). At GPT-2 124M's sizes
 // only the vocabulary GEMMs are chunked up to B*T = 5461 tokens.
@@ -324,7 +325,7 @@ void widen(const uint16_t* src, int64_t n, float* dst) {
 // host.
 void run_matmul(bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                 const uint16_t* b, float beta, float* C, int64_t ldc) {
-  if (!bf16_matmul_available()) {
+  if (bf16_gemm_path() == Bf16GemmPath::Widened) {
     thread_local Scratch wide_a, wide_b;
     float* a32 = static_cast<float*>(wide_a.bytes(static_cast<size_t>(M * K) * sizeof(float)));
     float* b32 = static_cast<float*>(wide_b.bytes(static_cast<size_t>(K * N) * sizeof(float)));
@@ -431,6 +432,16 @@ void set_matmul_precision(MatmulPrecision precision) {
 }
 
 MatmulPrecision matmul_precision() { return g_matmul_precision.load(std::memory_order_relaxed); }
+
+Bf16GemmPath bf16_gemm_path() {
+  return g_force_widened.load(std::memory_order_relaxed) || !bf16_matmul_available()
+             ? Bf16GemmPath::Widened
+             : Bf16GemmPath::Native;
+}
+
+void force_bf16_gemm_widened(bool widened) {
+  g_force_widened.store(widened, std::memory_order_relaxed);
+}
 
 void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
