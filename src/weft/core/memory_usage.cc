@@ -59,6 +59,12 @@ bool reset_peak_resident() {
   return static_cast<bool>(f);
 }
 
+void fix_mmap_threshold() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThresholdBytes));
+#endif
+}
+
 bool forget_burst() {
 #if defined(__GLIBC__)
   malloc_trim(0);

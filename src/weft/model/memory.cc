@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/core/memory_usage.h"
 #include "weft/kernels/backend.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
@@ -43,11 +44,12 @@ int64_t reduction_temporaries(int64_t unit_bytes, ZeroSharding zero) {
   return zero.stage == 0 ? block : (zero.dp > 2 ? 2 : 1) * block;
 }
 
-// glibc's malloc serves a request below its largest mmap threshold (DEFAULT_MMAP_THRESHOLD_MAX,
-// 32 MiB on 64-bit; the dynamic threshold rises to it as mapped blocks are freed) from the heap,
-// where the pages stay resident after free: such temporaries count for the whole step. Larger ones
-// are mapped and unmapped per call, so they count only while their reduction is in flight.
-constexpr int64_t kHeapCeiling = int64_t{32} << 20;
+// glibc's malloc serves a request below the mmap threshold weft fixes (kMmapThresholdBytes, 1 MiB;
+// core/memory_usage.h) from the heap, where the pages stay resident after free: such temporaries
+// count for the whole step. Larger ones are mapped and unmapped per call, so they count only while
+// their reduction is in flight. (Under glibc's dynamic threshold the line moved with what the
+// process had freed, up to 32 MiB.)
+constexpr int64_t kHeapCeiling = kMmapThresholdBytes;
 
 // From ZeRO-2 on, the units a rank uses live in one pool of unit-sized buffers of its backend that
 // all its chunks share (optim/unit_pool.h): a unit's full gradients from the first write of a

@@ -55,9 +55,10 @@ struct MemoryEstimate {
 constexpr int64_t kDefaultRuntimeBytes = kernels::kRuntimeBytesAvx512;  // 7.5 MiB
 
 // The temporary Open MPI 4.1's nonblocking collectives (libnbc) allocate for a tensor-parallel
-// collective over an activation of `activation_bytes` ([N, C] fp32, N = B*T), which stays on the
-// heap for the whole step: the first is mapped, freeing it raises glibc's mmap threshold past its
-// size, and every later one (each g of the forward, each f of the backward) reuses one heap block.
+// collective over an activation of `activation_bytes` ([N, C] fp32, N = B*T): below the mmap
+// threshold weft fixes (core/memory_usage.h, 1 MiB) every one (each g of the forward, each f of
+// the backward) reuses one heap block, resident for the whole step; a larger one is mapped per call
+// and counted as if it were, since one is in flight in every layer's forward and backward.
 // Measured by intercepting malloc in `weft tune`'s trials on 2 ranks (L=4, C=256, T=64, B=8):
 // MPI_Iallreduce allocates the whole buffer (524,288 B for [512, 256]; 262,144 at B=4). Sequence
 // parallelism's reduce-scatter is weft's ring (comm/mpi_communicator.cc), whose receive block is
@@ -76,7 +77,9 @@ int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b);
 // The packing buffers of the forward GEMMs of `stage` on `threads` threads, as they stay resident:
 // kernels::sgemm splits a large GEMM into one slab per thread (kernels/cpu/gemm.cc), each thread
 // mallocs in its own glibc arena, and a freed buffer's pages stay in that arena, so the process
-// holds, per thread, the largest buffer that thread ever packed.
+// holds, per thread, the largest buffer that thread ever packed. One of 1 MiB or more is mapped per
+// call instead (core/memory_usage.h) and counted the same: the largest is the LM head's forward,
+// packed as the step reaches its peak (GPT-2 124M, dp4 ZeRO 0-3: measured 1.000-1.001x).
 int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, int threads,
                               const StageSpec& stage);
 

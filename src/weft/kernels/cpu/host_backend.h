@@ -17,6 +17,7 @@
 
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
+#include "weft/core/memory_usage.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
 
@@ -66,7 +67,9 @@ class HostBackend : public TypedBackend<Impl, A> {
  public:
   // ---- memory ----------------------------------------------------------------------------------
 
-  HostBackend() = default;
+  // glibc's mmap threshold fixed before the first block: the memory model prices the host's heap
+  // temporaries by it (core/memory_usage.h).
+  HostBackend() { fix_mmap_threshold(); }
   HostBackend(const HostBackend&) = delete;
   HostBackend& operator=(const HostBackend&) = delete;
   ~HostBackend() override {
@@ -85,10 +88,10 @@ class HostBackend : public TypedBackend<Impl, A> {
   // TLB misses, and a peer's single-copy read (Open MPI's CMA: the replicas' reductions, ZeRO's
   // gathers) pins 512x fewer pages. Without it ZeRO-3's reductions took twice as long at dp=2
   // (bench/zero/run.sh). The memory model counts the whole huge pages (model/memory.cc).
-  // Those blocks are mapped here (mmap) and unmapped with the backend: from glibc, a freed mmapped
-  // block raises its mmap threshold to the block's size (M_MMAP_THRESHOLD's dynamic adjustment),
-  // so the next backend's blocks came from the heap and stayed resident once freed: `weft tune`'s
-  // trials measured 11-22% above their prediction (0-4% with the threshold fixed).
+  // Those blocks are mapped here (mmap) and unmapped with the backend, so they never reach the
+  // heap: under glibc's dynamic mmap threshold (before fix_mmap_threshold) the next backend's
+  // blocks came from the heap and stayed resident once freed, and `weft tune`'s trials measured
+  // 11-22% above their prediction.
   void* allocate(int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "allocate of ", bytes, " bytes");
     const bool huge = bytes >= kHugePageBytes;
