@@ -21,10 +21,11 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
 
-# The unit tests under AddressSanitizer + UBSan (the slow ones are release-only).
+# The unit tests under AddressSanitizer + UBSan (the slow ones are release-only; the fuzz targets
+# are clang's, built with both sanitizers whatever the preset, so `make test` has run them).
 test-debug:
 	$(MAKE) build PRESET=debug
-	ctest --preset debug -j $(JOBS) -LE 'slow|mutation|slurm'
+	ctest --preset debug -j $(JOBS) -LE 'slow|mutation|slurm|fuzz'
 
 # The mutation check (docs/parallelism.md): each bug of tests/mutation/mutants.txt planted in a
 # scratch copy of the tree (build/mutation, kept: the next run recompiles only what changed), where
