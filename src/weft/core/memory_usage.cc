@@ -62,6 +62,10 @@ bool reset_peak_resident() {
 void fix_mmap_threshold() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(kMmapThresholdBytes));
+  // The dynamic adjustment also raised the trim threshold (to twice the mmap threshold), so free
+  // heap of that size stayed at the top and served any request: back to glibc's default, as a
+  // process started with MALLOC_MMAP_THRESHOLD_ has it (the A/B of memory_usage.h ran so).
+  mallopt(M_TRIM_THRESHOLD, 128 * 1024);
 #endif
 }
 
