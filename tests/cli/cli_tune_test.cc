@@ -6,11 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "support/cli_fixture.h"
 
@@ -95,6 +97,11 @@ TEST_F(CliTuneTest, TwoRanksTuneTheTinyModelWithinTheBudget) {
     for (const auto& t : l["trials"]) {
       if (!t["ok"].get<bool>() || t["stopped"].get<bool>()) continue;
       EXPECT_LE(t["step_ms"].get<double>(), t["median_step_ms"].get<double>()) << l.dump();
+      // The series: the 2 warm-up steps, then the timed ones, whose fastest is the trial's.
+      const auto series = t["step_series_ms"].get<std::vector<double>>();
+      ASSERT_EQ(series.size(), 2u + t["steps"].get<size_t>()) << l.dump();
+      EXPECT_EQ(*std::min_element(series.begin() + 2, series.end()), t["step_ms"].get<double>())
+          << l.dump();
       below_median += t["step_ms"].get<double>() < t["median_step_ms"].get<double>();
       best = std::min(best, t["step_ms"].get<double>());
     }

@@ -74,6 +74,10 @@ struct TuneOptions {
 constexpr double kDefaultBudgetMinutes = 4;
 
 double mib(double bytes) { return bytes / (1 << 20); }
+std::vector<double> milliseconds(std::vector<double> seconds) {
+  for (double& s : seconds) s *= 1e3;
+  return seconds;
+}
 double error_pct(double predicted, double measured) {
   return measured > 0 ? 100.0 * (predicted / measured - 1) : 0.0;
 }
@@ -168,7 +172,7 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
         mine = e.what();
       }
       error = agree_message(world, mine);
-      if (k >= warmup) times.push_back(dt);
+      times.push_back(dt);
     }
     peak = peak_resident_bytes() - baseline;
   }  // torn down
@@ -178,9 +182,11 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
     r.ok = false;
     r.error = error;
   } else if (!stopped) {
-    // The slowest rank's time is the step's; the fastest step is the trial's (TrialResult).
+    // The slowest rank's time is the step's; the fastest timed step is the trial's (TrialResult).
     if (world)
       world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
+    r.step_series_seconds = times;
+    times.erase(times.begin(), times.begin() + warmup);
     std::sort(times.begin(), times.end());
     r.step_seconds = times.front();
     r.median_seconds = times[times.size() / 2];
@@ -523,7 +529,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"peak_mib", mib(t.peak_bytes)},
                           {"rank0_mib", mib(t.rank0_bytes)},
                           {"wall_s", t.wall_seconds},
-                          {"gemm_speed", t.gemm_speed}});
+                          {"gemm_speed", t.gemm_speed},
+                          {"step_series_ms", milliseconds(t.step_series_seconds)}});
       }
       const TrialResult* t = r.best();
       const CandidateRecord::Memory mem = r.least_memory();

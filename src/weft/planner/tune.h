@@ -58,6 +58,9 @@ struct TrialResult {
   double rank0_bytes = 0;     // rank 0's
   double wall_seconds = 0;    // the whole trial: build, warm-up, timed steps, teardown
   int steps = 0;              // timed steps
+  // Every step's time in order, warm-up ones first (each the slowest rank's): what a reader needs
+  // to tell a trend within a trial (a warm-up too short) from interference between trials.
+  std::vector<double> step_series_seconds;
   // The machine's GEMM speed probed just before the trial (Cluster::gemm_speed; 0: not probed).
   double gemm_speed = 0;
 };
