@@ -1,40 +1,41 @@
 #!/usr/bin/env bash
-# The GPU check (docs/cuda.md, "Running on a GPU"): the `cuda` tests, the end-to-end training-step
-# benchmark of weft against PyTorch (GPT-2 124M, 350M, 1.5B), then the kernel microbenchmark
-# (bench/gpu/kernels_bench.cc). Meant to finish in under ~520 s on one H200, inside a single call
-# of the device tool (timeout_s 540 or more).
+# The GPU check (docs/cuda.md, "Running on a GPU"), in issue #15's order: the cheap, decisive checks
+# first, so that one failure costs little and the run still says as much as it can:
+#   1. environment: GPU, driver, clocks, toolkit, compute-sanitizer, cuDNN;
+#   2. kernels_cuda_test, kernels_mixed_cuda_test, comm_cuda_test, one program at a time with
+#      CUDA_LAUNCH_BLOCKING=1 (45 s each); after a failure, each test of that program in its own
+#      process, and the first failing test under compute-sanitizer --tool memcheck;
+#   3. end to end at GPT-2 124M (B=32, T=1024): `weft bench step --device cuda --profile`, then
+#      ../shared/bench/torch_gpt.py (torch.compile, bf16 autocast) at the same shape, same run;
+#   4. gpu_trainer_test and gpu_equivalence_test (the trainer against the fp32 CPU trainer; tp, pp,
+#      dp with the ranks as threads on the one GPU);
+#   5. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
+#      against the same 60 steps on the CPU;
+#   6. the 350M (B=16) and 1.5B (B=8) shapes, weft then PyTorch;
+#   7. kernels_bench with the time that is left;
+#   8. one compact table: verdict per program, tokens/s, weft/PyTorch and MFU per size, the top
+#      ops of weft's profile, flash attention's rates.
 #
 #   bash bench/gpu/run.sh --pack   here, without a GPU: builds the CUDA tests, the benchmark and the
 #                                  weft CLI for sm_90a (WEFT_CUDA=ON, no -march=native, so the
-#                                  programs run on the device's CPU) and packs them, with the shared
-#                                  libraries the device lacks (lib.tar.gz) and the PyTorch baseline
-#                                  script, into build/gpu-bundle
-#   bash bench/gpu/run.sh          on the GPU machine, with build/gpu-bundle carried:
-#     1. programs: the bundle's, if they start there; else the release tree built with CMake, if
-#        this machine has weft's dependencies; else the CUDA targets built directly with nvcc
-#        (the device image has nvcc but not oneDNN, fmt, MPI...; googletest's sources travel in
-#        the bundle for this case; the mixed-backend test, the trainer test and the CLI need
-#        weft's CPU dependencies, so that way runs kernels_cuda_test and the benchmark alone)
-#     2. ctest -L cuda --output-on-failure: kernels_cuda_test, kernels_mixed_cuda_test,
-#        comm_cuda_test, gpu_trainer_test and gpu_equivalence_test (tp, pp, dp with the ranks as
-#        threads sharing the GPU; each where it exists)
-#     3. end to end, per model: `weft bench step --device cuda ... --json`, then the same step in
-#        PyTorch (torch_gpt.py, torch.compile + bf16 autocast); both JSON lines go to
-#        $OUT/e2e.jsonl, the table (tokens/s, ratio, MFU) to $OUT/e2e.md and
-#        bench/results/gpu-e2e-<stamp>.md
-#     3b. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
-#        against the same 60 steps on the CPU (losses within 2e-2)
-#     4. kernels_bench with the time that is left; the table goes to $OUT and
-#        bench/results/gpu-kernels-<stamp>.md
+#                                  programs run on the device's CPU) with -lineinfo (sanitizer
+#                                  reports name the line) and packs them, with the shared libraries
+#                                  the device lacks (lib.tar.gz), each kernel's registers, shared
+#                                  memory and spills (resources.txt, ptxas) and the PyTorch
+#                                  baseline script, into build/gpu-bundle
+#   bash bench/gpu/run.sh          on the GPU machine, with build/gpu-bundle carried: the programs
+#                                  are the bundle's if they start there; else the release tree
+#                                  built with CMake; else the kernels alone built with nvcc
 #
-# $OUT gets at most 8 files (what the device tool brings back): run.log, env.txt, ctest.log,
+# $OUT gets at most 8 files (what the device tool brings back): run.log, env.txt, tests.log,
 # e2e.jsonl, e2e.md, kernels_bench.json, kernels_bench.md and logs.tgz (every command's own log).
 #
 # Environment: OUT (where results go; default bench/results/gpu-out), BUILD (the build tree for
 # --pack; default build/h8-gpu), WEFT_CUDA_ARCHS (default 90a), WEFT_GPU_BUILD (bundle, cmake or
-# direct: force one way of getting the programs, to try the fallbacks), WEFT_GPU_BUDGET (seconds
-# the whole run may take; default 520), WEFT_E2E_SIZES (default "124m 350m 1.5b"), WEFT_TORCH_ARGS
-# (extra torch_gpt.py options, e.g. --no-compile).
+# direct: force one way of getting the programs), WEFT_GPU_BUDGET (seconds the whole run may take;
+# default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b"; the first one runs before the trainer
+# tests), WEFT_GPU_TESTS (the test programs to run; default all), WEFT_GPU_SMOKE=0 and
+# WEFT_GPU_KBENCH=0 (skip train_smoke, kernels_bench), WEFT_TORCH_ARGS (extra torch_gpt.py options).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -83,6 +84,17 @@ if [[ "${1:-}" == "--pack" ]]; then
     sort -u | while read -r name path; do
       [[ "$name" =~ $skip ]] || cp -L "$path" "$BUNDLE/lib/$name"
     done
+  # Each kernel's registers, shared memory, stack and spills, read here (the device's time is
+  # scarce): ptxas's report for the two .cu files, one line per kernel, names demangled.
+  for cu in src/weft/kernels/cuda/ops.cu src/weft/kernels/cuda/flash_attention.cu; do
+    "$NVCC" -std=c++20 -O3 -DNDEBUG -Isrc -gencode=arch=compute_${ARCHS},code=sm_${ARCHS} \
+      --resource-usage -c "$cu" -o /dev/null 2>&1
+  done | awk '/Compiling entry function/ {split($0, a, "\x27"); name = a[2]}
+    /stack frame/ {frame = $0}
+    /Used [0-9]+ registers/ {print name "\t" $0 "\t" frame}' |
+    sed -E 's/ptxas info *: //; s/ +/ /g' | c++filt | sed -E 's/weft::kernels::cuda::(detail::)?//g;
+      s/\(anonymous namespace\):://g' >"$BUNDLE/resources.txt"
+  log "$(wc -l <"$BUNDLE/resources.txt") kernels' resources in build/gpu-bundle/resources.txt"
   # libdnnl alone is about 40 MB: compressed, the libraries take a third of that (unpacked on
   # the device in a second).
   tar -czf "$BUNDLE/lib.tar.gz" -C "$BUNDLE" lib
@@ -120,14 +132,23 @@ if [[ "${1:-}" == "--pack" ]]; then
 fi
 
 # ---- on the GPU machine -----------------------------------------------------------------------
+# Issue #15's order: the cheap, decisive checks first, so that a failure costs little and the
+# run still says as much as it can when something breaks:
+#   env -> kernel tests (one program at a time, CUDA_LAUNCH_BLOCKING=1; a failing program's tests
+#   again one per process, the first failing test under compute-sanitizer) -> end to end at 124M,
+#   weft then PyTorch -> the trainer and equivalence tests -> train_smoke -> 350M and 1.5B ->
+#   kernels_bench with the time left -> one compact table.
 OUT=${OUT:-$ROOT/bench/results/gpu-out}
 mkdir -p "$OUT"
 START=$(date +%s)
-DEADLINE=$((START + ${WEFT_GPU_BUDGET:-520}))
-# Each command's full output; tarred into $OUT/logs.tgz at the end ($OUT brings back 8 files).
+DEADLINE=$((START + ${WEFT_GPU_BUDGET:-430}))
+# Each command's full output; tarred into $OUT/logs.tgz at the end ($OUT brings back 8 files:
+# run.log, env.txt, tests.log, e2e.jsonl, e2e.md, kernels_bench.json, kernels_bench.md, logs.tgz).
 LOGS=$ROOT/build/gpu-logs
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
+VERDICTS=$LOGS/verdicts.tsv  # program, verdict, seconds, detail (the final table's first part)
+: >"$VERDICTS"
 
 left() { echo $((DEADLINE - $(date +%s))); }
 # A command's time limit: its own cap, or what is left of the run's budget if that is less.
@@ -142,13 +163,16 @@ log "start in $ROOT"
 
 NVCC=$(command -v nvcc || true)
 [[ -z "$NVCC" && -x /usr/local/cuda/bin/nvcc ]] && NVCC=/usr/local/cuda/bin/nvcc
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "host: $(uname -n) $(uname -m), $(nproc) cores"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw \
+  echo "host: $(uname -n) $(uname -m), $(nproc) cores, kernel $(uname -r)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,power.limit \
     --format=csv 2>&1
   [[ -n "$NVCC" ]] && "$NVCC" --version | tail -2
-  command -v cmake ctest g++ ninja python3 2>&1
+  echo "compute-sanitizer: ${SANITIZER:-none}"
+  command -v cmake ctest g++ ninja python3 cuobjdump 2>&1
+  echo "cuDNN: $(find / -name 'libcudnn.so*' -not -path '/proc/*' 2>/dev/null | head -3 | tr '\n' ' ')"
   [[ -f "$BUNDLE/PACKED.txt" ]] && head -4 "$BUNDLE/PACKED.txt"
 } >"$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
@@ -182,7 +206,7 @@ log "libcublasLt.so.13 in ${CUBLASLT_DIR:-?}, libcudart.so.13 in ${CUDART_DIR:-?
 
 # The bundle's libraries, after the CUDA directories. Only weft's own programs get them
 # (WEFT_LD): they are Debian's builds (zlib, libudev...) and could shadow newer copies that
-# python3, ctest or nvidia-smi here need.
+# python3 or nvidia-smi here need.
 # Unpacked beside the bundle, not into it, so that a bundle run here once still fits the carry.
 BUNDLE_LIB=$ROOT/build/gpu-lib
 rm -rf "$BUNDLE_LIB"
@@ -196,23 +220,21 @@ WEFT_LD="$LD_LIBRARY_PATH"
 wrun() { LD_LIBRARY_PATH="$WEFT_LD" "$@"; }
 works() { wrun "$1" --gtest_list_tests >/dev/null 2>&1; }
 
-# 1. The programs: TESTS maps a ctest name to its program; WEFT_BIN is the CLI (none on the
-# direct-nvcc way).
+# 1. The programs: TESTS maps a test program's name to its path; WEFT_BIN is the CLI (none on
+# the direct-nvcc way).
 declare -A TESTS=()
-# The kernels first, then the communicators at size 1, then the trainer that uses both.
-TEST_ORDER="kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test gpu_trainer_test gpu_equivalence_test"
 BENCH_BIN=""
 WEFT_BIN=""
+ALL_TESTS="kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test gpu_trainer_test gpu_equivalence_test"
 WAY=${WEFT_GPU_BUILD:-auto}
 if [[ "$WAY" == bundle || ("$WAY" == auto && -x "$BUNDLE/bin/kernels_cuda_test") ]] &&
   works "$BUNDLE/bin/kernels_cuda_test"; then
   log "using the carried bundle (build/gpu-bundle)"
-  for t in $TEST_ORDER; do
+  for t in $ALL_TESTS; do
     [[ -x "$BUNDLE/bin/$t" ]] && TESTS[$t]=$BUNDLE/bin/$t
   done
   BENCH_BIN=$BUNDLE/bin/weft_kernels_bench
   [[ -x "$BUNDLE/bin/weft" ]] && WEFT_BIN=$BUNDLE/bin/weft
-  TEST_DIR=$BUNDLE
 else
   [[ -x "$BUNDLE/bin/kernels_cuda_test" ]] && {
     log "the bundle's test does not start here:"
@@ -228,10 +250,9 @@ else
       grep -q "^$t:" <<<"$target_list" && targets+=("$t")
     done
     cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" || return 1
-    TEST_DIR=$ROOT/build/gpu  # its own CTestTestfile (every cuda test of the tree)
     BENCH_BIN=$ROOT/build/gpu/bin/weft_kernels_bench
     WEFT_BIN=$ROOT/build/gpu/bin/weft
-    for t in $TEST_ORDER; do
+    for t in $ALL_TESTS; do
       p=$(find build/gpu/tests -name "$t" -type f -perm -u+x | head -1)
       [[ -n "$p" ]] && TESTS[$t]=$ROOT/$p
     done
@@ -264,47 +285,77 @@ else
     g++ -o "$D/bin/weft_kernels_bench" "$D/obj/bench.o" $K $LIBS || return 1
     TESTS[kernels_cuda_test]=$D/bin/kernels_cuda_test
     BENCH_BIN=$D/bin/weft_kernels_bench
-    TEST_DIR=$D
   fi
 fi
-log "programs ready after $(($(date +%s) - START)) s: tests $(for t in $TEST_ORDER; do
+log "programs ready after $(($(date +%s) - START)) s: tests $(for t in $ALL_TESTS; do
   [[ -n "${TESTS[$t]:-}" ]] && printf '%s ' "$t"; done); CLI ${WEFT_BIN:-none}"
-
-# 2. The cuda tests, through ctest (a ctest file naming the programs, for the bundle and nvcc
-# cases; it gives them the bundle's libraries, ctest itself keeps the machine's).
-if [[ "$TEST_DIR" != "$ROOT/build/gpu" ]]; then
-  for t in $TEST_ORDER; do
-    [[ -n "${TESTS[$t]:-}" ]] || continue
-    cat <<EOF
-add_test($t "${TESTS[$t]}")
-set_tests_properties($t PROPERTIES LABELS "cuda" TIMEOUT 120
-                     SKIP_REGULAR_EXPRESSION "$SKIP_RE" ENVIRONMENT "LD_LIBRARY_PATH=$WEFT_LD")
-EOF
-  done >"$TEST_DIR/CTestTestfile.cmake"
-fi
-# A hung kernel must not eat the call: 120 s a test, 150 s for all (they take well under a
-# minute each).
-T_TESTS=$(budget 150)
-if command -v ctest >/dev/null; then
-  (cd "$TEST_DIR" && timeout -k 5 "$T_TESTS" ctest -L cuda --timeout 120 --output-on-failure \
-    --output-log "$OUT/ctest.log")
-  TESTS_RC=$?
-else
-  TESTS_RC=0
-  for t in $TEST_ORDER; do
-    [[ -n "${TESTS[$t]:-}" ]] || continue
-    wrun timeout 120 "${TESTS[$t]}" >>"$OUT/ctest.log" 2>&1 || TESTS_RC=1
-  done
-  tail -40 "$OUT/ctest.log"
-fi
-log "tests: exit $TESTS_RC after $(($(date +%s) - START)) s"
-if [[ $TESTS_RC -ne 0 ]]; then
-  # The per-test verdicts, for the reply's tail.
-  grep -E '^\[  (FAILED|  OK) \]|Failure|rel_error|seed' "$OUT/ctest.log" | tail -40
+if [[ -n "$WEFT_BIN" ]] && ! wrun "$WEFT_BIN" --help >/dev/null 2>&1; then
+  log "the CLI does not start here: $(wrun "$WEFT_BIN" --help 2>&1 | head -3 | tr '\n' ' ')"
 fi
 
-# 3. End to end: one training step of GPT-2 at T=1024, weft against PyTorch on the same GPU, in
-# the same run (the ratio is the figure; absolute rates depend on the card's state).
+# ---- test programs ----
+SANITIZED=0  # compute-sanitizer runs once per call, on the first failing test
+# isolate NAME: after NAME failed, each of its tests in its own process (a kernel fault poisons
+# the CUDA context for every later test of the process, so only isolated runs say which fail),
+# within 75 s; the first failing one also under compute-sanitizer (memcheck), once per run.
+isolate() {
+  local t=$1 bin=${TESTS[$1]} name first until=$(($(date +%s) + 75))
+  log "$t: each test in its own process"
+  while read -r name; do
+    if (($(date +%s) > until || $(left) < 20)); then echo "STOP: isolation time spent"; break; fi
+    if wrun env CUDA_LAUNCH_BLOCKING=1 timeout 40 "$bin" --gtest_filter="$name" >"$LOGS/one.log" 2>&1; then
+      echo "  PASS $name"
+    else
+      echo "  FAIL $name: $(grep -m3 -E 'Failure|error|Expected|rel_error|which is|what\(\)' "$LOGS/one.log" | tr '\n' ' ' | cut -c1-400)"
+      cat "$LOGS/one.log" >>"$LOGS/isolated-$t-$name.log"
+    fi
+  done < <(wrun "$bin" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}') |
+    tee -a "$LOGS/isolated.txt"
+  first=$(grep -m1 '^  FAIL' "$LOGS/isolated.txt" | awk '{print $2}' | tr -d ':')
+  if [[ -n "$first" && -n "$SANITIZER" && $SANITIZED -eq 0 ]] && (($(left) > 60)); then
+    SANITIZED=1
+    log "$t: $first under compute-sanitizer --tool memcheck"
+    wrun timeout 90 "$SANITIZER" --tool memcheck --print-limit 20 "$bin" --gtest_filter="$first" \
+      >"$LOGS/sanitizer.log" 2>&1
+    grep -E '=========|Failure' "$LOGS/sanitizer.log" | head -40
+  fi
+}
+# test_prog NAME CAP [blocking]: one test program, its output appended to $OUT/tests.log, its
+# verdict to the table; a failure is isolated (above).
+test_prog() {
+  local t=$1 cap=$2 blocking=${3:-} bin=${TESTS[$1]:-} T rc t0 verdict detail
+  if [[ -z "$bin" ]]; then
+    printf '%s\tnot built\t0\t\n' "$t" >>"$VERDICTS"
+    return
+  fi
+  T=$(budget "$cap")
+  if ((T < 10)); then
+    printf '%s\tskipped (budget)\t0\t\n' "$t" >>"$VERDICTS"
+    return
+  fi
+  log "$t (at most $T s${blocking:+, CUDA_LAUNCH_BLOCKING=1})"
+  t0=$(date +%s)
+  {
+    echo "==== $t"
+    wrun env ${blocking:+CUDA_LAUNCH_BLOCKING=1} timeout -k 5 "$T" "$bin" --gtest_color=no 2>&1
+  } >"$LOGS/$t.log"
+  rc=$?
+  rc=$(grep -q '^\[  PASSED  \]' "$LOGS/$t.log" && ! grep -q '^\[  FAILED  \]' "$LOGS/$t.log" && echo 0 || echo 1)
+  cat "$LOGS/$t.log" >>"$OUT/tests.log"
+  detail=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$LOGS/$t.log" | tr '\n' ' ')
+  if grep -q 'weft-cuda-skip' "$LOGS/$t.log"; then verdict="skipped (no GPU seen)"
+  elif [[ $rc -eq 0 ]]; then verdict=pass
+  else verdict=FAIL
+  fi
+  log "$t: $verdict after $(($(date +%s) - t0)) s: $detail"
+  printf '%s\t%s\t%s\t%s\n' "$t" "$verdict" "$(($(date +%s) - t0))" "$detail" >>"$VERDICTS"
+  if [[ "$verdict" == FAIL ]]; then
+    grep -E '^\[  FAILED  \] [A-Z]|Failure|rel_error|seed|what\(\)' "$LOGS/$t.log" | head -30
+    isolate "$t"
+  fi
+}
+
+# ---- end to end ----
 # Date, time and commit (bench/common.sh), so no run overwrites another's results.
 source bench/common.sh
 STAMP=$(bench_stamp gpu-e2e gpu-kernels)
@@ -313,13 +364,10 @@ for f in "$ROOT/../shared/bench/torch_gpt.py" "$ROOT/shared/bench/torch_gpt.py" 
   [[ -f "$f" ]] && { TORCH_GPT=$f; break; }
 done
 log "PyTorch baseline: ${TORCH_GPT:-not found}"
-if [[ -n "$WEFT_BIN" ]] && ! wrun "$WEFT_BIN" --help >/dev/null 2>&1; then
-  log "the CLI does not start here: $(wrun "$WEFT_BIN" --help 2>&1 | head -3 | tr '\n' ' ')"
-fi
 : >"$OUT/e2e.jsonl"
 E2E_FAILED=0
 # e2e SIZE NAME CAP COMMAND...: runs COMMAND under min(CAP, time left) and appends the last JSON
-# line it printed, with "size" and "wall_s" added, to e2e.jsonl; or a line with "error".
+# line it printed, with "size" and "exit" added, to e2e.jsonl; or a line with "error".
 e2e() {
   local size=$1 name=$2 cap=$3
   shift 3
@@ -335,7 +383,7 @@ e2e() {
     timeout -k 10 "$t" "$@" >"$base.out" 2>"$base.err"
     rc=$?
     line=$(grep '^{' "$base.out" | tail -1)
-    log "$name $size: exit $rc after $(($(date +%s) - t0)) s: ${line:-no JSON line}"
+    log "$name $size: exit $rc after $(($(date +%s) - t0)) s: $(cut -c1-400 <<<"${line:-no JSON line}")"
     if [[ -z "$line" ]]; then
       tail -n 5 "$base.err" "$base.out"
       local why="exit $rc"
@@ -352,12 +400,14 @@ print(json.dumps(d))' "$line" "$name" "$size" "$rc" >>"$OUT/e2e.jsonl" ||
     echo "{\"name\": \"$name\", \"size\": \"$size\", \"exit\": $rc, \"error\": \"bad JSON line\"}" >>"$OUT/e2e.jsonl"
 }
 toml() { awk -F' *= *' -v k="$2" '$1 == k {print $2}' "$1"; }  # toml FILE KEY (a plain number)
-for size in ${WEFT_E2E_SIZES:-124m 350m 1.5b}; do
+# e2e_size SIZE: weft's step, then PyTorch's at the same shape, in this run.
+e2e_size() {
+  local size=$1 B CAP model
   case $size in  # batch and time cap per command (the larger models compile and init longer)
-    124m) B=32 CAP=150 ;;
-    350m) B=16 CAP=150 ;;
-    1.5b) B=8 CAP=200 ;;
-    *) log "unknown size $size"; continue ;;
+    124m) B=32 CAP=120 ;;
+    350m) B=16 CAP=120 ;;
+    1.5b) B=8 CAP=150 ;;
+    *) log "unknown size $size"; return ;;
   esac
   model=configs/models/gpt2-$size.toml
   if [[ -n "$WEFT_BIN" ]]; then
@@ -374,7 +424,37 @@ for size in ${WEFT_E2E_SIZES:-124m 350m 1.5b}; do
       --heads "$(toml "$model" n_head)" --batch "$B" --seq 1024 --steps 10 --warmup 3 \
       ${WEFT_TORCH_ARGS:-}
   fi
+}
+
+# ---- the run ----
+: >"$OUT/tests.log"
+# 2. The kernels, then the communicators at size 1 (launches blocking: an error names its kernel).
+for t in kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test; do
+  [[ " ${WEFT_GPU_TESTS:-$ALL_TESTS} " == *" $t "* ]] && test_prog "$t" 45 blocking
 done
+SIZES=${WEFT_E2E_SIZES:-124m 350m 1.5b}
+# 3. End to end at the first size (the ratio's first figure).
+FIRST_SIZE=${SIZES%% *}
+[[ -n "$FIRST_SIZE" ]] && e2e_size "$FIRST_SIZE"
+# 4. The trainer against the fp32 CPU trainer; the rank-thread equivalence tests on the one GPU.
+for t in gpu_trainer_test gpu_equivalence_test; do
+  [[ " ${WEFT_GPU_TESTS:-$ALL_TESTS} " == *" $t "* ]] && test_prog "$t" 120
+done
+# 5. `weft train --device cuda` on real text against the same run on the CPU, stopped and resumed.
+SMOKE_RC=0
+T_SMOKE=$(budget 90)
+if [[ -n "$WEFT_BIN" && "${WEFT_GPU_SMOKE:-1}" == 1 ]] && ((T_SMOKE >= 30)); then
+  WEFT_LD="$WEFT_LD" timeout -k 5 "$T_SMOKE" bash bench/gpu/train_smoke.sh "$WEFT_BIN" \
+    "$LOGS/train-smoke" 2>&1 | tail -12
+  SMOKE_RC=${PIPESTATUS[0]}
+  log "train smoke: exit $SMOKE_RC after $(($(date +%s) - START)) s"
+  printf 'train_smoke\t%s\t-\t\n' "$([[ $SMOKE_RC -eq 0 ]] && echo pass || echo "FAIL (exit $SMOKE_RC)")" >>"$VERDICTS"
+else
+  log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
+  printf 'train_smoke\tskipped\t-\t\n' >>"$VERDICTS"
+fi
+# 6. The other sizes.
+for size in ${SIZES#"$FIRST_SIZE"}; do e2e_size "$size"; done
 # The table: one row per size, weft's line beside PyTorch's.
 python3 - "$OUT/e2e.jsonl" "$STAMP" >"$OUT/e2e.md" <<'EOF'
 import json, subprocess, sys
@@ -383,8 +463,8 @@ def pick(size, name):
     return next((r for r in rows if r.get("size") == size and r.get("name") == name), {})
 def num(x, fmt):
     return format(x, fmt) if isinstance(x, (int, float)) else "-"
-def pct(x):  # a fraction, or already a percentage
-    return "-" if not isinstance(x, (int, float)) else f"{100 * x:.1f}%" if x <= 1.5 else f"{x:.1f}%"
+def pct(x):  # a fraction
+    return "-" if not isinstance(x, (int, float)) else f"{100 * x:.1f}%"
 try:
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
@@ -396,8 +476,8 @@ print(f"GPU: {gpu}; PyTorch {torch_line.get('torch', '?')} (torch.compile: "
       f"{torch_line.get('compiled', '?')}, bf16 autocast, fused AdamW, SDPA). T=1024, random tokens, "
       "10 timed steps after 3 warm-up, median. `bash bench/gpu/run.sh` (e2e.jsonl holds the full lines).\n")
 print("| model | B | weft tokens/s | PyTorch tokens/s | weft / PyTorch | weft ms | PyTorch ms "
-      "| weft MFU (spec) | weft MFU (GEMM ceiling) |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| weft MFU (989 TFLOP/s) | weft MFU (GEMM ceiling) | weft mem MiB (pred.) | PyTorch peak GiB |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for size in dict.fromkeys(r.get("size") for r in rows):
     w, t = pick(size, "weft"), pick(size, "pytorch")
     b = w.get("B", t.get("B", "-"))
@@ -407,87 +487,62 @@ for size in dict.fromkeys(r.get("size") for r in rows):
     note = lambda r: (" (" + " / ".join(dict.fromkeys(
         l.strip()[:80] for l in (r["error"].splitlines()[:1] + r["error"].splitlines()[-1:])))
         .replace("|", "\\|") + ")") if "error" in r else ""
+    mem = (f"{num(w.get('mem_allocated_mib'), '.0f')} ({num(w.get('mem_predicted_mib'), '.0f')})"
+           if w.get("mem_allocated_mib") else "-")
     print(f"| gpt2-{size} | {b} | {num(wt, ',.0f')}{note(w)} | {num(tt, ',.0f')}{note(t)} "
           f"| {num(ratio, '.3f')} | {num(w.get('ms_median'), '.1f')} | {num(t.get('ms_median'), '.1f')} "
-          f"| {pct(w.get('mfu_spec'))} | {pct(w.get('mfu_gemm'))} |")
+          f"| {pct(w.get('mfu_spec'))} | {pct(w.get('mfu_gemm'))} | {mem} | {num(t.get('peak_mem_gib'), '.1f')} |")
 # Where weft's step goes (--profile: one more step, each op timed alone), the largest ops first.
 for size in dict.fromkeys(r.get("size") for r in rows):
     prof = pick(size, "weft").get("profile")
     if not prof:
         continue
-    print(f"\n**gpt2-{size}, weft's step by op** ({prof['step_ms']:.1f} ms with each op timed alone):\n")
+    print(f"\n**gpt2-{size}, weft's step by op** ({prof['step_ms']:.1f} ms with each op timed alone; "
+          f"host waits per step {pick(size, 'weft').get('host_waits_per_step', '?')}):\n")
     print("| op | calls | ms | share |")
     print("|---|---:|---:|---:|")
-    for op in prof["ops"][:12]:
+    for op in sorted(prof["ops"], key=lambda o: -o["ms"])[:8]:
         print(f"| {op['op']} | {op['calls']} | {op['ms']:.2f} | {100 * op['ms'] / prof['step_ms']:.1f}% |")
 EOF
-cat "$OUT/e2e.md"
 if grep -q '"tokens_per_s"' "$OUT/e2e.jsonl"; then  # a measured figure, not only errors
   mkdir -p bench/results
   cp "$OUT/e2e.md" "bench/results/gpu-e2e-$STAMP.md"
 fi
 log "end to end: $E2E_FAILED command(s) without a result, after $(($(date +%s) - START)) s"
 
-# 3b. `weft train --device cuda` end to end on real text against the same run on the CPU, stopped
-# and resumed (bench/gpu/train_smoke.sh; its logs go into logs.tgz).
-SMOKE_RC=0
-T_SMOKE=$(budget 90)
-if [[ -n "$WEFT_BIN" ]] && ((T_SMOKE >= 30)); then
-  WEFT_LD="$WEFT_LD" timeout -k 5 "$T_SMOKE" bash bench/gpu/train_smoke.sh "$WEFT_BIN" \
-    "$LOGS/train-smoke" 2>&1 | tail -12
-  SMOKE_RC=${PIPESTATUS[0]}
-  log "train smoke: exit $SMOKE_RC after $(($(date +%s) - START)) s"
-else
-  log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
-fi
-
-# 4. The benchmark (also when a test failed: its numbers still say where time goes), with the
-# time that is left. It prints each line as it is measured, flash attention last, so a cut
-# loses only the end.
-T_BENCH=$(budget 240)
+# 7. The kernel benchmark with the time that is left. It prints each line as it is measured,
+# flash attention last, so a cut loses only the end.
+T_BENCH=$(budget 150)
 BENCH_RC=0
-if ((T_BENCH >= 30)); then
+if ((T_BENCH >= 30)) && [[ -n "$BENCH_BIN" && "${WEFT_GPU_KBENCH:-1}" == 1 ]]; then
   wrun timeout -k 5 "$T_BENCH" "$BENCH_BIN" --json "$OUT/kernels_bench.json" \
-    --md "$OUT/kernels_bench.md" 2>&1 | tee "$LOGS/kernels_bench.log"
-  BENCH_RC=${PIPESTATUS[0]}
+    --md "$OUT/kernels_bench.md" >"$LOGS/kernels_bench.log" 2>&1
+  BENCH_RC=$?
+  tail -5 "$LOGS/kernels_bench.log"
 else
   log "kernels_bench: skipped, $T_BENCH s left"
 fi
 [[ -f "$OUT/kernels_bench.md" ]] && cp "$OUT/kernels_bench.md" "bench/results/gpu-kernels-$STAMP.md"
 
-# 5. After a failure, each test of the failed programs alone in its own process, while time is
-# left: a kernel fault poisons the CUDA context for every later test of the same process, so
-# only isolated runs say which tests really fail.
-if [[ $TESTS_RC -ne 0 ]]; then
-  log "isolating the failures (one process per test)"
-  failed=$(grep -oE '[0-9]+ - [A-Za-z0-9_]+ \((Failed|Timeout|SEGFAULT|Subprocess aborted|Child aborted|Exception)' \
-    "$OUT/ctest.log" | awk '{print $3}' | sort -u)
-  [[ -z "$failed" ]] && failed=$TEST_ORDER  # no ctest verdicts (the test phase timed out)
-  for t in $failed; do
-    bin=${TESTS[$t]:-}
-    [[ -n "$bin" ]] || continue
-    wrun "$bin" --gtest_list_tests | awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}' |
-      while read -r name; do
-        (($(left) < 15)) && { echo "STOP: the run budget is spent"; break; }
-        if wrun timeout 60 "$bin" --gtest_filter="$name" >"$LOGS/one.log" 2>&1; then
-          echo "PASS $t $name"
-        else
-          echo "FAIL $t $name: $(grep -m2 -E 'Failure|error|Expected|rel_error|which is' "$LOGS/one.log" | tr '\n' ' ' | cut -c1-300)"
-        fi
-      done
-  done | tee "$LOGS/isolated.txt"
-  rm -f "$LOGS/one.log"
+# 8. The compact table: verdicts, the end-to-end rows, the top ops, flash attention's rates.
+echo
+echo "==== summary ($(($(date +%s) - START)) s)"
+echo "| program | verdict | s | gtest |"
+echo "|---|---|---:|---|"
+awk -F'\t' '{printf "| %s | %s | %s | %s |\n", $1, $2, $3, $4}' "$VERDICTS"
+echo
+cat "$OUT/e2e.md"
+if [[ -f "$OUT/kernels_bench.md" ]]; then
+  echo
+  grep -iE 'ceiling|copy|gemm 8192|flash' "$OUT/kernels_bench.md" | head -12
 fi
-
-if command -v cuobjdump >/dev/null && [[ -n "${TESTS[kernels_cuda_test]:-}" ]]; then  # tensor cores?
-  echo "SASS: $(cuobjdump -sass "${TESTS[kernels_cuda_test]}" 2>/dev/null | grep -c HMMA) HMMA instructions" >>"$OUT/env.txt"
-fi
-cat "$OUT/e2e.md"  # again, for the reply's tail (the benchmark's table came after it)
-log "done in $(($(date +%s) - START)) s: tests exit $TESTS_RC, e2e without result $E2E_FAILED, train smoke exit $SMOKE_RC, bench exit $BENCH_RC"
-return $((TESTS_RC != 0 || E2E_FAILED != 0 || SMOKE_RC != 0 || BENCH_RC != 0))
+[[ -f "$LOGS/isolated.txt" ]] && { echo; grep FAIL "$LOGS/isolated.txt" | cut -c1-300 | head -20; }
+log "done in $(($(date +%s) - START)) s: test failures $(grep -c FAIL "$VERDICTS"), e2e without result $E2E_FAILED, bench exit $BENCH_RC"
+return $(($(grep -c FAIL "$VERDICTS") != 0 || E2E_FAILED != 0 || BENCH_RC != 0))
 }
 
 main 2>&1 | tee "$OUT/run.log"
 RC=${PIPESTATUS[0]}
+rm -f "$LOGS/one.log"
 tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
 exit "$RC"
