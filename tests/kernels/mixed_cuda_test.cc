@@ -61,16 +61,21 @@ using Doubles = std::vector<double>;
 using Bf16s = std::vector<BF16>;
 
 constexpr double kTol16 = 1e-2;
-// Not yet measured on a GPU: set from the host emulation against a double one (at most 3.9e-4 of
-// the elements 1 ulp apart, none further, |mean| <= 3.9e-4 ulp; mixed_host_test.cc), with room for
-// two fp32 computations in different orders, the tensor cores' truncating accumulation and the
-// GPU's approximate exp/tanh, and for fresh random inputs on every run. Each comparison prints
-// its counts ("[ ulps ]" lines): replace these with ~10x the figures a GPU run prints.
+// Measured on the H200 (2026-12-04; each comparison prints its counts, "[ ulps ]" lines): over
+// every op but attention, at most 1.2e-3 of the elements apart, 1e-5 more than 1 ulp (one
+// LayerNorm output of 100608, 21 ulps: a value near zero), |mean| <= 2e-4 ulp. The bounds are
+// about 10x those.
 constexpr test::UlpBounds kGpuRounding = {.max_ulps = 1,
-                                          .max_beyond = 2e-3,
+                                          .max_beyond = 2e-4,
                                           .max_worst = int64_t{1} << 16,  // kTol16 bounds those
-                                          .max_differing = 5e-2,
-                                          .max_abs_mean = 5e-2};
+                                          .max_differing = 1.5e-2,
+                                          .max_abs_mean = 2e-3};
+// Flash attention is not emulated to the bit: the kernel rounds P to bf16 per 64-key tile against
+// the running maximum (FlashAttention-2), the host once per row against the row's. Measured on
+// the H200 (2026-12-04, T = 67 and 300): 31-41% of the elements apart, 8-12% more than 1 ulp,
+// relative L2 1.8e-3..2.7e-3 against the host (each within 1e-2 of a double reference:
+// cuda_kernels_test). A wrong scale or a missed tile is an O(1) error.
+constexpr double kTolFlash = 5e-3;
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolGemmGrad = 1e-3;
 constexpr const char* kNoDevice = "weft-cuda-skip: no CUDA device visible";
@@ -375,7 +380,7 @@ TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
                        B, T, C, NH);
     weft::test::act_op(&kernels::Backend::attention_forward, *gpu_, out.gpu, lse.gpu, qkv.gpu, B, T,
                        C, NH);
-    EXPECT_BF16_AGREE(out);
+    EXPECT_AGREE(out, kTolFlash);
     EXPECT_AGREE(lse, kTolF32);
 
     // The backward reads the forward's out and lse: give both the host's, the same bits.
@@ -387,7 +392,7 @@ TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
                        qkv.host, out_ref.host, lse_ref.host, B, T, C, NH);
     weft::test::act_op(&kernels::Backend::attention_backward, *gpu_, dqkv.gpu, dout.gpu, qkv.gpu,
                        out_ref.gpu, lse_ref.gpu, B, T, C, NH);
-    EXPECT_BF16_AGREE(dqkv);
+    EXPECT_AGREE(dqkv, kTolFlash);
   }
 }
 

@@ -62,14 +62,20 @@ std::unique_ptr<kernels::Backend> make_backend(const schedule::Schedule& schedul
 #endif
 }
 
-// A group's communicator for the backend's memory: the staged one over a split of it on the GPU;
+// A group's communicator for the backend's memory: the staged one over a split of it on the GPU,
+// its copies on the backend's stream (Backend::cuda_stream: the legacy default one raced with the
+// backend's non-blocking stream);
 // on the host, the OrderingChecker over a split (comm/ordering_checker.h), so that a Work the
 // runtime does not finish (wait or order) before its buffers are used, or a buffer it writes while
 // an operation on it is in flight, fails the run, as it would race between a GPU's streams.
-std::unique_ptr<comm::Communicator> data_group(comm::Communicator& host) {
+std::unique_ptr<comm::Communicator> data_group(comm::Communicator& host,
+                                               const kernels::Backend& backend) {
 #ifdef WEFT_TEST_CUDA
-  return comm::cuda::make_staged_communicator(host.split(0, host.rank(), host.name()));
+  return comm::cuda::make_staged_communicator(host.split(0, host.rank(), host.name()),
+                                              comm::cuda::kDefaultStagingBytes,
+                                              backend.cuda_stream());
 #else
+  (void)backend;
   return comm::make_ordering_checker(host.split(0, host.rank(), host.name()));
 #endif
 }
@@ -186,15 +192,15 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Coord me = topo.coord(world.rank());
   // The groups on the backend's memory, in the same order on every rank (splits are collective).
   std::vector<std::unique_ptr<comm::Communicator>> owned;
-  auto data = [&](comm::Communicator& host) -> comm::Communicator* {
-    owned.push_back(data_group(host));
-    return owned.back() ? owned.back().get() : &host;
-  };
   const runtime::RankShape shape{
       .B = kB, .T = kT, .pp_rank = me.pp, .tp = {l.tp, l.sp}, .zero = {l.zero, l.dp}};
   const schedule::Schedule program =
       runtime::runner_schedule(small_gpt(), l.kind, l.pp, l.vp, kM).value();
   const auto backend = make_backend(program, shape);
+  auto data = [&](comm::Communicator& host) -> comm::Communicator* {
+    owned.push_back(data_group(host, *backend));
+    return owned.back() ? owned.back().get() : &host;
+  };
   runtime::DeviceTrainer t(small_gpt(), program,
                            runtime::pipeline_options(groups, shape, {}, backend.get(), data));
   t.init(4);

@@ -71,20 +71,23 @@ std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t
 }
 
 std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_group_maker(
-    const std::string& device) {
+    const std::string& device, const kernels::Backend& backend) {
   if (!is_cuda(device)) return nullptr;
 #ifdef WEFT_HAVE_CUDA
   const int visible = kernels::cuda::device_count();
   const int index = cuda_index(device, visible);
   // Plain "cuda" gives each rank of a node its own GPU when there are enough (cuda:N shares one).
   const bool own_gpu = device == "cuda" && local_size() <= visible && comm::cuda::have_nccl();
-  return [index, own_gpu](comm::Communicator& host) -> std::unique_ptr<comm::Communicator> {
+  CUstream_st* stream = backend.cuda_stream();
+  return [index, own_gpu, stream](comm::Communicator& host) -> std::unique_ptr<comm::Communicator> {
     if (own_gpu && host.name() != "pp") {
-      return comm::cuda::make_nccl_communicator(host, index, host.name());
+      return comm::cuda::make_nccl_communicator(host, index, host.name(), stream);
     }
-    return comm::cuda::make_staged_communicator(host.split(0, host.rank(), host.name()));
+    return comm::cuda::make_staged_communicator(host.split(0, host.rank(), host.name()),
+                                                comm::cuda::kDefaultStagingBytes, stream);
   };
 #else
+  (void)backend;
   return nullptr;
 #endif
 }

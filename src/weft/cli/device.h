@@ -32,10 +32,11 @@ std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t
 // memory. cuda: pipeline boundaries over the staged communicator (comm/cuda: device buffers
 // through pinned host memory over MPI; its eager sends are what the pipeline runner needs, which
 // NCCL's order-matched point-to-point is not); gradients and the tied embedding over NCCL when
-// every rank has a GPU of its own and NCCL was built, else staged too. Null (the host groups
+// every rank has a GPU of its own and NCCL was built, else staged too. Both run on `backend`'s
+// stream, so each operation comes after the kernels queued before it. Null (the host groups
 // themselves) for host-bf16.
 std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_group_maker(
-    const std::string& device);
+    const std::string& device, const kernels::Backend& backend);
 
 // The --device option's help text.
 inline constexpr const char* kDeviceHelp =

@@ -118,7 +118,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
                       cfg.model, runtime::run_schedule(cfg).value_or_throw("invalid pipeline"),
                       runtime::rank_shape(cfg, pp_rank)));
     options.device = device.get();
-    options.device_group = device_group_maker(o.device);
+    options.device_group = device_group_maker(o.device, *device);
   }
   runtime::Trainer trainer(cfg, *dataset, options);
   const auto result = trainer.run().value_or_throw("training failed");

@@ -36,6 +36,8 @@
 
 #include "weft/core/dtype.h"
 
+struct CUstream_st;  // cudaStream_t's type, declared without CUDA's headers
+
 namespace weft::kernels {
 
 // An activation element: float on an FP32 backend, BF16 on a BF16Mixed one. Never defined.
@@ -48,6 +50,28 @@ inline Act* act_offset(Act* p, int64_t elements, int64_t act_bytes) {
 }
 inline const Act* act_offset(const Act* p, int64_t elements, int64_t act_bytes) {
   return reinterpret_cast<const Act*>(reinterpret_cast<const char*>(p) + elements * act_bytes);
+}
+
+// ---- AdamW plan tables (every backend's contract; priced by model/memory.cc) ------------------
+// The CUDA AdamW runs one launch over every tensor (Apex's multi_tensor_apply): a segment list and
+// a chunk table of kAdamWChunk-element chunks that never straddle two segments, one thread block
+// per chunk (kernels_cuda.h, AdamWPlan). Sized from a capacity: at most `segments` segments over at
+// most `elements` elements in all, so at most elements / kAdamWChunk + segments chunks (each
+// segment adds at most one partial chunk).
+struct AdamWCapacity {
+  int64_t segments = 0;
+  int64_t elements = 0;
+};
+inline constexpr int64_t kAdamWChunk = 4096;
+inline constexpr int64_t kAdamWSegmentRecordBytes = 56;  // cuda::AdamWSegment<BF16>
+inline constexpr int64_t kAdamWChunkRecordBytes = 16;    // cuda::Chunk
+// The two blocks a plan takes: {segment list, chunk table}, in bytes.
+struct AdamWTableBytes {
+  int64_t segments = 0, chunks = 0;
+};
+inline AdamWTableBytes adamw_table_bytes(AdamWCapacity c) {
+  return {c.segments * kAdamWSegmentRecordBytes,
+          (c.elements / kAdamWChunk + c.segments) * kAdamWChunkRecordBytes};
 }
 
 class Backend {
@@ -80,6 +104,12 @@ class Backend {
   // Within the backend's memory, in order with the ops.
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
   virtual void synchronize() = 0;
+  // The CUDA stream the backend's work runs on, in order (an opaque cudaStream_t), or null where
+  // there is none (the host backends). A communicator on the backend's memory runs on it or orders
+  // itself against it (comm/cuda): the CUDA backend's stream is non-blocking, so the legacy
+  // default stream does not wait for its kernels, and copies there raced with them (the H200,
+  // 2026-12-04: tp=2 with sequence parallelism on one GPU gave different losses run to run).
+  virtual CUstream_st* cuda_stream() const { return nullptr; }
 
   // ---- ops -------------------------------------------------------------------------------------
   // out[n] = in[n] as an Act (bf16: rounded to nearest even; fp32: copied unless out == in).
@@ -185,9 +215,19 @@ class Backend {
     // clipping factor).
     virtual void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) = 0;
   };
-  // Plans the update of `segments` once (the CUDA backend uploads its chunk table); the plan lives
-  // no longer than the backend.
-  virtual std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) = 0;
+  // Plans the update of `segments` once; the plan lives no longer than the backend. A BF16Mixed
+  // backend takes adamw_table_bytes(capacity) from its memory for it: the CUDA backend uploads its
+  // segment list and chunk table there, and the host-bf16 backend takes the same blocks, as it
+  // emulates the device's memory. The capacity, not the segments, sizes them, so the memory model
+  // prices them before any segment exists (model/memory.h).
+  virtual std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments,
+                                            AdamWCapacity capacity) = 0;
+  // With the segments' own capacity.
+  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) {
+    AdamWCapacity c{.segments = static_cast<int64_t>(segments.size())};
+    for (const AdamWSegment& s : segments) c.elements += s.n;
+    return plan_adamw(segments, c);
+  }
 
   // ---- measuring -------------------------------------------------------------------------------
   // Seconds per linear_forward of [N,IC] x [OC,IC]^T (Act) on this backend, the median over `reps`

@@ -156,8 +156,8 @@ void ProfilingBackend::accumulate(float* dst, const float* src, int64_t n) {
 }
 
 // The plan's step is an op too: AdamW over every tensor in one launch.
-std::unique_ptr<Backend::AdamW> ProfilingBackend::plan_adamw(
-    std::span<const AdamWSegment> segments) {
+std::unique_ptr<Backend::AdamW> ProfilingBackend::plan_adamw(std::span<const AdamWSegment> segments,
+                                                             AdamWCapacity capacity) {
   class Timed final : public AdamW {
    public:
     Timed(ProfilingBackend& p, std::unique_ptr<AdamW> inner) : p_(p), inner_(std::move(inner)) {}
@@ -169,7 +169,7 @@ std::unique_ptr<Backend::AdamW> ProfilingBackend::plan_adamw(
     ProfilingBackend& p_;
     std::unique_ptr<AdamW> inner_;
   };
-  return std::make_unique<Timed>(*this, inner_.plan_adamw(segments));
+  return std::make_unique<Timed>(*this, inner_.plan_adamw(segments, capacity));
 }
 
 }  // namespace weft::kernels

@@ -50,6 +50,7 @@ class ProfilingBackend final : public Backend {
   void* allocate(int64_t bytes) override { return inner_.allocate(bytes); }
   int64_t allocated_bytes() const override { return inner_.allocated_bytes(); }
   bool host_memory() const override { return inner_.host_memory(); }
+  CUstream_st* cuda_stream() const override { return inner_.cuda_stream(); }
   void upload(void* dst, const void* src, int64_t bytes) override;
   void download(void* dst, const void* src, int64_t bytes) override;
   void zero(void* p, int64_t bytes) override;
@@ -99,7 +100,9 @@ class ProfilingBackend final : public Backend {
                                   int v0) override;
   double sum_squares(const float* x, int64_t n) override;
   void accumulate(float* dst, const float* src, int64_t n) override;
-  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override;
+  using Backend::plan_adamw;
+  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments,
+                                    AdamWCapacity capacity) override;
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
     return inner_.linear_forward_seconds(N, IC, OC, reps);
   }

@@ -197,6 +197,11 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
   const bool bf16 = precision == Precision::BF16Mixed;
   auto block = [&](int64_t bytes) { return block_bytes(bytes, precision); };
   const int64_t n = layout.buffer.total();
+  if (bf16) {  // the AdamW plan's tables, at the capacity the optimizer plans with
+    const kernels::AdamWTableBytes table = kernels::adamw_table_bytes(
+        {.segments = static_cast<int64_t>(layout.buffer.slices().size()), .elements = n});
+    m.optimizer += block(table.segments) + block(table.chunks);
+  }
   if (zero.stage == 0) {
     m.params += block(n * kFloat) + (bf16 ? block(n * 2) : 0);  // + the bf16 read copy
     m.grads += block(n * kFloat);

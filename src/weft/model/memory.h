@@ -117,7 +117,8 @@ struct ChunkMemory {
 // per chunk model::Gpt's buffers for `slots` microbatches (fp32 master weights and their bf16
 // copy under params, fp32 gradients, the slots' activations and the model's workspace of
 // activation_layout.h, and with deferred weight gradients each slot's block for them), the AdamW
-// moments m and v (fp32) under optimizer, and per chunk that sends them, `microbatches` bf16
+// moments m and v (fp32) and the AdamW plan's two tables (kernels::adamw_table_bytes at a tensor
+// per segment over the chunk) under optimizer, and per chunk that sends them, `microbatches` bf16
 // input gradients kept until sent. `runtime` is 0 (the arena's own blocks are
 // DeviceTrainer::arena_bytes' margin); `threads` does not matter; `pipelined` with tp > 1 and no
 // sequence parallelism adds scatter/gather's receive buffer (1/tp of a boundary). ZeRO as for

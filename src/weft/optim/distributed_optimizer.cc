@@ -107,7 +107,10 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
                   layout.init[p.slice].weight_decay);
     }
   }
-  adam_ = be_.plan_adamw(segments);
+  // The tables' capacity as the memory model prices it (model/memory.cc): a segment per tensor at
+  // most (ZeRO's parts are pieces of them, merged runs fewer), over the whole chunk's elements.
+  adam_ = be_.plan_adamw(segments, {.segments = static_cast<int64_t>(layout.buffer.slices().size()),
+                                    .elements = layout.buffer.total()});
   grad_slot_.assign(layout.units.size(), nullptr);
   shard_started_.assign(layout.units.size(), false);
   param_slot_.assign(layout.units.size(), nullptr);

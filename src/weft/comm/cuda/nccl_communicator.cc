@@ -431,6 +431,15 @@ class NcclCommunicator final : public Communicator {
         throw;
       }
     }
+    // In nonblocking mode NCCL writes *newcomm from its background job when the child's
+    // initialization ends, which can be after the parent reports done: a plain read of `sub` then
+    // saw null for a rank that has a color (the H200, NCCL 2.28, 2026-12-04: a group of one came
+    // back as "no group"). A rank with a color waits for the handle; one without gets none.
+    if (color >= 0) {
+      const bool written = poll_until(
+          timeout_seconds(), [&] { return __atomic_load_n(&sub, __ATOMIC_ACQUIRE) != nullptr; });
+      if (!written) fail(o, fmt::format("no communicator after {:g} s", timeout_seconds()));
+    }
     if (sub == nullptr) return nullptr;
     auto g = std::make_shared<Group>();
     g->comm = sub;

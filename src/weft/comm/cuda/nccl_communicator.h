@@ -5,8 +5,9 @@
 // false.
 //
 // Every operation is enqueued on the communicator's stream and returns a Work whose order() makes
-// the legacy default stream (where the backend's kernels run) wait for a CUDA event recorded after
-// it, without a host wait (cudaStreamWaitEvent), and whose wait() waits for that event on the
+// the legacy default stream wait for a CUDA event recorded after it, without a host wait
+// (cudaStreamWaitEvent; nothing to wait for when the stream is the caller's own, which the CUDA
+// backend's runtime passes: Backend::cuda_stream), and whose wait() waits for that event on the
 // host: it polls the event (and NCCL's asynchronous error state) and, after timeout_seconds(),
 // aborts the NCCL communicator (ncclCommAbort) and throws weft::Error
 // naming the op and the group, so no rank hangs forever on a peer that died (DESIGN.md §5). The

@@ -24,9 +24,11 @@
 // pooled: one is reused once the Work that held it is complete and gone, so a training step
 // allocates none after the first.
 //
-// Copies run on `stream` (default: the legacy default stream, which is ordered after the work of
-// every blocking stream), so an operation reads its device buffer after the kernels the caller
-// queued before it; it waits for its copies before using the host copy.
+// Copies run on `stream`, so an operation reads its device buffer after the kernels the caller
+// queued there before it, and its results are written before the caller's later kernels run; it
+// waits for its copies before using the host copy. A caller whose kernels run on a non-blocking
+// stream (the CUDA backend's: Backend::cuda_stream) must pass that stream. The default, the legacy
+// default stream, is ordered after the work of blocking streams only.
 //
 // The pinned memory (staging buffer and message pool) is shared by the groups split from one
 // communicator: each collective finishes before it returns, and weft drives MPI from one thread
@@ -45,8 +47,9 @@ namespace weft::comm::cuda {
 // host's, and a timeout set on the staged communicator is passed to host before each operation.
 // `staging_bytes` (> 0) is the pinned buffer of the collectives: a reduce_scatter or all_gather
 // needs room for at least size()+1 elements. Needs a CUDA device (cudaMallocHost).
+inline constexpr size_t kDefaultStagingBytes = size_t{64} << 20;
 std::unique_ptr<Communicator> make_staged_communicator(std::unique_ptr<Communicator> host,
-                                                       size_t staging_bytes = size_t{64} << 20,
+                                                       size_t staging_bytes = kDefaultStagingBytes,
                                                        CUstream_st* stream = nullptr);
 
 }  // namespace weft::comm::cuda

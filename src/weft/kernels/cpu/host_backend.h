@@ -140,8 +140,17 @@ class HostBackend : public TypedBackend<Impl, A> {
     cpu::residual_forward(dst, dst, src, n);  // element-wise: out may alias a
   }
 
-  std::unique_ptr<Backend::AdamW> plan_adamw(
-      std::span<const Backend::AdamWSegment> segments) override {
+  using Backend::plan_adamw;
+  // The bf16 backend emulates the device's memory too: it takes the blocks the CUDA backend
+  // uploads its tables to (backend.h), which the memory model counts. The host's AdamW walks the
+  // segments themselves and needs no table.
+  std::unique_ptr<Backend::AdamW> plan_adamw(std::span<const Backend::AdamWSegment> segments,
+                                             AdamWCapacity capacity) override {
+    if (sizeof(A) == 2) {
+      const AdamWTableBytes table = adamw_table_bytes(capacity);
+      allocate(table.segments);
+      allocate(table.chunks);
+    }
     return std::make_unique<HostAdamW>(segments);
   }
 

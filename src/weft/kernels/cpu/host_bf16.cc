@@ -320,11 +320,15 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       float* acc = scratch(scratch_c_, in_size);  // [N, IC]
       widen(w, weight, w_size);
       sgemm(false, false, N, IC, OC, 1.f, dy, OC, w, IC, 0.f, acc, IC);
-      // The DGELU epilogue: the fp32 product times gelu'(pre), rounded once.
+      // With GeLU, as the GPU: the product rounded to bf16 (the GEMM's output type), then times
+      // gelu'(pre), rounded again. The CUDA fallback writes the product and a GeLU-backward kernel
+      // reads it back; cuBLASLt's DGELU epilogue rounds where that does (on the H200, 2026-12-04,
+      // rounding the product once against it put 26% of the elements 1 ulp apart, unbiased).
 #pragma omp parallel for schedule(static) if (in_size >= kHostMinParallel)
       for (int64_t i = 0; i < in_size; ++i) {
-        const float g = gelu_pre != nullptr ? acc[i] * gelu_grad(to_float(gelu_pre[i])) : acc[i];
-        dinp[i] = round_bf16(g);
+        dinp[i] = gelu_pre != nullptr
+                      ? round_bf16(to_float(round_bf16(acc[i])) * gelu_grad(to_float(gelu_pre[i])))
+                      : round_bf16(acc[i]);
       }
     }
     if (dweight != nullptr) {

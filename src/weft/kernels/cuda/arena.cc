@@ -14,6 +14,11 @@ namespace weft::kernels::cuda {
 
 namespace detail {
 void cuda_failed(cudaError_t err, const char* call, const char* file, int line) {
+  // The runtime keeps a failed call's error as its "last error" too: consume it, or the next
+  // WEFT_CUDA_CHECK_LAUNCH() (cudaGetLastError) reports this failure again at an innocent launch
+  // (seen on the H200, 2026-12-04: a caught cudaMemcpy error resurfaced at the next embedding
+  // launch). A sticky error (a kernel fault) stays: every later call fails with it anyway.
+  (void)cudaGetLastError();
   std::ostringstream os;
   os << file << ":" << line << ": CUDA error: " << call << ": " << cudaGetErrorString(err) << " ("
      << cudaGetErrorName(err) << ")";

@@ -22,6 +22,7 @@
 #include <span>
 
 #include "weft/core/dtype.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/cuda/arena.h"
 #include "weft/kernels/cuda/context.h"
 
@@ -204,10 +205,13 @@ struct AdamWSegment {
 template <typename T16>
 class AdamWPlan {
  public:
-  static constexpr int64_t kChunk = 4096;  // elements per thread block
+  static constexpr int64_t kChunk = kAdamWChunk;  // elements per thread block (backend.h)
 
-  // Uploads the segment list and its chunk table (host_plans.h) into the arena, once.
-  AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments);
+  // Uploads the segment list and its chunk table (host_plans.h) into the arena, once, in blocks
+  // sized by `capacity` (backend.h: adamw_table_bytes, what the memory model prices); without
+  // one, the segments' own.
+  AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments,
+            AdamWCapacity capacity = {.segments = -1});
   // One launch over every segment at step t >= 1. Gradients are multiplied by grad_scale (the
   // clipping factor) and, with a scaler, by its inv_scale; when the scaler found inf/NaN the
   // launch changes nothing (a skipped step, decided on the device).

@@ -31,8 +31,9 @@ namespace {
 // stream stays valid.
 class CudaAdamW final : public Backend::AdamW {
  public:
-  CudaAdamW(Arena& arena, std::span<const AdamWSegment<BF16>> segments, Stream stream)
-      : plan_(arena, segments), stream_(stream) {}
+  CudaAdamW(Arena& arena, std::span<const AdamWSegment<BF16>> segments, AdamWCapacity capacity,
+            Stream stream)
+      : plan_(arena, segments, capacity), stream_(stream) {}
   void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) override {
     plan_.step(lr, beta1, beta2, eps, t, grad_scale, /*scaler=*/nullptr, stream_);
   }
@@ -110,6 +111,7 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     return arena_->allocate(static_cast<size_t>(bytes));
   }
   bool host_memory() const override { return false; }
+  CUstream_st* cuda_stream() const override { return stream_; }
   int64_t allocated_bytes() const override { return static_cast<int64_t>(arena_->used() - base_); }
   void upload(void* dst, const void* host_src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "negative upload of ", bytes, " bytes");
@@ -225,14 +227,16 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   }
 
   // ---- AdamW -----------------------------------------------------------------------------------
-  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments) override {
+  using Backend::plan_adamw;
+  std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments,
+                                    AdamWCapacity capacity) override {
     std::vector<cuda::AdamWSegment<BF16>> converted;
     converted.reserve(segments.size());
     for (const AdamWSegment& s : segments) {
       converted.push_back({s.params, s.grads, s.m, s.v, s.params16, s.n, s.weight_decay});
     }
     auto plan = std::make_unique<CudaAdamW>(
-        *arena_, std::span<const cuda::AdamWSegment<BF16>>(converted), stream_);
+        *arena_, std::span<const cuda::AdamWSegment<BF16>>(converted), capacity, stream_);
     // AdamWPlan uploads its tables with cudaMemcpy on the legacy default stream, which this
     // non-blocking stream does not wait for; from pageable memory that copy may return before its
     // DMA is done. Wait for the whole device once, at planning time.

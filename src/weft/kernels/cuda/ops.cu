@@ -30,6 +30,21 @@ constexpr float kLayerNormEps = static_cast<float>(ref::kLayerNormEps);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
+// 16 bytes of T: what one lane loads or stores at once (8 bf16, 4 floats). Hopper moves a warp's
+// 16-byte accesses in a quarter of the instructions of 4-byte ones (HOPPER.md).
+template <typename T>
+struct alignas(16) Pack {
+  static constexpr int kN = 16 / sizeof(T);
+  T v[kN];
+};
+
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // ---- conversions --------------------------------------------------------------------------
 
 template <typename To, typename From>
@@ -311,20 +326,46 @@ __global__ void column_sums_partial_kernel(float* partial_sums, float* partial_n
   }
 }
 
+// Pass 2: block (cx) of kColumns x kFinishPhases threads; phase p adds splits p, p + 32, ... in
+// order, then thread row 0 adds the phases' totals in phase order. One thread per column looping
+// over every split (the first version) took 512 dependent L2 reads per column at N = 32768 on
+// 3 blocks: most of a GPT-2 124M LayerNorm backward's time on the H200 (2026-12-04).
+constexpr int kFinishPhases = 32;
+
 __global__ void column_sums_finish_kernel(float* sums, float* normed, const float* partial_sums,
                                           const float* partial_normed, int splits, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  if (sums != nullptr) {
-    float total = 0.f;
-    for (int s = 0; s < splits; ++s) total += partial_sums[static_cast<int64_t>(s) * C + c];
-    sums[c] += total;
+  __shared__ float shared_sums[kFinishPhases][kColumns];
+  __shared__ float shared_normed[kFinishPhases][kColumns];
+  const int c = blockIdx.x * kColumns + threadIdx.x;
+  float sum = 0.f;
+  float norm = 0.f;
+  if (c < C) {
+    for (int s = threadIdx.y; s < splits; s += kFinishPhases) {
+      const int64_t i = static_cast<int64_t>(s) * C + c;
+      if (sums != nullptr) sum += partial_sums[i];
+      if (normed != nullptr) norm += partial_normed[i];
+    }
   }
-  if (normed != nullptr) {
-    float total = 0.f;
-    for (int s = 0; s < splits; ++s) total += partial_normed[static_cast<int64_t>(s) * C + c];
-    normed[c] += total;
+  shared_sums[threadIdx.y][threadIdx.x] = sum;
+  shared_normed[threadIdx.y][threadIdx.x] = norm;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float total = 0.f;
+  float total_normed = 0.f;
+  for (int p = 0; p < kFinishPhases; ++p) {
+    total += shared_sums[p][threadIdx.x];
+    total_normed += shared_normed[p][threadIdx.x];
   }
+  if (sums != nullptr) sums[c] += total;
+  if (normed != nullptr) normed[c] += total_normed;
+}
+
+void launch_column_sums_finish(Context& ctx, float* sums, float* normed, const float* partial_sums,
+                               const float* partial_normed, int splits, int C) {
+  column_sums_finish_kernel<<<static_cast<unsigned>(ceil_div(C, kColumns)),
+                              dim3(kColumns, kFinishPhases), 0, ctx.stream()>>>(
+      sums, normed, partial_sums, partial_normed, splits, C);
+  WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // sums[C] += column sums of x[N,C]; with inp/mean/rstd also normed[C] += sum x * norm.
@@ -341,9 +382,8 @@ void launch_column_sums_impl(Context& ctx, float* sums, float* normed, const T* 
   column_sums_partial_kernel<device_t<T>, kNorm><<<grid, block, 0, ctx.stream()>>>(
       partials, partials + (kNorm ? partial : 0), dev(x), dev(inp), mean, rstd, N, C, split_rows);
   WEFT_CUDA_CHECK_LAUNCH();
-  column_sums_finish_kernel<<<static_cast<unsigned>(ceil_div(C, 256)), 256, 0, ctx.stream()>>>(
-      sums, normed, partials, partials + (kNorm ? partial : 0), splits, C);
-  WEFT_CUDA_CHECK_LAUNCH();
+  launch_column_sums_finish(ctx, sums, normed, partials, partials + (kNorm ? partial : 0), splits,
+                            C);
 }
 
 void check_layernorm_dims(int N, int C) {
@@ -366,12 +406,128 @@ void launch_layernorm_forward(T* out, float* mean, float* rstd, T* residual, con
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
+// ---- LayerNorm backward, fused --------------------------------------------------------------
+// One pass over the rows for dinp and the weight and bias gradients (llm.c's layernorm_backward,
+// made deterministic): 16-byte accesses (8 bf16 per lane), a warp per row, and each warp's own
+// shared-memory sums of dout * norm and dout over its rows, in row order; the block adds its warps'
+// sums in warp order into partials[block][C], and column_sums_finish_kernel adds the blocks in
+// order. The row groups are a function of N alone, so the bits never depend on the device. Needs C
+// a multiple of the vector width, 16-byte aligned rows and 2 * kLnWarps * C floats of shared
+// memory; otherwise the two-kernel path above (dinp, then column sums) runs.
+
+constexpr int kLnWarps = 4;                  // warps per block
+constexpr int kLnMaxBlocks = 1024;           // row groups at most
+constexpr size_t kLnMaxShared = 227 * 1024;  // Hopper's opt-in limit per block
+
+// Rows per block: at least one per warp, at most kLnMaxBlocks blocks.
+int layernorm_rows_per_block(int N) {
+  const int64_t blocks = std::min<int64_t>(kLnMaxBlocks, ceil_div(N, kLnWarps));
+  return static_cast<int>(ceil_div(N, blocks));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kLnWarps* kWarpSize)
+    layernorm_backward_fused_kernel(T* dinp, float* partial_dweight, float* partial_dbias,
+                                    const T* dout, const T* inp, const T* weight, const float* mean,
+                                    const float* rstd, int N, int C, int rows_per_block) {
+  constexpr int kV = Pack<T>::kN;
+  // [kLnWarps][2][C]: each warp's dweight, dbias sums, column v * kV + k at k * vecs + v (the
+  // lanes of a warp update consecutive words: no bank conflicts)
+  extern __shared__ float ln_shared[];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  float* dw = ln_shared + static_cast<int64_t>(2 * warp) * C;
+  float* db = dw + C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    dw[c] = 0.f;
+    db[c] = 0.f;
+  }
+  __syncwarp();  // the lanes below own other columns than the ones they zeroed
+  const int vecs = C / kV;
+  const int first = static_cast<int>(blockIdx.x) * rows_per_block;
+  const int row_end = min(N, first + rows_per_block);
+  for (int row = first + warp; row < row_end; row += kLnWarps) {
+    const int64_t off = static_cast<int64_t>(row) * C;
+    const float m = mean[row];
+    const float s = rstd[row];
+    float dnorm_sum = 0.f;
+    float dnorm_norm_sum = 0.f;
+    for (int v = lane; v < vecs; v += kWarpSize) {
+      const Pack<T> x = load_pack(inp + off + v * kV);
+      const Pack<T> dy = load_pack(dout + off + v * kV);
+      const Pack<T> w = load_pack(weight + v * kV);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float norm = (to_float(x.v[k]) - m) * s;
+        const float dnorm = to_float(w.v[k]) * to_float(dy.v[k]);
+        dnorm_sum += dnorm;
+        dnorm_norm_sum += dnorm * norm;
+      }
+    }
+    const float dnorm_mean = warp_sum(dnorm_sum) / C;
+    const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+    for (int v = lane; v < vecs; v += kWarpSize) {
+      const Pack<T> x = load_pack(inp + off + v * kV);
+      const Pack<T> dy = load_pack(dout + off + v * kV);
+      const Pack<T> w = load_pack(weight + v * kV);
+      Pack<T> dx = load_pack(dinp + off + v * kV);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float norm = (to_float(x.v[k]) - m) * s;
+        const float g = to_float(dy.v[k]);
+        const float dnorm = to_float(w.v[k]) * g;
+        dx.v[k] =
+            from_float<T>(to_float(dx.v[k]) + s * (dnorm - dnorm_mean - norm * dnorm_norm_mean));
+        dw[k * vecs + v] += g * norm;
+        db[k * vecs + v] += g;
+      }
+      *reinterpret_cast<Pack<T>*>(dinp + off + v * kV) = dx;
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int at = (c % kV) * vecs + c / kV;
+    float w_sum = 0.f;
+    float b_sum = 0.f;
+    for (int w = 0; w < kLnWarps; ++w) {
+      w_sum += ln_shared[static_cast<int64_t>(2 * w) * C + at];
+      b_sum += ln_shared[static_cast<int64_t>(2 * w + 1) * C + at];
+    }
+    partial_dweight[static_cast<int64_t>(blockIdx.x) * C + c] = w_sum;
+    partial_dbias[static_cast<int64_t>(blockIdx.x) * C + c] = b_sum;
+  }
+}
+
 template <typename T>
 void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
                                const T* inp, const T* weight, const float* mean, const float* rstd,
                                int N, int C) {
   check_layernorm_dims(N, C);
   if (N == 0) return;
+  constexpr int kV = Pack<device_t<T>>::kN;
+  const size_t shared = size_t{2} * kLnWarps * C * sizeof(float);
+  const int rows = layernorm_rows_per_block(N);
+  const int blocks = static_cast<int>(ceil_div(N, rows));
+  const size_t partial = static_cast<size_t>(blocks) * C;
+  if (C % kV == 0 && shared <= kLnMaxShared && aligned16(dinp) && aligned16(dout) &&
+      aligned16(inp) && aligned16(weight) && 2 * partial * sizeof(float) <= ctx.scratch_bytes()) {
+    auto* partials = static_cast<float*>(ctx.scratch(2 * partial * sizeof(float)));
+    const auto kernel = layernorm_backward_fused_kernel<device_t<T>>;
+    // Set for the current device at every launch (cheap), never once per process: a process that
+    // drives a second GPU needs it there too.
+    if (shared > 48 * 1024) {
+      WEFT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared)));
+    }
+    kernel<<<static_cast<unsigned>(blocks), kLnWarps * kWarpSize, shared, ctx.stream()>>>(
+        dev(dinp), partials, partials + partial, dev(dout), dev(inp), dev(weight), mean, rstd, N, C,
+        rows);
+    WEFT_CUDA_CHECK_LAUNCH();
+    if (dweight != nullptr || dbias != nullptr) {
+      launch_column_sums_finish(ctx, dbias, dweight, partials + partial, partials, blocks, C);
+    }
+    return;
+  }
   layernorm_backward_dinp_kernel<<<static_cast<unsigned>(ceil_div(N, kRowsPerBlock)),
                                    kRowsPerBlock * kWarpSize, 0, ctx.stream()>>>(
       dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C);
@@ -472,6 +628,92 @@ __device__ void block_max_sum(const T* z, int n, float& m, float& s) {
   }
 }
 
+// block_max_sum over whole 16-byte packs: z 16-byte aligned, n_packs * kN elements of which the
+// first n count (the rest are padding). Per pack one rescale at most: the pack's max first, then
+// its exponentials against the running max.
+template <typename T>
+__device__ void block_max_sum_packed(const T* z, int n, int n_packs, float& m, float& s) {
+  constexpr int kV = Pack<T>::kN;
+  __shared__ float shared_m[kSoftmaxThreads / kWarpSize];
+  __shared__ float shared_s[kSoftmaxThreads / kWarpSize];
+  m = -INFINITY;
+  s = 0.f;
+  for (int p = threadIdx.x; p < n_packs; p += blockDim.x) {
+    const Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
+    const int j0 = p * kV;
+    float pm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      if (j0 + k < n) pm = fmaxf(pm, to_float(x.v[k]));
+    }
+    if (pm > m) {  // fmaxf skips NaN: a NaN logit reaches s below, as in block_max_sum
+      s = m == -INFINITY ? 0.f : s * expf(m - pm);
+      m = pm;
+    }
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      if (j0 + k < n) s += expf(to_float(x.v[k]) - m);
+    }
+  }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float m2 = __shfl_xor_sync(kFullMask, m, offset);
+    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
+    combine_max_sum(m, s, m2, s2);
+  }
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (lane == 0) {
+    shared_m[warp] = m;
+    shared_s[warp] = s;
+  }
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
+    combine_max_sum(m, s, shared_m[w], shared_s[w]);
+  }
+}
+
+// softmax_cross_entropy_kernel over 16-byte packs (Vp a multiple of the pack, rows aligned): the
+// same loss and gradient expressions, a quarter of the memory instructions.
+template <typename T, bool kGrad>
+__global__ void softmax_cross_entropy_packed_kernel(float* losses, T* logits,
+                                                    const int32_t* targets, float dloss, int V,
+                                                    int Vp) {
+  constexpr int kV = Pack<T>::kN;
+  __shared__ float shared_zy;
+  const int64_t row = blockIdx.x;
+  T* z = logits + row * Vp;
+  const int packs = Vp / kV;
+  const int32_t y = targets[row];
+  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
+    const float fill = y < 0 ? 0.f : NAN;
+    if (threadIdx.x == 0) losses[row] = fill;
+    if constexpr (kGrad) {
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
+    }
+    return;
+  }
+  if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
+  float m, s;
+  block_max_sum_packed(z, V, packs, m, s);  // its barrier also publishes shared_zy
+  if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
+  if constexpr (kGrad) {
+    const float inv_s = 1.f / s;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+      Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const int j = p * kV + k;
+        float g = 0.f;
+        if (j < V) g = dloss * (expf(to_float(x.v[k]) - m) * inv_s - (j == y ? 1.f : 0.f));
+        x.v[k] = from_float<T>(g);
+      }
+      *reinterpret_cast<Pack<T>*>(z + static_cast<int64_t>(p) * kV) = x;
+    }
+  }
+}
+
 template <typename T, bool kGrad>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                              float dloss, int V, int Vp) {
@@ -506,8 +748,13 @@ void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targe
                                   int N, int V, int Vp, Stream stream) {
   WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V, " Vp=", Vp);
   if (N == 0) return;
-  softmax_cross_entropy_kernel<device_t<T>, kGrad>
-      <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
+  if (Vp % Pack<device_t<T>>::kN == 0 && aligned16(logits)) {
+    softmax_cross_entropy_packed_kernel<device_t<T>, kGrad>
+        <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
+  } else {
+    softmax_cross_entropy_kernel<device_t<T>, kGrad>
+        <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -1188,7 +1435,11 @@ bool LossScaler::found_inf() const {
 }
 
 template <typename T16>
-AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments) {
+AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments,
+                          AdamWCapacity capacity) {
+  static_assert(sizeof(AdamWSegment<T16>) == kAdamWSegmentRecordBytes &&
+                    sizeof(Chunk) == kAdamWChunkRecordBytes,
+                "the memory model prices the AdamW tables by these record sizes (backend.h)");
   std::vector<int64_t> sizes;
   num_elements_ = 0;
   for (const AdamWSegment<T16>& s : segments) {
@@ -1197,10 +1448,21 @@ AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segme
     sizes.push_back(s.n);
     num_elements_ += s.n;
   }
+  if (capacity.segments < 0) {
+    capacity = {.segments = static_cast<int64_t>(segments.size()), .elements = num_elements_};
+  }
+  WEFT_CHECK(static_cast<int64_t>(segments.size()) <= capacity.segments &&
+                 num_elements_ <= capacity.elements,
+             "AdamW plan of ", segments.size(), " segments over ", num_elements_,
+             " elements exceeds its capacity of ", capacity.segments, " over ", capacity.elements);
   const std::vector<Chunk> chunks = make_chunks(sizes, kChunk);
   num_chunks_ = static_cast<int64_t>(chunks.size());
-  auto* device_segments = arena.allocate<AdamWSegment<T16>>(static_cast<int64_t>(segments.size()));
-  auto* device_chunks = arena.allocate<Chunk>(num_chunks_);
+  const AdamWTableBytes table = adamw_table_bytes(capacity);
+  WEFT_CHECK(num_chunks_ * kAdamWChunkRecordBytes <= table.chunks, "AdamW plan: ", num_chunks_,
+             " chunks exceed the table's ", table.chunks / kAdamWChunkRecordBytes);
+  auto* device_segments =
+      static_cast<AdamWSegment<T16>*>(arena.allocate(static_cast<size_t>(table.segments)));
+  auto* device_chunks = static_cast<Chunk*>(arena.allocate(static_cast<size_t>(table.chunks)));
   copy_to_device(device_segments, segments.data(), segments.size() * sizeof(AdamWSegment<T16>));
   copy_to_device(device_chunks, chunks.data(), chunks.size() * sizeof(Chunk));
   // As LossScaler's: the tables have landed before step() runs on any stream.
