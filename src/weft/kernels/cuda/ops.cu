@@ -764,13 +764,19 @@ void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targe
 
 // stats[row] = {m, s, z_y}: the online max and sum of exp(x - m) over the Vv real columns
 // (m = -inf, s = 0 when Vv = 0), and the target's logit when this rank holds it (else 0).
-template <typename T>
+// kPacked: over 16-byte packs, in softmax_cross_entropy_packed_kernel's order, so that one shard
+// (tp = 1) gives softmax_cross_entropy's bits on the same launch condition.
+template <typename T, bool kPacked>
 __global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits,
                                                  const int32_t* targets, int Vl, int Vv, int v0) {
   const int64_t row = blockIdx.x;
   const T* z = logits + row * Vl;
   float m, s;
-  block_max_sum(z, Vv, m, s);
+  if constexpr (kPacked) {
+    block_max_sum_packed(z, Vv, Vl / Pack<T>::kN, m, s);
+  } else {
+    block_max_sum(z, Vv, m, s);
+  }
   if (threadIdx.x != 0) return;
   const int64_t y = static_cast<int64_t>(targets[row]) - v0;
   float* out = stats + row * 3;
@@ -819,8 +825,13 @@ void launch_cross_entropy_shard_stats(float* stats, const T* logits, const int32
                                       int Vl, int Vv, int v0, Stream stream) {
   check_cross_entropy_shard(N, Vl, Vv, v0);
   if (N == 0) return;
-  cross_entropy_shard_stats_kernel<device_t<T>>
-      <<<N, kSoftmaxThreads, 0, stream>>>(stats, dev(logits), targets, Vl, Vv, v0);
+  if (Vl % Pack<device_t<T>>::kN == 0 && aligned16(logits)) {  // as launch_softmax_cross_entropy
+    cross_entropy_shard_stats_kernel<device_t<T>, true>
+        <<<N, kSoftmaxThreads, 0, stream>>>(stats, dev(logits), targets, Vl, Vv, v0);
+  } else {
+    cross_entropy_shard_stats_kernel<device_t<T>, false>
+        <<<N, kSoftmaxThreads, 0, stream>>>(stats, dev(logits), targets, Vl, Vv, v0);
+  }
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
