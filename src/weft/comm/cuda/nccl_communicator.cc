@@ -35,7 +35,10 @@ namespace weft::comm::cuda {
 bool have_nccl() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                     const std::string& name, CUstream_st* stream) {
+                                                     const std::string& name, CUstream_st* stream,
+                                                     CUstream_st* compute) {
+  (void)stream;
+  (void)compute;
   throw Error(fmt::format(
       "NCCL communicator '{}' on device {}: weft was built without NCCL (cmake/WeftCuda.cmake did "
       "not find nccl.h and libnccl); use the staged communicator (make_staged_communicator)",
@@ -311,9 +314,10 @@ void wait_for(const Op& o, const Event& done, double timeout_s) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `stream` nullptr: one owned non-blocking stream.
-  NcclCommunicator(std::shared_ptr<Group> group, Stream stream, double timeout_s)
-      : group_(std::move(group)) {
+  // `stream` nullptr: one owned non-blocking stream, ordered against `compute` (nullptr: the
+  // legacy default stream).
+  NcclCommunicator(std::shared_ptr<Group> group, Stream stream, double timeout_s, Stream compute)
+      : group_(std::move(group)), compute_(compute != nullptr ? compute : cudaStreamLegacy) {
     set_timeout_seconds(timeout_s);
     DeviceGuard on(group_->device);
     if (stream == nullptr) {
@@ -453,7 +457,7 @@ class NcclCommunicator final : public Communicator {
     // A given stream is shared with the groups split from this one; an owned one is not (each
     // group gets its own, so tp and dp operations may overlap).
     return std::make_unique<NcclCommunicator>(std::move(g), owned_stream_ ? nullptr : stream_,
-                                              timeout_seconds());
+                                              timeout_seconds(), compute_);
   }
 
  private:
@@ -496,8 +500,8 @@ class NcclCommunicator final : public Communicator {
                             o.where(), form, o.detail()));
   }
 
-  // Enqueues the call on the stream (after the legacy default stream's work when the stream is
-  // owned) and returns the Work that waits for it.
+  // Enqueues the call on the stream (after the compute stream's work when the stream is owned)
+  // and returns the Work that waits for it.
   template <typename Call>
   Work enqueue(const Op& o, Call&& call) {
     o.check_usable();
@@ -505,24 +509,22 @@ class NcclCommunicator final : public Communicator {
     group_->timeout_s = timeout_s;
     DeviceGuard on(group_->device);
     if (owned_stream_) {
-      WEFT_CUDA_CHECK(cudaEventRecord(after_default_->get(), cudaStreamLegacy));
+      WEFT_CUDA_CHECK(cudaEventRecord(after_default_->get(), compute_));
       WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream_, after_default_->get(), 0));
     }
     if (call(group_->comm) == ncclInProgress) settle(o, group_->comm, timeout_s);
     auto done = std::make_shared<Event>();
     WEFT_CUDA_CHECK(cudaEventRecord(done->get(), stream_));
-    // order(): the legacy default stream (the backend's kernels) waits for the event, the host
-    // does not; on a given stream the kernels that follow are in order already. wait_ordered()
-    // bounds the wait later.
+    // order(): the compute stream (the backend's kernels) waits for the event, the host does not;
+    // on a given stream the kernels that follow are in order already. wait_ordered() bounds the
+    // wait later.
     const bool owned = owned_stream_ != nullptr;
     return Work([o, done, timeout_s] { wait_for(o, *done, timeout_s); },
                 [done] { return query(*done); },
-                [o, done, owned, ordered = ordered_] {
+                [o, done, owned, compute = compute_, ordered = ordered_] {
                   o.check_usable();
                   DeviceGuard on(o.group->device);
-                  if (owned) {
-                    WEFT_CUDA_CHECK(cudaStreamWaitEvent(cudaStreamLegacy, done->get(), 0));
-                  }
+                  if (owned) WEFT_CUDA_CHECK(cudaStreamWaitEvent(compute, done->get(), 0));
                   std::erase_if(*ordered, [](const Ordered& d) { return query(*d.done); });
                   ordered->push_back({o, done});
                 });
@@ -542,9 +544,12 @@ class NcclCommunicator final : public Communicator {
   };
 
   std::shared_ptr<Group> group_;
+  // The stream whose work an owned stream's operations follow and which order() makes wait: the
+  // caller's kernels' (Backend::cuda_stream), else the legacy default stream.
+  Stream compute_;
   std::unique_ptr<OwnedStream> owned_stream_;  // before stream_'s users below
   Stream stream_ = nullptr;
-  std::unique_ptr<Event> after_default_;  // orders an owned stream after the legacy default one
+  std::unique_ptr<Event> after_default_;  // orders an owned stream after compute_
   void* barrier_value_ = nullptr;
   // Shared with the Works' order(), which may outlive the communicator.
   std::shared_ptr<std::vector<Ordered> > ordered_ = std::make_shared<std::vector<Ordered> >();
@@ -555,7 +560,8 @@ class NcclCommunicator final : public Communicator {
 bool have_nccl() { return true; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                     const std::string& name, CUstream_st* stream) {
+                                                     const std::string& name, CUstream_st* stream,
+                                                     CUstream_st* compute) {
   auto g = std::make_shared<Group>();
   g->name = name;
   g->rank = bootstrap.rank();
@@ -586,7 +592,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
       throw;
     }
   }
-  return std::make_unique<NcclCommunicator>(std::move(g), stream, bootstrap.timeout_seconds());
+  return std::make_unique<NcclCommunicator>(std::move(g), stream, bootstrap.timeout_seconds(),
+                                            compute);
 }
 
 #endif  // WEFT_HAVE_NCCL

@@ -5,24 +5,28 @@
 // false.
 //
 // Every operation is enqueued on the communicator's stream and returns a Work whose order() makes
-// the legacy default stream wait for a CUDA event recorded after it, without a host wait
-// (cudaStreamWaitEvent; nothing to wait for when the stream is the caller's own, which the CUDA
-// backend's runtime passes: Backend::cuda_stream), and whose wait() waits for that event on the
-// host: it polls the event (and NCCL's asynchronous error state) and, after timeout_seconds(),
-// aborts the NCCL communicator (ncclCommAbort) and throws weft::Error
-// naming the op and the group, so no rank hangs forever on a peer that died (DESIGN.md §5). The
-// communicator is NCCL's nonblocking kind (ncclConfig_t::blocking = 0), so initialization, split
-// and the host side of each call (which may wait for peers in NCCL's own code) are bounded by the
-// same timeout. After an abort every operation on the communicator throws. The ordered operations
-// are waited the same way by wait_ordered(), which the runtime calls once per step: a peer that
-// died mid-step surfaces there, not as a stream that never finishes.
+// the compute stream wait for a CUDA event recorded after it, without a host wait
+// (cudaStreamWaitEvent), and whose wait() waits for that event on the host: it polls the event (and
+// NCCL's asynchronous error state) and, after timeout_seconds(), aborts the NCCL communicator
+// (ncclCommAbort) and throws weft::Error naming the op and the group, so no rank hangs forever on a
+// peer that died (DESIGN.md §5). The communicator is NCCL's nonblocking kind
+// (ncclConfig_t::blocking = 0), so initialization, split and the host side of each call (which may
+// wait for peers in NCCL's own code) are bounded by the same timeout. After an abort every
+// operation on the communicator throws. The ordered operations are waited the same way by
+// wait_ordered(), which the runtime calls once per step: a peer that died mid-step surfaces there,
+// not as a stream that never finishes.
 //
-// The stream: the one given, else one owned non-blocking stream. Work on an owned stream starts
-// after the work already queued on the legacy default stream (and so on every blocking stream),
-// so a buffer written by the caller's kernels there is complete when NCCL reads it. A caller whose
-// kernels run on a non-blocking stream of its own passes that stream. Results may be used once the
-// Work's wait() returns (or, on the given stream, by work queued on it after the op). A Work that
-// is dropped does not stop its operation: the buffers must live until the stream has passed it.
+// The streams: `stream`, the one the operations run on, or else one owned non-blocking stream;
+// `compute`, the stream of the caller's kernels (the CUDA backend's: Backend::cuda_stream), else
+// the legacy default stream. On an owned stream each operation starts after the work queued on
+// `compute` (an event), so a buffer the caller's kernels wrote is complete when NCCL reads it, and
+// order() queues `compute`'s later work behind it: the operation overlaps the kernels in between.
+// On a given stream the operations are in that stream's order (give the compute stream itself for
+// no overlap). The legacy default stream follows blocking streams only: the CUDA backend's stream
+// is non-blocking, so the trainer passes it as `compute` (cli/device.cc). Results may be used once
+// the Work's wait() returns (or by work ordered after it). A Work that is dropped does not stop its
+// operation: the buffers must live until the stream has passed it. Groups split from this one
+// share its given stream (an owned one is not shared) and its compute stream.
 //
 // Differences from the MPI communicator that callers must know:
 //   - send/recv ignore `tag`: NCCL matches point-to-point messages between two ranks by their
@@ -60,6 +64,7 @@ bool have_nccl();
 // over bootstrap; rank, size and timeout are bootstrap's. NCCL refuses two ranks on one device.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
                                                      const std::string& name,
-                                                     CUstream_st* stream = nullptr);
+                                                     CUstream_st* stream = nullptr,
+                                                     CUstream_st* compute = nullptr);
 
 }  // namespace weft::comm::cuda
