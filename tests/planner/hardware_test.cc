@@ -153,5 +153,55 @@ TEST(Hardware, OptimizerBandwidthRoundTripsAndPricesTheOptimizerStep) {
             std::string::npos);
 }
 
+// [attention], a fused attention kernel's rates: absent, the materialized attention (batched GEMMs
+// and a softmax over the T x T scores in memory), as before; present, each layer's attention is
+// its FlashAttention-2-counted FLOPs at the rates (forward 2 b a s^2 d / t, backward 2.5x), the
+// scores' memory traffic is gone, and both rates or neither must be given.
+TEST(Hardware, FlashAttentionRoundTripsAndPricesTheFusedKernel) {
+  Cluster c = parse_cluster(kMinimal, "mini").value();
+  EXPECT_FALSE(c.flash_attention());
+  EXPECT_EQ(to_toml(c).find("[attention]"), std::string::npos);
+  Cluster flash = parse_cluster(std::string(kMinimal) +
+                                    "[attention]\nflash_forward_tflops = 50\n"
+                                    "flash_backward_tflops = 40\n",
+                                "mini")
+                      .value();
+  EXPECT_NEAR(flash.flash_forward, 50e12, 1);
+  EXPECT_NEAR(flash.flash_backward, 40e12, 1);
+  const Cluster back = parse_cluster(to_toml(flash), "again").value();
+  EXPECT_NEAR(back.flash_forward, 50e12, 1);
+  EXPECT_NEAR(back.flash_backward, 40e12, 1);
+
+  // One layer of h = 1024, 16 heads of 64, s = 2048, micro batch 2, no tensor parallelism: the
+  // layer's forward differs by the fused kernel's time less the materialized attention's.
+  Job job;
+  job.model = {.name = "l1",
+               .n_layer = 1,
+               .n_embd = 1024,
+               .n_head = 16,
+               .vocab_size = 1024,
+               .pad_vocab_to = 1,
+               .max_seq_len = 2048};
+  job.seq_len = 2048;
+  job.global_batch = 2;
+  job.world = 1;
+  job.precision = Precision::BF16Mixed;
+  const ParallelConfig one{.micro_batch = 2};
+  const Prediction p0 = predict(c, job, one), p1 = predict(flash, job, one);
+  EXPECT_LT(p1.time.total, p0.time.total);  // the scores' bytes in memory are gone
+  // The fused kernel's time, forward + 2.5x backward at the rates: twice the rates, half of it,
+  // and nothing else moves.
+  const double fwd_flops = 2.0 * 2 * 16 * 2048.0 * 2048 * 64;  // 2 b a s^2 d
+  const double fused = fwd_flops / 50e12 + 2.5 * fwd_flops / 40e12;
+  Cluster twice = flash;
+  twice.flash_forward *= 2;
+  twice.flash_backward *= 2;
+  EXPECT_NEAR(p1.time.total - predict(twice, job, one).time.total, fused / 2, 1e-9);
+
+  Cluster half = flash;
+  half.flash_backward = 0;
+  EXPECT_NE(validate(half).message("x").find("must both be > 0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace weft::planner

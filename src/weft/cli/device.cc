@@ -44,6 +44,16 @@ int cuda_index(const std::string& device, int visible) {
 
 }  // namespace
 
+Precision device_precision(const std::string& device) {
+  if (device == "cpu") return Precision::FP32;
+  if (device == "host-bf16") return Precision::BF16Mixed;
+  if (is_cuda(device)) {
+    cuda_index(device, 1);  // a malformed cuda:N is that error
+    return Precision::BF16Mixed;
+  }
+  throw Error(fmt::format("--device must be cpu, cuda[:N] or host-bf16, not '{}'", device));
+}
+
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes) {
   if (device == "cpu") return nullptr;
   if (device == "host-bf16") return kernels::make_host_backend(Precision::BF16Mixed);

@@ -2,8 +2,8 @@
 // --device of `weft train` and `weft bench step`:
 //   cpu        (default) fp32 on the CPU kernels, any tp x pp x dp layout;
 //   cuda[:N]   the GPU (device N; plain cuda: by local rank) in bf16 mixed precision:
-//              kernels/cuda through kernels::Backend; tp x pp x dp on GPU ranks, no
-//              sequence parallelism or ZeRO (docs/cuda.md);
+//              kernels/cuda through kernels::Backend; the one engine's every layout on GPU ranks
+//              (docs/cuda.md);
 //   host-bf16  the GPU trainer's code path on the CPU, with the GPU's bf16 rounding points
 //              (kernels::make_host_backend(Precision::BF16Mixed)): slow, for checking that path
 //              without a GPU.
@@ -27,6 +27,10 @@ namespace weft::cli {
 // Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
 // is visible.
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes);
+
+// The precision the trainer computes in on `device`: FP32 on the CPU, BF16Mixed on a device
+// (cuda[:N], host-bf16). Throws weft::Error for a name that is none of those.
+Precision device_precision(const std::string& device);
 
 // runtime::TrainerOptions::device_group for --device: how a device's ranks reach each other's
 // memory. cuda: pipeline boundaries over the staged communicator (comm/cuda: device buffers

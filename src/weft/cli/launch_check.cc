@@ -11,14 +11,14 @@
 
 namespace weft::cli {
 
-Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world) {
+Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world, Precision precision) {
   using namespace planner;
   PlannedRun r;
   r.job.model = cfg.model;
   r.job.seq_len = cfg.train.seq_len;
   r.job.global_batch = cfg.train.global_batch;
   r.job.world = world;
-  r.job.precision = Precision::FP32;  // weft's CPU trainer
+  r.job.precision = precision;
   ParallelConfig& c = r.config;
   c.tp = cfg.parallel.tp;
   c.pp = cfg.parallel.pp;

@@ -20,8 +20,10 @@ struct PlannedRun {
 };
 
 // RUN.toml's model, sequence length, global batch and [parallel] keys as the planner sees them, on
-// `world` processes of weft's fp32 CPU trainer; every problem of the layout at once.
-Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world);
+// `world` processes of weft's trainer in `precision` (FP32: the CPU's; BF16Mixed: a device's);
+// every problem of the layout at once.
+Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world,
+                               Precision precision = Precision::FP32);
 
 // An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
 // weft's trainer, exactly what model::estimate_rank_memory says the runner allocates) needs more

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/device.h"
 #include "weft/cli/job_options.h"
 #include "weft/cli/launch_check.h"
 #include "weft/core/pending_file.h"
@@ -30,7 +31,8 @@ namespace {
 struct PlanOptions {
   JobOptions job;
   int top = 10, infeasible = 5;
-  std::string check;  // RUN.toml
+  std::string check;           // RUN.toml
+  std::string device = "cpu";  // with --check: the trainer's --device, which sets the precision
   int world = 0;
   std::vector<std::string> overrides;
   std::vector<int> gpus;  // --gpus: one size, or the sizes of a --scaling study
@@ -144,13 +146,15 @@ void run_check(const PlanOptions& o) {
   const std::string cluster_path =
       o.job.cluster.empty() ? "configs/clusters/this-machine.toml" : o.job.cluster;
   const Cluster cluster = load_cluster(cluster_path).value_or_throw("invalid cluster preset");
-  const auto [job, c] = planned_run(cfg, o.world)
+  const Precision precision = device_precision(o.device);  // fp32 on the CPU, else bf16-mixed
+  const auto [job, c] = planned_run(cfg, o.world, precision)
                             .value_or_throw(fmt::format(
                                 "check failed: {} cannot run on {} processes", o.check, o.world));
 
   const Simulation sim = simulate_config(cluster, job, c);
   const Prediction& p = sim.prediction;
-  fmt::print("{}: {} on {} processes ({})\n", o.check, to_string(c), o.world, cluster.name);
+  fmt::print("{}: {} on {} processes ({}, --device {}: {})\n", o.check, to_string(c), o.world,
+             cluster.name, o.device, precision_name(precision));
   const Status deadlock = schedule::validate(sim.schedule);
   const bool fits = p.memory.total() <= cluster.usable_memory();
   fmt::print("fits in memory   {}: {} per process of {} usable\n", fits ? "yes" : "NO",
@@ -190,6 +194,10 @@ void add_plan_command(CLI::App& app) {
                   "check RUN.toml's layout before launch: memory, deadlock, step time");
   cmd->add_option("--world", o->world, "processes the run will have (with --check)");
   cmd->add_option("--set", o->overrides, "override a RUN.toml key (with --check)");
+  cmd->add_option(
+      "--device", o->device,
+      std::string("with --check: the device `weft train` will run on (its precision): ") +
+          kDeviceHelp);
   cmd->callback([o, cmd] {
     if (!o->gpus.empty()) o->job.gpus = o->gpus.front();
     if (!o->scaling.empty()) {

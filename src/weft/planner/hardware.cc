@@ -197,6 +197,13 @@ Status validate(const Cluster& c) {
                       name));
     }
   }
+  if (!(c.flash_forward >= 0 && c.flash_backward >= 0) ||
+      (c.flash_forward > 0) != (c.flash_backward > 0)) {
+    s.add(fmt::format(
+        "attention: flash_forward_tflops={} and flash_backward_tflops={} must both be > 0 (a "
+        "fused attention kernel) or both absent",
+        c.flash_forward / kTera, c.flash_backward / kTera));
+  }
   positive("calibration.compute_scale", c.compute_scale);
   if (!(c.step_overhead >= 0)) {
     s.add(fmt::format("calibration.step_overhead_ms={} must be >= 0", c.step_overhead / kMilli));
@@ -226,8 +233,8 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
   Status s;
   Cluster c;
   {
-    const std::vector<std::string> tables = {"cluster", "memory", "peak_tflops",
-                                             "gemm",    "link",   "calibration"};
+    const std::vector<std::string> tables = {"cluster", "memory",      "peak_tflops", "gemm",
+                                             "link",    "calibration", "attention"};
     for (const auto& [key, node] : root) {
       const std::string k(key.str());
       if (std::find(tables.begin(), tables.end(), k) == tables.end()) {
@@ -289,6 +296,12 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
     c.package = read_link(links, "package", false, s);
     c.node = read_link(links, "node", false, s);
     c.network = read_link(links, "network", true, s);
+  }
+  {
+    TableReader r(root["attention"].as_table(), "attention", s);  // optional
+    c.flash_forward = r.number("flash_forward_tflops", 0, false) * kTera;
+    c.flash_backward = r.number("flash_backward_tflops", 0, false) * kTera;
+    r.report_unknown();
   }
   {
     // Optional: only a preset refitted from measured steps has it.
@@ -375,6 +388,11 @@ std::string to_toml(const Cluster& c, const std::string& header_comment) {
   link("package", c.package);
   link("node", c.node);
   link("network", c.network);
+  if (c.flash_attention()) {
+    out += fmt::format(
+        "\n[attention]\nflash_forward_tflops = {:.6g}\nflash_backward_tflops = {:.6g}\n",
+        c.flash_forward / kTera, c.flash_backward / kTera);
+  }
   if (c.compute_scale != 1 || c.step_overhead != 0 || c.weight_passes != 0 ||
       c.tp_collective_overhead != 0 || c.gemm_speed != 0 || !c.calibration_note.empty()) {
     out += fmt::format("\n[calibration]\ncompute_scale = {:.6g}\nstep_overhead_ms = {:.6g}\n",

@@ -73,6 +73,14 @@ struct Cluster {
   double optimizer_bandwidth = 0;
   double peak_bf16 = 0, peak_fp16 = 0, peak_tf32 = 0, peak_fp32 = 0;  // FLOP/s per device
   GemmModel gemm;
+  // [attention] flash_forward_tflops / flash_backward_tflops (docs/planner.md §3.4): the device
+  // runs attention as one fused kernel (FlashAttention-2's algorithm, as weft's GPU trainer does:
+  // kernels/cuda), which never writes the T x T scores: the planner prices a layer's attention at
+  // these rates instead of as batched GEMMs plus a softmax over the scores in memory. Rates counted
+  // as FlashAttention-2 counts (causal forward 2 B NH T^2 HS FLOPs; backward 2.5x that). 0 (a
+  // preset without the table): the materialized attention of Megatron-LM 2021, the published rows'.
+  double flash_forward = 0, flash_backward = 0;  // FLOP/s
+  bool flash_attention() const { return flash_forward > 0; }
   Link package;  // between the devices of one package (absent: use `node`)
   Link node;     // between devices of one node (NVLink/NVSwitch, Infinity Fabric, shared memory)
   Link network;  // across nodes, per device (its share of the node's NICs)

@@ -42,10 +42,24 @@ LayerShape shape_of(const Job& job, const ParallelConfig& c) {
 // 4h/t intermediate, and on the b*a/t*s*s scores the fused scale-mask-softmax and the attention
 // dropout (with its mask). Backward streams twice as much (each reads a gradient and a saved
 // input and writes a gradient).
-double forward_memory_bytes(const LayerShape& l) {
-  return l.e * (4 * l.act + 6 * l.act + 8 * l.n / l.t + 4 * l.A) + 2 * l.act + l.A;
+// With a fused attention kernel (Cluster::flash_attention) the scores never reach memory: no A
+// terms.
+double forward_memory_bytes(const LayerShape& l, bool flash) {
+  const double scores = flash ? 0 : l.A;
+  return l.e * (4 * l.act + 6 * l.act + 8 * l.n / l.t + 4 * scores) + 2 * l.act + scores;
 }
 double attention_core_memory_bytes(const LayerShape& l) { return l.e * 4 * l.A + l.A; }
+
+// A fused attention kernel's forward and backward times (Cluster::flash_attention): FLOPs as
+// FlashAttention-2 counts them, causal, over this rank's b*a/t heads: forward 4 s^2 d / 2 a head,
+// backward 2.5x that, at the preset's measured rates.
+double flash_forward_time(const Cluster& cl, const LayerShape& l) {
+  return cl.compute_scale * 2.0 * static_cast<double>(l.heads) * l.s * l.s * l.d / cl.flash_forward;
+}
+double flash_backward_time(const Cluster& cl, const LayerShape& l) {
+  return cl.compute_scale * 2.5 * 2.0 * static_cast<double>(l.heads) * l.s * l.s * l.d /
+         cl.flash_backward;
+}
 
 // One tensor-parallel collective inside a step: its time on the link and the cost of meeting the
 // other ranks there (Cluster::tp_collective_overhead).
@@ -81,17 +95,23 @@ StageCost layer_cost(const StageCostInputs& in) {
   const double linear_weights = 12.0 * h * h / t;
   const PrecisionBytes pb = precision_bytes(in.job->precision);
   StageCost c;
-  // Forward: qkv, attention scores and context (batched over b*a/t heads), proj, fc, fc proj.
-  const double attention_forward = G(s, s, d, heads) + G(s, d, s, heads);
+  // Forward: qkv, attention scores and context (batched over b*a/t heads, or one fused kernel),
+  // proj, fc, fc proj.
+  const bool flash = cl.flash_attention();
+  const double attention_forward =
+      flash ? flash_forward_time(cl, l) : G(s, s, d, heads) + G(s, d, s, heads);
   c.forward.compute = G(M, 3 * h / t, h) + G(M, h, h / t) + G(M, 4 * h / t, h) +
                       G(M, h, 4 * h / t) + attention_forward +
-                      memory_time(cl, forward_memory_bytes(l)) +
+                      memory_time(cl, forward_memory_bytes(l, flash)) +
                       weight_pass_time(cl, linear_weights * pb.weight);
   c.forward.tp_comm = tp_pass_time(cl, l, in.placement->tp);
-  // Input gradients: dX = dY W for the four linears, the four attention GEMMs' gradients.
+  // Input gradients: dX = dY W for the four linears, the four attention GEMMs' gradients (or the
+  // fused kernel's backward).
+  const double attention_backward =
+      flash ? flash_backward_time(cl, l) : 3 * G(s, d, s, heads) + G(s, s, d, heads);
   c.backward_input.compute = G(M, h, 3 * h / t) + G(M, h / t, h) + G(M, h, 4 * h / t) +
-                             G(M, 4 * h / t, h) + 3 * G(s, d, s, heads) + G(s, s, d, heads) +
-                             memory_time(cl, 2 * forward_memory_bytes(l)) +
+                             G(M, 4 * h / t, h) + attention_backward +
+                             memory_time(cl, 2 * forward_memory_bytes(l, flash)) +
                              weight_pass_time(cl, linear_weights * pb.weight);
   c.backward_input.tp_comm = tp_pass_time(cl, l, in.placement->tp);
   // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
@@ -101,7 +121,8 @@ StageCost layer_cost(const StageCostInputs& in) {
     case model::Recompute::None:
       break;
     case model::Recompute::Selective:
-      c.recompute.compute = attention_forward + memory_time(cl, attention_core_memory_bytes(l));
+      c.recompute.compute =
+          attention_forward + (flash ? 0 : memory_time(cl, attention_core_memory_bytes(l)));
       break;
     case model::Recompute::Full:
       c.recompute = c.forward;
