@@ -247,5 +247,42 @@ TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {
   EXPECT_HAS(r.text, "weft calibrate");
 }
 
+// --device: the trials run where `weft train --device` runs (here host-bf16, the GPU's code path
+// on the CPU) and the planner prices them in its precision, bf16 mixed. The device engine's memory
+// is what it takes from its backend, which the one memory model predicts to the byte: every
+// layout's busiest rank and rank 0 measure exactly their prediction. A preset without a bf16 peak
+// is refused before any trial.
+TEST_F(CliTuneTest, ADeviceTunesInItsPrecisionAndMeasuresThePredictedMemory) {
+  const std::string run = write_run();
+  std::ofstream(dir_ + "/with-bf16.toml") << [&] {
+    std::string t = read_text(WEFT_SOURCE_DIR "/configs/clusters/this-machine.toml");
+    const auto at = t.find("\nfp32 = ");
+    return t.insert(at, "\nbf16 = 0.05");  // the emulation's rate does not matter here
+  }();
+  const auto r =
+      weft_command(WEFT_MPIRUN " -n 2 " WEFT_BIN " tune " + run +
+                   " --device host-bf16 --budget-trials 3 --cluster " + dir_ + "/with-bf16.toml");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "**winner**");
+  EXPECT_EQ(r.text.find("GEMM speed "), std::string::npos) << r.text;  // no host GEMM probe
+  const auto j = nlohmann::json::parse(read_text(dir_ + "/out/tune/tune.json"));
+  EXPECT_EQ(j["device"], "host-bf16");
+  EXPECT_EQ(j["precision"], "bf16-mixed");
+  int measured = 0;
+  for (const auto& l : j["layouts"]) {
+    if (l["measured_mib"].is_null()) continue;
+    ++measured;
+    EXPECT_DOUBLE_EQ(l["measured_mib"].get<double>(), l["predicted_mib"].get<double>())
+        << l["layout"];
+    EXPECT_DOUBLE_EQ(l["measured_rank0_mib"].get<double>(), l["predicted_rank0_mib"].get<double>())
+        << l["layout"];
+  }
+  EXPECT_GE(measured, 1);
+
+  const auto bad = weft("tune " + run + " --device host-bf16");  // this-machine: fp32 only
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_HAS(bad.text, "has no peak rate for bf16-mixed, the precision of --device host-bf16");
+}
+
 }  // namespace
 }  // namespace weft

@@ -4,11 +4,14 @@
 // (planner/calibration_fit.h). docs/planner.md, "weft tune".
 //
 //   mpirun -n 4 weft tune configs/runs/demo.toml --budget-minutes 4 --write tuned.toml
+//   mpirun -n 8 weft tune RUN.toml --device cuda --cluster configs/clusters/h200.toml
 //
-// Every rank runs every trial: the layout's process groups over the world, a PipelineRunner with
-// the run's model on them, the run's data through data::Sampler as `weft train` reads it, warm-up
-// and timed steps, then everything torn down. The search's decisions are the same on every rank
-// because everything they read is reduced (step times, memory, failures) or broadcast (the clock).
+// Every rank runs every trial: the layout's process groups over the world, the run's model on them
+// where `weft train --device` would run it (the CPU's PipelineRunner in fp32, or a device's engine
+// in bf16 mixed precision: runtime::make_engine), the run's data through data::Sampler as `weft
+// train` reads it, warm-up and timed steps, then everything torn down. The planner prices the
+// layouts in the trainer's precision. The search's decisions are the same on every rank because
+// everything they read is reduced (step times, memory, failures) or broadcast (the clock).
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -20,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
 #include "weft/cli/launch_check.h"
 #include "weft/cli/tune_figures.h"
@@ -45,6 +50,8 @@
 #include "weft/planner/memory_model.h"
 #include "weft/planner/search.h"
 #include "weft/planner/tune.h"
+#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/schedule/schedule.h"
@@ -67,6 +74,7 @@ struct TuneOptions {
   std::string calibrate_out;
   bool update_calibration = false;
   std::vector<std::string> refit_from;  // earlier tune.json files of the same job
+  std::string device = "cpu";           // where the trials run: the trainer's --device
 };
 
 // Four minutes of trials: with the search and the refit a default `weft tune` of a small model
@@ -97,11 +105,91 @@ bool any_rank(comm::Communicator* world, bool mine) {
   return v != 0;
 }
 
+// What a trial times on this rank: one optimizer step of the layout, and once the steps are done
+// the memory it measured (bytes). Owns the trial's engine: destroyed, nothing of it remains.
+struct TrialEngine {
+  std::function<void(const int32_t* tokens, const int32_t* targets)> step;
+  std::function<int64_t()> peak_bytes;
+};
+// Builds the trial's engine for `c` on the groups of `topo` (empty for one process).
+using TrialEngineMaker = std::function<TrialEngine(const planner::ParallelConfig& c,
+                                                   const parallel::ProcessGroups& groups,
+                                                   const parallel::Topology& topo)>;
+
+// The CPU trainer's (fp32): a PipelineRunner; memory is the process's peak resident memory above
+// `baseline` (see run_tune).
+TrialEngineMaker host_trial_engine(const runtime::RunConfig& cfg, const planner::Job& job,
+                                   comm::Communicator* world, int64_t baseline) {
+  return [&cfg, &job, world, baseline](const planner::ParallelConfig& c,
+                                       const parallel::ProcessGroups& groups,
+                                       const parallel::Topology& topo) {
+    const int rank = world ? world->rank() : 0;
+    auto runner = std::make_shared<runtime::PipelineRunner>(
+        cfg.model,
+        runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp, c.microbatches(job))
+            .value_or_throw("schedule"),
+        runtime::pipeline_options(groups,
+                                  {.B = c.micro_batch,
+                                   .T = job.seq_len,
+                                   .recompute = c.recompute,
+                                   .pp_rank = topo.coord(rank).pp,
+                                   .tp = {c.tp, c.sequence_parallel},
+                                   .zero = {c.zero, c.dp}},
+                                  cfg.adamw()));
+    runner->init(static_cast<uint64_t>(cfg.train.seed));
+    const auto lr = static_cast<float>(cfg.train.lr);
+    const double clip = cfg.train.clip;
+    return TrialEngine{[runner, lr, clip](const int32_t* tokens, const int32_t* targets) {
+                         runner->step(tokens, targets, lr, clip);
+                       },
+                       [baseline] { return peak_resident_bytes() - baseline; }};
+  };
+}
+
+// A device's (--device cuda[:N] | host-bf16; bf16 mixed precision): the engine `weft train
+// --device` builds for the run config with the layout's keys (runtime::make_engine), on a backend
+// whose arena is sized for the layout (DeviceTrainer::arena_bytes); memory is what the engine took
+// from the backend, which the memory model predicts to the byte.
+TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* world) {
+  return [&o, world](const planner::ParallelConfig& c, const parallel::ProcessGroups& groups,
+                     const parallel::Topology& topo) {
+    std::vector<std::string> sets = o.overrides;
+    for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
+      for (const auto& [k, v] : kv) sets.push_back(fmt::format("{}.{}={}", section, k, v));
+    }
+    const runtime::RunConfig cfg =
+        runtime::load_run_config(o.run, sets).value_or_throw("the layout's run config");
+    // The engine goes before the backend it runs on.
+    struct Owned {
+      std::unique_ptr<kernels::Backend> backend;
+      std::unique_ptr<runtime::Engine> engine;
+      ~Owned() { engine.reset(); }
+    };
+    auto owned = std::make_shared<Owned>();
+    const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
+    owned->backend =
+        make_device(o.device, runtime::DeviceTrainer::arena_bytes(
+                                  cfg.model, runtime::run_schedule(cfg).value_or_throw("schedule"),
+                                  runtime::rank_shape(cfg, pp_rank)));
+    owned->engine = runtime::make_engine(cfg, groups, world,
+                                         {.backend = owned->backend.get(),
+                                          .group = device_group_maker(o.device, *owned->backend)})
+                        .value_or_throw("the layout's engine");
+    owned->engine->init(static_cast<uint64_t>(cfg.train.seed));
+    const auto lr = static_cast<float>(cfg.train.lr);
+    const double clip = cfg.train.clip;
+    return TrialEngine{[owned, lr, clip](const int32_t* tokens, const int32_t* targets) {
+                         owned->engine->step(tokens, targets, lr, clip);
+                       },
+                       [owned] { return owned->backend->allocated_bytes(); }};
+  };
+}
+
 // One trial of `c` on every rank of `world`.
-planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
-                               comm::Communicator* world, const planner::Job& job,
-                               const planner::ParallelConfig& c, int warmup, int steps,
-                               int64_t baseline, const std::atomic<bool>& stop_flag) {
+planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunConfig& cfg,
+                               const data::TokenDataset& dataset, comm::Communicator* world,
+                               const planner::Job& job, const planner::ParallelConfig& c,
+                               int warmup, int steps, const std::atomic<bool>& stop_flag) {
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = world ? world->rank() : 0;
   planner::TrialResult r;
@@ -113,7 +201,7 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
   {
     // Built and destroyed inside this scope: nothing of one trial outlives it.
     parallel::ProcessGroups groups;
-    std::unique_ptr<runtime::PipelineRunner> runner;
+    TrialEngine engine;  // after `groups`: destroyed before them
     std::vector<int32_t> tokens, targets;
     std::unique_ptr<data::Sampler> sampler;
     if (world) world->barrier();
@@ -125,25 +213,13 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
       const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
       const int m = c.microbatches(job);
-      runner = std::make_unique<runtime::PipelineRunner>(
-          cfg.model,
-          runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp, m).value_or_throw("schedule"),
-          runtime::pipeline_options(groups,
-                                    {.B = c.micro_batch,
-                                     .T = job.seq_len,
-                                     .recompute = c.recompute,
-                                     .pp_rank = topo.coord(rank).pp,
-                                     .tp = {c.tp, c.sequence_parallel},
-                                     .zero = {c.zero, c.dp}},
-                                    cfg.adamw()));
-      const auto& t = cfg.train;
-      runner->init(static_cast<uint64_t>(t.seed));
+      engine = make(c, groups, topo);
       data::SamplerConfig s;
       s.seq_len = job.seq_len;
       s.micro_batch = c.micro_batch;
       s.microbatches = m;
       s.val_fraction = cfg.data.val_fraction;
-      s.seed = static_cast<uint64_t>(t.seed);
+      s.seed = static_cast<uint64_t>(cfg.train.seed);
       s.dp_rank = topo.coord(rank).dp;
       s.dp_size = c.dp;
       sampler = std::make_unique<data::Sampler>(
@@ -165,8 +241,7 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
         sampler->next_batch(tokens.data(), targets.data());
         if (world) world->barrier();  // every rank starts the step together
         const auto s0 = std::chrono::steady_clock::now();
-        runner->step(tokens.data(), targets.data(), static_cast<float>(cfg.train.lr),
-                     cfg.train.clip);
+        engine.step(tokens.data(), targets.data());
         dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
       } catch (const std::exception& e) {
         mine = e.what();
@@ -174,7 +249,7 @@ planner::TrialResult run_trial(const runtime::RunConfig& cfg, const data::TokenD
       error = agree_message(world, mine);
       times.push_back(dt);
     }
-    peak = peak_resident_bytes() - baseline;
+    if (engine.peak_bytes) peak = engine.peak_bytes();
   }  // torn down
   malloc_trim(0);
   r.stopped = stopped;
@@ -283,6 +358,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   };
   const runtime::RunConfig cfg =
       runtime::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  // The trials run where `weft train --device` would: the CPU trainer in fp32, or a device's in
+  // bf16 mixed precision, which the planner then prices.
+  const Precision precision = device_precision(o.device);
+  const bool host = o.device == "cpu";
   SpeedProbe speed(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
   // Memory is measured as `weft bench step` and `weft train` see it in a fresh process: the peak
   // above what the process held before anything of the run (MPI is up, no dataset, no model).
@@ -291,24 +370,35 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   // buffers, the dataset's pages): tiny's first trial measured 8.2 MiB, the next ones 0.8.
   const int64_t baseline = current_resident_bytes();
   const Cluster cluster = load_cluster(o.cluster).value_or_throw("invalid cluster preset");
-  if (cluster.peak(NumberFormat::FP32) <= 0) {
-    throw Error(fmt::format(
-        "{} has no peak rate for fp32, the precision of weft's CPU trainer: add fp32 = ... to its "
-        "[peak_tflops], or measure this machine with `weft calibrate -o {}`",
-        o.cluster, o.cluster));
+  if (compute_peak(cluster, precision) <= 0) {
+    throw Error(
+        host ? fmt::format("{} has no peak rate for fp32, the precision of weft's CPU trainer: add "
+                           "fp32 = ... to its [peak_tflops], or measure this machine with `weft "
+                           "calibrate -o {}`",
+                           o.cluster, o.cluster)
+             : fmt::format("{} has no peak rate for bf16-mixed, the precision of --device {}: "
+                           "give --cluster a preset of the device (configs/clusters/h200.toml, "
+                           "...), or add bf16 = ... to its [peak_tflops]",
+                           o.cluster, o.device));
   }
   const int threads =
       cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
   kernels::set_num_threads(threads);
-  // Is the preset this machine's? Three probes now, then one before each trial.
-  for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
+  // Is the preset this machine's? Three probes now, then one before each trial. (The probe times
+  // the host's GEMMs: not a device's.)
+  if (host) {
+    for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
+  }
   const double reference = cluster.gemm_speed > 0 ? cluster.gemm_speed : 1.0;
   const double relative = speed.fastest() / reference;
-  say(fmt::format(
-      "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
-      "at{})\n",
-      speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
-  const bool foreign = relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed;
+  if (host) {
+    say(fmt::format(
+        "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
+        "at{})\n",
+        speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
+  }
+  const bool foreign =
+      host && (relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed);
   if (foreign) {
     say(fmt::format(
         "warning: this machine runs the run's GEMMs at {:.2f}x the speed {} was calibrated and "
@@ -322,7 +412,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   job.seq_len = cfg.train.seq_len;
   job.global_batch = cfg.train.global_batch;
   job.world = world_size;
-  job.precision = Precision::FP32;
+  job.precision = precision;
   validate(job).throw_if_error("invalid job");
   // Earlier tunes' figures for the refit, read before any trial: a wrong file fails now.
   std::vector<TrialMeasurement> pooled;
@@ -406,10 +496,11 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     return s;
   };
   int trial_no = 0;
+  const TrialEngineMaker make =
+      host ? host_trial_engine(cfg, job, world, baseline) : device_trial_engine(o, world);
   const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
-    const double speed_now = speed.probe(world, cluster);
-    TrialResult r =
-        run_trial(cfg, *dataset, world, job, c.config, warmup, steps, baseline, stop_flag);
+    const double speed_now = host ? speed.probe(world, cluster) : 0.0;
+    TrialResult r = run_trial(make, cfg, *dataset, world, job, c.config, warmup, steps, stop_flag);
     r.gemm_speed = speed_now;
     ++trial_no;
     if (r.stopped) {
@@ -446,7 +537,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     }
   }
   nlohmann::json refit = nullptr;
-  const std::string refusal = refit_refusal(local_processes(world_size), threads, node_cores());
+  // Processes sharing cores time each other's work, not their own: refused on the CPU. A device's
+  // trials are timed on the device.
+  const std::string refusal =
+      host ? refit_refusal(local_processes(world_size), threads, node_cores()) : "";
   if (!measured.empty()) {
     try {
       // Weighted by each trial's timed steps, as the refit weighs them: a 3-step first-round
@@ -558,6 +652,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         {"threads", threads},
         {"global_batch", job.global_batch},
         {"seq_len", job.seq_len},
+        {"device", o.device},
+        {"precision", precision_name(precision)},
         {"cluster", o.cluster},
         {"gemm_speed",
          {{"fastest", speed.fastest()},
@@ -656,6 +752,9 @@ void add_tune_command(CLI::App& app) {
                   "write the preset refitted from the trials to this file");
   cmd->add_flag("--update-calibration", o->update_calibration,
                 "rewrite --cluster's preset with the refit");
+  cmd->add_option("--device", o->device,
+                  std::string("where the trials run, as `weft train --device`: ") + kDeviceHelp)
+      ->capture_default_str();
   cmd->add_option("--refit-from", o->refit_from,
                   "tune.json of an earlier `weft tune` of the same run: its layouts' figures join "
                   "the refit (repeatable)")
