@@ -245,10 +245,12 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutPair{.from = {},
                    .to = {.tp = 2, .pp = 2, .schedule = "zb-h1"},
                    .bounds = {1e-6, 1e-6, {.all = 1.2e-7, .per_tensor = 5e-7}}},
-        // 0, 3.7e-7, 5.8e-8, 1.1e-6
+        // 0, 3.7e-7, 5.8e-8, 1.1e-6; the last 1.1e-5 on an AVX-512 Xeon (2026-12-04,
+        // h.3.attn.qkv.bias; the same bits at ff3b731, before that day's changes): oneDNN's
+        // kernels there sum in other orders, and a small bias's relative error shows it most
         LayoutPair{.from = {.pp = 2, .dp = 2, .vp = 2, .zero = 1, .schedule = "interleaved"},
                    .to = {.tp = 2, .pp = 2},
-                   .bounds = {1e-6, 4e-6, {.all = 6e-7, .per_tensor = 1e-5}}},
+                   .bounds = {1e-6, 4e-6, {.all = 6e-7, .per_tensor = 2.5e-5}}},
         // 1.9e-7, 5.0e-6, 5.3e-6, 6.3e-5
         LayoutPair{.from = {.tp = 2, .dp = 2, .zero = 3, .sp = true},
                    .to = {.pp = 2, .dp = 2, .zero = 2, .schedule = "gpipe"},
