@@ -147,7 +147,11 @@ struct Tolerance {
 //   1.5e-8 (worst tensor wte 4.6e-8), parameters 6.5e-8 (worst tensor wte 1.1e-6); in the debug
 //   build with the sanitizers (other vectorization of the same sums): losses 4.1e-6, grad_norm
 //   4e-5, gradients 1.5e-8 (wte 4.5e-8), parameters 1.5e-5 (worst tensor h.3.attn.qkv.bias 5.7e-4).
-constexpr Tolerance kPipeline{2.5e-5, 1.5e-4, {1.5e-7, 5e-7}, {4e-5, 1e-3}};
+//   Since the host rounds the GeLU backward's product to bf16 before the derivative, as the GPU
+//   does (2026-12-04), one more rounding can flip where the wte sums' last bit differs: debug
+//   build losses 9.1e-6, grad_norm 5.1e-5, parameters 5.4e-5 (worst tensor h.3.attn.qkv.bias
+//   1.3e-3); release build unchanged; the H200: losses 0, parameters 1.3e-9.
+constexpr Tolerance kPipeline{2.5e-5, 1.5e-4, {1.5e-7, 5e-7}, {1.5e-4, 3e-3}};
 // - Replicas (dp=2; pp=2 x dp=2 the same) sum the microbatches' gradients in another order (each
 //   replica its own, then the all-reduce), which Adam's normalized update amplifies over the
 //   steps. Measured: losses 2.8e-5, grad_norm 3.8e-4, first-step gradients 5.1e-8 (worst tensor
@@ -162,7 +166,8 @@ constexpr Tolerance kReplicas{3e-4, 4e-3, {5e-7, 8e-7}, {5e-3, 6e-2}};
 //   fp32 sum of the widened partials rounded once, as before. A tensor's parameters may then be
 //   60% off: it is the first-step gradients' per-tensor bound that holds each tensor here.
 constexpr Tolerance kTensor{9e-4, 6e-2, {8e-2, 0.11}, {3.3e-2, 0.6}};
-// The GPU build uses the same bounds (not measured there yet: no device was lent): its kernels are
+// The GPU build uses the same bounds, and passed them on an H200 (2026-12-04: pipelines 0 / 1.3e-9,
+// replicas 2.5e-5 / 4.5e-4, tensor 8.7e-5 / 3.2e-3 in losses / parameters): its kernels are
 // deterministic too (fixed-order column sums, the planned embedding backward, flash attention
 // without atomics), and pipelines and replicas run the same shapes as one rank.
 
