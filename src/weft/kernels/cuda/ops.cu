@@ -591,24 +591,11 @@ __device__ __forceinline__ void combine_max_sum(float& m, float& s, float m2, fl
   vocab_ce::fold(m, s, m2, s2);
 }
 
-// Pass 1 over z[0, n): (m, s) = the max and the sum of exp(z - m), each thread's running pair
-// combined over its warp, then the warps' pairs in warp order; every thread gets the result. Call
-// from every thread of a kSoftmaxThreads block.
-template <typename T>
-__device__ void block_max_sum(const T* z, int n, float& m, float& s) {
+// Every thread's running (m, s) pair combined over its warp, then the warps' pairs in warp order;
+// every thread gets the block's. Call from every thread of a kSoftmaxThreads block.
+__device__ __forceinline__ void combine_block_max_sum(float& m, float& s) {
   __shared__ float shared_m[kSoftmaxThreads / kWarpSize];
   __shared__ float shared_s[kSoftmaxThreads / kWarpSize];
-  m = -INFINITY;
-  s = 0.f;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float x = to_float(z[j]);
-    if (x > m) {
-      s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
-      m = x;
-    } else {
-      s += expf(x - m);
-    }
-  }
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float m2 = __shfl_xor_sync(kFullMask, m, offset);
     const float s2 = __shfl_xor_sync(kFullMask, s, offset);
@@ -628,14 +615,31 @@ __device__ void block_max_sum(const T* z, int n, float& m, float& s) {
   }
 }
 
+// Pass 1 over z[0, n): (m, s) = the max and the sum of exp(z - m), each thread's running pair
+// combined over its warp, then the warps' pairs in warp order; every thread gets the result. Call
+// from every thread of a kSoftmaxThreads block.
+template <typename T>
+__device__ void block_max_sum(const T* z, int n, float& m, float& s) {
+  m = -INFINITY;
+  s = 0.f;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float x = to_float(z[j]);
+    if (x > m) {
+      s = (m == -INFINITY ? 0.f : s * expf(m - x)) + 1.f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  combine_block_max_sum(m, s);
+}
+
 // block_max_sum over whole 16-byte packs: z 16-byte aligned, n_packs * kN elements of which the
 // first n count (the rest are padding). Per pack one rescale at most: the pack's max first, then
 // its exponentials against the running max.
 template <typename T>
 __device__ void block_max_sum_packed(const T* z, int n, int n_packs, float& m, float& s) {
   constexpr int kV = Pack<T>::kN;
-  __shared__ float shared_m[kSoftmaxThreads / kWarpSize];
-  __shared__ float shared_s[kSoftmaxThreads / kWarpSize];
   m = -INFINITY;
   s = 0.f;
   for (int p = threadIdx.x; p < n_packs; p += blockDim.x) {
@@ -655,23 +659,7 @@ __device__ void block_max_sum_packed(const T* z, int n, int n_packs, float& m, f
       if (j0 + k < n) s += expf(to_float(x.v[k]) - m);
     }
   }
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float m2 = __shfl_xor_sync(kFullMask, m, offset);
-    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
-    combine_max_sum(m, s, m2, s2);
-  }
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  if (lane == 0) {
-    shared_m[warp] = m;
-    shared_s[warp] = s;
-  }
-  __syncthreads();
-  m = -INFINITY;
-  s = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x) / kWarpSize; ++w) {
-    combine_max_sum(m, s, shared_m[w], shared_s[w]);
-  }
+  combine_block_max_sum(m, s);
 }
 
 // softmax_cross_entropy_kernel over 16-byte packs (Vp a multiple of the pack, rows aligned): the
