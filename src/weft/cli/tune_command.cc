@@ -159,11 +159,9 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
     }
     const runtime::RunConfig cfg =
         runtime::load_run_config(o.run, sets).value_or_throw("the layout's run config");
-    // The engine goes before the backend it runs on.
     struct Owned {
       std::unique_ptr<kernels::Backend> backend;
-      std::unique_ptr<runtime::Engine> engine;
-      ~Owned() { engine.reset(); }
+      std::unique_ptr<runtime::Engine> engine;  // declared after its backend: destroyed first
     };
     auto owned = std::make_shared<Owned>();
     const int pp_rank = topo.coord(world ? world->rank() : 0).pp;

@@ -662,17 +662,15 @@ __device__ void block_max_sum_packed(const T* z, int n, int n_packs, float& m, f
   combine_block_max_sum(m, s);
 }
 
-// softmax_cross_entropy_kernel over 16-byte packs (Vp a multiple of the pack, rows aligned): the
-// same loss and gradient expressions, a quarter of the memory instructions.
-template <typename T, bool kGrad>
-__global__ void softmax_cross_entropy_packed_kernel(float* losses, T* logits,
-                                                    const int32_t* targets, float dloss, int V,
-                                                    int Vp) {
+// One block per row. kPacked: over 16-byte packs (Vp a multiple of the pack, rows aligned), a
+// quarter of the memory instructions; the same loss and gradient expressions either way.
+template <typename T, bool kGrad, bool kPacked>
+__global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
+                                             float dloss, int V, int Vp) {
   constexpr int kV = Pack<T>::kN;
   __shared__ float shared_zy;
   const int64_t row = blockIdx.x;
   T* z = logits + row * Vp;
-  const int packs = Vp / kV;
   const int32_t y = targets[row];
   if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
     const float fill = y < 0 ? 0.f : NAN;
@@ -684,49 +682,29 @@ __global__ void softmax_cross_entropy_packed_kernel(float* losses, T* logits,
   }
   if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
   float m, s;
-  block_max_sum_packed(z, V, packs, m, s);  // its barrier also publishes shared_zy
+  // Their barrier also publishes shared_zy.
+  if constexpr (kPacked) {
+    block_max_sum_packed(z, V, Vp / kV, m, s);
+  } else {
+    block_max_sum(z, V, m, s);
+  }
   if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
   if constexpr (kGrad) {
     const float inv_s = 1.f / s;
-    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
-      Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
+    const auto grad = [&](float x, int j) {
+      return j < V ? dloss * (expf(x - m) * inv_s - (j == y ? 1.f : 0.f)) : 0.f;
+    };
+    if constexpr (kPacked) {
+      for (int p = threadIdx.x; p < Vp / kV; p += blockDim.x) {
+        Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
 #pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        const int j = p * kV + k;
-        float g = 0.f;
-        if (j < V) g = dloss * (expf(to_float(x.v[k]) - m) * inv_s - (j == y ? 1.f : 0.f));
-        x.v[k] = from_float<T>(g);
+        for (int k = 0; k < kV; ++k) x.v[k] = from_float<T>(grad(to_float(x.v[k]), p * kV + k));
+        *reinterpret_cast<Pack<T>*>(z + static_cast<int64_t>(p) * kV) = x;
       }
-      *reinterpret_cast<Pack<T>*>(z + static_cast<int64_t>(p) * kV) = x;
-    }
-  }
-}
-
-template <typename T, bool kGrad>
-__global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
-                                             float dloss, int V, int Vp) {
-  __shared__ float shared_zy;
-  const int64_t row = blockIdx.x;
-  T* z = logits + row * Vp;
-  const int32_t y = targets[row];
-  if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
-    const float fill = y < 0 ? 0.f : NAN;
-    if (threadIdx.x == 0) losses[row] = fill;
-    if constexpr (kGrad) {
-      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
-    }
-    return;
-  }
-  if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
-  float m, s;
-  block_max_sum(z, V, m, s);  // its barrier also publishes shared_zy
-  if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
-  if constexpr (kGrad) {
-    const float inv_s = 1.f / s;
-    for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-      float g = 0.f;
-      if (j < V) g = dloss * (expf(to_float(z[j]) - m) * inv_s - (j == y ? 1.f : 0.f));
-      z[j] = from_float<T>(g);
+    } else {
+      for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
+        z[j] = from_float<T>(grad(to_float(z[j]), j));
+      }
     }
   }
 }
@@ -737,10 +715,10 @@ void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targe
   WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V, " Vp=", Vp);
   if (N == 0) return;
   if (Vp % Pack<device_t<T>>::kN == 0 && aligned16(logits)) {
-    softmax_cross_entropy_packed_kernel<device_t<T>, kGrad>
+    softmax_cross_entropy_kernel<device_t<T>, kGrad, true>
         <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
   } else {
-    softmax_cross_entropy_kernel<device_t<T>, kGrad>
+    softmax_cross_entropy_kernel<device_t<T>, kGrad, false>
         <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
   }
   WEFT_CUDA_CHECK_LAUNCH();
@@ -752,7 +730,7 @@ void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targe
 
 // stats[row] = {m, s, z_y}: the online max and sum of exp(x - m) over the Vv real columns
 // (m = -inf, s = 0 when Vv = 0), and the target's logit when this rank holds it (else 0).
-// kPacked: over 16-byte packs, in softmax_cross_entropy_packed_kernel's order, so that one shard
+// kPacked: over 16-byte packs, in softmax_cross_entropy_kernel's packed order, so that one shard
 // (tp = 1) gives softmax_cross_entropy's bits on the same launch condition.
 template <typename T, bool kPacked>
 __global__ void cross_entropy_shard_stats_kernel(float* stats, const T* logits,
