@@ -8,7 +8,7 @@
 #   3. gpu_trainer_test and gpu_equivalence_test (the trainer against the fp32 CPU trainer; tp, pp,
 #      dp with the ranks as threads on the one GPU);
 #   4. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
-#      against the same 60 steps on the CPU;
+#      against the same 60 steps on the CPU; then `weft tune --device cuda` on GPT-2 124M;
 #   5. end to end per shape, GPT-2 124M (B=32), 350M (B=16), 1.5B (B=8) at T=1024: `weft bench
 #      step --device cuda --profile`, then ../shared/bench/torch_gpt.py (torch.compile, bf16
 #      autocast) at the same shape in the same run; PyTorch compiles each shape in the background
@@ -36,7 +36,8 @@
 # direct: force one way of getting the programs), WEFT_GPU_BUDGET (seconds the whole run may take;
 # default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b"), WEFT_GPU_TESTS (the test programs to
 # run; default all), WEFT_GPU_SMOKE=0, WEFT_GPU_KBENCH=0 and WEFT_TORCH_PREWARM=0 (skip
-# train_smoke, kernels_bench, PyTorch's background compilation), WEFT_TORCH_ARGS (extra
+# train_smoke, kernels_bench, PyTorch's background compilation), WEFT_GPU_TUNE=0 (skip the
+# tune), WEFT_GPU_TUNE_CAP (its seconds, default 110), WEFT_TORCH_ARGS (extra
 # torch_gpt.py options).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -481,6 +482,43 @@ if [[ -n "$WEFT_BIN" && "${WEFT_GPU_SMOKE:-1}" == 1 ]] && ((T_SMOKE >= 30)); the
 else
   log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
   printf 'train_smoke\tskipped\t-\t\n' >>"$VERDICTS"
+fi
+# 4b. `weft tune --device cuda` (issue #16 on the GPU): the planner's best layouts of GPT-2 124M at
+# T=1024, global batch 32, on one GPU (micro-batch x recomputation; tp, pp and dp are 1 on one
+# device), priced with configs/clusters/h200.toml and measured by short trials of the engine
+# `weft train --device cuda` builds; tune.{json,md,svg} and the preset refitted from the trials
+# land in logs.tgz (tune/).
+T_TUNE=$(budget "${WEFT_GPU_TUNE_CAP:-110}")
+if [[ -n "$WEFT_BIN" && "${WEFT_GPU_TUNE:-1}" == 1 ]] && ((T_TUNE >= 40)); then
+  mkdir -p "$LOGS/tune"
+  # Random GPT-2 ids in an llm.c token file (a step's time does not depend on the tokens).
+  python3 - "$LOGS/tune/tokens.bin" <<'PY'
+import array, random, struct, sys
+n = 1 << 20
+random.seed(1)
+toks = array.array("H", (random.randrange(1, 50257) for _ in range(n)))
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(toks.tobytes())
+with open(sys.argv[1][:-len(".bin")] + ".json", "w") as f:
+    f.write('{"tokenizer": "none", "vocab_size": 50257, "eod": 0, "documents": 1, "tokens": %d}' % n)
+PY
+  { sed -n '/^\[model\]/,$p' configs/models/gpt2-124m.toml
+    printf '[data]\ntrain = "%s"\ntokenizer = "none"\n' "$LOGS/tune/tokens.bin"
+    printf '[train]\nseq_len = 1024\nmicro_batch = 8\nglobal_batch = 32\nsteps = 100\n'
+    printf '[run]\nout_dir = "%s"\n' "$LOGS/tune/run"; } >"$LOGS/tune/run.toml"
+  log "weft tune --device cuda (at most $T_TUNE s)"
+  t0=$(date +%s)
+  wrun timeout -k 5 "$T_TUNE" "$WEFT_BIN" tune "$LOGS/tune/run.toml" --device cuda \
+    --cluster configs/clusters/h200.toml --budget-minutes "$(awk -v t="$T_TUNE" 'BEGIN {printf "%.2f", (t - 25) / 60}')" \
+    --out "$LOGS/tune" --calibrate-out "$LOGS/tune/h200-refit.toml" >"$LOGS/tune/tune.log" 2>&1
+  TUNE_RC=$?
+  rm -f "$LOGS/tune/tokens.bin"
+  sed -n '/^| planner rank/,/^$/p' "$LOGS/tune/tune.log" | head -20
+  grep -iE 'winner|error|refit|budget|layouts' "$LOGS/tune/tune.log" | head -12
+  log "weft tune --device cuda: exit $TUNE_RC after $(($(date +%s) - t0)) s"
+  printf 'tune_cuda\t%s\t%s\t\n' "$([[ $TUNE_RC -eq 0 ]] && echo pass || echo "FAIL (exit $TUNE_RC)")" \
+    "$(($(date +%s) - t0))" >>"$VERDICTS"
 fi
 # 5. End to end, weft then PyTorch per size, once the background compilation is done.
 prewarm_wait

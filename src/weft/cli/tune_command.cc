@@ -379,6 +379,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                            "...), or add bf16 = ... to its [peak_tflops]",
                            o.cluster, o.device));
   }
+  // A device the process cannot reach (no GPU visible, a weft built without CUDA) is one error
+  // now, not the same failure once per trial: the backend is made and dropped, as a trial would.
+  if (!host) make_device(o.device, 1 << 20);
   const int threads =
       cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
   kernels::set_num_threads(threads);
