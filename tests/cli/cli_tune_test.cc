@@ -247,8 +247,8 @@ TEST_F(CliTuneTest, BadInputFailsBeforeAnyTrialSayingWhatToChange) {
   EXPECT_HAS(r.text, "weft calibrate");
 
   // A device this process cannot reach (CI has no GPU; or weft was built without CUDA).
-  r = weft("tune " + run + " --device cuda:7 --cluster " WEFT_SOURCE_DIR
-           "/configs/clusters/h200.toml");
+  r = weft("tune " + run +
+           " --device cuda:7 --cluster " WEFT_SOURCE_DIR "/configs/clusters/h200.toml");
   EXPECT_NE(r.rc, 0);
   EXPECT_HAS(r.text, "cuda");
   EXPECT_EQ(r.text.find("trial   1"), std::string::npos) << r.text;
