@@ -514,6 +514,22 @@ PY
     --out "$LOGS/tune" --calibrate-out "$LOGS/tune/h200-refit.toml" >"$LOGS/tune/tune.log" 2>&1
   TUNE_RC=$?
   rm -f "$LOGS/tune/tokens.bin"
+  if [[ -f "$LOGS/tune/tune.md" ]]; then  # the committed result: bench/results/tune-cuda-<stamp>.md
+    { echo "# weft tune --device cuda: GPT-2 124M, T=1024, global batch 32, one GPU ($STAMP)"
+      echo
+      echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1)"
+      echo "- \`weft tune RUN.toml --device cuda --cluster configs/clusters/h200.toml\`" \
+        "(bench/gpu/run.sh step 4b; random GPT-2 ids; the default 2 warm-up + 3 timed steps first)"
+      echo "- the baseline: the planner's prediction on the h200 preset; memory is the engine's" \
+        "allocation from its backend"
+      echo
+      sed 1d "$LOGS/tune/tune.md"
+      echo
+      grep -E '^refit:|refitted from' "$LOGS/tune/tune.log"
+    } >"$LOGS/tune/result.md"
+    mkdir -p bench/results
+    cp "$LOGS/tune/result.md" "bench/results/tune-cuda-$STAMP.md"
+  fi
   sed -n '/^| planner rank/,/^$/p' "$LOGS/tune/tune.log" | head -20
   grep -iE 'winner|error|refit|budget|layouts' "$LOGS/tune/tune.log" | head -12
   log "weft tune --device cuda: exit $TUNE_RC after $(($(date +%s) - t0)) s"

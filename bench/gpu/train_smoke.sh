@@ -3,10 +3,17 @@
 # (docs/cuda.md, "The GPU trainer"): a byte-level BPE vocabulary trained on the repository's docs,
 # a Megatron dataset, 60 steps of a 2-layer GPT with heads of 64 on the GPU, stopped at step 30 with
 # a checkpoint and resumed; then the same 60 steps on the CPU. The GPU's losses must follow the
-# CPU's within 2e-2 relative (issue #8), validation must have run, and `weft generate` must sample
-# from the GPU's checkpoint. Checkpoints cross devices both ways: the GPU's step-30 checkpoint
-# resumed on the CPU, and the CPU's on the GPU, each for steps 31-60 within 2e-2 of the run that
-# stayed on the target device. Called by bench/gpu/run.sh; also runs alone:
+# CPU's within 2e-3 relative at every step, validation must have run, and `weft generate` must
+# sample from the GPU's checkpoint. Checkpoints cross devices both ways: the GPU's step-30
+# checkpoint resumed on the CPU, and the CPU's on the GPU, each for steps 31-60 within 2e-3 of the
+# run that stayed on the target device.
+#
+# The learning rate is 1e-3. At 3e-3 (before 2026-12-04) this 2-layer GPT's loss spiked at steps
+# 8-12, and a spike amplifies any difference: bf16 then ran 1-1.4% above fp32 for the rest of the
+# run on the H200 and on host-bf16 alike (worst steps 2.3e-2 and 2.8e-2), while two fp32 runs
+# (tp 1 against tp 2, 1e-7 apart in every sum) stayed within 6e-7. At 1e-3 host-bf16 follows fp32
+# within 1.6e-4 at every step, and the loss still falls by a fifth. Called by bench/gpu/run.sh;
+# also runs alone:
 #
 #   bash bench/gpu/train_smoke.sh path/to/weft OUTDIR
 set -euo pipefail
@@ -42,8 +49,8 @@ seq_len = 128
 micro_batch = 8
 global_batch = 16
 steps = 60
-lr = 3e-3
-min_lr = 3e-4
+lr = 1e-3
+min_lr = 1e-4
 warmup_steps = 5
 eval_every = 30
 eval_batches = 2
@@ -71,6 +78,7 @@ log "sample from the GPU's checkpoint: $(head -c 300 "$D/generate.log")"
 python3 - "$D" <<'EOF'
 import json, sys
 d = sys.argv[1]
+BOUND = 2e-3  # relative, per step; host-bf16 measures 1.6e-4 (the header says why it is not 2e-2)
 def losses(path):
     rows = [json.loads(l) for l in open(path)]
     return [r["loss"] for r in rows], [r["val_loss"] for r in rows if "val_loss" in r]
@@ -82,7 +90,7 @@ worst = max(diffs)
 print(f"60 steps: loss {gpu[0]:.4f} -> {gpu[-1]:.4f} on the GPU, {cpu[0]:.4f} -> {cpu[-1]:.4f} "
       f"on the CPU; largest relative difference {worst:.2e} (step {diffs.index(worst) + 1}), "
       f"mean {sum(diffs) / len(diffs):.2e}; val_loss GPU {gpu_val} CPU {cpu_val}")
-ok = worst <= 2e-2 and len(gpu_val) == len(cpu_val) == 2 and gpu[-1] < 0.8 * gpu[0]
+ok = worst <= BOUND and len(gpu_val) == len(cpu_val) == 2 and gpu[-1] < 0.8 * gpu[0]
 def by_step(path):
     return {r["step"]: r["loss"] for r in map(json.loads, open(path))}
 crossed = True
@@ -92,7 +100,7 @@ for name, target in (("gpu2cpu", "cpu"), ("cpu2gpu", "gpu")):
     rel = max(abs(got[s] - ref[s]) / ref[s] for s in steps)
     print(f"{name}: steps {steps[0]}-{steps[-1]} resumed from the other device's step 30; "
           f"largest relative difference to the {target} run {rel:.2e}")
-    crossed = crossed and steps[0] == 31 and steps[-1] == 60 and rel <= 2e-2
+    crossed = crossed and steps[0] == 31 and steps[-1] == 60 and rel <= BOUND
 ok = ok and crossed
 print("train_smoke:", "PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)
