@@ -4,9 +4,10 @@
 # (`weft tune --grid --passes 4`: every one of the first round's layouts once per pass, at the
 # halving's final trial length). The grid's first pass is the grid the halving is compared with:
 # its trials and steps against the halving's, and whether both found the same winner. Its four
-# passes give each layout's figure (its fastest trial: a slow phase of the machine's other jobs
-# lasts seconds, so one trial can be slow from its first step to its last), which the planner is
-# validated against, before and after the refit, and the halving's winner measured against.
+# passes give each layout's figure (the median of its steps over the passes: the machine's phases
+# last seconds, so one trial can sit in one phase from its first step to its last), which the
+# planner is validated against, before and after the refit, and the halving's winner measured
+# against.
 #
 # Data: the Austen demo's dataset (data/austen, from scripts/demo.sh) when it is there, else a
 # synthetic llm.c token file of the same vocabulary (the step time does not depend on the tokens).
@@ -103,7 +104,7 @@ pass1 = {"trials": len(first), "steps": sum(g["warmup"] + t["steps"] for _, t in
          "seconds": sum(t["wall_s"] for _, t in first)}
 pass1_best = min(((l, t) for l, t in first if ok(t)), key=lambda x: x[1]["step_ms"])[0]
 pass1["winner"], pass1["winner_planner_rank"] = pass1_best["layout"], pass1_best["planner_rank"]
-# Each layout's figure over the passes (measured_ms: its fastest trial).
+# Each layout's figure over the passes (measured_ms: the median of its timed steps, pooled).
 grid_fastest = min((l for l in g["layouts"] if l["measured_ms"] is not None),
                    key=lambda l: l["measured_ms"])
 gw_of_h = next((l for l in g["layouts"] if l["layout"] == h["winner"]), None)
@@ -143,7 +144,7 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       f"`{h['winner']}` | {h['winner_planner_rank']} |",
       f"| grid (first pass) | {g['initial']} | {pass1['trials']} | {pass1['steps']} | "
       f"{pass1['seconds']:.0f} | `{pass1['winner']}` | {pass1['winner_planner_rank']} |",
-      f"| grid ({g['passes']} passes: figure = fastest trial) | {g['initial']} | {g['trials']} | "
+      f"| grid ({g['passes']} passes: figure = median step) | {g['initial']} | {g['trials']} | "
       f"{g['steps']} | {g['seconds']:.0f} | `{g['winner']}` | {g['winner_planner_rank']} |",
       "",
       f"- layouts: {h['candidates']} enumerated, {h['infeasible']} infeasible, {h['feasible']} "
@@ -162,13 +163,13 @@ md = [f"# weft tune: {h['model']} (L=4, C=256, V=4096), T=64, global batch 8, {r
       ""]
 # The planner against measurement per layout: the preset as it is (before) and refitted from the
 # same table's trials (after), for the halving (its trials of 3-24 timed steps) and the grid (the
-# fastest of its passes' trials of 24).
+# median of its passes' steps, 4 trials of 24).
 grid_refit = g.get("refit") or {}
 def within(errors):
     return sum(abs(e) <= 0.10 for e in errors)
 md += ["## Step time: the planner against measurement, before and after the refit", "",
-       "Error = predicted / measured - 1; measured = the layout's figure, its fastest trial (a "
-       "trial's figure is its fastest step). Before: the preset as committed (configs/clusters/"
+       "Error = predicted / measured - 1; measured = the layout's figure, the median of its "
+       "trials' timed steps (each step the slowest rank's). Before: the preset as committed (configs/clusters/"
        "this-machine.toml); after: refitted from that table's own trials (docs/planner.md §9).",
        ""]
 for name, r, t in (("halving", refit, h), (f"grid ({g['passes']} passes)", grid_refit, g)):

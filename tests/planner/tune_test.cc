@@ -50,7 +50,7 @@ struct FakeMachine {
         return r;
       }
       r.step_seconds = measured[i] * factor;
-      r.median_seconds = r.step_seconds;
+      r.fastest_seconds = r.step_seconds;
       r.wall_seconds = (warmup + steps) * r.step_seconds;
       now += r.wall_seconds;
       return r;
@@ -218,25 +218,54 @@ TEST(TuneTest, TheGridRunsEveryCandidateOnceAtTheFinalTrialLength) {
   EXPECT_EQ(winner_candidate(o), 5);
 }
 
-// On a shared machine a layout's trial can run in another job's slow phase: its figure is its
-// fastest trial, in the halving's rounds, for its winner and in a grid of several passes.
-TEST(TuneTest, ALayoutsFigureIsItsFastestTrial) {
-  // Round 1 (calls 0-3) keeps 1 and 0, run again in that order; 1's trial (call 4) runs 3x slow.
-  // Its latest measurement (3) would lose to 0's (2); its fastest (1) wins.
+// A layout's figure is the median of its successful trials' timed steps, pooled: a trial run in
+// one of the machine's slow phases counts by its length, in the halving's rounds, for its winner
+// and in a grid of several passes.
+TEST(TuneTest, ALayoutsFigureIsTheMedianOfItsPooledSteps) {
+  CandidateRecord r;
+  const auto trial = [](std::vector<double> series, int steps, bool ok = true, bool stop = false) {
+    TrialResult t;
+    t.ok = ok;
+    t.stopped = stop;
+    t.steps = steps;
+    t.step_series_seconds = std::move(series);
+    t.fastest_seconds =
+        *std::min_element(t.step_series_seconds.end() - steps, t.step_series_seconds.end());
+    return t;
+  };
+  EXPECT_EQ(r.figure(), 0);
+  EXPECT_EQ(r.fastest(), 0);
+  // Warm-up steps first (9 s: not counted), then the timed ones: 1.0 1.2 5.0 | 1.3 1.4 1.5 6 7;
+  // the failed and the stopped trial do not count, a trial without its series counts as `steps`
+  // steps of its figure (2 x 1.45).
+  r.trials = {trial({9, 9, 1.0, 1.2, 5.0}, 3), trial({9, 1.3, 1.4, 1.5, 6, 7}, 5),
+              trial({0.1, 0.1}, 2, false), trial({0.2, 0.2}, 2, true, true)};
+  TrialResult fake;
+  fake.steps = 2;
+  fake.step_seconds = 1.45;
+  r.trials.push_back(fake);
+  // Pooled, sorted: 1.0 1.2 1.3 1.4 1.45 1.45 1.5 5.0 6 7: the upper median of 10.
+  EXPECT_DOUBLE_EQ(r.figure(), 1.45);
+  EXPECT_DOUBLE_EQ(r.fastest(), 1.0);
+  EXPECT_EQ(r.timed_steps(), 3 + 5 + 2);
+
+  // Round 1 (calls 0-3, 1 step each) keeps 1 (1 s) and 0 (2 s), run again with 2 steps in that
+  // order; 1's (call 4) runs 3x slow. By its fastest step 1 would win; pooled, its steps are
+  // 1 3 3 and 0's 2 2 2.
   FakeMachine m{{2, 1, 4, 3}};
   m.slow = {{4, 3.0}};
   const TuneOutcome o =
       successive_halving(ranked(4), {.initial = 4, .first_steps = 1}, m.runner(), m.clock());
   ASSERT_EQ(m.calls.size(), 6u);
   EXPECT_EQ(m.calls[4].first, 1);
-  EXPECT_EQ(winner_candidate(o), 1);
-  EXPECT_EQ(o.records[1].best()->step_seconds, 1);
-  EXPECT_EQ(o.records[1].latest()->step_seconds, 3);
+  EXPECT_EQ(winner_candidate(o), 0);
+  EXPECT_EQ(o.records[1].figure(), 3);
+  EXPECT_EQ(o.records[1].fastest(), 1);
   EXPECT_EQ(o.records[1].timed_steps(), 1 + 2);
 
-  // Halving from 8: round 1 keeps 5, 2, 7, 6 (1, 2, 3, 4 s) and runs them again in that order;
-  // 2's second trial (call 9) runs 5x slow. By each entrant's fastest so far round 3 is 5 and 2;
-  // by the latest it would be 5 and 7.
+  // Halving from 8: round 1 keeps 5, 2, 7, 6 (1, 2, 3, 4 s) and runs them again in that order
+  // with 6 steps; 2's second trial (call 9) runs 5x slow. Pooled, 2's steps are 3 x 2 s and 6 x
+  // 10 s, so round 3 is 5 and 7; by each one's fastest step it would be 5 and 2.
   FakeMachine h{{8, 7, 2, 6, 5, 1, 4, 3}};
   h.slow = {{9, 5.0}};
   const TuneOutcome oh =
@@ -244,16 +273,16 @@ TEST(TuneTest, ALayoutsFigureIsItsFastestTrial) {
   EXPECT_EQ(winner_candidate(oh), 5);
   std::vector<int> third;
   for (size_t k = 12; k < h.calls.size(); ++k) third.push_back(h.calls[k].first);
-  EXPECT_EQ(third, (std::vector<int>{5, 2}));
+  EXPECT_EQ(third, (std::vector<int>{5, 7}));
 }
 
-TEST(TuneTest, TheGridsPassesTakeEachLayoutsFastestTrial) {
+TEST(TuneTest, TheGridsPassesPoolEachLayoutsSteps) {
   // Three passes over 4 layouts, pass k starting k * 4 / 3 layouts in: 0 1 2 3, then 1 2 (3) 0,
-  // then 2 (3) 0 1. Layout 3 fails in the first pass and is not run again. The first and last
-  // pass run layout 0 slow (0.5 s -> 2 s, 3 s), so the first pass alone, or each layout's latest
-  // trial, would pick 1.
+  // then 2 (3) 0 1. Layout 3 fails in the first pass and is not run again. The first pass runs
+  // layout 0 slow (0.5 s -> 2 s) and the second runs 1 slow (1 s -> 2 s), so the first pass
+  // alone would pick 1; over the passes 0's steps are 6 x 2 s and 12 x 0.5 s.
   FakeMachine m{{0.5, 1, 3, -1}};
-  m.slow = {{0, 4.0}, {4, 2.0}, {8, 6.0}};
+  m.slow = {{0, 4.0}, {4, 2.0}};
   const TuneOutcome o =
       successive_halving(ranked(4), {.initial = 4, .first_steps = 3, .grid = true, .passes = 3},
                          m.runner(), m.clock());
@@ -266,8 +295,8 @@ TEST(TuneTest, TheGridsPassesTakeEachLayoutsFastestTrial) {
   EXPECT_EQ(o.records[0].trials.size(), 3u);
   EXPECT_EQ(o.records[3].trials.size(), 1u);
   EXPECT_TRUE(o.records[3].failed);
-  EXPECT_EQ(o.records[0].best()->step_seconds, 0.5);
-  EXPECT_EQ(o.records[1].best()->step_seconds, 1);  // its second pass (call 4) ran 2x slow
+  EXPECT_EQ(o.records[0].figure(), 0.5);
+  EXPECT_EQ(o.records[1].figure(), 1);  // its second pass (call 4) ran 2x slow
   EXPECT_EQ(o.records[1].timed_steps(), 18);
   EXPECT_EQ(winner_candidate(o), 0);
   // One pass: the slow first trial of 0 decides.
@@ -296,7 +325,6 @@ TEST(TuneTest, ALayoutsMemoryIsItsLeastTrial) {
   EXPECT_EQ(r.least_memory().peak_bytes, 0);
   r.trials = {trial(1.2, 96, 84), trial(1.1, 85, 85),        trial(1.0, 90, 80),
               trial(1.3, 94, 94), trial(0.9, 10, 10, false), trial(0.8, 20, 20, true, true)};
-  EXPECT_EQ(r.best()->peak_bytes, 90);
   EXPECT_EQ(r.least_memory().peak_bytes, 85);
   EXPECT_EQ(r.least_memory().rank0_bytes, 80);
 }

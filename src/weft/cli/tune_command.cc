@@ -255,14 +255,14 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunC
     r.ok = false;
     r.error = error;
   } else if (!stopped) {
-    // The slowest rank's time is the step's; the fastest timed step is the trial's (TrialResult).
+    // The slowest rank's time is the step's; the median timed step is the trial's (TrialResult).
     if (world)
       world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
     r.step_series_seconds = times;
     times.erase(times.begin(), times.begin() + warmup);
     std::sort(times.begin(), times.end());
-    r.step_seconds = times.front();
-    r.median_seconds = times[times.size() / 2];
+    r.step_seconds = times[times.size() / 2];
+    r.fastest_seconds = times.front();
     double most = static_cast<double>(peak), first = most;
     if (world) {
       world->all_reduce(&most, 1, comm::ReduceOp::Max);
@@ -287,23 +287,23 @@ std::string markdown_table(const planner::TuneOutcome& o) {
     if (!o.records[i].trials.empty()) order.push_back(i);
   }
   // The bracket: the layouts that reached the latest round first, each round's by their figure
-  // (the fastest of their trials), then the failed and stopped ones. A layout out in round 1 can
-  // show a faster figure than the winner's: it had one trial of 3 steps against the winner's 4,
-  // and the rounds compare layouts that ran as many trials.
+  // (the median of their timed steps), then the failed and stopped ones. A layout out in round 1
+  // can show a faster figure than the winner's: it had one trial of 3 steps against the winner's
+  // 4, and the rounds compare layouts that ran as many trials.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const auto *ta = o.records[a].best(), *tb = o.records[b].best();
-    if (!ta || !tb) return ta != nullptr;
+    const double fa = o.records[a].figure(), fb = o.records[b].figure();
+    if (fa <= 0 || fb <= 0) return fa > 0;
     if (o.records[a].last_round != o.records[b].last_round) {
       return o.records[a].last_round > o.records[b].last_round;
     }
-    return ta->step_seconds < tb->step_seconds;
+    return fa < fb;
   });
   for (int i : order) {
     const planner::CandidateRecord& r = o.records[i];
     const planner::TuneCandidate& c = r.candidate;
-    const planner::TrialResult* t = r.best();
+    const double figure = r.figure();
     const std::string name = planner::short_name(c.config);
-    if (t == nullptr) {
+    if (figure <= 0) {
       const std::string why = r.failed ? "failed: " + r.trials.back().error : "stopped";
       s += fmt::format("| {} | {} | {} | | {:.3f} | | | {:.1f} | | | {:.1f} | | | {} |\n",
                        c.predicted_rank, name, r.trials.size(), c.predicted_seconds * 1e3,
@@ -315,8 +315,8 @@ std::string markdown_table(const planner::TuneOutcome& o) {
         "| {} | {} | {} | {} | {:.3f} | {:.3f} | {:+.0f}% | {:.1f} | {:.1f} | {:+.0f}% | {:.1f} | "
         "{:.1f} | {:+.0f}% | {} |\n",
         c.predicted_rank, name, r.trials.size(), r.timed_steps(), c.predicted_seconds * 1e3,
-        t->step_seconds * 1e3, error_pct(c.predicted_seconds, t->step_seconds),
-        mib(c.predicted_bytes), mib(mem.peak_bytes), error_pct(c.predicted_bytes, mem.peak_bytes),
+        figure * 1e3, error_pct(c.predicted_seconds, figure), mib(c.predicted_bytes),
+        mib(mem.peak_bytes), error_pct(c.predicted_bytes, mem.peak_bytes),
         mib(c.predicted_rank0_bytes), mib(mem.rank0_bytes),
         error_pct(c.predicted_rank0_bytes, mem.rank0_bytes),
         o.winner == i ? "**winner**" : (r.failed ? "failed" : ""));
@@ -511,9 +511,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                       r.error));
     } else {
       say(fmt::format(
-          "  trial {:3}  {:<40} {:3} steps  {:9.3f} ms (median {:.3f}, predicted {:.3f})  {:.1f} "
+          "  trial {:3}  {:<40} {:3} steps  {:9.3f} ms (fastest {:.3f}, predicted {:.3f})  {:.1f} "
           "MiB\n",
-          trial_no, short_name(c.config), steps, r.step_seconds * 1e3, r.median_seconds * 1e3,
+          trial_no, short_name(c.config), steps, r.step_seconds * 1e3, r.fastest_seconds * 1e3,
           c.predicted_seconds * 1e3, mib(r.peak_bytes)));
     }
     return r;
@@ -527,13 +527,13 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   say(fmt::format("\n{}\n{} trials ({} steps) in {} round(s), {:.1f} s{}{}\n", table, out.trials,
                   out.steps, out.rounds, seconds, out.budget_spent ? "; the budget ended it" : "",
                   out.stopped ? "; stopped by a signal: the table so far" : ""));
-  // 4. The refit, from each layout's figure (its fastest trial).
+  // 4. The refit, from each layout's figure (the median of its timed steps).
   std::vector<TrialMeasurement> measured;
   nlohmann::json measured_layouts = nlohmann::json::array();  // the refit's errors, in order
   for (const CandidateRecord& r : out.records) {
-    if (const TrialResult* t = r.best()) {
+    if (const double figure = r.figure(); figure > 0) {
       measured.push_back(
-          {job, r.candidate.config, t->step_seconds, r.least_memory().peak_bytes, r.timed_steps()});
+          {job, r.candidate.config, figure, r.least_memory().peak_bytes, r.timed_steps()});
       measured_layouts.push_back(to_string(r.candidate.config));
     }
   }
@@ -620,14 +620,15 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"error", t.error},
                           {"steps", t.steps},
                           {"step_ms", t.step_seconds * 1e3},
-                          {"median_step_ms", t.median_seconds * 1e3},
+                          {"fastest_step_ms", t.fastest_seconds * 1e3},
                           {"peak_mib", mib(t.peak_bytes)},
                           {"rank0_mib", mib(t.rank0_bytes)},
                           {"wall_s", t.wall_seconds},
                           {"gemm_speed", t.gemm_speed},
                           {"step_series_ms", milliseconds(t.step_series_seconds)}});
       }
-      const TrialResult* t = r.best();
+      const double figure = r.figure();
+      const bool t = figure > 0;
       const CandidateRecord::Memory mem = r.least_memory();
       const TuneCandidate& c = r.candidate;
       layouts.push_back(
@@ -637,8 +638,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
            {"predicted_ms", c.predicted_seconds * 1e3},
            {"predicted_mib", mib(c.predicted_bytes)},
            {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
-           {"measured_ms", t ? nlohmann::json(t->step_seconds * 1e3) : nlohmann::json()},
-           {"measured_median_ms", t ? nlohmann::json(t->median_seconds * 1e3) : nlohmann::json()},
+           {"measured_ms", t ? nlohmann::json(figure * 1e3) : nlohmann::json()},
+           {"measured_fastest_ms", t ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
            {"measured_mib", t ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
            {"measured_rank0_mib", t ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
            {"timed_steps", r.timed_steps()},
@@ -654,6 +655,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         {"global_batch", job.global_batch},
         {"seq_len", job.seq_len},
         {"device", o.device},
+        // What "measured_ms" is (planner::CandidateRecord::figure); --refit-from checks it.
+        {"figure", "median step"},
         {"precision", precision_name(precision)},
         {"cluster", o.cluster},
         {"gemm_speed",

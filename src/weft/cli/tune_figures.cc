@@ -36,6 +36,12 @@ TuneFigures read_tune_figures(const std::string& path, const planner::Job& job, 
         value("global_batch").dump(), value("seq_len").dump(), job.model.name, job.world, threads,
         job.global_batch, job.seq_len));
   }
+  if (j.value("figure", "") != "median step") {
+    throw Error(fmt::format(
+        "--refit-from {}: its figures are an older weft's (each layout's fastest step, not the "
+        "median of its steps): rerun that tune",
+        path));
+  }
   TuneFigures out;
   out.gemm_speed = j.contains("gemm_speed") ? j["gemm_speed"].value("fastest", 0.0) : 0.0;
   for (const auto& l : value("layouts")) {

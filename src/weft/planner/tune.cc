@@ -22,12 +22,39 @@ const TrialResult* CandidateRecord::latest() const {
   return nullptr;
 }
 
-const TrialResult* CandidateRecord::best() const {
-  const TrialResult* b = nullptr;
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+double CandidateRecord::figure() const {
+  std::vector<double> steps;
   for (const TrialResult& t : trials) {
-    if (t.ok && !t.stopped && (b == nullptr || t.step_seconds < b->step_seconds)) b = &t;
+    if (!t.ok || t.stopped) continue;
+    const size_t n = static_cast<size_t>(std::max(t.steps, 1));
+    if (t.step_series_seconds.size() >= n) {  // the timed steps: the series' last n
+      steps.insert(steps.end(), t.step_series_seconds.end() - static_cast<std::ptrdiff_t>(n),
+                   t.step_series_seconds.end());
+    } else {
+      steps.insert(steps.end(), n, t.step_seconds);
+    }
   }
-  return b;
+  return median(std::move(steps));
+}
+
+double CandidateRecord::fastest() const {
+  double f = 0;
+  for (const TrialResult& t : trials) {
+    if (!t.ok || t.stopped) continue;
+    const double s = t.fastest_seconds > 0 ? t.fastest_seconds : t.step_seconds;
+    f = f > 0 ? std::min(f, s) : s;
+  }
+  return f;
 }
 
 CandidateRecord::Memory CandidateRecord::least_memory() const {
@@ -74,12 +101,6 @@ int initial_candidates(int candidates, const HalvingOptions& o) {
 }
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The expected wall time of the next trial of `c`, from what the search has measured so far.
 double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
@@ -186,11 +207,11 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
         rec.failed = true;  // out of the search; the search goes on
         continue;
       }
-      measured.emplace_back(rec.best()->step_seconds, i);
+      measured.emplace_back(rec.figure(), i);
     }
     if (cut || (o.grid && round + 1 >= std::max(1, o.passes))) break;
     if (o.grid) continue;  // the next pass: every entrant again, at the same length
-    // The faster half (rounded up) of the layouts that ran, by their fastest trial so far.
+    // The faster half (rounded up) of the layouts that ran, by their figure so far.
     std::stable_sort(measured.begin(), measured.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     entrants.clear();
@@ -205,10 +226,10 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
   double best = std::numeric_limits<double>::infinity();
   for (int i : out.finalists) {
     const CandidateRecord& rec = out.records[i];
-    const TrialResult* t = rec.best();
-    if (rec.failed || t == nullptr) continue;
-    if (t->step_seconds < best) {
-      best = t->step_seconds;
+    const double f = rec.figure();
+    if (rec.failed || f <= 0) continue;
+    if (f < best) {
+      best = f;
       out.winner = i;
     }
   }
@@ -325,9 +346,8 @@ std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title
     int round = 0;
     for (const TrialResult& t : r.trials) {
       if (t.ok && !t.stopped && r.candidate.predicted_seconds > 0 && t.step_seconds > 0) {
-        const bool figure = &t == r.best();
         points.push_back({r.candidate.predicted_seconds, t.step_seconds, round,
-                          figure && outcome.winner == static_cast<int>(i)});
+                          &t == r.latest() && outcome.winner == static_cast<int>(i)});
         max_round = std::max(max_round, round);
       }
       ++round;
@@ -370,7 +390,7 @@ std::string render_tune_svg(const TuneOutcome& outcome, const std::string& title
       "exact)</text>\n"
       "<text x=\"{8}\" y=\"{9}\" text-anchor=\"middle\">predicted step time</text>\n"
       "<text x=\"18\" y=\"{10}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {10})\">measured "
-      "step time (fastest step, slowest rank)</text>\n",
+      "step time (median step, slowest rank)</text>\n",
       left, top, pw, ph, top + ph, left + pw, left + pw - 8, top + 16, left + pw / 2, H - 15,
       top + ph / 2);
   static const char* kColors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759",

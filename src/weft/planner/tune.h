@@ -27,7 +27,7 @@ namespace weft::planner {
 struct TrialMeasurement {
   Job job;
   ParallelConfig config;
-  double step_seconds = 0;  // s per training step: the fastest timed step of the slowest rank
+  double step_seconds = 0;  // s per training step: the layout's figure (CandidateRecord::figure)
   double peak_bytes = 0;    // bytes above the baseline, the largest of the ranks' peaks
   int timed_steps = 1;      // steps the figure was taken over: the refit's weight
 };
@@ -46,18 +46,21 @@ struct TrialResult {
   bool ok = true;
   std::string error;     // why it failed ("rank 1: std::bad_alloc"), when !ok
   bool stopped = false;  // a stop signal ended it: neither a measurement nor a failure
-  // The trial's step time: the fastest of its timed steps, each the slowest rank's. Every step of
-  // a trial does the same work, so the spread between them is interference (this shared
-  // machine's other jobs: one layout's median step measured 69-88 ms over eight fresh runs, its
-  // fastest 60-64 ms); only interference adds time, so the fastest step is the best estimate of
-  // the layout's own step time, as `weft calibrate` times its GEMMs in short undisturbed bursts
-  // (and as Python's timeit advises: "the min is the most useful value").
+  // The trial's step time: the median of its timed steps, each the slowest rank's. Every step of a
+  // trial does the same work, so the spread between them is the machine: its other jobs, and on a
+  // virtual machine the host's. A run of days sees that machine, not its quietest seconds, and a
+  // median over the steps is what the planner's time to train should match (the refit's
+  // compute_scale then carries the machine's sustained speed against `weft calibrate`'s short
+  // bursts). The fastest step, the figure before 2026-12-04, is stable where the quiet state is
+  // the common one and not where it is the rare one: on the AVX-512 Xeon of 2026-12-04 the 16
+  // layouts' steps were 87-97 ms on the median and 68-95 ms on a trial's fastest, in windows of
+  // 70 ms lasting a few steps (docs/planner.md §12, "A layout's figure: the median step").
   double step_seconds = 0;
-  double median_seconds = 0;  // the median timed step: what the trial saw, interference included
-  double peak_bytes = 0;      // the largest rank's peak resident memory above its baseline
-  double rank0_bytes = 0;     // rank 0's
-  double wall_seconds = 0;    // the whole trial: build, warm-up, timed steps, teardown
-  int steps = 0;              // timed steps
+  double fastest_seconds = 0;  // the fastest timed step: the machine at its quietest
+  double peak_bytes = 0;       // the largest rank's peak resident memory above its baseline
+  double rank0_bytes = 0;      // rank 0's
+  double wall_seconds = 0;     // the whole trial: build, warm-up, timed steps, teardown
+  int steps = 0;               // timed steps
   // Every step's time in order, warm-up ones first (each the slowest rank's): what a reader needs
   // to tell a trend within a trial (a warm-up too short) from interference between trials.
   std::vector<double> step_series_seconds;
@@ -81,9 +84,9 @@ struct HalvingOptions {
   bool grid = false;
   // The grid's passes: the R candidates run `passes` times, one pass over all of them after the
   // other, so that a layout's trials lie seconds apart. On a machine shared with other jobs a
-  // slow phase lasts seconds (this machine: one layout's fastest step measured 55-92 ms from one
-  // trial to the next); each layout's figure is its fastest over the passes (CandidateRecord::
-  // best), what the planner is validated against. The first pass alone is the grid the halving is
+  // phase lasts seconds (one host: one layout's fastest step measured 55-92 ms from one trial to
+  // the next); each layout's figure pools its steps over the passes (CandidateRecord::figure),
+  // what the planner is validated against. The first pass alone is the grid the halving is
   // compared with. Pass k (0-based) starts k * R / passes layouts into the planner's order.
   int passes = 1;
 };
@@ -96,10 +99,15 @@ struct CandidateRecord {
   bool failed = false;              // a trial failed: out of the search from then on
   // Its latest successful measurement (the longest trial), if any.
   const TrialResult* latest() const;
-  // Its fastest successful measurement, if any: the layout's figure. Only interference adds time
-  // (TrialResult::step_seconds), so of trials that lie seconds apart the fastest is the closest
-  // to the layout's own step time; within a halving round every entrant has run as many trials.
-  const TrialResult* best() const;
+  // The layout's figure: the median of the timed steps of all its successful trials, pooled
+  // (TrialResult::step_seconds says why the median); 0 without one. Its trials lie seconds to
+  // minutes apart, so the pool spans more of the machine's phases than any one trial: on the
+  // Xeon of 2026-12-04 a 24-step trial's median was within 10% of the pooled figure of 4 trials
+  // 87.5% of the time, a 3-step window's 81%. A trial without its step series (the unit tests'
+  // fakes) counts as `steps` steps of its step_seconds.
+  double figure() const;
+  // The fastest timed step of its successful trials (0 without one): reported beside the figure.
+  double fastest() const;
   // Its memory figure: the least peak of its successful trials, on the busiest rank and on rank 0
   // (each the least of its own; zero without a successful trial). What one trial holds beyond the
   // layout's own is what the trials before it did to the process's heap, which only adds: on a
@@ -122,7 +130,7 @@ struct TuneOutcome {
   bool budget_spent = false;             // the budget ended the search before one was left
   bool stopped = false;                  // a stop signal ended it
   std::vector<int> finalists;  // indices into records: the entrants of the last round started
-  std::optional<int> winner;   // the fastest latest measurement among the finalists
+  std::optional<int> winner;   // the fastest figure among the finalists
 };
 
 // Runs one trial of `c` with `warmup` untimed and `steps` timed steps.
@@ -145,7 +153,7 @@ std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n);
 
 // Successive halving over `ranked` (best-predicted first): round k runs each entrant with
 // first_steps * 2^k timed steps and keeps the faster half (ceil) of those that succeeded, by
-// their fastest trial so far (CandidateRecord::best); a failed trial puts its layout out of the
+// their figure so far (CandidateRecord::figure); a failed trial puts its layout out of the
 // search, never ends it. Before each trial the budget is checked: no trial starts past max_trials,
 // nor when the time spent plus the trial's estimate (its steps times its latest measured step
 // time, else its prediction scaled by the measured/predicted ratio seen so far, plus the mean
