@@ -65,8 +65,8 @@ for dp in (4, 2):
         row["rounds"] = len(group)
         row["step_over_zero0"] = statistics.median(r["step_over_zero0"] for r in group)
         row["step_over_zero0_rounds"] = [round(r["step_over_zero0"], 3) for r in runs if r["dp"] == dp and r["zero"] == zero]
-        # The fastest step of any round: what the planner predicts, as weft tune's figure (a
-        # layout's fastest trial's fastest step; docs/planner.md §12): only other jobs add time.
+        # The fastest step of any round, beside the median step the planner predicts (weft tune's
+        # figure, the median of a layout's steps: docs/planner.md §12).
         row["ms_fastest"] = min(r["ms_min"] for r in group)
         worst = max(group, key=lambda r: r["mem_measured_over_predicted"])  # memory: the worst round
         for key in ("mem_measured_mib", "mem_measured_over_predicted"):
@@ -86,8 +86,8 @@ md = ["# ZeRO benchmark: pipe-8l (L=8, C=256, V=4096), B=1, T=64, 4 microbatches
       "4 ranks on 2 cores the ranks take turns on the cores, so the dp=4 rows understate the "
       "overlap; the dp=2 rows have a core per rank", "",
       "- step predicted: `weft simulate` of the dp=2 layout on configs/clusters/this-machine.toml, "
-      "against the fastest step of the rounds (error = predicted / fastest - 1: the preset is "
-      "refitted to each layout's fastest step, as `weft tune` measures it); / ZeRO 0: the median "
+      "against the row's median step (error = predicted / step - 1: the preset is refitted to "
+      "each layout's median step, as `weft tune` measures it); / ZeRO 0: the median "
       "step against the same dp's ZeRO-0 step of the same round (dp=2: the median over the rounds, "
       "each round's in brackets; dp=4: one round); step ms and the rest of a row: the run of the "
       "median step time among its rounds", "",
@@ -96,7 +96,7 @@ md = ["# ZeRO benchmark: pipe-8l (L=8, C=256, V=4096), B=1, T=64, 4 microbatches
 for r in rows:
     pred = predicted.get(r["zero"]) if r["dp"] == 2 else None
     r["step_predicted_ms"] = pred
-    cells = (f"{pred:.0f} | {100 * (pred / r['ms_fastest'] - 1):+.0f}%" if pred else "- | -")
+    cells = (f"{pred:.0f} | {100 * (pred / r['ms_median'] - 1):+.0f}%" if pred else "- | -")
     each = ", ".join(f"{x:.2f}" for x in r["step_over_zero0_rounds"]) if r["rounds"] > 1 else ""
     md.append(f"| {r['dp']} | {r['zero']} | {r['ms_median']:.0f} | {r['step_over_zero0']:.2f}"
               f"{' (' + each + ')' if each else ''} | {r['ms_fastest']:.0f} | "
