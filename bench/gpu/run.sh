@@ -34,11 +34,11 @@
 # Environment: OUT (where results go; default bench/results/gpu-out), BUILD (the build tree for
 # --pack; default build/h8-gpu), WEFT_CUDA_ARCHS (default 90a), WEFT_GPU_BUILD (bundle, cmake or
 # direct: force one way of getting the programs), WEFT_GPU_BUDGET (seconds the whole run may take;
-# default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b"), WEFT_GPU_TESTS (the test programs to
-# run; default all), WEFT_GPU_SMOKE=0, WEFT_GPU_KBENCH=0 and WEFT_TORCH_PREWARM=0 (skip
-# train_smoke, kernels_bench, PyTorch's background compilation), WEFT_GPU_TUNE=0 (skip the
-# tune), WEFT_GPU_TUNE_CAP (its seconds, default 110), WEFT_TORCH_ARGS (extra
-# torch_gpt.py options).
+# default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b"; empty: none), WEFT_GPU_TESTS (the
+# test programs to run; default all; "none": none), WEFT_GPU_SMOKE=0, WEFT_GPU_KBENCH=0 and
+# WEFT_TORCH_PREWARM=0 (skip train_smoke, kernels_bench, PyTorch's background compilation),
+# WEFT_GPU_TUNE=0 (skip the tune), WEFT_GPU_TUNE_CAP (its seconds, default 110), WEFT_TORCH_ARGS
+# (extra torch_gpt.py options).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
@@ -460,7 +460,7 @@ prewarm_wait() {
 
 # ---- the run ----
 : >"$OUT/tests.log"
-SIZES=${WEFT_E2E_SIZES:-124m 350m 1.5b}
+SIZES=${WEFT_E2E_SIZES-124m 350m 1.5b}  # set and empty: no end-to-end runs
 prewarm_torch
 # 2. The kernels, then the communicators at size 1 (launches blocking: an error names its kernel).
 for t in kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test; do
