@@ -191,7 +191,7 @@ for name, r, t in (("halving", refit, h), (f"grid ({g['passes']} passes)", grid_
 def speed_text(t):
     s = t.get("gemm_speed") or {}
     return (f"{s.get('fastest', float('nan')):.3f}x the GEMM model over {s.get('probes', 0)} "
-            f"probes, {s.get('relative', float('nan')):.3f}x the preset's "
+            f"probes; before the search (3 probes) {s.get('relative', float('nan')):.3f}x the preset's "
             f"{s.get('preset', 0):.3f}{' (warned: another machine?)' if s.get('foreign') else ''}")
 pairs = [(x["gemm_speed"], x["step_ms"] / l["measured_ms"]) for l in g["layouts"]
          if l["measured_ms"] for x in l["trials"] if ok(x) and x.get("gemm_speed")]

@@ -628,7 +628,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
                           {"step_series_ms", milliseconds(t.step_series_seconds)}});
       }
       const double figure = r.figure();
-      const bool t = figure > 0;
+      const bool has_figure = figure > 0;
       const CandidateRecord::Memory mem = r.least_memory();
       const TuneCandidate& c = r.candidate;
       layouts.push_back(
@@ -638,10 +638,12 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
            {"predicted_ms", c.predicted_seconds * 1e3},
            {"predicted_mib", mib(c.predicted_bytes)},
            {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
-           {"measured_ms", t ? nlohmann::json(figure * 1e3) : nlohmann::json()},
-           {"measured_fastest_ms", t ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
-           {"measured_mib", t ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
-           {"measured_rank0_mib", t ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
+           {"measured_ms", has_figure ? nlohmann::json(figure * 1e3) : nlohmann::json()},
+           {"measured_fastest_ms",
+            has_figure ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
+           {"measured_mib", has_figure ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
+           {"measured_rank0_mib",
+            has_figure ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
            {"timed_steps", r.timed_steps()},
            {"failed", r.failed},
            {"last_round", r.last_round},
@@ -659,6 +661,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         {"figure", "median step"},
         {"precision", precision_name(precision)},
         {"cluster", o.cluster},
+        // fastest: over every probe; relative (to the preset's) and foreign: from the three before
+        // the search, which the warning was given on.
         {"gemm_speed",
          {{"fastest", speed.fastest()},
           {"probes", speed.probes()},
