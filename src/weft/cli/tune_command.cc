@@ -290,8 +290,11 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   // (the median of their timed steps), then the failed and stopped ones. A layout out in round 1
   // can show a faster figure than the winner's: it had one trial of 3 steps against the winner's
   // 4, and the rounds compare layouts that ran as many trials.
+  // Each figure pools and sorts the layout's steps: taken once, not per comparison.
+  std::vector<double> figures;
+  for (const planner::CandidateRecord& r : o.records) figures.push_back(r.figure());
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    const double fa = o.records[a].figure(), fb = o.records[b].figure();
+    const double fa = figures[a], fb = figures[b];
     if (fa <= 0 || fb <= 0) return fa > 0;
     if (o.records[a].last_round != o.records[b].last_round) {
       return o.records[a].last_round > o.records[b].last_round;
@@ -301,7 +304,7 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   for (int i : order) {
     const planner::CandidateRecord& r = o.records[i];
     const planner::TuneCandidate& c = r.candidate;
-    const double figure = r.figure();
+    const double figure = figures[i];
     const std::string name = planner::short_name(c.config);
     if (figure <= 0) {
       const std::string why = r.failed ? "failed: " + r.trials.back().error : "stopped";
