@@ -11,6 +11,7 @@
 // pp2 x dp2 and tp2 x dp2 with ZeRO, recomputation none, selective and full, 1 to 8 microbatches.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include "support/tiny_gpt.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
+#include "weft/layout/rank.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/memory_model.h"
 #include "weft/runtime/device_trainer.h"
@@ -230,14 +232,108 @@ TEST(HostUnitPool, HoldsWhatTheModelCounts) {
           Held h;
           for (int64_t bytes : runner.unit_pool().sizes())
             h.pool += kernels::host_resident_bytes(bytes);
-          h.model =
-              model::zero_pool_bytes(cfg, {}, runtime::rank_chunks(cfg, program, pp_rank),
-                                     l.kind == Kind::ZeroBubbleH1, {l.zero, l.dp}, Precision::FP32);
+          h.model = model::zero_pool_bytes(cfg, {}, layout::rank_program(cfg, program, pp_rank),
+                                           {l.zero, l.dp}, Precision::FP32);
           return h;
         });
     for (int r = 0; r < l.world(); ++r) {
       EXPECT_EQ(ranks[r].model, ranks[r].pool) << l.str() << " rank " << r;
       EXPECT_GT(ranks[r].pool, 0) << l.str() << " rank " << r;
+    }
+  }
+}
+
+// What a rank holds is bounded by what its schedule keeps in flight, never by the number of
+// microbatches (DESIGN.md §1.8, issue #37), on both host engines and every schedule: at pp=2 each
+// layout runs steps of m and of 8m microbatches, and on every rank the backend's allocated bytes
+// after a step equal the memory model's (host-bf16: DeviceTrainer::bytes; host fp32: the buffers
+// as the backend counts them, model::Counted::Backend) and do not change with m, except GPipe's,
+// which keeps every microbatch in flight: there they grow by exactly the added activation slots
+// (whose count the schedule gives), nothing else.
+struct Held {
+  int pp_rank = 0;
+  int64_t after_step = 0, predicted = 0;
+  std::vector<int> slots;           // per slot pool
+  std::vector<int64_t> slot_bytes;  // per slot pool: one slot
+};
+
+Held run_many(const Layout& l, Precision precision, comm::Communicator& world) {
+  const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
+  parallel::ProcessGroups groups = parallel::make_groups(world, topo);
+  const int pp_rank = topo.coord(world.rank()).pp;
+  const runtime::RankShape shape{.B = kB,
+                                 .T = kT,
+                                 .recompute = l.recompute,
+                                 .pp_rank = pp_rank,
+                                 .tp = {l.tp, l.sp},
+                                 .zero = {l.zero, l.dp}};
+  const model::GptConfig cfg = small_gpt();
+  const schedule::Schedule program =
+      runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
+  const model::RankProgram rank = layout::rank_program(cfg, program, pp_rank);
+  Held h;
+  h.pp_rank = pp_rank;
+  h.slots = rank.slots;
+  h.predicted = model::estimate_rank_memory(cfg, kB, kT, l.recompute, 1, shape.tp, rank, shape.zero,
+                                            0, precision, model::Counted::Backend)
+                    .total();
+  for (size_t p = 0; p < rank.slots.size(); ++p) {
+    const auto c = std::find_if(rank.chunks.begin(), rank.chunks.end(),
+                                [&](const model::ChunkMemory& c) { return c.pool == int(p); });
+    h.slot_bytes.push_back(
+        model::gpt_activation_layout(cfg, kB, kT, l.recompute, shape.tp, c->stage, precision)
+            .bytes(precision));
+  }
+  const auto backend = kernels::make_host_backend(precision);
+  runtime::PipelineRunner t(
+      cfg, program,
+      runtime::pipeline_options(groups, shape, {}, backend.get(),
+                                [](comm::Communicator& host) { return &host; }));
+  t.init(3);
+  std::vector<int32_t> tokens(l.microbatches * kB * kT + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 3) % 101);
+  t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
+  h.after_step = backend->allocated_bytes();
+  return h;
+}
+
+TEST_F(DeviceMemory, ARanksMemoryDoesNotGrowWithItsMicrobatches) {
+  using schedule::Kind;
+  for (const Precision precision : {Precision::BF16Mixed, Precision::FP32}) {
+    for (const Layout& base :
+         {Layout{.pp = 2, .kind = Kind::OneFOneB, .microbatches = 4},
+          Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 4},
+          Layout{.pp = 2, .kind = Kind::ZeroBubbleH1, .microbatches = 4},
+          Layout{.pp = 2,
+          .kind = Kind::OneFOneB,
+          .microbatches = 4,
+          .recompute = model::Recompute::Full},
+          Layout{.pp = 2, .kind = Kind::GPipe, .microbatches = 4}}) {
+      std::vector<std::vector<Held>> runs;
+      for (const int m : {base.microbatches, 8 * base.microbatches}) {
+        Layout l = base;
+        l.microbatches = m;
+        runs.push_back(test::run_thread_ranks<Held>(
+            l.world(), l.str(), [&](comm::Communicator& w) { return run_many(l, precision, w); }));
+      }
+      for (int r = 0; r < base.world(); ++r) {
+        const Held &few = runs[0][r], &many = runs[1][r];
+        const char* name = precision == Precision::FP32 ? "fp32" : "bf16-mixed";
+        const std::string what = base.str() + " " + name + " rank " + std::to_string(r);
+        EXPECT_EQ(few.after_step, few.predicted) << what << " m=" << base.microbatches;
+        EXPECT_EQ(many.after_step, many.predicted) << what << " m=" << 8 * base.microbatches;
+        ASSERT_EQ(few.slots.size(), many.slots.size()) << what;
+        int64_t grown = 0;  // the activation slots the larger step keeps in flight on top
+        for (size_t p = 0; p < few.slots.size(); ++p) {
+          grown += int64_t{many.slots[p] - few.slots[p]} * few.slot_bytes[p];
+        }
+        if (base.kind != Kind::GPipe) EXPECT_EQ(grown, 0) << what;
+        EXPECT_EQ(many.after_step - few.after_step, grown) << what;
+        std::printf("%-44s %-10s rank %d: %lld B at m=%d, %lld B at m=%d (slots %d -> %d)\n",
+                    base.str().c_str(), name, r, static_cast<long long>(few.after_step),
+                    base.microbatches, static_cast<long long>(many.after_step),
+                    8 * base.microbatches, few.slots[0], many.slots[0]);
+      }
     }
   }
 }

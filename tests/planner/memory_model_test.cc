@@ -59,8 +59,10 @@ TEST(PeakMemory, Bf16IsTheDeviceEnginesAllocation) {
   EXPECT_EQ(r0.runtime, 0);
   // A layer's bf16 activations per token: x, ln_1, res_attn, ln_2 (4C), qkv (3C), atty (C), fc
   // before and after GeLU (8C): 16C elements, 32C bytes, and its LayerNorm statistics and lse.
+  // x is the layer's input: the stage's input for the first, the previous layer's output for the
+  // others; the last layer's output is the stage's, which leaves the slot for a send buffer.
   const double layer = 2048.0 * 2048 * (16 * 2) + 2048.0 * (4 * 4 + 16 * 4);
-  EXPECT_GT(r0.activations, 4 * 6 * layer);
+  EXPECT_GE(r0.activations, 4 * 6 * layer);
   EXPECT_LT(r0.activations, 4 * 6 * layer * 1.2);
   // The last rank's one microbatch: 6 layers and the head's bf16 logits [s, Vp].
   EXPECT_GT(r3.activations, 6 * layer + 2048.0 * 50304 * 2);

@@ -23,26 +23,31 @@
 namespace weft::planner {
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
 struct Row {
   const char* model;
-  int tp, pp, gpus, batch;
+  int tp, pp, vp, gpus, batch;
   double published;  // TFLOP/s per GPU
-  bool fits;         // in an A100's 80 GB under weft's device engine
+  double most = 76;  // GiB per GPU weft may need: the usable 76, or Megatron-LM's own figure
 };
 
-// The memory is weft's device engine's (model/memory.h, the one memory model: what
-// runtime::DeviceTrainer allocates), not Megatron-LM's, which ran the paper's rows. The 1T row
-// (b = 1: 512 microbatches, 2 one-layer chunks per rank) does not fit it: rank 0 needs 191.2 GiB =
-// weights 11.0 + gradients 7.3 + AdamW 14.7 (18 bytes per parameter, as Megatron's) +
-// activations 56.2 (per slot in flight, the layer's input, the chunk's output and its gradient,
-// [2048, 25600] bf16 = 100 MiB each) + buffers 102.0 (the input gradient of each of the 512
-// microbatches, kept per chunk until the step ends: 2 x 512 x 100 MiB). The planner's former bf16
-// formula (Korthikanti's full recomputation, the layer input only, and no send buffers) gave
-// 66.0 GiB. Its step time is priced all the same: the time model is what this test checks.
+// Table 1, every row. vp: 2 where the layers per rank allow it (1F1B without a pipeline), else the
+// smallest that divides them (76.1B: 15 layers per rank, vp 3; 529.6B: 3, vp 3): the paper does
+// not give it. Each fits in an A100's 76 usable GB under weft's device engine (model/memory.h):
+// a rank holds what its schedule keeps in flight (full recomputation: one [s b, h] layer input
+// per layer per slot) and a few send buffers, never a buffer per microbatch.
 constexpr Row kRows[] = {
-    {"configs/models/ptdp-1.7b.toml", 1, 1, 32, 512, 137, true},
-    {"configs/models/ptdp-145.6b.toml", 8, 8, 1536, 2304, 148, true},
-    {"configs/models/ptdp-1t.toml", 8, 64, 3072, 3072, 163, false},
+    {"configs/models/ptdp-1.7b.toml", 1, 1, 1, 32, 512, 137},
+    {"configs/models/ptdp-3.6b.toml", 2, 1, 1, 64, 512, 138},
+    {"configs/models/ptdp-7.5b.toml", 4, 1, 1, 128, 512, 142},
+    {"configs/models/ptdp-18.4b.toml", 8, 1, 1, 256, 1024, 135},
+    {"configs/models/ptdp-39.1b.toml", 8, 2, 2, 512, 1536, 138},
+    {"configs/models/ptdp-76.1b.toml", 8, 4, 3, 1024, 1792, 140},
+    {"configs/models/ptdp-145.6b.toml", 8, 8, 2, 1536, 2304, 148},
+    {"configs/models/ptdp-310.1b.toml", 8, 16, 2, 1920, 2160, 155},
+    {"configs/models/ptdp-529.6b.toml", 8, 35, 3, 2520, 2520, 163, 50},
+    {"configs/models/ptdp-1t.toml", 8, 64, 2, 3072, 3072, 163, 60},
 };
 
 // The planner's pick for the row: the fastest predicted microbatch size that fits in memory, or,
@@ -58,7 +63,7 @@ Prediction predict_row(const Row& row) {
   SearchSpace space;
   space.tps = {row.tp};
   space.pps = {row.pp};
-  space.vps = {2};
+  space.vps = {row.vp};
   space.schedules = {row.pp > 1 ? schedule::Kind::Interleaved : schedule::Kind::OneFOneB};
   space.recomputes = {model::Recompute::Full};
   space.sequence_parallel = {false};
@@ -88,19 +93,69 @@ TEST(Published, SeleneWeakScalingRowsArePredictedWithinFivePercent) {
         row.model, p.config.micro_batch, p.tflops_per_device, row.published, 100 * error,
         p.time.total, p.time.compute, p.time.bubble, p.time.tp_comm, p.time.pp_comm, p.time.dp_comm,
         p.time.optimizer, p.memory.total() / (1024.0 * 1024 * 1024));
-    constexpr double kGiB = 1024.0 * 1024 * 1024;
     fmt::print(
         "  memory: weights {:.1f} grads {:.1f} optimizer {:.1f} activations {:.1f} buffers {:.1f} "
         "GiB\n",
         p.memory.weights / kGiB, p.memory.grads / kGiB, p.memory.optimizer / kGiB,
         p.memory.activations / kGiB, p.memory.buffers / kGiB);
-    EXPECT_EQ(p.feasible, row.fits) << row.model << ": " << (p.reasons.empty() ? "" : p.reasons[0]);
+    EXPECT_TRUE(p.feasible) << row.model << ": " << (p.reasons.empty() ? "" : p.reasons[0]);
+    EXPECT_LE(p.memory.total() / kGiB, row.most) << row.model;
     // The search chose only the microbatch size: the layout is the paper's.
     EXPECT_EQ(p.config.tp, row.tp) << row.model;
     EXPECT_EQ(p.config.pp, row.pp) << row.model;
     EXPECT_EQ(p.config.dp, row.gpus / (row.tp * row.pp)) << row.model;
     EXPECT_FALSE(p.config.sequence_parallel) << row.model;
     EXPECT_LT(std::abs(error), 0.05) << row.model;
+  }
+}
+
+// Table 2's PTD-P rows (the paper's comparison with ZeRO-3): 174.6B on 384 to 1536 GPUs (tp 8 x
+// pp 12, model-parallel size 96) and 529.6B on 560 to 2240 (tp 8 x pp 35, 280), microbatch 1 as
+// the table gives, batch 1536 and 2240; the interleaved schedule at vp 2 (8 layers per rank) and
+// vp 3 (3), full recomputation, scatter/gather. Each fits in 76 usable GB and is predicted within
+// 10% of its TFLOP/s (the paper's figure falls with dp, 153 to 141 and 171 to 159, from the
+// smaller pipeline per replica; weft's model of the data-parallel reduction is coarser there).
+TEST(Published, SeleneTable2PtdpRowsFitAndArePredictedWithinTenPercent) {
+  struct Table2 {
+    const char* model;
+    int pp, vp, gpus, batch;
+    double published;
+  };
+  constexpr Table2 kTable2[] = {
+      {"configs/models/gpt-175b.toml", 12, 2, 384, 1536, 153},
+      {"configs/models/gpt-175b.toml", 12, 2, 768, 1536, 149},
+      {"configs/models/gpt-175b.toml", 12, 2, 1536, 1536, 141},
+      {"configs/models/ptdp-529.6b.toml", 35, 3, 560, 2240, 171},
+      {"configs/models/ptdp-529.6b.toml", 35, 3, 1120, 2240, 167},
+      {"configs/models/ptdp-529.6b.toml", 35, 3, 2240, 2240, 159},
+  };
+  const Cluster cluster = load_cluster(test::source_path("configs/clusters/dgx-a100.toml")).value();
+  for (const Table2& row : kTable2) {
+    Job job;
+    job.model = model::load_gpt_config(test::source_path(row.model)).value();
+    job.seq_len = 2048;
+    job.global_batch = row.batch;
+    job.world = row.gpus;
+    job.precision = Precision::BF16Mixed;
+    const ParallelConfig c{.tp = 8,
+                           .pp = row.pp,
+                           .dp = row.gpus / (8 * row.pp),
+                           .vp = row.vp,
+                           .micro_batch = 1,
+                           .schedule = schedule::Kind::Interleaved,
+                           .recompute = model::Recompute::Full};
+    Options options;
+    options.pp_scatter_gather = true;
+    const Prediction p = predict(cluster, job, c, options);
+    const double error = p.tflops_per_device / row.published - 1;
+    fmt::print(
+        "{:<32} {:>4} GPUs: predicted {:6.1f} TFLOP/s, published {:5.1f}: {:+5.1f}%; memory "
+        "{:.1f} GiB (activations {:.1f})\n",
+        row.model, row.gpus, p.tflops_per_device, row.published, 100 * error,
+        p.memory.total() / kGiB, p.memory.activations / kGiB);
+    EXPECT_TRUE(p.feasible) << row.model << " on " << row.gpus << ": "
+                            << (p.reasons.empty() ? "" : p.reasons[0]);
+    EXPECT_LT(std::abs(error), 0.10) << row.model << " on " << row.gpus;
   }
 }
 

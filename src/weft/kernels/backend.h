@@ -100,6 +100,11 @@ class Backend {
   // Host <-> backend copies; they wait until the copy is complete.
   virtual void upload(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, int64_t bytes) = 0;
+  // A host -> backend copy that does not wait for the backend: it lands in order with the ops
+  // queued before and after it, and host_src may be reused once the call returns (a microbatch's
+  // tokens, so that a step's microbatches cost no host wait on a device: the CUDA backend stages
+  // them through pinned host memory).
+  virtual void upload_async(void* dst, const void* host_src, int64_t bytes) = 0;
   virtual void zero(void* p, int64_t bytes) = 0;
   // Within the backend's memory, in order with the ops.
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;
@@ -191,6 +196,11 @@ class Backend {
                                           int Vl, int Vv, int v0) = 0;
   // sum of x[i]^2 in double; waits for the result.
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  // sum[0] += float(s / count), s = the sum of x[0, n) in double (the host's in index order),
+  // without a host wait: a microbatch's mean loss added to its step's total in the backend's
+  // memory (the losses of ignored rows are 0, so n may cover them with count the rest; the
+  // rounding to float is model::Gpt::mean_loss's). count > 0.
+  virtual void add_mean(double* sum, const float* x, int64_t n, int64_t count) = 0;
   // dst[n] += src[n], fp32: a ZeRO shard's gradient summed over microbatches, the tied embedding's
   // two copies summed (optim/distributed_optimizer.h, runtime/train_step.h).
   virtual void accumulate(float* dst, const float* src, int64_t n) = 0;

@@ -49,6 +49,9 @@ void ProfilingBackend::download(void* dst, const void* src, int64_t bytes) {
   ++host_waits_;
   timed("download", [&] { inner_.download(dst, src, bytes); });
 }
+void ProfilingBackend::upload_async(void* dst, const void* src, int64_t bytes) {
+  timed("upload_async", [&] { inner_.upload_async(dst, src, bytes); });
+}
 void ProfilingBackend::zero(void* p, int64_t bytes) {
   timed("zero", [&] { inner_.zero(p, bytes); });
 }
@@ -149,6 +152,10 @@ double ProfilingBackend::sum_squares(const float* x, int64_t n) {
   ++host_waits_;
   timed("sum_squares", [&] { r = inner_.sum_squares(x, n); });
   return r;
+}
+
+void ProfilingBackend::add_mean(double* sum, const float* x, int64_t n, int64_t count) {
+  timed("add_mean", [&] { inner_.add_mean(sum, x, n, count); });
 }
 
 void ProfilingBackend::accumulate(float* dst, const float* src, int64_t n) {

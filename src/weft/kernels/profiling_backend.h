@@ -8,9 +8,9 @@
 // where a GPU step's time goes, measured in the same run as the step time.
 //
 // Enabled or not, it counts the calls that make the host wait for the device (upload, download,
-// synchronize, sum_squares: backend.h), so that a test can hold the runtime to a fixed number of
-// them per step, whatever the number of microbatches and layers (docs/cuda.md, "Streams and
-// events"), and `weft bench step` prints them.
+// synchronize, sum_squares: backend.h; not upload_async), so that a test can hold the runtime to a
+// fixed number of them per step, whatever the number of microbatches and layers (docs/cuda.md,
+// "Streams and events"), and `weft bench step` prints them.
 
 #include <chrono>
 #include <cstdint>
@@ -53,6 +53,7 @@ class ProfilingBackend final : public Backend {
   CUstream_st* cuda_stream() const override { return inner_.cuda_stream(); }
   void upload(void* dst, const void* src, int64_t bytes) override;
   void download(void* dst, const void* src, int64_t bytes) override;
+  void upload_async(void* dst, const void* src, int64_t bytes) override;
   void zero(void* p, int64_t bytes) override;
   void copy(void* dst, const void* src, int64_t bytes) override;
   void synchronize() override {
@@ -99,6 +100,7 @@ class ProfilingBackend final : public Backend {
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) override;
   double sum_squares(const float* x, int64_t n) override;
+  void add_mean(double* sum, const float* x, int64_t n, int64_t count) override;
   void accumulate(float* dst, const float* src, int64_t n) override;
   using Backend::plan_adamw;
   std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments,

@@ -65,8 +65,12 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
   const int64_t C = cfg.n_embd, Ns = stream_rows(B, T, tp);
   ActivationLayout a;
   a.act.add("embed", {Ns, C});
-  for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
+  const int end = stage.end_layer(cfg);
+  for (int l = stage.first_layer; l < end; ++l) {
     for (const auto& n : layer_activation_names()) {
+      // The last layer's output is the head's input (kept for ln_f's backward) or the stage's
+      // output, which goes to a send buffer (runtime/pipeline_stages.h): backward never reads it.
+      if (n == "out" && l == end - 1 && !stage.head) continue;
       if (kept_per_layer(n, mode, precision)) {
         add_layer_tensor(a, "h." + std::to_string(l) + "." + n, n,
                          layer_activation_shape(n, cfg, B, T, tp, precision));
@@ -83,8 +87,6 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
       a.f32.add("ce.stats", {B, T, 3});
       a.f32.add("ce.all", {tp.tp, B, T, 3});
     }
-  } else {
-    a.act.add("d.output", {Ns, C});
   }
   return a;
 }

@@ -19,6 +19,10 @@
 //            backend keeps the T x T probabilities (host fp32); where it keeps only lse (bf16:
 //            flash attention) there is nothing to drop and selective is none.
 // full:      only h.l.out per layer (the next layer's input); the rest recomputed.
+// In every mode the last layer's out is kept only on the last stage (ln_f's input): elsewhere it
+// is the stage's output, written to the pipeline's send buffer (runtime/pipeline_stages.h), and
+// no backward reads it. So under full recomputation a slot holds one [Ns,C] tensor per layer,
+// the layer's input (embed for the first), as Megatron-LM's (Korthikanti et al. 2022, §5).
 // What is not kept lives once per model, in the workspace under "layer.<name>": a layer's
 // forward writes it and is done with it, and recomputation refills it right before the layer's
 // backward reads it, one slot at a time.
@@ -84,8 +88,9 @@ struct ActivationLayout {
 
 // One microbatch's activations of `stage` (param_layout.h): "embed" is the stage's input (the
 // embedding's output on the first stage, the received activations on the others); the head's
-// tensors only on the last stage; a stage that is not last also holds d.output [Ns,C], the
-// gradient of its output (received from the next stage).
+// tensors only on the last stage. Nothing that arrives for the backward: the gradient of the
+// stage's output is written into the workspace's d.residual right before the backward that
+// reads it (model::Gpt::output_grad).
 ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,
                                        TpShape tp = {}, StageSpec stage = {},
                                        Precision precision = Precision::FP32);

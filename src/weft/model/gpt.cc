@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -36,7 +37,8 @@ Gpt::Blocks Gpt::allocate(ActivationLayout layout) {
 }
 
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
-         StageSpec stage, int slots, ParamStorage storage, kernels::Backend* backend)
+         StageSpec stage, int slots, ParamStorage storage, kernels::Backend* backend,
+         const Gpt* share_slots)
     : cfg_(cfg),
       own_backend_(backend == nullptr ? kernels::make_host_backend(Precision::FP32) : nullptr),
       be_(backend != nullptr ? *backend : *own_backend_),
@@ -89,9 +91,22 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   wpe_unit_ = layout_.unit_index("wpe");
   ln_f_unit_ = layout_.unit_index("ln_f");
   first_layer_unit_ = layout_.unit_index("h." + std::to_string(stage.first_layer));
+  WEFT_CHECK(
+      share_slots == nullptr || (&share_slots->be_ == &be_ && share_slots->slots() == slots &&
+                                 share_slots->B_ == B && share_slots->T_ == T),
+      "slots shared with another backend's model, or of another count or batch");
   for (int i = 0; i < slots; ++i) {
-    acts_.push_back(
-        allocate(gpt_activation_layout(cfg_, B, T, recompute, shape, stage, precision_)));
+    ActivationLayout layout =
+        gpt_activation_layout(cfg_, B, T, recompute, shape, stage, precision_);
+    if (share_slots == nullptr) {
+      acts_.push_back(allocate(std::move(layout)));
+      continue;
+    }
+    const Blocks& theirs = share_slots->acts_[i];
+    WEFT_CHECK(layout.act.total() == theirs.layout.act.total() &&
+                   layout.f32.total() == theirs.layout.f32.total(),
+               "slot layouts of different sizes cannot share their slots");
+    acts_.push_back(Blocks{std::move(layout), theirs.act_base, theirs.f32_base, theirs.act_size});
   }
   pending_.resize(slots);
   if (storage.deferred_weight_grads) {
@@ -190,7 +205,11 @@ Gpt::LayerActs Gpt::layer_acts(const Blocks& acts, int l) const {
   auto slice = [&](const char* name) {
     return (kept_per_layer(name, recompute_, precision_) ? own : std::string("layer.")) + name;
   };
-  auto a = [&](const char* name) { return block(name).act(slice(name)); };
+  // The last layer's output of a stage without the head is the caller's (forward's `output`).
+  const bool own_out = stage_.head || l < stage_.end_layer(cfg_) - 1;
+  auto a = [&](const char* name) {
+    return std::string_view(name) == "out" && !own_out ? nullptr : block(name).act(slice(name));
+  };
   auto f = [&](const char* name) { return block(name).f32(slice(name)); };
   return LayerActs{a("ln_1"), a("qkv"),       a("atty"),     a("res_attn"),  a("ln_2"),
                    a("fc"),   a("fc_gelu"),   a("out"),      f("ln_1.mean"), f("ln_1.rstd"),
@@ -313,21 +332,18 @@ void Gpt::layer_forward(int l, const Act* in, const LayerActs& a, int B, int T) 
   be_.residual_forward(a.out, a.out, a.res_attn, Ns * C);
 }
 
-const Act* Gpt::stage_output(int slot) const {
-  WEFT_CHECK(!stage_.head, "the last stage's output is its loss");
-  return acts_.at(slot).act("h." + std::to_string(stage_.end_layer(cfg_) - 1) + ".out");
-}
-
 const float* Gpt::logits(int slot) const {
   WEFT_CHECK(precision_ == Precision::FP32, "logits() reads fp32 host activations");
   return reinterpret_cast<const float*>(acts_.at(slot).act("logits"));
 }
 
 float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot,
-                   float loss_scale, const DeviceBatch& on_device) {
+                   float loss_scale, const ForwardOut& out) {
   WEFT_CHECK(B > 0 && B <= B_ && T > 0 && T <= T_, "forward of ", B, "x", T,
              " exceeds the allocated ", B_, "x", T_);
   WEFT_CHECK(slot >= 0 && slot < slots(), "slot ", slot, " outside the ", slots(), " allocated");
+  WEFT_CHECK(stage_.head || out.output != nullptr,
+             "a stage without the head needs a buffer for its output");
   const int t = tp_.size(), C = cfg_.n_embd, V = cfg_.vocab_size, N = B * T;
   const int Vl = static_cast<int>(cfg_.padded_vocab() / t), v0 = tp_.rank() * Vl;
   WEFT_CHECK(!sp_ || N % t == 0, "sequence parallelism needs B*T=", N, " divisible by tp=", t);
@@ -341,20 +357,28 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   p.valid_targets = 0;
   p.backward_due = false;
 
-  // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
-  Act* x = acts.act("embed");
+  // The batch in the backend's memory (the workspace's copies: only this forward reads them).
+  auto* dev_tokens = reinterpret_cast<int32_t*>(work_.f32("tokens"));
+  auto* dev_targets = reinterpret_cast<int32_t*>(work_.f32("targets"));
   if (stage_.embedding) {
     WEFT_CHECK(tokens != nullptr, "the first stage's forward needs tokens");
     for (int i = 0; i < N; ++i) {
       WEFT_CHECK(tokens[i] >= 0 && tokens[i] < V, "token ", tokens[i], " at position ", i,
                  " is outside the vocabulary of ", V);
     }
-    const int32_t* dev_tokens = on_device.tokens;
-    if (dev_tokens == nullptr) {
-      auto* upload = reinterpret_cast<int32_t*>(work_.f32("tokens"));
-      be_.upload(upload, tokens, int64_t{N} * 4);
-      dev_tokens = upload;
+    be_.upload_async(dev_tokens, tokens, int64_t{N} * 4);
+  }
+  if (stage_.head && targets != nullptr) {
+    for (int i = 0; i < N; ++i) {
+      WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
+      p.valid_targets += targets[i] >= 0;
     }
+    be_.upload_async(dev_targets, targets, int64_t{N} * 4);
+  }
+
+  // Embedding. Vocabulary-parallel: each rank looks up its rows (tp rank 0 adds wpe), g sums.
+  Act* x = acts.act("embed");
+  if (stage_.embedding) {
     gather(wte_unit_);
     gather(wpe_unit_);
     if (t == 1) {
@@ -371,6 +395,7 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   const Act* in = x;
   for (int l = stage_.first_layer; l < stage_.end_layer(cfg_); ++l) {
     LayerActs a = layer_acts(acts, l);
+    if (a.out == nullptr) a.out = out.output;  // the last layer of a stage without the head
     gather(layer_unit(l));
     layer_forward(l, in, a, B, T);
     release(layer_unit(l));
@@ -390,19 +415,9 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
 
-  for (int i = 0; i < N; ++i) {
-    WEFT_CHECK(targets[i] < V, "target ", targets[i], " is outside the vocabulary of ", V);
-    p.valid_targets += targets[i] >= 0;
-  }
-  const int32_t* dev_targets = on_device.targets;
-  if (dev_targets == nullptr) {
-    auto* upload = reinterpret_cast<int32_t*>(work_.f32("targets"));
-    be_.upload(upload, targets, int64_t{N} * 4);
-    dev_targets = upload;
-  }
   // The losses, and the logits overwritten with the gradient of loss_scale * the mean loss.
   const float dloss = p.valid_targets > 0 ? loss_scale / static_cast<float>(p.valid_targets) : 0.0f;
-  float* losses = on_device.losses != nullptr ? on_device.losses : acts.f32("losses");
+  float* losses = acts.f32("losses");
   if (t == 1) {
     be_.softmax_cross_entropy(losses, logits, dev_targets, dloss, N, V, Vl);
   } else {
@@ -417,7 +432,10 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
         .order();
     be_.cross_entropy_shard_finish(losses, logits, all, t, dev_targets, dloss, N, V, Vl, Vv, v0);
   }
-  if (on_device.losses != nullptr) return 0.0f;
+  if (out.loss_sum != nullptr) {
+    if (p.valid_targets > 0) be_.add_mean(out.loss_sum, losses, N, p.valid_targets);
+    return 0.0f;
+  }
   // Read in place from host memory; a device's come back in one copy.
   if (be_.host_memory()) return mean_loss(losses, targets, N);
   std::vector<float> copy(static_cast<size_t>(N));
@@ -510,10 +528,9 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
       grads_ready(ln_f_unit_);
       if (!stage_.embedding) grads_ready(wte_unit_);  // else the embedding adds its part below
     }
-  } else {
-    // The next stage sent the gradient of this stage's output (already scaled by its loss_scale).
-    be_.copy(d_res, acts.act("d.output"), int64_t{Ns} * C * a_bytes);
   }
+  // Else the caller wrote the gradient of this stage's output into d_res (output_grad()), already
+  // scaled by the next stage's loss_scale.
 
   for (int l = end - 1; l >= first; --l) {
     const Act* in = layer_input(l);

@@ -64,14 +64,17 @@ struct GradPart {
   int64_t n = 0;
 };
 
-// Where a forward's batch and losses live when the runtime keeps a whole step's in the backend's
-// memory, so that a step's microbatches cost no host wait on a device: runtime/pipeline_stages.cc
-// uploads a step's batch once and reads its losses once. With `losses` set, Gpt::forward returns 0
-// and the caller takes the mean with Gpt::mean_loss.
-struct DeviceBatch {
-  const int32_t* tokens = nullptr;   // [B*T], or null: uploaded from forward's `tokens`
-  const int32_t* targets = nullptr;  // [B*T], or null: uploaded from forward's `targets`
-  float* losses = nullptr;           // [B*T] fp32, or null: the mean is read back and returned
+// Where a forward's results go besides the slot, when a runtime runs a step's microbatches
+// (runtime/pipeline_stages.h).
+struct ForwardOut {
+  // A stage without the head: where it writes its output, [Ns,C] activations in the backend's
+  // memory (the pipeline's send buffer: the slot does not keep it, no backward reads it);
+  // required there.
+  kernels::Act* output = nullptr;
+  // The last stage with targets: its mean loss is added to *loss_sum, in the backend's memory
+  // (Backend::add_mean), and forward returns 0, so a step's microbatches cost no host wait on a
+  // device. Null: the mean comes back to the host and forward returns it.
+  double* loss_sum = nullptr;
 };
 
 class Gpt {
@@ -83,9 +86,13 @@ class Gpt {
   // bf16 copy of the weights that the forward reads: Micikevicius et al. 2018). Every buffer is
   // taken at construction, from the layouts the memory model counts (activation_layout.h), except
   // the deferred weight gradients' (zb-h1), taken at the first backward that defers them.
+  // `share_slots`: another stage's model on the same backend with `slots` slots of this one's
+  // slot layout sizes, whose slot memory this one uses too (a pipeline rank's chunks share one
+  // pool of slots, and each slot is held by one chunk's microbatch at a time: layout/rank.h).
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
       parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1,
-      ParamStorage storage = {}, kernels::Backend* backend = nullptr);
+      ParamStorage storage = {}, kernels::Backend* backend = nullptr,
+      const Gpt* share_slots = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -134,15 +141,17 @@ class Gpt {
   // accumulated microbatches): the fused softmax + cross-entropy (backend.h) writes
   // d(loss_scale * mean loss)/d(logits) over the logits here, in the forward, as llm.c and
   // Megatron's fused kernels do, so the logits are read once.
-  // `on_device` (DeviceBatch): the batch already in the backend's memory, and where the losses go.
+  // `out`: see ForwardOut. The batch goes to the backend without a host wait
+  // (Backend::upload_async).
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T, int slot = 0,
-                float loss_scale = 1.0f, const DeviceBatch& on_device = DeviceBatch{});
+                float loss_scale = 1.0f, const ForwardOut& out = ForwardOut{});
   // The mean of losses[N] over the targets that are not ignored (>= 0), summed in double; 0 when
   // every target is ignored.
   static float mean_loss(const float* losses, const int32_t* targets, int N);
   // Back-propagates the slot's forward: grads += loss_scale * d(mean loss)/d(params), with the
-  // forward's loss_scale. A stage without the head starts from output_grad(slot) (already scaled)
-  // instead; one without the embedding leaves the gradient of its input in input_grad().
+  // forward's loss_scale. A stage without the head starts from output_grad(), which the caller
+  // has just written (already scaled); one without the embedding leaves the gradient of its
+  // input in input_grad().
   // With defer_weight_grads only the input gradients are computed (a zero-bubble schedule's I
   // pass); backward_weights(slot) then adds the weight gradients (its W pass). Deferring keeps
   // copies of the linear layers' output gradients until then, and needs each layer's inputs kept
@@ -155,11 +164,14 @@ class Gpt {
   void backward_weights(int slot = 0);
 
   // The stage boundary, [Ns,C] activations each (Ns = B*T, or B*T/tp with sequence parallelism),
-  // in the backend's memory.
+  // in the backend's memory. The input a slot's forward reads (kept: the first layer's input).
   kernels::Act* stage_input(int slot) { return acts_.at(slot).act("embed"); }
-  const kernels::Act* stage_output(int slot) const;
-  kernels::Act* output_grad(int slot) { return acts_.at(slot).act("d.output"); }
-  // Valid after backward() until the next backward() of any slot.
+  // Where the gradient of the stage's output goes right before the backward() that reads it:
+  // the workspace's residual-stream gradient, one per model, not per slot (nothing is kept for a
+  // backward that has not started).
+  kernels::Act* output_grad() { return work_.act("d.residual"); }
+  // The gradient of the stage's input: valid after backward() until the next backward() or
+  // output_grad() write (the same buffer).
   const kernels::Act* input_grad() const { return work_.act("d.residual"); }
 
   // After the last backward of a step: with sequence parallelism each rank's LayerNorm gradients

@@ -21,13 +21,14 @@ namespace {
 
 constexpr int64_t kFloat = sizeof(float);
 
-// What a block the model or the optimizer takes from its backend counts as: on a BF16Mixed
-// (device) backend what Backend::allocated_bytes() counts, 256-byte aligned; on the host (fp32:
-// the memory model predicts resident memory) the bytes, in whole huge pages from 2 MiB on
-// (kernels::host_resident_bytes).
-int64_t block_bytes(int64_t bytes, Precision precision) {
-  return precision == Precision::BF16Mixed ? backend_block_bytes(bytes)
-                                           : kernels::host_resident_bytes(bytes);
+// What a block the model or the optimizer takes from its backend counts as: what
+// Backend::allocated_bytes() counts, 256-byte aligned (a BF16Mixed, device, backend; or any
+// backend's own count); or, where the memory model predicts a host process's resident memory
+// (fp32), the bytes in whole huge pages from 2 MiB on (kernels::host_resident_bytes).
+int64_t block_bytes(int64_t bytes, Precision precision, Counted counted = Counted::Process) {
+  return precision == Precision::BF16Mixed || counted == Counted::Backend
+             ? backend_block_bytes(bytes)
+             : kernels::host_resident_bytes(bytes);
 }
 
 // The MPI temporaries of one unit's gradient reduction on the busiest rank, in bytes (Open
@@ -67,9 +68,9 @@ class PoolHeld {
     most_[bytes] = std::max(most_[bytes], ++k);
   }
   void give(int64_t bytes) { --now_[bytes]; }
-  int64_t held(Precision precision) const {
+  int64_t held(Precision precision, Counted counted = Counted::Process) const {
     int64_t total = 0;
-    for (const auto& [bytes, k] : most_) total += k * block_bytes(bytes, precision);
+    for (const auto& [bytes, k] : most_) total += k * block_bytes(bytes, precision, counted);
     return total;
   }
 
@@ -193,9 +194,9 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
 // A chunk's steady parameters, gradients and optimizer state under ZeRO (see memory.h), as the
 // model and optim::DistributedOptimizer take them from the backend (block_bytes).
 void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding zero,
-                     Precision precision) {
+                     Precision precision, Counted counted) {
   const bool bf16 = precision == Precision::BF16Mixed;
-  auto block = [&](int64_t bytes) { return block_bytes(bytes, precision); };
+  auto block = [&](int64_t bytes) { return block_bytes(bytes, precision, counted); };
   const int64_t n = layout.buffer.total();
   if (bf16) {  // the AdamW plan's tables, at the capacity the optimizer plans with
     const kernels::AdamWTableBytes table = kernels::adamw_table_bytes(
@@ -230,10 +231,10 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 // model allocates exactly these), remembered per shape: the planner prices tens of thousands of
 // layouts whose stages repeat a few hundred shapes, and building a layout names every slice.
 int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
-                     const StageSpec& stage, Precision precision) {
+                     const StageSpec& stage, Precision precision, Counted counted) {
   // The numbers a layout depends on (not the model's name: string keys cost the planner 12%).
-  using Key =
-      std::tuple<bool, int, int, int, int64_t, int, int, int, int, bool, int, int, bool, bool, int>;
+  using Key = std::tuple<bool, int, int, int, int64_t, int, int, int, int, bool, int, int, bool,
+                         bool, int, int>;
   static std::mutex mutex;
   static std::map<Key, int64_t> cache;
   const Key key{workspace,
@@ -250,7 +251,8 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompu
                 stage.end_layer(cfg),
                 stage.embedding,
                 stage.head,
-                static_cast<int>(precision)};
+                static_cast<int>(precision),
+                static_cast<int>(counted)};
   {
     const std::lock_guard<std::mutex> lock(mutex);
     const auto it = cache.find(key);
@@ -260,8 +262,8 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompu
       workspace ? gpt_workspace_layout(cfg, B, T, mode, tp, stage, precision)
                 : gpt_activation_layout(cfg, B, T, mode, tp, stage, precision);
   // Its two blocks (model::Gpt::allocate).
-  const int64_t bytes = block_bytes(layout.act.total() * act_bytes(precision), precision) +
-                        block_bytes(layout.f32.total() * 4, precision);
+  const int64_t bytes = block_bytes(layout.act.total() * act_bytes(precision), precision, counted) +
+                        block_bytes(layout.f32.total() * 4, precision, counted);
   const std::lock_guard<std::mutex> lock(mutex);
   cache.emplace(key, bytes);
   return bytes;
@@ -283,49 +285,6 @@ const ParamLayout& stage_param_layout(const GptConfig& cfg, int tp, const StageS
     slot = std::make_unique<const ParamLayout>(gpt_param_layout(cfg, tp, 0, stage, unit_align));
   }
   return *slot;
-}
-
-// The device engine's rank (see memory.h): per chunk model::Gpt's buffers (as its constructor
-// takes them from the backend: activation_layout.h), the optimizer's (ZeRO's shards and its unit
-// pool) and the input gradients kept until sent, as runtime::DeviceTrainer allocates them.
-// The runtime's copies of a step's batch, [microbatches, B*T] 4-byte elements each
-// (runtime/pipeline_stages.h): the tokens on the embedding's chunk; the targets and the per-token
-// losses on the head's.
-int64_t step_batch_blocks(const StageSpec& stage) {
-  return (stage.embedding ? 1 : 0) + (stage.head ? 2 : 0);
-}
-
-MemoryEstimate device_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
-                                  const std::vector<ChunkMemory>& chunks, int microbatches,
-                                  bool pipelined, bool deferred_weight_grads, ZeroSharding zero) {
-  const Precision bf16 = Precision::BF16Mixed;
-  const int64_t N = int64_t{B} * T, C = cfg.n_embd;
-  const int64_t Ns = tp.sequence_parallel && tp.tp > 1 ? N / tp.tp : N;
-  MemoryEstimate m;
-  PoolHeld pool;                // ZeRO 2/3: the rank's unit pool, over all its chunks' passes
-  std::map<int64_t, int> heap;  // host MPI temporaries: not the backend's memory
-  for (const ChunkMemory& c : chunks) {
-    const ParamLayout& layout =
-        stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp));
-    add_model_state(m, layout, zero, bf16);
-    // The unit pool (ZeRO 2/3); the host MPI temporaries are not the backend's memory.
-    if (zero.stage >= 2) run_passes(layout, c.stage, zero, deferred_weight_grads, bf16, heap, pool);
-    m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, bf16);
-    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, bf16);
-    // d(stage input) per microbatch, bf16 [Ns,C], kept from the backward until it is sent.
-    if (c.sends_grads) m.workspace += int64_t{microbatches} * backend_block_bytes(Ns * C * 2);
-    m.workspace += step_batch_blocks(c.stage) * backend_block_bytes(int64_t{microbatches} * N * 4);
-    if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
-      m.workspace +=
-          c.slots * backend_block_bytes(deferred_grad_elements(cfg, B, T, tp, c.stage) * 2);
-    }
-  }
-  m.grads += pool.held(bf16);  // ZeRO-3: and the gathered weights
-  // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.
-  if (pipelined && tp.tp > 1 && !(tp.sequence_parallel)) {
-    m.workspace += backend_block_bytes(N / tp.tp * C * 2);
-  }
-  return m;
 }
 
 }  // namespace
@@ -379,68 +338,80 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
   return total;
 }
 
-int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const std::vector<ChunkMemory>& chunks,
-                        bool deferred_weight_grads, ZeroSharding zero, Precision precision) {
+int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& rank,
+                        ZeroSharding zero, Precision precision) {
   if (zero.stage < 2) return 0;
   PoolHeld pool;
   std::map<int64_t, int> heap;  // not asked for here
-  for (const ChunkMemory& c : chunks) {
+  for (const ChunkMemory& c : rank.chunks) {
     run_passes(stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp)),
-               c.stage, zero, deferred_weight_grads, precision, heap, pool);
+               c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
   }
   return pool.held(precision);
 }
 
+// One body for both engines: they run the same model and runtime, and differ only in what else
+// lives in the memory counted. The host engine's is the process's: MPI's temporaries, the kernels'
+// scratch and the process's runtime beside its buffers; the device engine's is the backend's
+// arena, where only the buffers are.
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
-                                    TpShape tp, const std::vector<ChunkMemory>& chunks,
-                                    int microbatches, bool pipelined, bool deferred_weight_grads,
-                                    ZeroSharding zero, int64_t runtime_bytes, Precision precision) {
-  if (precision == Precision::BF16Mixed) {
-    return device_rank_memory(cfg, B, T, mode, tp, chunks, microbatches, pipelined,
-                              deferred_weight_grads, zero);
-  }
-  const int64_t f = sizeof(float), N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
+                                    TpShape tp, const RankProgram& rank, ZeroSharding zero,
+                                    int64_t runtime_bytes, Precision precision, Counted counted) {
+  // The host process's own memory beside its buffers (MPI, kernel scratch, runtime) counts.
+  const bool host = precision == Precision::FP32 && counted == Counted::Process;
+  const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp, a = act_bytes(precision);
   const bool sp = tp.sequence_parallel && t > 1;
-  const int64_t boundary = (sp ? N / t : N) * C;  // a stage's input or output, [Ns, C]
-  auto block = [](int64_t bytes) { return block_bytes(bytes, Precision::FP32); };
+  const int64_t boundary = (sp ? N / t : N) * C * a;  // a stage's input or output, [Ns, C]
+  auto block = [&](int64_t bytes) { return block_bytes(bytes, precision, counted); };
   MemoryEstimate m;
   // ZeRO's transient state: ZeRO 2/3 finish every reduction at the end of each backward pass, so
   // one chunk's busiest moment is the rank's; ZeRO 0/1 reduce after the last pass only, and a
   // chunk's reductions may run on into the next chunk's.
-  int64_t mapped = 0;           // mapped MPI temporaries in flight at once
+  int64_t mapped = 0;           // host: mapped MPI temporaries in flight at once
   PoolHeld pool;                // ZeRO 2/3: the rank's unit pool, over all its chunks' passes
-  std::map<int64_t, int> heap;  // heap temporaries: bytes -> at most in flight
-  int64_t packing = 0;          // the GEMM packing buffers: the chunks run on the same threads
-  for (const ChunkMemory& c : chunks) {
+  std::map<int64_t, int> heap;  // host: heap temporaries, bytes -> at most in flight
+  int64_t packing = 0;          // host: the GEMM packing buffers (the chunks share the threads)
+  for (const ChunkMemory& c : rank.chunks) {
     const ParamLayout& layout =
         stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp));
-    add_model_state(m, layout, zero, Precision::FP32);
-    const int64_t busiest =
-        run_passes(layout, c.stage, zero, deferred_weight_grads, Precision::FP32, heap, pool);
-    mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
-    const Precision fp32 = Precision::FP32;
-    m.activations += c.slots * layout_bytes(false, cfg, B, T, mode, tp, c.stage, fp32);
-    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, fp32);
-    packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
-    if (c.sends_grads) m.workspace += int64_t{microbatches} * block(boundary * f);
-    m.workspace += step_batch_blocks(c.stage) * block(int64_t{microbatches} * N * f);
-    if (deferred_weight_grads) {  // each slot's block, taken at its first I pass
-      m.workspace += c.slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * f);
+    add_model_state(m, layout, zero, precision, counted);
+    if (host || zero.stage >= 2) {
+      const int64_t busiest =
+          run_passes(layout, c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
+      mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     }
+    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, precision, counted);
+    const int slots = rank.slots.at(c.pool);
+    if (rank.deferred_weight_grads) {  // each slot's block, taken at its first I pass
+      m.workspace += slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * a);
+    }
+    if (host) packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
+    if (c.stage.head) m.workspace += block(sizeof(double));  // the step's loss (pipeline_stages)
   }
-  m.grads += pool.held(Precision::FP32);  // ZeRO-3: and the gathered parameters
+  // Each slot pool's activations, in the layout of its chunks (the same for all of them).
+  for (int p = 0; p < static_cast<int>(rank.slots.size()); ++p) {
+    const auto c = std::find_if(rank.chunks.begin(), rank.chunks.end(),
+                                [&](const ChunkMemory& c) { return c.pool == p; });
+    WEFT_CHECK(c != rank.chunks.end(), "slot pool ", p, " has no chunk");
+    m.activations +=
+        rank.slots[p] * layout_bytes(false, cfg, B, T, mode, tp, c->stage, precision, counted);
+  }
+  m.grads += pool.held(precision, counted);  // ZeRO-3: and the gathered parameters
+  m.workspace += (rank.act_buffers + rank.grad_buffers) * block(boundary);
+  // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.
+  if (rank.pipelined && t > 1 && !sp) m.workspace += block(N / t * C * a);
+  if (!host) return m;
   m.workspace += mapped;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
-  if (pipelined && t > 1 && !sp) m.workspace += block(N / t * C * f);  // scatter/gather receive
-  m.workspace += tp_collective_temporaries(N * C * f, tp);
-  m.workspace += int64_t{threads} * T * T * f;  // attention backward: a T x T block per thread
+  m.workspace += tp_collective_temporaries(N * C * a, tp);
+  m.workspace += int64_t{threads} * T * T * 4;  // attention backward: a T x T block per thread
   m.runtime = runtime_bytes + packing;
   return m;
 }
 
 MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
                                         int threads, TpShape tp) {
-  return estimate_rank_memory(cfg, B, T, mode, threads, tp, {ChunkMemory{}}, 1, false, false);
+  return estimate_rank_memory(cfg, B, T, mode, threads, tp, RankProgram{.chunks = {ChunkMemory{}}});
 }
 
 }  // namespace weft::model

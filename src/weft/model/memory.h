@@ -11,7 +11,7 @@
 //   bf16-mixed the device engine (model::Gpt on a bf16 backend, runtime::DeviceTrainer): bf16
 //              compute with fp32 master weights, gradients and AdamW state (Micikevicius et al.
 //              2018), exactly the backend allocations: the model's buffers (activation_layout.h),
-//              the moments and the input gradients kept until sent.
+//              the moments and the pipeline's send buffers.
 
 #include <cstdint>
 #include <vector>
@@ -86,22 +86,38 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
 MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
                                         int threads, TpShape tp = {});
 
-// One model chunk of a pipeline rank, as the runtime builds it (runtime/pipeline_runner.h).
+// One model chunk of a pipeline rank, as the runtime builds it (runtime/pipeline_stages.h).
 struct ChunkMemory {
   StageSpec stage;
-  int slots = 1;             // activation slots: its peak in-flight microbatches
-  bool sends_grads = false;  // its predecessor stage is on another rank
+  int pool = 0;  // the rank's pool of activation slots it takes its microbatches' slots from
+};
+
+// What a pipeline rank's program keeps, from its schedule (layout::rank_program computes it, for
+// the runtime and the planner alike): nothing here counts microbatches, only what is in flight.
+struct RankProgram {
+  std::vector<ChunkMemory> chunks;  // chunk j: stage Shape::stage_of(rank, j)
+  // Per pool, its activation slots: the most microbatches its chunks keep in flight at once
+  // (schedule::peak_in_flight_per_group). Chunks of one slot layout share a pool.
+  std::vector<int> slots = {1};
+  // Send buffers ([Ns,C] activations each; schedule::send_buffers): for the stage outputs and
+  // for the input gradients this rank produces, each back in its pool when its send completes.
+  int act_buffers = 0;
+  int grad_buffers = 0;
+  bool pipelined = false;              // pp > 1: boundaries cross ranks
+  bool deferred_weight_grads = false;  // zb-h1's W passes
 };
 
 // What a pipeline rank of weft's trainer allocates for its chunks, exactly.
 //
-// Precision::FP32 (the host engine): per chunk the parameters, gradients and both AdamW moments,
-// `slots` microbatches of activations and a backward workspace; `microbatches` input-gradient
-// buffers per chunk that sends them; the scatter/gather receive buffer (tp > 1 without sequence
-// parallelism, pp > 1); the tensor-parallel collectives' MPI temporary (tp_collective_temporaries);
-// with deferred weight gradients (ZB-H1) the kept output gradients of every slot; and the
-// attention backward's T x T row block per thread. With ZeRO (optim/distributed_optimizer.h),
-// per chunk and with S its shard (1/dp of every unit, padded), the steady state:
+// Precision::FP32 (the host engine): per chunk the parameters, gradients and both AdamW moments
+// and a backward workspace; per slot pool its slots of its chunks' activation layout; the rank's
+// send buffers
+// (RankProgram, a boundary [Ns,C] each); the scatter/gather receive buffer (tp > 1 without
+// sequence parallelism, pp > 1); the tensor-parallel collectives' MPI temporary
+// (tp_collective_temporaries); with deferred weight gradients (ZB-H1) the kept output gradients
+// of every slot; and the attention backward's T x T row block per thread. With ZeRO
+// (optim/distributed_optimizer.h), per chunk and with S its shard (1/dp of every unit, padded),
+// the steady state:
 //   stage 1: + S reduced gradients; m, v and master weights 3S instead of m, v
 //   stage 2: gradients S; parameters whole; 3S
 //   stage 3: as 2, and parameters S (the master shard)
@@ -114,27 +130,31 @@ struct ChunkMemory {
 //
 // Precision::BF16Mixed (the device engine), what runtime::DeviceTrainer takes from its backend,
 // each block rounded up to the backend's 256 bytes, as Backend::allocated_bytes() counts:
-// per chunk model::Gpt's buffers for `slots` microbatches (fp32 master weights and their bf16
-// copy under params, fp32 gradients, the slots' activations and the model's workspace of
-// activation_layout.h, and with deferred weight gradients each slot's block for them), the AdamW
+// per chunk model::Gpt's buffers (fp32 master weights and their bf16 copy under params, fp32
+// gradients, the model's workspace of activation_layout.h, and with deferred weight gradients a
+// block for them per slot of its pool), per pool its slots' activations, the AdamW
 // moments m and v (fp32) and the AdamW plan's two tables (kernels::adamw_table_bytes at a tensor
-// per segment over the chunk) under optimizer, and per chunk that sends them, `microbatches` bf16
-// input gradients kept until sent. `runtime` is 0 (the arena's own blocks are
-// DeviceTrainer::arena_bytes' margin); `threads` does not matter; `pipelined` with tp > 1 and no
-// sequence parallelism adds scatter/gather's receive buffer (1/tp of a boundary). ZeRO as for
-// FP32, in the backend's blocks and without the MPI temporaries (host memory, not the device's);
-// ZeRO 1 on keeps a bf16 copy of the master shard beside it.
+// per segment over the chunk) under optimizer, and the rank's bf16 send buffers. `runtime` is 0
+// (the arena's own blocks are DeviceTrainer::arena_bytes' margin); `threads` does not matter;
+// `pipelined` with tp > 1 and no sequence parallelism adds scatter/gather's receive buffer (1/tp
+// of a boundary). ZeRO as for FP32, in the backend's blocks and without the MPI temporaries
+// (host memory, not the device's); ZeRO 1 on keeps a bf16 copy of the master shard beside it.
+//
+// `counted` (FP32 only; a BF16Mixed rank is always counted as its backend's): Process, the host
+// process's resident memory as above; Backend, only what the buffers take from their backend, as
+// Backend::allocated_bytes() counts it (each block in 256 bytes, nothing else), which the tests
+// compare with a host fp32 backend's own count.
+enum class Counted { Process, Backend };
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
-                                    TpShape tp, const std::vector<ChunkMemory>& chunks,
-                                    int microbatches, bool pipelined, bool deferred_weight_grads,
-                                    ZeroSharding zero = {},
+                                    TpShape tp, const RankProgram& rank, ZeroSharding zero = {},
                                     int64_t runtime_bytes = kDefaultRuntimeBytes,
-                                    Precision precision = Precision::FP32);
+                                    Precision precision = Precision::FP32,
+                                    Counted counted = Counted::Process);
 
 // ZeRO 2/3: what a rank's unit pool (optim/unit_pool.h) holds once its chunks have run a step, in
 // the backend's blocks: per size asked for, the most buffers in use at once over their passes
 // (estimate_rank_memory counts it under grads). 0 below ZeRO 2.
-int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const std::vector<ChunkMemory>& chunks,
-                        bool deferred_weight_grads, ZeroSharding zero, Precision precision);
+int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& rank,
+                        ZeroSharding zero, Precision precision);
 
 }  // namespace weft::model

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "weft/layout/rank.h"
 #include "weft/schedule/schedule.h"
+#include "weft/schedule/send_buffers.h"
 
 namespace weft::planner {
 namespace {
@@ -16,20 +18,16 @@ schedule::Schedule make(const Job& job, const ParallelConfig& c) {
       .value_or_throw("the planner's memory: the schedule does not fit the configuration");
 }
 
-// Rank `pp_rank`'s estimate, given its chunks' activation slots (peak_in_flight_per_chunk).
+// Rank `pp_rank`'s estimate, given its slot pools' slots (layout::pool_slots) and its send
+// buffers.
 model::MemoryEstimate rank_memory(const Job& job, const ParallelConfig& c,
                                   const schedule::Shape& shape, const std::vector<int>& slots,
-                                  int pp_rank, int threads, int64_t runtime_bytes) {
-  std::vector<model::ChunkMemory> chunks;
-  for (int j = 0; j < c.vp; ++j) {
-    const int stage = shape.stage_of(pp_rank, j);
-    chunks.push_back({model::pipeline_stage(job.model, stage, shape.num_stages()),
-                      std::max(1, slots[j]), stage > 0 && shape.rank_of(stage - 1) != pp_rank});
-  }
-  return model::estimate_rank_memory(job.model, c.micro_batch, job.seq_len, c.recompute, threads,
-                                     {c.tp, c.sequence_parallel}, chunks, shape.microbatches,
-                                     c.pp > 1, c.schedule == schedule::Kind::ZeroBubbleH1,
-                                     {c.zero, c.dp}, runtime_bytes, model_precision(job.precision));
+                                  schedule::SendBuffers buffers, int pp_rank, int threads,
+                                  int64_t runtime_bytes) {
+  return model::estimate_rank_memory(
+      job.model, c.micro_batch, job.seq_len, c.recompute, threads, {c.tp, c.sequence_parallel},
+      layout::rank_program(job.model, c.schedule, shape, pp_rank, slots, buffers), {c.zero, c.dp},
+      runtime_bytes, model_precision(job.precision));
 }
 
 }  // namespace
@@ -46,15 +44,18 @@ model::Precision model_precision(Precision p) {
 
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             const schedule::Schedule& schedule, int64_t runtime_bytes) {
-  return peak_memory(job, c, schedule.shape, schedule::peak_in_flight_per_chunk(schedule),
-                     runtime_bytes);
+  return peak_memory(job, c, schedule.shape, layout::pool_slots(schedule),
+                     schedule::send_buffers(schedule), runtime_bytes);
 }
 
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
-                            const std::vector<std::vector<int>>& slots, int64_t runtime_bytes) {
+                            const std::vector<std::vector<int>>& slots,
+                            const std::vector<schedule::SendBuffers>& buffers,
+                            int64_t runtime_bytes) {
   MemoryBreakdown best;
   for (int r = 0; r < c.pp; ++r) {
-    const model::MemoryEstimate w = rank_memory(job, c, shape, slots[r], r, 1, runtime_bytes);
+    const model::MemoryEstimate w =
+        rank_memory(job, c, shape, slots[r], buffers.at(r), r, 1, runtime_bytes);
     MemoryBreakdown mem;
     mem.weights = static_cast<double>(w.params);
     mem.grads = static_cast<double>(w.grads);
@@ -73,8 +74,8 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, int64_t run
 model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c,
                                        const schedule::Schedule& s, int pp_rank, int threads,
                                        int64_t runtime_bytes) {
-  return rank_memory(job, c, s.shape, schedule::peak_in_flight_per_chunk(s, pp_rank), pp_rank,
-                     threads, runtime_bytes);
+  return rank_memory(job, c, s.shape, layout::pool_slots(s).at(pp_rank),
+                     schedule::send_buffers(s).at(pp_rank), pp_rank, threads, runtime_bytes);
 }
 
 model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,

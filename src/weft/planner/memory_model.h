@@ -3,9 +3,8 @@
 // trainer that runs the job's precision, as model::estimate_rank_memory (the one memory model,
 // model/memory.h) says that trainer allocates: fp32 is the host engine's layout, with ZeRO,
 // sequence parallelism and every schedule; bf16-mixed the device engine's (model::Gpt's buffers
-// on a bf16 backend, the AdamW moments, the input gradients it sends; sequence parallelism and
-// every schedule, no ZeRO), which is what runtime::DeviceTrainer::bytes predicts and its backend
-// allocates, exactly.
+// on a bf16 backend, the AdamW moments, its send buffers; sequence parallelism, every schedule and
+// ZeRO), which is what runtime::DeviceTrainer::bytes predicts and its backend allocates, exactly.
 
 #include <cstdint>
 #include <string>
@@ -13,6 +12,7 @@
 #include "weft/model/memory.h"
 #include "weft/planner/config.h"
 #include "weft/schedule/instr.h"
+#include "weft/schedule/simulate.h"
 
 namespace weft::planner {
 
@@ -25,16 +25,18 @@ struct MemoryBreakdown {
 model::Precision model_precision(Precision p);
 
 // The device that needs the most: the largest weft_rank_memory over the pipeline ranks, with
-// `buffers` its workspace and runtime. `schedule`: the configuration's (compute only or lowered;
-// only its forward and backward passes count), whose per-chunk peak of microbatches in flight
-// sizes each chunk's activation slots. `runtime_bytes`: the cluster preset's
+// `buffers` its workspace and runtime. `schedule`: the configuration's (compute only or lowered),
+// whose peaks of microbatches in flight size each rank's slot pools and whose send buffers
+// (schedule::send_buffers) each rank keeps (layout/rank.h). `runtime_bytes`: the cluster preset's
 // (Cluster::runtime_bytes), for the host engine (fp32).
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
                             const schedule::Schedule& schedule,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
-// The same from that schedule's schedule::peak_in_flight_per_chunk (per rank, per chunk).
+// The same from that schedule's layout::pool_slots (per rank, per slot pool) and
+// schedule::send_buffers (per rank).
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
                             const std::vector<std::vector<int>>& slots,
+                            const std::vector<schedule::SendBuffers>& buffers,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 // The same, making the configuration's schedule.
 MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "weft/layout/rank.h"
 #include "weft/model/flops.h"
 #include "weft/planner/comm_volume.h"
 #include "weft/schedule/schedule.h"
+#include "weft/schedule/send_buffers.h"
 
 namespace weft::planner {
 
@@ -19,7 +21,8 @@ const ScheduleCache::Entry& ScheduleCache::get(schedule::Kind kind, const schedu
     e.schedule = schedule::add_optimizer_step(
         schedule::add_communication(schedule::make_schedule(kind, shape).value_or_throw()));
     e.in_flight = schedule::peak_in_flight(e.schedule);  // checks the structure once, for all
-    e.slots = schedule::peak_in_flight_per_chunk(e.schedule);
+    e.slots = layout::pool_slots(e.schedule);
+    e.buffers = schedule::send_buffers(e.schedule);
     it = entries_.emplace(key, std::move(e)).first;
   }
   return it->second;
@@ -63,7 +66,8 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   p.in_flight = entry.in_flight;
 
   // Memory first: the search skips pricing what cannot fit.
-  p.memory = peak_memory(job, c, entry.schedule.shape, entry.slots, cl.runtime_bytes);
+  p.memory =
+      peak_memory(job, c, entry.schedule.shape, entry.slots, entry.buffers, cl.runtime_bytes);
   if (p.memory.total() > cl.usable_memory()) {
     p.feasible = false;
     p.reasons.push_back(fmt::format("needs {:.1f} GiB per device, has {:.0f} ({:.1f} usable)",
@@ -148,7 +152,8 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   }
   sim.schedule = entry.schedule;
   p.simulated = true;
-  schedule::Timeline timeline = schedule::simulate_checked(entry.schedule, costs);
+  // The trainer's run: its producers wait for their send buffers (schedule/send_buffers.h).
+  schedule::Timeline timeline = schedule::simulate_checked(entry.schedule, costs, entry.buffers);
   if (timeline.deadlocked()) {
     p.feasible = false;
     p.reasons.push_back("the schedule deadlocks");
@@ -197,7 +202,7 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
   if (options.detailed && c.pp > 1 && costs.p2p > 0) {
     schedule::Costs free = costs;
     free.p2p = 0;
-    const double ideal = schedule::simulate_checked(entry.schedule, free).makespan;
+    const double ideal = schedule::simulate_checked(entry.schedule, free, entry.buffers).makespan;
     t.pp_comm = std::clamp(t.total - ideal, 0.0, idle);
   }
   t.bubble = std::max(0.0, idle - t.pp_comm);

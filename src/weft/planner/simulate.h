@@ -51,9 +51,10 @@ struct Prediction {
 class ScheduleCache {
  public:
   struct Entry {
-    schedule::Schedule schedule;          // lowered, with the step's end
-    std::vector<int> in_flight;           // schedule::peak_in_flight per pipeline rank
-    std::vector<std::vector<int>> slots;  // schedule::peak_in_flight_per_chunk per rank
+    schedule::Schedule schedule;                 // lowered, with the step's end
+    std::vector<int> in_flight;                  // schedule::peak_in_flight per pipeline rank
+    std::vector<std::vector<int>> slots;         // layout::pool_slots: per rank, per slot pool
+    std::vector<schedule::SendBuffers> buffers;  // schedule::send_buffers per rank
   };
   const Entry& get(schedule::Kind kind, const schedule::Shape& shape);
 

@@ -1,6 +1,6 @@
 #pragma once
-// The pipeline runtime's bookkeeping (pipeline_stages.h): which of a model chunk's activation
-// slots each microbatch of the step holds, and the tag of each message between stages.
+// The pipeline runtime's bookkeeping (pipeline_stages.h): which activation slot of its pool each
+// (chunk, microbatch) of a step holds, and the tag of each message between stages.
 
 #include <vector>
 
@@ -8,36 +8,39 @@
 
 namespace weft::runtime {
 
-// A chunk's `slots` activation slots (its program's peak of microbatches in flight) over the
-// `microbatches` of a step: a microbatch takes a free slot at its forward (or at the receive of
-// its input) and gives it back after its backward; freed slots are reused last in, first out.
+// A pool of `slots` activation slots (its chunks' peak of microbatches in flight at once, layout/
+// rank.h) shared by `chunks` chunks over the `microbatches` of a step: a (chunk, microbatch) takes
+// a free slot at its forward (or at the receive of its input) and gives it back after its last
+// backward pass; freed slots are reused last in, first out.
 class MicrobatchSlots {
  public:
   MicrobatchSlots() = default;
-  MicrobatchSlots(int microbatches, int slots, int stage)
-      : stage_(stage), slots_(slots), slot_of_(microbatches, -1) {
+  MicrobatchSlots(int chunks, int microbatches, int slots, int pool)
+      : pool_(pool), m_(microbatches), slots_(slots), slot_of_(chunks * microbatches, -1) {
     for (int k = slots - 1; k >= 0; --k) free_.push_back(k);
   }
-  // The slot microbatch mb holds; -1 when none.
-  int of(int mb) const { return slot_of_.at(mb); }
-  // The slot mb holds, taking a free one when it holds none.
-  int acquire(int mb) {
-    if (slot_of_.at(mb) >= 0) return slot_of_[mb];
-    WEFT_CHECK(!free_.empty(), "stage ", stage_, " has more microbatches in flight than ", slots_,
-               " (its program's peak)");
-    slot_of_[mb] = free_.back();
+  // The slot chunk j's microbatch mb holds (j: its place among the pool's chunks); -1 when none.
+  int of(int j, int mb) const { return slot_of_.at(j * m_ + mb); }
+  // The slot it holds, taking a free one when it holds none.
+  int acquire(int j, int mb) {
+    int& slot = slot_of_.at(j * m_ + mb);
+    if (slot >= 0) return slot;
+    WEFT_CHECK(!free_.empty(), "slot pool ", pool_, " has more microbatches in flight than its ",
+               slots_, " slots (its program's peak)");
+    slot = free_.back();
     free_.pop_back();
-    return slot_of_[mb];
+    return slot;
   }
-  void release(int mb) {
-    WEFT_CHECK(slot_of_.at(mb) >= 0, "stage ", stage_, " microbatch ", mb, " holds no slot");
-    free_.push_back(slot_of_[mb]);
-    slot_of_[mb] = -1;
+  void release(int j, int mb) {
+    int& slot = slot_of_.at(j * m_ + mb);
+    WEFT_CHECK(slot >= 0, "slot pool ", pool_, ": chunk ", j, " microbatch ", mb, " holds no slot");
+    free_.push_back(slot);
+    slot = -1;
   }
 
  private:
-  int stage_ = 0, slots_ = 0;
-  std::vector<int> slot_of_;  // per microbatch
+  int pool_ = 0, m_ = 0, slots_ = 0;
+  std::vector<int> slot_of_;  // per (chunk, microbatch)
   std::vector<int> free_;
 };
 

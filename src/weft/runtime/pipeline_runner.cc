@@ -4,6 +4,7 @@
 
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
+#include "weft/layout/rank.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
@@ -81,7 +82,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
     auto model = std::make_unique<model::Gpt>(
         cfg, o_.B, o_.T, o_.recompute, o_.tp,
         model::pipeline_stage(cfg, stage_of_chunk(j), schedule.shape.num_stages()),
-        slots_of_chunk(j), storage, &backend());
+        slots_of_chunk(j), storage, &backend(), slot_owner(j));
     owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(
         *model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, o_.zero, o_.adamw, unit_pool_.get()));
     opts_.push_back(owned_opts_.back().get());
@@ -94,10 +95,9 @@ PipelineRunner::~PipelineRunner() = default;
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                   const RankShape& shape, Precision precision, int threads,
                                   int64_t runtime_bytes) {
-  return model::estimate_rank_memory(
-      cfg, shape.B, shape.T, shape.recompute, threads, shape.tp,
-      rank_chunks(cfg, schedule, shape.pp_rank), schedule.shape.microbatches, schedule.shape.pp > 1,
-      schedule.kind == schedule::Kind::ZeroBubbleH1, shape.zero, runtime_bytes, precision);
+  return model::estimate_rank_memory(cfg, shape.B, shape.T, shape.recompute, threads, shape.tp,
+                                     layout::rank_program(cfg, schedule, shape.pp_rank), shape.zero,
+                                     runtime_bytes, precision);
 }
 
 model::MemoryEstimate PipelineRunner::predicted_memory() const {

@@ -61,7 +61,8 @@ struct RankShape {
   model::ZeroSharding zero;  // the stage and the replicas it shards over
 };
 // What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
-// rank_chunks): its predicted_memory(), and DeviceTrainer::bytes before the runner exists.
+// layout::rank_program): its predicted_memory(), and DeviceTrainer::bytes before the runner
+// exists.
 // `threads`: the host kernels' (the GEMM packing buffers); `runtime_bytes`: the process's own
 // (kernels::host_runtime_bytes() on the host; 0 for a device's arena).
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,

@@ -6,23 +6,33 @@
 // shape.stage_of(pp_rank, j), each keeping exactly as many microbatches' activations as the rank's
 // program keeps in flight for it), runs their forward and backward passes (B, or a zero-bubble
 // schedule's I and W), and moves activations and gradients between ranks: sends eager and
-// asynchronous, receives blocking (as the schedule simulation assumes), each stage's input
-// gradient kept per microbatch until its send completes at the step's end. With tp > 1 and no
-// sequence parallelism a boundary tensor is the same on every tp rank, so each sends 1/tp of its
-// rows and the receiver all-gathers them (the PTD-P paper's scatter/gather optimization); with
-// sequence parallelism the tensors are already split. What a step does at its end (the
-// reductions, the norm, the update) is the trainer's: reduce_grads checks that every backward pass
-// ran, optimizer_step hands the step's mean loss to finish().
+// asynchronous, receives blocking (as the schedule simulation assumes). What a rank holds is what
+// its program keeps in flight, never a buffer per microbatch (DESIGN.md §1.8):
+//   - a stage's output and its input gradient are written into the rank's send buffers
+//     (send_pool.h, as many as schedule::send_buffers says), each free again when its send
+//     completes; the next stage on the same rank reads its input from there;
+//   - a received activation lands in the slot it is kept in (the stage's input); a received output
+//     gradient in the chunk's workspace (Gpt::output_grad), right before the backward reading it;
+//   - the step's tokens and targets reach a chunk one microbatch at a time (the model's
+//     workspace, Backend::upload_async), and each microbatch's mean loss is added to one double
+//     in the backend's memory (Backend::add_mean), read once at the step's end: no host wait per
+//     microbatch on a device.
+// With tp > 1 and no sequence parallelism a boundary tensor is the same on every tp rank, so each
+// sends 1/tp of its rows and the receiver all-gathers them (the PTD-P paper's scatter/gather
+// optimization); with sequence parallelism the tensors are already split. What a step does at its
+// end (the reductions, the norm, the update) is the trainer's: reduce_grads checks that every
+// backward pass ran, optimizer_step hands the step's mean loss to finish().
 //
-// Memory: the boundaries live in the backend's memory (the chunks' models and the input-gradient
-// buffers taken from their backends); the communicators given here must reach it (the host ones
-// for the host backends, comm/cuda for a GPU), and the backend is synchronized before each send,
-// receive and collective (a communicator may run on another stream, or on the host).
+// Memory: the boundaries live in the backend's memory (the chunks' models and the send buffers,
+// taken from their backend); the communicators given here must reach it (the host ones for the
+// host backends, comm/cuda for a GPU), and the backend is synchronized before each send, receive
+// and collective (a communicator may run on another stream, or on the host).
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "weft/comm/communicator.h"
@@ -30,6 +40,7 @@
 #include "weft/model/memory.h"
 #include "weft/runtime/executor.h"
 #include "weft/runtime/microbatch_slots.h"
+#include "weft/runtime/send_pool.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/instr.h"
 
@@ -48,13 +59,6 @@ struct PipelineWiring {
   comm::Communicator* pp = nullptr;        // the pp group, host memory: the loss (null: pp = 1)
   comm::Communicator* dp = nullptr;        // the replicas, host memory (null: dp = 1)
 };
-
-// The chunks pipeline rank `pp_rank` of `schedule` holds, as PipelineStages builds them: chunk j's
-// stage (Shape::stage_of), its activation slots (its peak of microbatches in flight, at least 1)
-// and whether it keeps its input gradients to send (its predecessor stage is on another rank).
-// What the memory model is told (model::estimate_rank_memory), before any runner exists.
-std::vector<model::ChunkMemory> rank_chunks(const model::GptConfig& cfg,
-                                            const schedule::Schedule& schedule, int pp_rank);
 
 class PipelineStages : public StageRunner {
  public:
@@ -94,10 +98,15 @@ class PipelineStages : public StageRunner {
  protected:
   // Chunk j of this rank: its global stage and the activation slots its model must hold.
   int stage_of_chunk(int j) const { return schedule_.shape.stage_of(wiring_.pp_rank, j); }
-  int slots_of_chunk(int j) const { return chunk_shapes_.at(j).slots; }
+  int slots_of_chunk(int j) const { return rank_.slots.at(rank_.chunks.at(j).pool); }
+  // The chunk before j whose model holds the slots of j's pool (its model shares them:
+  // model::Gpt's `share_slots`), or null when j is the pool's first.
+  const model::Gpt* slot_owner(int j) const;
+  // What this rank holds, as the memory model prices it (layout::rank_program).
+  const model::RankProgram& rank_program() const { return rank_; }
   int num_chunks() const { return schedule_.shape.vp; }
   // Hands chunk j's model over (in order j = 0, 1, ...), built for stage_of_chunk(j) with
-  // slots_of_chunk(j) slots.
+  // slots_of_chunk(j) slots, shared with slot_owner(j).
   void add_chunk(std::unique_ptr<model::Gpt> model);
   // One optimizer step over m microbatches (tokens/targets: [m, B, T], every rank the same): zero
   // the gradients, run the program; optimizer_step calls finish().
@@ -114,25 +123,20 @@ class PipelineStages : public StageRunner {
   int microbatches() const { return m_; }
   const model::GptConfig& config() const { return cfg_; }
   const PipelineWiring& wiring() const { return wiring_; }
-  // Whether chunk j's stage sends its input gradient to another rank (it keeps one per microbatch).
-  bool sends_grads(int j) const;
 
  private:
   struct Chunk {
+    int index = 0;  // j
     int stage = 0;
     std::unique_ptr<model::Gpt> model;
-    int weight_passes = 0;  // backward (or W) passes of this step so far
-    MicrobatchSlots slots;
-    std::vector<comm::Work> sends;  // per slot: the last activation send from the slot's output
-    // Per microbatch: d(stage input), kept until its send completes at the end of the step. Not
-    // per slot: a slot is reused as soon as its backward ends, maybe before the previous rank
-    // posts the matching receive, and waiting for it then could deadlock a rendezvous-size
-    // message.
-    std::vector<kernels::Act*> grad_out;
-    std::vector<comm::Work> grad_sends;
+    int weight_passes = 0;             // backward (or W) passes of this step so far
+    MicrobatchSlots* slots = nullptr;  // its pool's
+    int acquire(int mb) { return slots->acquire(index, mb); }
+    int slot_of(int mb) const { return slots->of(index, mb); }
+    void release(int mb) { slots->release(index, mb); }
   };
   Chunk& chunk(int stage);
-  int acquire(Chunk& c, int microbatch);
+  bool on_this_rank(int stage) const { return schedule_.shape.rank_of(stage) == wiring_.pp_rank; }
   void run_backward(int stage, int microbatch, bool split);
   comm::Work send_rows(const kernels::Act* full, int peer, int tag);
   void recv_rows(kernels::Act* full, int peer, int tag);
@@ -152,22 +156,22 @@ class PipelineStages : public StageRunner {
   schedule::Schedule schedule_;
   PipelineWiring wiring_;
   int S_ = 1, m_ = 1;
-  int64_t act_bytes_ = 4;                         // the chunks' activation element
-  std::vector<model::ChunkMemory> chunk_shapes_;  // rank_chunks()
+  int64_t act_bytes_ = 4;               // the chunks' activation element
+  model::RankProgram rank_;             // its chunks' slot pools and send buffers
+  std::vector<MicrobatchSlots> pools_;  // its slot pools' bookkeeping
   std::vector<std::unique_ptr<Chunk>> chunks_;
   std::vector<model::Gpt*> models_;
+  // The send buffers: the stage outputs and the input gradients this rank produces.
+  SendPool acts_out_, grads_out_;
   // With scatter/gather: the 1/tp part of a boundary a receive lands in, in the chunks' backend.
   kernels::Act* part_ = nullptr;
   int64_t part_elements_ = 0;
-  // The step's batch in the backend's memory, uploaded once per step, and the head's per-token
-  // losses, read once at its end (no host wait per microbatch on a device): [m, B*T] each, on the
-  // ranks with the embedding (tokens) and the head (targets, losses).
-  int32_t* step_tokens_ = nullptr;
-  int32_t* step_targets_ = nullptr;
-  float* step_losses_ = nullptr;
+  // The output gradient the last receive wrote into its chunk's workspace: (stage, microbatch).
+  std::pair<int, int> received_grad_{-1, -1};
   // the step in progress
   const int32_t* tokens_ = nullptr;
   const int32_t* targets_ = nullptr;
+  double* step_loss_ = nullptr;  // the last stage's rank: the step's sum of mean losses (backend)
   StepStats stats_;
   Timing timing_;
 };

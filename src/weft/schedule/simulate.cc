@@ -20,13 +20,52 @@ struct Events {
         forward(stages * m, kNotYet),
         input_grad(stages * m, kNotYet),
         act_sent(stages * m, kNotYet),
-        grad_sent(stages * m, kNotYet) {}
+        grad_sent(stages * m, kNotYet),
+        act_taken(stages * m, kNotYet),
+        grad_taken(stages * m, kNotYet) {}
   int m;
   std::vector<double> forward;     // F ended
   std::vector<double> input_grad;  // B or I ended: the gradient w.r.t. the stage's input exists
   std::vector<double> act_sent;    // SendAct posted
   std::vector<double> grad_sent;   // SendGrad posted
+  // The consumer took the stage's output (act) or input gradient (grad): its receive ended, or
+  // its consuming compute started. Frees the send buffer it was in.
+  std::vector<double> act_taken;
+  std::vector<double> grad_taken;
   double& at(std::vector<double>& v, int stage, int mb) { return v[stage * m + mb]; }
+};
+
+// The send buffers' turns (simulate.h): per rank, the outputs of each kind in program order, and
+// per (stage, microbatch) its output's place in that order.
+struct Turns {
+  Turns(const Schedule& schedule, std::span<const SendBuffers> buffers) : buffers(buffers) {
+    if (buffers.empty()) return;
+    const Shape& shape = schedule.shape;
+    const int S = shape.num_stages(), m = shape.microbatches;
+    WEFT_CHECK(static_cast<int>(buffers.size()) == shape.pp, "send buffers for ", buffers.size(),
+               " ranks, the schedule has ", shape.pp);
+    act_turn.assign(S * m, -1);
+    grad_turn.assign(S * m, -1);
+    acts.resize(shape.pp);
+    grads.resize(shape.pp);
+    for (int rank = 0; rank < shape.pp; ++rank) {
+      for (const Instr& in : schedule.programs[rank]) {
+        messages = messages || is_p2p(in.op);
+        if (in.op == Op::Forward && in.stage < S - 1) {
+          act_turn[in.stage * m + in.microbatch] = static_cast<int>(acts[rank].size());
+          acts[rank].push_back({in.stage, in.microbatch});
+        }
+        if ((in.op == Op::Backward || in.op == Op::BackwardInput) && in.stage > 0) {
+          grad_turn[in.stage * m + in.microbatch] = static_cast<int>(grads[rank].size());
+          grads[rank].push_back({in.stage, in.microbatch});
+        }
+      }
+    }
+  }
+  std::span<const SendBuffers> buffers;
+  bool messages = false;  // lowered: a remote consumer takes its input by its receive
+  std::vector<int> act_turn, grad_turn;
+  std::vector<std::vector<std::pair<int, int>>> acts, grads;  // per rank: (stage, microbatch)
 };
 
 // What an instruction waits for: the producer it needs, and when the input is there.
@@ -38,7 +77,9 @@ struct Need {
 
 // The inputs of `in` on `rank`, per the model in simulate.h; at most one is missing at a time,
 // so it returns the first missing one, or the latest ready time of all.
-Need needs(const Instr& in, int rank, const Shape& shape, Events& ev, double p2p) {
+Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& turns, Events& ev,
+           double p2p) {
+  const Shape& shape = schedule.shape;
   const int s = in.stage, mb = in.microbatch, last = shape.num_stages() - 1;
   auto from = [&](std::vector<double>& v, Op op, int stage, bool any_backward = false) {
     Need need{.producer = {op, stage, mb, -1}, .ready = kNotYet, .any_backward = any_backward};
@@ -89,6 +130,30 @@ Need needs(const Instr& in, int rank, const Shape& shape, Events& ev, double p2p
     case Op::ReduceGrads:
     case Op::OptimizerStep:
       break;
+  }
+  if (turns.buffers.empty()) return ready;
+  // A producer's send buffer: free once the output that held it before was taken.
+  auto buffer = [&](int k, int K, const std::pair<int, int>& before, bool act) {
+    if (k < K) return;
+    const auto [bs, bmb] = before;
+    const int consumer = act ? bs + 1 : bs - 1;
+    const bool remote = turns.messages && shape.rank_of(consumer) != rank;
+    Need need{.producer = {act ? (remote ? Op::RecvAct : Op::Forward)
+                               : (remote ? Op::RecvGrad : Op::Backward),
+                           consumer, bmb, remote ? rank : -1},
+              .ready = ev.at(act ? ev.act_taken : ev.grad_taken, bs, bmb),
+              .any_backward = !act && !remote};
+    combine(need);
+  };
+  if (in.op == Op::Forward && s < last) {
+    const int k = turns.act_turn[s * ev.m + mb], K = turns.buffers[rank].activations;
+    WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the output of stage ", s);
+    if (k >= K) buffer(k, K, turns.acts[rank][k - K], true);
+  }
+  if ((in.op == Op::Backward || in.op == Op::BackwardInput) && s > 0) {
+    const int k = turns.grad_turn[s * ev.m + mb], K = turns.buffers[rank].gradients;
+    WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the input gradient of stage ", s);
+    if (k >= K) buffer(k, K, turns.grads[rank][k - K], false);
   }
   return ready;
 }
@@ -158,19 +223,22 @@ Costs unit_costs(const Shape& shape) {
                        {.forward = 1, .backward = 1, .backward_input = 1, .backward_weight = 1}, 0);
 }
 
-Timeline simulate(const Schedule& schedule, const Costs& costs) {
+Timeline simulate(const Schedule& schedule, const Costs& costs,
+                  std::span<const SendBuffers> buffers) {
   const Status structure = check_structure(schedule);
   WEFT_CHECK(structure.ok(), structure.message("simulate: malformed schedule"));
-  return simulate_checked(schedule, costs);
+  return simulate_checked(schedule, costs, buffers);
 }
 
-Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
+Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
+                          std::span<const SendBuffers> buffers) {
   const Shape& shape = schedule.shape;
   WEFT_CHECK(static_cast<int>(costs.stages.size()) == shape.num_stages(), "costs for ",
              costs.stages.size(), " stages, the schedule has ", shape.num_stages());
   const int pp = shape.pp;
 
   Events ev(shape.num_stages(), shape.microbatches);
+  const Turns turns(schedule, buffers);
   Timeline timeline;
   timeline.shape = shape;
   timeline.ranks.resize(pp);
@@ -187,7 +255,7 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
       const Program& program = schedule.programs[rank];
       while (pc[rank] < static_cast<int>(program.size())) {
         const Instr& in = program[pc[rank]];
-        const Need need = needs(in, rank, shape, ev, costs.p2p);
+        const Need need = needs(in, rank, schedule, turns, ev, costs.p2p);
         if (need.ready == kNotYet) break;
         Slot slot{.index = pc[rank], .instr = in, .start = free_at[rank], .end = 0};
         if (is_recv(in.op)) {
@@ -199,13 +267,21 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
           slot.end = slot.start + d;
           timeline.busy[rank] += d;
         }
+        // A consumer takes its input: by its receive, else (this rank, or no messages) at
+        // its start.
+        auto take = [&](std::vector<double>& taken, int stage, double t) {
+          double& at = ev.at(taken, stage, in.microbatch);
+          if (at == kNotYet) at = t;
+        };
         switch (in.op) {
           case Op::Forward:
             ev.at(ev.forward, in.stage, in.microbatch) = slot.end;
+            if (in.stage > 0) take(ev.act_taken, in.stage - 1, slot.start);
             break;
           case Op::Backward:
           case Op::BackwardInput:
             ev.at(ev.input_grad, in.stage, in.microbatch) = slot.end;
+            if (in.stage < shape.num_stages() - 1) take(ev.grad_taken, in.stage + 1, slot.start);
             break;
           case Op::SendAct:
             ev.at(ev.act_sent, in.stage, in.microbatch) = slot.start;
@@ -213,9 +289,13 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
           case Op::SendGrad:
             ev.at(ev.grad_sent, in.stage, in.microbatch) = slot.start;
             break;
-          case Op::BackwardWeight:
           case Op::RecvAct:
+            take(ev.act_taken, in.stage - 1, slot.end);
+            break;
           case Op::RecvGrad:
+            take(ev.grad_taken, in.stage + 1, slot.end);
+            break;
+          case Op::BackwardWeight:
           case Op::ReduceGrads:
           case Op::OptimizerStep:
             break;
@@ -233,7 +313,7 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs) {
     const Program& program = schedule.programs[rank];
     if (pc[rank] < static_cast<int>(program.size())) {
       const Instr& in = program[pc[rank]];
-      const Need need = needs(in, rank, shape, ev, costs.p2p);
+      const Need need = needs(in, rank, schedule, turns, ev, costs.p2p);
       timeline.blocked.push_back({.rank = rank,
                                   .index = pc[rank],
                                   .instr = in,

@@ -9,7 +9,16 @@
 // is lowered, so the two give the same times. A send takes no stream time (eager, buffered) but
 // needs its producer to have run on this rank; a receive blocks until the matching send was
 // posted plus p2p time. ReduceGrads and OptimizerStep occupy the stream for their cost.
+//
+// With send buffers (SendBuffers, one per rank; schedule/send_buffers.h says how many a rank
+// gets): every stage output a rank produces (F of a stage but the last) and every input gradient
+// (B or I of a stage but the first) is written into one of the rank's buffers of its kind, taken
+// in turn: the k-th output of a kind uses buffer k mod K, and its producer starts only once the
+// output k - K that held the buffer before was taken by its consumer (its receive ended, or, on
+// this rank or in a schedule without messages, its consuming compute started). The runtime
+// (runtime/pipeline_stages.h) waits exactly so.
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,11 +74,22 @@ struct Timeline {
   bool deadlocked() const { return !blocked.empty(); }
 };
 
+// A pipeline rank's send buffers of each kind ([s b, h] activations each): stage outputs
+// (`activations`) and input gradients (`gradients`). 0 where the rank produces none.
+struct SendBuffers {
+  int activations = 0;
+  int gradients = 0;
+  bool operator==(const SendBuffers&) const = default;
+};
+
 // Requires check_structure(schedule) and costs.stages.size() == pp*vp (WEFT_CHECK). A schedule
 // that cannot finish yields the timeline up to the deadlock and the blocked instructions.
-Timeline simulate(const Schedule& schedule, const Costs& costs);
+// `buffers`: empty (sends never wait: unbounded buffers), or one per rank.
+Timeline simulate(const Schedule& schedule, const Costs& costs,
+                  std::span<const SendBuffers> buffers = {});
 // The same for a schedule whose structure was checked once already: the planner prices one
 // schedule under thousands of configurations' costs, and the check was most of its search time.
-Timeline simulate_checked(const Schedule& schedule, const Costs& costs);
+Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
+                          std::span<const SendBuffers> buffers = {});
 
 }  // namespace weft::schedule

@@ -312,35 +312,38 @@ std::vector<int> peak_in_flight(const Schedule& schedule) {
 
 namespace {
 
-// peak_in_flight_per_chunk of one rank of a schedule whose structure was checked.
-std::vector<int> chunk_peaks(const Schedule& schedule, int rank) {
-  const int vp = schedule.shape.vp;
-  std::vector<int> live(vp, 0), peak(vp, 0);
+// peak_in_flight_per_group of one rank of a schedule whose structure was checked.
+std::vector<int> group_peaks(const Schedule& schedule, int rank, std::span<const int> group_of) {
+  WEFT_CHECK(static_cast<int>(group_of.size()) == schedule.shape.vp, "groups for ", group_of.size(),
+             " chunks, the schedule has ", schedule.shape.vp);
+  const int groups = group_of.empty() ? 0 : *std::max_element(group_of.begin(), group_of.end()) + 1;
+  std::vector<int> live(groups, 0), peak(groups, 0);
   for (const Instr& in : schedule.programs.at(rank)) {
     if (in.stage < 0) continue;
-    const int j = schedule.shape.chunk_of(in.stage);
-    if (in.op == Op::Forward) peak[j] = std::max(peak[j], ++live[j]);
-    if (in.op == Op::Backward || in.op == Op::BackwardWeight) --live[j];
+    const int g = group_of[schedule.shape.chunk_of(in.stage)];
+    if (in.op == Op::Forward) peak[g] = std::max(peak[g], ++live[g]);
+    if (in.op == Op::Backward || in.op == Op::BackwardWeight) --live[g];
   }
   return peak;
+}
+
+std::vector<int> each_chunk_alone(int vp) {
+  std::vector<int> groups(vp);
+  for (int j = 0; j < vp; ++j) groups[j] = j;
+  return groups;
 }
 
 }  // namespace
 
 std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
-  return chunk_peaks(schedule, rank);
+  return peak_in_flight_per_group(schedule, rank, each_chunk_alone(schedule.shape.vp));
 }
 
-std::vector<std::vector<int>> peak_in_flight_per_chunk(const Schedule& schedule) {
+std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,
+                                          std::span<const int> group_of_chunk) {
   const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_chunk: malformed schedule"));
-  std::vector<std::vector<int>> peaks;
-  for (int r = 0; r < static_cast<int>(schedule.programs.size()); ++r) {
-    peaks.push_back(chunk_peaks(schedule, r));
-  }
-  return peaks;
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_group: malformed schedule"));
+  return group_peaks(schedule, rank, group_of_chunk);
 }
 
 }  // namespace weft::schedule

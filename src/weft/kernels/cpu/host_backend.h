@@ -120,6 +120,9 @@ class HostBackend : public TypedBackend<Impl, A> {
     WEFT_CHECK(bytes >= 0, "download of ", bytes, " bytes");
     if (bytes > 0) std::memcpy(host_dst, src, static_cast<size_t>(bytes));
   }
+  void upload_async(void* dst, const void* host_src, int64_t bytes) override {
+    upload(dst, host_src, bytes);  // the ops run as they are called: nothing to wait for
+  }
   void zero(void* p, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "zero of ", bytes, " bytes");
     if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
@@ -133,6 +136,13 @@ class HostBackend : public TypedBackend<Impl, A> {
   double sum_squares(const float* x, int64_t n) override {
     WEFT_CHECK(n >= 0, "negative element count ", n);
     return cpu::sum_squares(x, n);  // double, fixed chunks: the same bits on every run
+  }
+
+  void add_mean(double* sum, const float* x, int64_t n, int64_t count) override {
+    WEFT_CHECK(n >= 0 && count > 0, "add_mean of ", n, " elements over ", count);
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += x[i];
+    *sum += static_cast<float>(s / static_cast<double>(count));
   }
 
   void accumulate(float* dst, const float* src, int64_t n) override {

@@ -230,5 +230,8 @@ class AdamWPlan {
 // *out (device) = sum of x[i]^2 in double, without waiting: a fixed two-pass tree (the grid
 // depends on n only), so the result is the same bits on every run.
 void sum_squares(Context& ctx, double* out, const float* x, int64_t n);
+// *sum (device) += float(sum of x[0, n) in double / count), without waiting: one block's fixed
+// tree, the same bits on every run (Backend::add_mean).
+void add_mean(double* sum, const float* x, int64_t n, int64_t count, Stream stream);
 
 }  // namespace weft::kernels::cuda

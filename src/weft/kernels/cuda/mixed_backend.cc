@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -121,6 +122,31 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
                                     cudaMemcpyHostToDevice, stream_));
     synchronize();
   }
+  // Through pinned staging blocks, taken in turn: the host's bytes are copied into one now, so
+  // the caller may reuse them, and the DMA from it is queued on the stream without a wait (from
+  // pageable memory cudaMemcpyAsync may wait for the stream). A block is reused once its last DMA
+  // has run, kStagingBlocks uploads later: the host waits there only when it runs that far ahead
+  // of the device.
+  void upload_async(void* dst, const void* host_src, int64_t bytes) override {
+    WEFT_CHECK(bytes >= 0, "negative upload of ", bytes, " bytes");
+    if (bytes == 0) return;
+    Staging& s = staging_[next_staging_++ % kStagingBlocks];
+    if (s.done == nullptr) {
+      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+    } else {
+      WEFT_CUDA_CHECK(cudaEventSynchronize(s.done));
+    }
+    if (s.bytes < bytes) {
+      if (s.data != nullptr) WEFT_CUDA_CHECK(cudaFreeHost(s.data));
+      s.data = nullptr;
+      WEFT_CUDA_CHECK(cudaMallocHost(&s.data, static_cast<size_t>(bytes)));
+      s.bytes = bytes;
+    }
+    std::memcpy(s.data, host_src, static_cast<size_t>(bytes));
+    WEFT_CUDA_CHECK(
+        cudaMemcpyAsync(dst, s.data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+    WEFT_CUDA_CHECK(cudaEventRecord(s.done, stream_));
+  }
   void download(void* host_dst, const void* src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "negative download of ", bytes, " bytes");
     if (bytes == 0) return;
@@ -222,6 +248,9 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     download(&host, sum_, sizeof(double));
     return host;
   }
+  void add_mean(double* sum, const float* x, int64_t n, int64_t count) override {
+    cuda::add_mean(sum, x, n, count, stream_);
+  }
   void accumulate(float* dst, const float* src, int64_t n) override {
     cuda::residual_forward<float>(dst, dst, src, n, stream_);  // element-wise: out may alias a
   }
@@ -310,6 +339,11 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   }
 
   void release_all() {
+    for (Staging& s : staging_) {
+      if (s.done != nullptr) (void)cudaEventDestroy(s.done);
+      if (s.data != nullptr) (void)cudaFreeHost(s.data);
+      s = {};
+    }
     ctx_.reset();
     arena_.reset();
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -321,7 +355,16 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Context> ctx_;
   double* sum_ = nullptr;  // device: sum_squares' result
-  size_t base_ = 0;        // the arena's top after the backend's own blocks
+  // upload_async's pinned host blocks, each with the event after its last DMA.
+  static constexpr int kStagingBlocks = 8;
+  struct Staging {
+    void* data = nullptr;
+    int64_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  Staging staging_[kStagingBlocks];
+  int64_t next_staging_ = 0;
+  size_t base_ = 0;  // the arena's top after the backend's own blocks
 };
 
 }  // namespace

@@ -937,6 +937,15 @@ void launch_sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
+// One block: a microbatch's losses (B*T of them) are too few to be worth a second pass.
+__global__ void add_mean_kernel(double* sum, const float* x, int64_t n, double count) {
+  __shared__ double shared[kReduceThreads];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+  const double total = block_sum_double(acc, shared);
+  if (threadIdx.x == 0) *sum += static_cast<double>(static_cast<float>(total / count));
+}
+
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   WEFT_GRID_STRIDE(i, n) { x[i] *= s; }
 }
@@ -1460,6 +1469,13 @@ void AdamWPlan<T16>::step(float lr, float beta1, float beta2, float eps, int t, 
 
 void sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
   detail::launch_sum_squares(ctx, out, x, n);
+}
+
+void add_mean(double* sum, const float* x, int64_t n, int64_t count, Stream stream) {
+  WEFT_CHECK(n >= 0 && count > 0, "add_mean of ", n, " elements over ", count);
+  detail::add_mean_kernel<<<1, detail::kReduceThreads, 0, stream>>>(sum, x, n,
+                                                                     static_cast<double>(count));
+  WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // ---- explicit instantiations (T16 = BF16, F16) ------------------------------------------------
