@@ -133,11 +133,12 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
   }
   if (turns.buffers.empty()) return ready;
   // A producer's send buffer: free once the output that held it before was taken.
-  auto buffer = [&](int k, int K, const std::pair<int, int>& before, bool act) {
-    if (k < K) return;
+  auto buffer = [&](const std::pair<int, int>& before, bool act) {
     const auto [bs, bmb] = before;
     const int consumer = act ? bs + 1 : bs - 1;
     const bool remote = turns.messages && shape.rank_of(consumer) != rank;
+    // This instruction itself takes it: it reads its input before it writes its output.
+    if (!remote && consumer == s && bmb == mb) return;
     Need need{.producer = {act ? (remote ? Op::RecvAct : Op::Forward)
                                : (remote ? Op::RecvGrad : Op::Backward),
                            consumer, bmb, remote ? rank : -1},
@@ -148,12 +149,12 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
   if (in.op == Op::Forward && s < last) {
     const int k = turns.act_turn[s * ev.m + mb], K = turns.buffers[rank].activations;
     WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the output of stage ", s);
-    if (k >= K) buffer(k, K, turns.acts[rank][k - K], true);
+    if (k >= K) buffer(turns.acts[rank][k - K], true);
   }
   if ((in.op == Op::Backward || in.op == Op::BackwardInput) && s > 0) {
     const int k = turns.grad_turn[s * ev.m + mb], K = turns.buffers[rank].gradients;
     WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the input gradient of stage ", s);
-    if (k >= K) buffer(k, K, turns.grads[rank][k - K], false);
+    if (k >= K) buffer(turns.grads[rank][k - K], false);
   }
   return ready;
 }

@@ -15,7 +15,8 @@
 // (B or I of a stage but the first) is written into one of the rank's buffers of its kind, taken
 // in turn: the k-th output of a kind uses buffer k mod K, and its producer starts only once the
 // output k - K that held the buffer before was taken by its consumer (its receive ended, or, on
-// this rank or in a schedule without messages, its consuming compute started). The runtime
+// this rank or in a schedule without messages, its consuming compute started; a compute reads its
+// input before it writes its output, so it may take its input's buffer). The runtime
 // (runtime/pipeline_stages.h) waits exactly so.
 
 #include <span>
