@@ -30,17 +30,17 @@ Costs one_to_two(const Shape& shape) {
       shape, {.forward = 1, .backward = 2, .backward_input = 1, .backward_weight = 1}, 0.25);
 }
 
-// docs/schedules.md §4's table (pp 4, activations/gradients per rank), and the same at 8x the
-// microbatches: the buffers follow what is in flight, not m.
-TEST(SendBuffers, AreAFewPerRankWhateverTheMicrobatches) {
+// Two of each kind a rank produces (pp 4: activations/gradients per rank), at m and 8m
+// microbatches alike: the buffers follow what is in flight, not m.
+TEST(SendBuffers, AreTwoOfEachKindARankProducesWhateverTheMicrobatches) {
   const struct {
     Kind kind;
     int vp;
     const char* expected;
   } cases[] = {{Kind::GPipe, 1, "2/0 2/2 2/2 0/2 "},
-               {Kind::OneFOneB, 1, "2/0 2/1 2/1 0/1 "},
+               {Kind::OneFOneB, 1, "2/0 2/2 2/2 0/2 "},
                {Kind::Interleaved, 2, "2/2 2/2 2/2 2/2 "},
-               {Kind::ZeroBubbleH1, 1, "2/0 2/1 2/1 0/1 "}};
+               {Kind::ZeroBubbleH1, 1, "2/0 2/2 2/2 0/2 "}};
   for (const auto& c : cases) {
     for (const int m : {8, 64}) {
       const Schedule s = lowered(c.kind, {.pp = 4, .vp = c.vp, .microbatches = m});
@@ -49,8 +49,9 @@ TEST(SendBuffers, AreAFewPerRankWhateverTheMicrobatches) {
   }
 }
 
-// Under the counts every schedule of a sweep runs to its end in the unbounded run's time (under
-// both cost models send_buffers uses), and the compute-only schedule gets the lowered one's.
+// Under the counts every schedule of a sweep runs to its end in the unbounded run's time, under
+// unit costs and under F:B = 1:2 with messages a quarter of a forward (send_buffers.h), and the
+// compute-only schedule gets the lowered one's.
 TEST(SendBuffers, NeitherDeadlockNorSlowTheSchedule) {
   for (const Kind kind : all_kinds()) {
     for (const int pp : {1, 2, 3, 4, 8}) {
@@ -70,8 +71,8 @@ TEST(SendBuffers, NeitherDeadlockNorSlowTheSchedule) {
             EXPECT_DOUBLE_EQ(bounded.makespan, simulate(s, costs).makespan) << what;
           }
           for (int r = 0; r < pp; ++r) {
-            EXPECT_LE(b[r].activations, 2) << what << " rank " << r;
-            EXPECT_LE(b[r].gradients, 2) << what << " rank " << r;
+            EXPECT_LE(b[r].activations, kDoubleBuffered) << what << " rank " << r;
+            EXPECT_LE(b[r].gradients, kDoubleBuffered) << what << " rank " << r;
           }
         }
       }
@@ -79,38 +80,40 @@ TEST(SendBuffers, NeitherDeadlockNorSlowTheSchedule) {
   }
 }
 
-// Interleaved pp 8: rank 0 produces its last chunk's input gradients faster than rank 7 takes
-// them (in bursts of p microbatches); with no wait at all it would need 4 buffers, and 1 keeps
-// the step: some of its producers then start later than unbounded, none of them on the critical
-// path.
+// Interleaved: rank 0 produces its last chunk's input gradients faster than the last rank takes
+// them (in bursts of p microbatches), so with two buffers some of its producers start later than
+// with unbounded ones (pp 8: 4 buffers would keep every start; pp 64: 32), none of them on the
+// critical path.
 TEST(SendBuffers, LetAProducerWaitWhereTheStepDoesNotNotice) {
-  const Shape shape{.pp = 8, .vp = 2, .microbatches = 16};
-  const Schedule s = lowered(Kind::Interleaved, shape);
-  const std::vector<SendBuffers> b = send_buffers(s);
-  EXPECT_EQ(b[0].gradients, 1);
-  const Costs costs = one_to_two(shape);
-  const Timeline free = simulate(s, costs), bounded = simulate(s, costs, b);
-  EXPECT_DOUBLE_EQ(bounded.makespan, free.makespan);
-  int later = 0;
-  for (size_t i = 0; i < free.ranks[0].size(); ++i) {
-    later += bounded.ranks[0][i].start > free.ranks[0][i].start;
+  for (const int pp : {8, 64}) {
+    const Shape shape{.pp = pp, .vp = 2, .microbatches = 2 * pp};
+    const Schedule s = lowered(Kind::Interleaved, shape);
+    const std::vector<SendBuffers> b = send_buffers(s);
+    EXPECT_EQ(b[0].gradients, 2) << "pp=" << pp;
+    const Costs costs = one_to_two(shape);
+    const Timeline free = simulate(s, costs), bounded = simulate(s, costs, b);
+    EXPECT_DOUBLE_EQ(bounded.makespan, free.makespan) << "pp=" << pp;
+    int later = 0;
+    for (size_t i = 0; i < free.ranks[0].size(); ++i) {
+      later += bounded.ranks[0][i].start > free.ranks[0][i].start;
+    }
+    EXPECT_GT(later, 0) << "pp=" << pp;
   }
-  EXPECT_GT(later, 0);
 }
 
-// A program whose stage 0 produces two outputs before stage 1 (on the same rank) takes the first:
-// one buffer would make F(0, 1) wait for F(1, 0), later in its own program. The simulation says
-// so, and send_buffers gives two.
-TEST(SendBuffers, AreNeverFewerThanTheProgramsNeed) {
+// A program whose stage 0 produces three outputs before stage 1 (on the same rank) takes the
+// first: with two buffers F(0, 2) would wait for F(1, 0), later in its own program. The simulation
+// says so, and send_buffers gives three.
+TEST(SendBuffers, AreMoreWhereTwoWouldDeadlock) {
   const Schedule s = parse_text(
-                         "kind=interleaved pp=1 vp=2 microbatches=2\n"
-                         "0F0,0F1,1F0,1B0,0B0,1F1,1B1,0B1\n")
+                         "kind=interleaved pp=1 vp=2 microbatches=3\n"
+                         "0F0,0F1,0F2,1F0,1B0,0B0,1F1,1B1,0B1,1F2,1B2,0B2\n")
                          .value_or_throw("parse");
-  const std::vector<SendBuffers> one = {{.activations = 1, .gradients = 1}};
-  const Timeline t = simulate(s, unit_costs(s.shape), one);
+  const std::vector<SendBuffers> two = {{.activations = 2, .gradients = 2}};
+  const Timeline t = simulate(s, unit_costs(s.shape), two);
   ASSERT_TRUE(t.deadlocked());
   EXPECT_NE(t.blocked[0].waiting_for.find("1F0"), std::string::npos) << t.blocked[0].waiting_for;
-  EXPECT_EQ(send_buffers(s), (std::vector<SendBuffers>{{.activations = 2, .gradients = 1}}));
+  EXPECT_EQ(send_buffers(s), (std::vector<SendBuffers>{{.activations = 3, .gradients = 3}}));
 }
 
 TEST(SendBuffers, ARankThatProducesNeedsOne) {

@@ -20,11 +20,9 @@ std::vector<int> slot_pools(const schedule::Shape& shape, int pp_rank) {
 }
 
 std::vector<std::vector<int>> pool_slots(const schedule::Schedule& schedule) {
-  std::vector<std::vector<int>> slots;
-  for (int r = 0; r < schedule.shape.pp; ++r) {
-    slots.push_back(schedule::peak_in_flight_per_group(schedule, r, slot_pools(schedule.shape, r)));
-  }
-  return slots;
+  std::vector<std::vector<int>> pools;
+  for (int r = 0; r < schedule.shape.pp; ++r) pools.push_back(slot_pools(schedule.shape, r));
+  return schedule::peak_in_flight_per_group(schedule, pools);
 }
 
 model::RankProgram rank_program(const model::GptConfig& cfg, schedule::Kind kind,

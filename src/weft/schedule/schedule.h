@@ -67,5 +67,9 @@ std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank);
 // vp 3, m 280, rank 0: 139 at once against 174 summed).
 std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,
                                           std::span<const int> group_of_chunk);
+// The same for every rank at once ([rank][group], group_of_chunk[rank][j]), checking the structure
+// once: the planner asks for every rank of every candidate's schedule.
+std::vector<std::vector<int>> peak_in_flight_per_group(
+    const Schedule& schedule, const std::vector<std::vector<int>>& group_of_chunk);
 
 }  // namespace weft::schedule

@@ -224,15 +224,12 @@ Costs unit_costs(const Shape& shape) {
                        {.forward = 1, .backward = 1, .backward_input = 1, .backward_weight = 1}, 0);
 }
 
-Timeline simulate(const Schedule& schedule, const Costs& costs,
-                  std::span<const SendBuffers> buffers) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("simulate: malformed schedule"));
-  return simulate_checked(schedule, costs, buffers);
-}
+namespace {
 
-Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
-                          std::span<const SendBuffers> buffers) {
+// simulate_checked, keeping each instruction's Slot only when asked (a check that the programs end
+// needs none, and a planner search asks it of thousands of schedules).
+Timeline run(const Schedule& schedule, const Costs& costs, std::span<const SendBuffers> buffers,
+             bool keep_slots) {
   const Shape& shape = schedule.shape;
   WEFT_CHECK(static_cast<int>(costs.stages.size()) == shape.num_stages(), "costs for ",
              costs.stages.size(), " stages, the schedule has ", shape.num_stages());
@@ -243,6 +240,9 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
   Timeline timeline;
   timeline.shape = shape;
   timeline.ranks.resize(pp);
+  if (keep_slots) {
+    for (int r = 0; r < pp; ++r) timeline.ranks[r].reserve(schedule.programs[r].size());
+  }
   timeline.busy.assign(pp, 0);
   std::vector<int> pc(pp, 0);
   std::vector<double> free_at(pp, 0);
@@ -302,7 +302,7 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
             break;
         }
         free_at[rank] = slot.end;
-        timeline.ranks[rank].push_back(slot);
+        if (keep_slots) timeline.ranks[rank].push_back(slot);
         ++pc[rank];
         progress = true;
       }
@@ -329,6 +329,24 @@ Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
   const double idle = std::accumulate(timeline.idle.begin(), timeline.idle.end(), 0.0);
   timeline.bubble_fraction = busy > 0 ? idle / busy : 0;
   return timeline;
+}
+
+}  // namespace
+
+Timeline simulate(const Schedule& schedule, const Costs& costs,
+                  std::span<const SendBuffers> buffers) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("simulate: malformed schedule"));
+  return simulate_checked(schedule, costs, buffers);
+}
+
+Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
+                          std::span<const SendBuffers> buffers) {
+  return run(schedule, costs, buffers, /*keep_slots=*/true);
+}
+
+bool runs_to_end(const Schedule& schedule, std::span<const SendBuffers> buffers) {
+  return !run(schedule, unit_costs(schedule.shape), buffers, /*keep_slots=*/false).deadlocked();
 }
 
 }  // namespace weft::schedule

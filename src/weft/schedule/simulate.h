@@ -92,5 +92,8 @@ Timeline simulate(const Schedule& schedule, const Costs& costs,
 // schedule under thousands of configurations' costs, and the check was most of its search time.
 Timeline simulate_checked(const Schedule& schedule, const Costs& costs,
                           std::span<const SendBuffers> buffers = {});
+// Whether the programs (structure checked) run to their end under these buffers' waits: what
+// does not depend on the costs, found without keeping a timeline (send_buffers' proof).
+bool runs_to_end(const Schedule& schedule, std::span<const SendBuffers> buffers);
 
 }  // namespace weft::schedule

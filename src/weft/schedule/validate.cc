@@ -346,4 +346,17 @@ std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,
   return group_peaks(schedule, rank, group_of_chunk);
 }
 
+std::vector<std::vector<int>> peak_in_flight_per_group(
+    const Schedule& schedule, const std::vector<std::vector<int>>& group_of_chunk) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_group: malformed schedule"));
+  WEFT_CHECK(static_cast<int>(group_of_chunk.size()) == schedule.shape.pp, "groups for ",
+             group_of_chunk.size(), " ranks, the schedule has ", schedule.shape.pp);
+  std::vector<std::vector<int>> peaks;
+  for (int r = 0; r < schedule.shape.pp; ++r) {
+    peaks.push_back(group_peaks(schedule, r, group_of_chunk[r]));
+  }
+  return peaks;
+}
+
 }  // namespace weft::schedule
