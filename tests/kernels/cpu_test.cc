@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/reference_gemm.h"
 #include "support/rel_error.h"
 #include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/gemm.h"
@@ -25,6 +26,7 @@
 namespace weft::kernels {
 namespace {
 
+using test::reference_gemm;
 using test::rel_error;
 
 using Floats = std::vector<float>;
@@ -481,20 +483,6 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CpuKernelsMatchTheReference, ::testing::Values(k
 // ---- sgemm ---------------------------------------------------------------------------------
 
 // C[M,N] = alpha op(A) op(B) + beta C with row-major leading dimensions, in double.
-void naive_gemm(bool ta, bool tb, int M, int N, int K, double alpha, const Floats& A, int lda,
-                const Floats& B, int ldb, double beta, Doubles& C, int ldc) {
-  for (int i = 0; i < M; ++i) {
-    for (int j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int k = 0; k < K; ++k) {
-        const double a = ta ? A[int64_t{k} * lda + i] : A[int64_t{i} * lda + k];
-        const double b = tb ? B[int64_t{j} * ldb + k] : B[int64_t{k} * ldb + j];
-        acc += a * b;
-      }
-      C[int64_t{i} * ldc + j] = alpha * acc + beta * C[int64_t{i} * ldc + j];
-    }
-  }
-}
 
 TEST(Sgemm, MatchesANaiveLoopForAllFourTransposeCombinations) {
   const int M = 37, N = 29, K = 53;
@@ -510,7 +498,7 @@ TEST(Sgemm, MatchesANaiveLoopForAllFourTransposeCombinations) {
       Floats C = random_floats(int64_t{M} * ldc, 53);
       Doubles ref_C = to_double(C);
       sgemm(ta, tb, M, N, K, 0.75f, A.data(), lda, B.data(), ldb, 0.5f, C.data(), ldc);
-      naive_gemm(ta, tb, M, N, K, 0.75, A, lda, B, ldb, 0.5, ref_C, ldc);
+      reference_gemm(ta, tb, M, N, K, 0.75, A, lda, B, ldb, 0.5, ref_C, ldc);
       EXPECT_CLOSE(C, ref_C);
     }
   }
@@ -535,7 +523,7 @@ TEST(Sgemm, SplitAcrossThreadsMatchesANaiveLoopForTallAndWideOutputs) {
         Floats C = random_floats(int64_t{M} * ldc, 58);
         Doubles ref_C = to_double(C);
         sgemm(ta, tb, M, N, K, -1.25f, A.data(), lda, B.data(), ldb, 1.f, C.data(), ldc);
-        naive_gemm(ta, tb, M, N, K, -1.25, A, lda, B, ldb, 1.0, ref_C, ldc);
+        reference_gemm(ta, tb, M, N, K, -1.25, A, lda, B, ldb, 1.0, ref_C, ldc);
         EXPECT_CLOSE(C, ref_C);
       }
     }
@@ -549,7 +537,7 @@ TEST(Sgemm, WithBetaZeroOverwritesTheOutput) {
   Floats C(static_cast<size_t>(M) * N, 1e30f);
   Doubles ref_C(C.size(), 0.0);
   sgemm(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
-  naive_gemm(false, false, M, N, K, 1.0, A, K, B, N, 0.0, ref_C, N);
+  reference_gemm(false, false, M, N, K, 1.0, A, K, B, N, 0.0, ref_C, N);
   EXPECT_CLOSE(C, ref_C);
 }
 

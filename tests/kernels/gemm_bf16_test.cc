@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/reference_gemm.h"
 #include "support/rel_error.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/gemm.h"
@@ -20,6 +21,7 @@
 namespace weft::kernels {
 namespace {
 
+using test::reference_gemm;
 using test::rel_error;
 
 using Floats = std::vector<float>;
@@ -42,22 +44,6 @@ Floats bf16_rounded(const Floats& x) {
   Floats y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = BF16::from_float(x[i]).to_float();
   return y;
-}
-
-// C[M,N] = alpha op(A) op(B) + beta C with row-major leading dimensions, in double.
-void naive_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const Floats& A,
-                int64_t lda, const Floats& B, int64_t ldb, double beta, Doubles& C, int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i) {
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double a = ta ? A[k * lda + i] : A[i * lda + k];
-        const double b = tb ? B[j * ldb + k] : B[k * ldb + j];
-        acc += a * b;
-      }
-      C[i * ldc + j] = alpha * acc + beta * C[i * ldc + j];
-    }
-  }
 }
 
 struct Case {
@@ -84,9 +70,9 @@ void check_case(const Case& c) {
   Doubles ref_rounded(C.begin(), C.end()), ref_fp32(C.begin(), C.end());
   sgemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(),
              ldc);
-  naive_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, bf16_rounded(A), lda, bf16_rounded(B), ldb, c.beta,
-             ref_rounded, ldc);
-  naive_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, ref_fp32, ldc);
+  reference_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, bf16_rounded(A), lda, bf16_rounded(B), ldb,
+                 c.beta, ref_rounded, ldc);
+  reference_gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A, lda, B, ldb, c.beta, ref_fp32, ldc);
   EXPECT_LT(rel_error(C, ref_rounded), kAccumulationTol) << "vs the bf16-rounded inputs";
   EXPECT_LT(rel_error(C, ref_fp32), kBf16Tol) << "vs the fp32 inputs";
 }
@@ -134,7 +120,7 @@ TEST_P(SgemmBf16, WithBetaZeroOverwritesTheOutput) {
   Floats C(static_cast<size_t>(M) * N, 1e30f);
   Doubles ref(C.size(), 0.0);
   sgemm_bf16(false, false, M, N, K, 1.f, A.data(), K, B.data(), N, 0.f, C.data(), N);
-  naive_gemm(false, false, M, N, K, 1.0, bf16_rounded(A), K, bf16_rounded(B), N, 0.0, ref, N);
+  reference_gemm(false, false, M, N, K, 1.0, bf16_rounded(A), K, bf16_rounded(B), N, 0.0, ref, N);
   EXPECT_LT(rel_error(C, ref), kAccumulationTol);
 }
 

@@ -36,8 +36,6 @@ std::string join(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / name).string();
 }
 
-std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
-
 // A shard file being written: bytes go to disk and into the running checksum.
 class ShardWriter {
  public:

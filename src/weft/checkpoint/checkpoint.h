@@ -45,6 +45,11 @@ namespace weft::checkpoint {
 inline constexpr int kFormatVersion = 2;
 inline constexpr const char* kMetadataFile = "metadata.json";
 inline constexpr const char* kLatestFile = "latest";
+// The three parts of a chunk's training state a checkpoint holds, in file order: the parameters
+// and AdamW's two moments (placement.h's StateBuffers).
+inline constexpr const char* kStateGroups[] = {"params", "adam_m", "adam_v"};
+// A shard's XXH3 checksum as metadata.json writes it: 16 lower-case hex digits.
+std::string hex64(uint64_t v);
 
 // The parallel layout of the run that wrote the checkpoint.
 struct ParallelLayout {

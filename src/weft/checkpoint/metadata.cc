@@ -18,11 +18,9 @@
 namespace weft::checkpoint {
 using nlohmann::json;
 
-namespace {
-
-constexpr const char* kGroups[] = {"params", "adam_m", "adam_v"};
-
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+namespace {
 
 // Typed access to metadata fields. A missing key, or a value of the wrong type or range, throws
 // FieldError naming the field by its path ("parallel.tp"); parse_metadata() turns it into a Status.
@@ -209,7 +207,8 @@ RankFiles files_from_json(const json& j, const std::string& origin, int version,
       v2_piece(tj, path, ti, s, origin);
     }
     auto it = shard_bytes.find(ti.file);
-    if (std::find(std::begin(kGroups), std::end(kGroups), ti.group) == std::end(kGroups)) {
+    if (std::find(std::begin(kStateGroups), std::end(kStateGroups), ti.group) ==
+        std::end(kStateGroups)) {
       s.add(fmt::format("{}: tensor {} has group '{}', not params, adam_m or adam_v", origin,
                         ti.name, ti.group));
     } else if (!seen.emplace(ti.group, ti.name, ti.tp, ti.tp_rank, ti.begin).second) {

@@ -4,11 +4,6 @@
 #include "weft/model/zero_parts.h"
 
 namespace weft::checkpoint {
-namespace {
-
-constexpr const char* kGroups[] = {"params", "adam_m", "adam_v"};
-
-}  // namespace
 
 std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool moments) {
   WEFT_CHECK(c.layout != nullptr, "a chunk's place needs its layout");
@@ -21,7 +16,7 @@ std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool mom
       const std::string& name = L.buffer.slices()[p.slice].name;
       if (writing && L.splits[p.slice].replicated() && L.tp_rank != 0) continue;
       if (writing && name == "wte" && !c.stage.embedding) continue;  // the tied copy
-      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kGroups[g]), g, p.at});
+      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kStateGroups[g]), g, p.at});
     }
   }
   return out;

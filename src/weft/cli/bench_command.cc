@@ -28,6 +28,7 @@
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
+#include "weft/core/clock.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
 #include "weft/core/rng.h"
@@ -190,7 +191,7 @@ void run_bench_step(const BenchOptions& o) {
     }
     auto t0 = std::chrono::steady_clock::now();
     last = runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double dt = seconds_since(t0);
     if (s >= o.warmup) {
       times.push_back(dt);
       comm_seconds += recorder->seconds();

@@ -11,6 +11,7 @@
 
 #include "weft/cli/device.h"
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/profiling_backend.h"
 #include "weft/model/flops.h"
@@ -46,7 +47,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
     if (s == o.warmup) profiler.reset_host_waits();
     const auto t0 = std::chrono::steady_clock::now();
     last = trainer.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = seconds_since(t0);
     if (s >= o.warmup) times.push_back(dt);
   }
   // Calls that made the host wait for the device, per timed step (docs/cuda.md).
@@ -60,7 +61,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
     profiler.set_enabled(true);
     const auto t0 = std::chrono::steady_clock::now();
     trainer.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
-    profiled_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    profiled_s = seconds_since(t0);
     profiler.set_enabled(false);
     ops = profiler.times();
   }

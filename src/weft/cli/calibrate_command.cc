@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -27,8 +28,10 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/job_world.h"
 #include "weft/comm/mpi_communicator.h"
+#include "weft/core/clock.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/status.h"
+#include "weft/core/weft_files.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
 #include "weft/model/gemm_shapes.h"
@@ -43,7 +46,7 @@
 namespace weft::cli {
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = SteadyClock;
 
 struct CalibrateOptions {
   std::string output = "configs/clusters/this-machine.toml";
@@ -54,10 +57,6 @@ struct CalibrateOptions {
 };
 
 using Measured = planner::GemmSample;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 // GEMM rates over shapes that span the model's (square, tall, skinny, short K).
 std::vector<Measured> measure_gemms(bool quick) {
@@ -388,9 +387,19 @@ void run_calibrate(const CalibrateOptions& o) {
   header += "\n\n";
   const std::string text = to_toml(c, header);
   parse_cluster(text, o.output).value_or_throw("calibrate produced an invalid preset (a bug)");
-  std::ofstream out(o.output);
+  // A relative path whose folder is not under the working directory (the default,
+  // configs/clusters/this-machine.toml, from elsewhere) goes to weft's own configs/.
+  std::string target = o.output;
+  const std::filesystem::path asked(o.output);
+  if (asked.is_relative() && asked.has_parent_path() &&
+      !std::filesystem::exists(asked.parent_path())) {
+    target =
+        (std::filesystem::path(find_weft_file(asked.parent_path().string())) / asked.filename())
+            .string();
+  }
+  std::ofstream out(target);
   out << text;
-  if (!out) throw Error(fmt::format("cannot write '{}'", o.output));
+  if (!out) throw Error(fmt::format("cannot write '{}'", target));
   fmt::print("peak fp32 {:.1f} GFLOP/s (best GEMM), GEMM efficiency {:.2f}, tile {}, k_half {}\n",
              c.peak_fp32 / 1e9, c.gemm.efficiency, c.gemm.tile_m, c.gemm.k_half);
   fmt::print("memory {:.1f} GB/s (copy), {:.1f} GB/s (AdamW); runtime {:.2f} MiB per process\n",
@@ -399,7 +408,7 @@ void run_calibrate(const CalibrateOptions& o) {
   fmt::print("links  all-reduce {:.2f} GB/s alpha {:.1f} us; p2p {:.2f} GB/s alpha {:.1f} us{}\n",
              c.node.bandwidth / 1e9, c.node.latency * 1e6, c.network.bandwidth / 1e9,
              c.network.latency * 1e6, ranks >= 2 ? "" : " (placeholders: not measured)");
-  fmt::print("wrote {}\n", o.output);
+  fmt::print("wrote {}\n", target);
 }
 
 }  // namespace

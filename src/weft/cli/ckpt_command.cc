@@ -18,6 +18,7 @@
 #include "weft/cli/checkpoint_tokenizer.h"
 #include "weft/cli/commands.h"
 #include "weft/cli/validators.h"
+#include "weft/core/clock.h"
 
 namespace weft::cli {
 namespace {
@@ -119,7 +120,7 @@ void run_convert(const std::string& in, const std::string& out, const std::strin
   const auto to = checkpoint::parse_layout(layout).value_or_throw("invalid --to-layout");
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = checkpoint::convert(in, out, to).value_or_throw("cannot convert");
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = seconds_since(t0);
   const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot read back");
   int64_t bytes = 0;
   for (const auto& sh : md.shards) bytes += sh.bytes;

@@ -24,7 +24,9 @@ int local_env(const char* name, int fallback) {
   return v != nullptr ? std::max(0, std::atoi(v)) : fallback;
 }
 int local_rank() { return local_env("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
-int local_size() { return std::max(1, local_env("OMPI_COMM_WORLD_LOCAL_SIZE", 1)); }
+[[maybe_unused]] int local_size() {  // the CUDA build's (device_group_maker)
+  return std::max(1, local_env("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+}
 
 bool is_cuda(const std::string& device) {
   return device == "cuda" || device.rfind("cuda:", 0) == 0;

@@ -58,7 +58,7 @@ schedule::Schedule build(const ScheduleOptions& o, bool pp_given, bool m_given) 
   }
   if (!pp_given) status.add("--pp is required (pipeline ranks)");
   if (!m_given) status.add("--microbatches is required");
-  const Shape shape{.pp = o.pp, .vp = o.vp, .microbatches = o.microbatches};
+  const schedule::Shape shape{.pp = o.pp, .vp = o.vp, .microbatches = o.microbatches};
   if (pp_given && m_given) {
     status.merge(status.ok() ? check_shape(kind, shape) : check_sizes(shape));
   }
@@ -70,7 +70,7 @@ schedule::Schedule build(const ScheduleOptions& o, bool pp_given, bool m_given) 
 void run_schedule(const ScheduleOptions& o, bool pp_given, bool m_given) {
   using namespace schedule;
   const Schedule s = build(o, pp_given, m_given);
-  const Shape& shape = s.shape;
+  const schedule::Shape& shape = s.shape;
   const Timeline timeline = simulate(s, unit_costs(shape));
 
   fmt::print(

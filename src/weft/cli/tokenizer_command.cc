@@ -22,17 +22,12 @@
 
 #include "weft/cli/commands.h"
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/bpe_trainer.h"
 
 namespace weft::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string read_all(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
@@ -49,20 +44,20 @@ data::BpeTokenizer load_tokenizer(const std::string& name) {
   return data::BpeTokenizer::load(dir).value_or_throw(heading);
 }
 
-struct TrainOptions {
+struct TokenizerTrainOptions {
   std::vector<std::string> inputs;
   int vocab = 0;
   std::string output;
 };
 
-void run_train(const TrainOptions& o) {
+void run_train(const TokenizerTrainOptions& o) {
   data::BpeTrainOptions options;
   options.vocab_size = o.vocab;
   options.progress = [](const std::string& line) {
     fmt::print(stderr, "tokenizer train: {}\n", line);
   };
   data::check_bpe_train_options(options).throw_if_error("cannot train the tokenizer");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   data::BpeWordCounts words;
   for (const std::string& path : o.inputs) {
     fmt::print(stderr, "tokenizer train: reading {}\n", path);
@@ -89,7 +84,7 @@ void run_encode(const EncodeOptions& o) {
   if (o.text.empty() == o.input.empty()) throw Error("give exactly one of --text or --input");
   const data::BpeTokenizer tok = load_tokenizer(o.tokenizer);
   const std::string text = o.input.empty() ? o.text : read_all(o.input, "input");
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   const std::vector<int32_t> ids = tok.encode(text);
   const double s = seconds_since(t0);
   if (o.output.empty()) {
@@ -152,7 +147,7 @@ void add_tokenizer_command(CLI::App& app) {
       app.add_subcommand("tokenizer", "train, encode with or decode with a BPE tokenizer");
   cmd->require_subcommand(1);
 
-  auto train_o = std::make_shared<TrainOptions>();
+  auto train_o = std::make_shared<TokenizerTrainOptions>();
   CLI::App* train = cmd->add_subcommand(
       "train", "learn a byte-level BPE vocabulary; writes DIR/encoder.json and DIR/vocab.bpe");
   train->add_option("--input", train_o->inputs, "training text (repeat for more files)")

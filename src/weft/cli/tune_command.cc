@@ -37,6 +37,7 @@
 #include "weft/cli/tune_figures.h"
 #include "weft/cli/tune_speed_probe.h"
 #include "weft/cli/validators.h"
+#include "weft/core/clock.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
 #include "weft/core/pending_file.h"
@@ -240,7 +241,7 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunC
         if (world) world->barrier();  // every rank starts the step together
         const auto s0 = std::chrono::steady_clock::now();
         engine.step(tokens.data(), targets.data());
-        dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        dt = seconds_since(s0);
       } catch (const std::exception& e) {
         mine = e.what();
       }
@@ -271,7 +272,7 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunC
     r.peak_bytes = most;
     r.rank0_bytes = first;
   }
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double wall = seconds_since(t0);
   if (world) world->broadcast(&wall, 1, 0);
   r.wall_seconds = wall;
   return r;
@@ -495,7 +496,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   StopSignalListener listener(stop_flag);
   const auto start = std::chrono::steady_clock::now();
   const ElapsedClock elapsed = [&] {
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double s = seconds_since(start);
     if (world) world->broadcast(&s, 1, 0);  // rank 0's clock decides for everyone
     return s;
   };

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "weft/comm/poll.h"
 #include "weft/core/check.h"
 
 namespace weft::comm {
@@ -26,15 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How a wait polls. First it spins (an op that is nearly done costs no scheduling round trip),
-// then it yields after each test (a peer on this core gets it at once), and after that it naps
-// between tests, doubling the nap up to kMaxNap, so a rank waiting for a slow peer leaves the
-// CPU to the ranks that compute. Measured on 2 cores with 2 and 4 ranks (1M-float all-reduce):
-// spinning 1 ms before yielding beat 50-300 us on 2 ranks, and 2-5 ms was 2x slower on 4.
-constexpr auto kSpinFor = std::chrono::microseconds(1000);
-constexpr auto kYieldFor = std::chrono::milliseconds(5);
-constexpr auto kFirstNap = std::chrono::microseconds(10);
-constexpr auto kMaxNap = std::chrono::microseconds(200);
 // After a timeout, how long a cancelled point-to-point request may take to finish cancelling.
 constexpr auto kCancelGrace = std::chrono::milliseconds(100);
 
@@ -125,24 +117,9 @@ class Pending {
 
   // Polls until the request completes; throws weft::Error on an MPI error or after the timeout.
   void wait() {
-    const auto start = Clock::now();
-    auto nap = kFirstNap;
-    for (;;) {
-      if (test()) return;
-      const auto elapsed = Clock::now() - start;
-      if (elapsed < kSpinFor) continue;
-      if (elapsed >= std::chrono::duration<double>(timeout_s_)) {
-        if (give_up()) return;  // it completed while being cancelled
-        throw Error(
-            fmt::format("{} timed out after {:g} s{}", op_.where(), timeout_s_, op_.detail()));
-      }
-      if (elapsed < kYieldFor) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(nap);
-        nap = std::min(nap * 2, kMaxNap);
-      }
-    }
+    if (poll_until(timeout_s_, [&] { return test(); })) return;
+    if (give_up()) return;  // it completed while being cancelled
+    throw Error(fmt::format("{} timed out after {:g} s{}", op_.where(), timeout_s_, op_.detail()));
   }
 
   // Whether the request has completed (MPI_Test, which also progresses it); never blocks.

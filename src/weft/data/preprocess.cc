@@ -157,11 +157,6 @@ using Clock = std::chrono::steady_clock;
 
 enum class Format { Whole, Paragraphs, Jsonl };
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_blank_char(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 
 int64_t count_newlines(std::string_view s) {
@@ -454,11 +449,11 @@ Status check_options(const PreprocessOptions& o) {
   Status invalid;
   if (o.input.empty()) invalid.add("no input file (--input FILE.txt or FILE.jsonl)");
   if (o.output.empty()) invalid.add("no output prefix (--output PREFIX)");
-  if (ends_with(o.input, ".jsonl")) {
+  if (o.input.ends_with(".jsonl")) {
     if (o.split_blank_lines) {
       invalid.add(o.input + ": --split-blank-lines applies to .txt input, not .jsonl");
     }
-  } else if (!ends_with(o.input, ".txt") && !o.input.empty()) {
+  } else if (!o.input.ends_with(".txt") && !o.input.empty()) {
     invalid.add(o.input + ": unknown input format (expected a .txt or .jsonl file)");
   }
   if (!o.input.empty()) {
@@ -484,9 +479,9 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o, const TextEncoder
                             encoder.identity, encoder.eod, encoder.vocab_size));
   }
   if (!invalid.ok()) return invalid;
-  const Format format = ends_with(o.input, ".jsonl") ? Format::Jsonl
-                        : o.split_blank_lines        ? Format::Paragraphs
-                                                     : Format::Whole;
+  const Format format = o.input.ends_with(".jsonl") ? Format::Jsonl
+                        : o.split_blank_lines       ? Format::Paragraphs
+                                                    : Format::Whole;
 
   Fd in{::open(o.input.c_str(), O_RDONLY | O_CLOEXEC)};
   if (in.fd < 0) return Status::error(o.input + ": cannot open: " + errno_text());

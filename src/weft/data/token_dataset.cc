@@ -15,11 +15,6 @@ namespace weft::data {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_file(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path, ec);
@@ -37,7 +32,7 @@ std::optional<int32_t> first_int32(const std::string& path) {
 
 Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path) {
   std::string prefix = path;
-  if (ends_with(path, ".bin") || ends_with(path, ".idx")) prefix = path.substr(0, path.size() - 4);
+  if (path.ends_with(".bin") || path.ends_with(".idx")) prefix = path.substr(0, path.size() - 4);
   const std::string bin = prefix + ".bin", idx = prefix + ".idx";
 
   // A file of another name that is an llm.c token file is read as one.
@@ -66,7 +61,7 @@ Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path
     llmc_path = bin;
   }
 
-  if (!llmc_path.empty()) prefix = ends_with(llmc_path, ".bin") ? prefix : llmc_path;
+  if (!llmc_path.empty()) prefix = llmc_path.ends_with(".bin") ? prefix : llmc_path;
   auto sidecar = read_sidecar(prefix + ".json");
   if (!sidecar.ok()) return sidecar.status();
   if (!llmc_path.empty()) {

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "weft/core/clock.h"
 #include "weft/core/pending_file.h"
 #include "weft/core/text_file.h"
 
@@ -116,7 +117,7 @@ CachedScan scan_token_ids_cached(const TokenDataset& d, const std::string& fallb
   }
   const auto t0 = std::chrono::steady_clock::now();
   out.range = scan_token_ids(d, threads);
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.seconds = seconds_since(t0);
   if (!out.cache_path.empty()) {
     const nlohmann::json j = {{"files", key},
                               {"min", out.range.min},

@@ -9,6 +9,13 @@ namespace weft::kernels {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+// How sgemm and sgemm_bf16 split a GEMM over the kernel threads (one slab each along C's longer
+// side, in multiples of 16), which the memory model prices (model::gemm_packing_resident): GEMMs
+// below kGemmMinSplitFlops flops run as one oneDNN call (a parallel region costs microseconds),
+// and each thread's slab must be at least kGemmMinSlab long along the split side.
+inline constexpr double kGemmMinSplitFlops = double{1 << 24};
+inline constexpr int64_t kGemmMinSlab = 128;
+
 // The same GEMM with A and B rounded to bfloat16 (round to nearest even) and the products
 // accumulated in fp32 (C stays fp32), through oneDNN's bf16 matmul: about twice sgemm's rate on
 // CPUs with avx512_bf16; on CPUs without oneDNN's bf16 matmul (below avx512_core) the rounded

@@ -1,5 +1,7 @@
 #include "weft/kernels/profiling_backend.h"
 
+#include "weft/core/clock.h"
+
 #include <algorithm>
 
 namespace weft::kernels {
@@ -38,7 +40,7 @@ void ProfilingBackend::timed(const std::string& op, F&& f) {
   OpTime& t = times_[op];
   t.op = op;
   ++t.calls;
-  t.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  t.seconds += seconds_since(t0);
 }
 
 void ProfilingBackend::upload(void* dst, const void* src, int64_t bytes) {

@@ -11,6 +11,7 @@
 
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/weft_files.h"
 
 namespace weft::model {
 
@@ -144,7 +145,7 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
 }
 
 Result<GptConfig> load_gpt_config(const std::string& path) {
-  const auto text = read_text_file(path);
+  const auto text = read_text_file(find_weft_file(path));
   if (!text) return Status::error(fmt::format("{}: cannot open model config", path));
   return parse_gpt_config(*text, path);
 }

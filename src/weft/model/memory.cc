@@ -11,6 +11,7 @@
 #include "weft/core/check.h"
 #include "weft/core/memory_usage.h"
 #include "weft/kernels/backend.h"
+#include "weft/kernels/gemm.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
 #include "weft/tensor/zero_shards.h"
@@ -306,13 +307,12 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
                               const StageSpec& stage) {
   // kernels/cpu/gemm.cc's split: one dnnl_sgemm per thread along C's longer side, in slabs of a
   // multiple of 16, when the GEMM has at least 2^24 flops and 128 rows or columns per thread.
-  constexpr double kMinSplitFlops = double{1 << 24};
-  constexpr int64_t kMinSlab = 128;
   const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   std::vector<int64_t> most(std::max(1, threads), 0);  // per thread: its largest buffer
   auto forward = [&](int64_t out, int64_t in) {        // x[N, in] W^T -> [N, out]
     const int64_t extent = std::max(N, out);
-    if (threads == 1 || 2.0 * N * out * in < kMinSplitFlops || extent < kMinSlab * threads) {
+    if (threads == 1 || 2.0 * N * out * in < kernels::kGemmMinSplitFlops ||
+        extent < kernels::kGemmMinSlab * threads) {
       most[0] = std::max(most[0], gemm_packing_bytes(N, out, in, true));
       return;
     }

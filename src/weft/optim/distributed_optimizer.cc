@@ -5,16 +5,11 @@
 #include <exception>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/model/zero_parts.h"
 #include "weft/tensor/zero_shards.h"
 
 namespace weft::optim {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
   model::ParamStorage s;

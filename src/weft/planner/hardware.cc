@@ -13,11 +13,11 @@
 
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/weft_files.h"
 
 namespace weft::planner {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGB = 1e9;  // link and memory bandwidths are quoted in decimal GB/s
 constexpr double kTera = 1e12;
@@ -320,7 +320,7 @@ Result<Cluster> parse_cluster(const std::string& text, const std::string& origin
 }
 
 Result<Cluster> load_cluster(const std::string& path) {
-  const auto text = read_text_file(path);
+  const auto text = read_text_file(find_weft_file(path));
   if (!text) return Status::error(fmt::format("{}: cannot open cluster preset", path));
   return parse_cluster(*text, path);
 }

@@ -14,6 +14,8 @@
 
 namespace weft::planner {
 
+inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;  // bytes
+
 // Number formats a device has a peak rate for. bf16 and fp16 run on tensor cores (GPU); fp32 is
 // what weft's CPU trainer computes in.
 enum class NumberFormat { BF16, FP16, TF32, FP32 };

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "weft/layout/rank.h"
+#include "weft/planner/hardware.h"
 #include "weft/schedule/schedule.h"
 #include "weft/schedule/send_buffers.h"
 
@@ -84,7 +85,6 @@ model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, 
 }
 
 std::string format_bytes(double bytes) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   if (bytes >= kGiB) return fmt::format("{:.1f} GiB", bytes / kGiB);
   return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
 }

@@ -14,8 +14,6 @@
 namespace weft::planner {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 std::string gib(double bytes) { return fmt::format("{:.1f}", bytes / kGiB); }
 
 // FLOP/s with a unit that keeps a CPU's rate readable: "312 TFLOP/s", "108.7 GFLOP/s".

@@ -1,5 +1,7 @@
 #include "weft/planner/search.h"
 
+#include "weft/core/clock.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -141,7 +143,7 @@ SearchResult search(const Cluster& cluster, const Job& job, const SearchSpace& s
   Options detailed = full;
   detailed.detailed = true;
   for (Prediction& p : result.ranked) p = predict(cluster, job, p.config, detailed);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = seconds_since(start);
   return result;
 }
 

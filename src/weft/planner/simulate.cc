@@ -30,8 +30,6 @@ const ScheduleCache::Entry& ScheduleCache::get(schedule::Kind kind, const schedu
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 // Bytes the optimizer step streams per parameter of its shard: AdamW reads the gradient, the
 // weights (fp32 master for mixed precision) and both moments and writes back weights and
 // moments; mixed precision also writes the bf16 copy.

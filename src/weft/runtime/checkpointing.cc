@@ -10,14 +10,11 @@
 #include <filesystem>
 #include <vector>
 
+#include "weft/core/clock.h"
 #include "weft/core/fault.h"
 
 namespace weft::runtime {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // The same verdict on every rank: ok when every rank's status is, else every failing rank's
 // problems, each prefixed by the rank.

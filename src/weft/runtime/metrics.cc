@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "weft/core/clock.h"
 #include "weft/core/pending_file.h"
 
 namespace weft::runtime {
@@ -91,8 +92,7 @@ std::string Progress::format(const StepRecord& r) const {
   if (r.mfu_spec) line += fmt::format(" | MFU {:.1f}%", 100 * *r.mfu_spec);
   if (r.mfu_gemm) line += fmt::format(" | {:.1f}% of GEMM", 100 * *r.mfu_gemm);
   line += fmt::format(" | {:.0f} MiB", static_cast<double>(r.peak_mem_bytes) / (1 << 20));
-  const double elapsed =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed = seconds_since(start_);
   const int64_t done = r.step - first_step_;
   if (done > 0 && r.step < total_steps_) {
     line += " | ETA " + format_duration(elapsed / done * (total_steps_ - r.step));

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
 #include "weft/layout/rank.h"
 #include "weft/schedule/schedule.h"
@@ -16,9 +17,7 @@ namespace {
 class ScopedSeconds {
  public:
   explicit ScopedSeconds(double& total) : total_(total) {}
-  ~ScopedSeconds() {
-    total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  ~ScopedSeconds() { total_ += seconds_since(start_); }
   ScopedSeconds(const ScopedSeconds&) = delete;
   ScopedSeconds& operator=(const ScopedSeconds&) = delete;
 
@@ -253,7 +252,7 @@ StepStats PipelineStages::run_step(const int32_t* tokens, const int32_t* targets
     c->weight_passes = 0;
   }
   execute(schedule_.programs.at(wiring_.pp_rank), *this);
-  timing_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  timing_.seconds = seconds_since(t0);
   return stats_;
 }
 

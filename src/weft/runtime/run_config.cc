@@ -16,6 +16,7 @@
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/weft_files.h"
 #include "weft/data/sampler.h"
 #include "weft/model/param_layout.h"
 #include "weft/parallel/topology.h"
@@ -230,7 +231,7 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
   if (auto path = (*inline_tbl)["config"].value<std::string>()) {
     c.model_config = *path;
     model_origin = *path;
-    const auto text = read_text_file(*path);
+    const auto text = read_text_file(find_weft_file(*path));
     if (!text) {
       s.add(fmt::format("{}: cannot open model config {} (model.config)", origin, *path));
       return;

@@ -20,9 +20,8 @@ class SendPool {
   SendPool() = default;
   // `count` buffers of `bytes` each from `backend`, taken now: a step allocates nothing.
   SendPool(kernels::Backend& backend, int count, int64_t bytes) {
-    for (int i = 0; i < count; ++i) {
-      buffers_.push_back({static_cast<kernels::Act*>(backend.allocate(bytes))});
-    }
+    buffers_.resize(count);
+    for (Buffer& b : buffers_) b.data = static_cast<kernels::Act*>(backend.allocate(bytes));
   }
 
   // The buffer for stage's output of microbatch mb (or its input gradient): the next turn's,

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/clock.h"
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -294,7 +295,7 @@ Result<TrainResult> Trainer::run() {
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats stats =
         engine_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = seconds_since(t0);
     ++step;
     if (fault_requested("nan", step)) {  // crash tests: one parameter of this rank goes bad
       const float nan = std::nanf("");

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "weft/comm/poll.h"
 #include "weft/core/check.h"
 #include "weft/kernels/cuda/arena.h"
 #include "weft/kernels/cuda/cuda_check.h"
@@ -71,34 +72,7 @@ ncclResult_t nccl_check(ncclResult_t rc, const char* call, const std::string& wh
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Stream = kernels::cuda::Stream;
-
-// How a wait polls: as mpi_communicator.cc does (and for the same reason: ranks may share the
-// cores), first spinning, then yielding, then napping up to kMaxNap between tests.
-constexpr auto kSpinFor = std::chrono::microseconds(1000);
-constexpr auto kYieldFor = std::chrono::milliseconds(5);
-constexpr auto kFirstNap = std::chrono::microseconds(10);
-constexpr auto kMaxNap = std::chrono::microseconds(200);
-
-// Calls done() until it returns true (then returns true) or `timeout_s` has passed (false).
-template <typename Done>
-bool poll_until(double timeout_s, Done&& done) {
-  const auto start = Clock::now();
-  auto nap = kFirstNap;
-  for (;;) {
-    if (done()) return true;
-    const auto elapsed = Clock::now() - start;
-    if (elapsed >= std::chrono::duration<double>(timeout_s)) return false;
-    if (elapsed < kSpinFor) continue;
-    if (elapsed < kYieldFor) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, kMaxNap);
-    }
-  }
-}
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {

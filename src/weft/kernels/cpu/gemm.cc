@@ -23,11 +23,6 @@
 namespace weft::kernels {
 namespace {
 
-// GEMMs below this many flops run as one oneDNN call (a parallel region costs microseconds).
-constexpr double kMinSplitFlops = double{1 << 24};
-// Each thread's slab must be at least this long along the split side.
-constexpr int64_t kMinSlab = 128;
-
 char op(bool trans) { return trans ? 'T' : 'N'; }
 
 void check_status(dnnl_status_t status, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -61,7 +56,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool by_rows = M >= N;  // split the longer side of C
   const int64_t extent = by_rows ? M : N;
-  if (threads == 1 || 2.0 * M * N * K < kMinSplitFlops || extent < kMinSlab * threads) {
+  if (threads == 1 || 2.0 * M * N * K < kGemmMinSplitFlops || extent < kGemmMinSlab * threads) {
     check_status(dnnl_sgemm(op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
                  trans_a, trans_b, M, N, K, lda, ldb, ldc);
     return;

@@ -58,10 +58,6 @@ std::atomic<bool> g_force_widened{false};  // force_bf16_gemm_widened
 constexpr int64_t kMaxChunk = int64_t{1} << 23;
 // Conversions of fewer elements than this stay on the calling thread.
 constexpr int64_t kMinParallelConvert = int64_t{1} << 16;
-// As in gemm.cc: GEMMs below this many flops run as one oneDNN call, and each thread's slab must
-// be at least kMinSlab long along the split side.
-constexpr double kMinSplitFlops = double{1 << 24};
-constexpr int64_t kMinSlab = 128;
 // Cached primitives; the cache is emptied when it reaches this size (a GPT step uses a few dozen).
 constexpr size_t kMaxPrimitives = 256;
 
@@ -360,7 +356,7 @@ void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const bool by_rows = M >= N;  // split the longer side of C
   const int64_t extent = by_rows ? M : N;
-  if (threads == 1 || 2.0 * M * N * K < kMinSplitFlops || extent < kMinSlab * threads) {
+  if (threads == 1 || 2.0 * M * N * K < kGemmMinSplitFlops || extent < kGemmMinSlab * threads) {
     uint16_t* a = first_scratch.bf16(M * K);
     uint16_t* b = second_scratch.bf16(K * N);
     convert_a(trans_a, A, lda, M, K, a);

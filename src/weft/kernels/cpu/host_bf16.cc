@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
@@ -529,7 +530,7 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     for (double& s : seconds) {
       const auto start = std::chrono::steady_clock::now();
       linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC, OC);
-      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      s = seconds_since(start);
     }
     std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
     return seconds[static_cast<size_t>(reps / 2)];

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
 #include "weft/kernels/kernels.h"
@@ -150,7 +151,7 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
     for (double& s : seconds) {
       const auto start = std::chrono::steady_clock::now();
       cpu::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, IC, OC);
-      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      s = seconds_since(start);
     }
     std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
     return seconds[static_cast<size_t>(reps / 2)];
