@@ -38,12 +38,14 @@ TYPED_TEST_SUITE(Reduce, ReducibleTypes);
 TYPED_TEST(Reduce, AllReduceSumsEveryRanksContribution) {
   using T = TypeParam;
   Communicator& w = test_world();
-  const int64_t n = 1000;
-  std::vector<T> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>((w.rank() + 1) * (i % 7 + 1));
-  w.all_reduce(v.data(), n);
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(v[i], static_cast<T>(rank_sum(w) * (i % 7 + 1))) << "element " << i;
+  // Both paths: MPI_Iallreduce below 64 KiB, the ring from there on (mpi_communicator.cc).
+  for (const int64_t n : {int64_t{1000}, int64_t{20011}}) {
+    std::vector<T> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<T>((w.rank() + 1) * (i % 7 + 1));
+    w.all_reduce(v.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(v[i], static_cast<T>(rank_sum(w) * (i % 7 + 1))) << "n " << n << ", element " << i;
+    }
   }
 }
 
@@ -84,18 +86,22 @@ TYPED_TEST_SUITE(Move, AllTypes);
 TYPED_TEST(Move, AllGatherConcatenatesInRankOrder) {
   using T = TypeParam;
   Communicator& w = test_world();
-  const int64_t n = 7;
-  std::vector<T> in(n), out(w.size() * n);
-  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<T>(10 * (w.rank() + 1) + i);
-  w.all_gather(out.data(), in.data(), n);
-  for (int r = 0; r < w.size(); ++r) {
-    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out[r * n + i], static_cast<T>(10 * (r + 1) + i));
+  // Both paths: MPI_Iallgather below 64 KiB in all, the ring from there on (even of bytes).
+  for (const int64_t n : {int64_t{7}, int64_t{70001}}) {
+    std::vector<T> in(n), out(w.size() * n);
+    for (int64_t i = 0; i < n; ++i) in[i] = static_cast<T>(10 * (w.rank() + 1) + i);
+    w.all_gather(out.data(), in.data(), n);
+    for (int r = 0; r < w.size(); ++r) {
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out[r * n + i], static_cast<T>(10 * (r + 1) + i)) << "n " << n << ", rank " << r;
+      }
+    }
+    // In place: this rank's input already in its block of the output.
+    std::vector<T> inplace(w.size() * n, T{0});
+    std::copy(in.begin(), in.end(), inplace.begin() + w.rank() * n);
+    w.all_gather(inplace.data(), inplace.data() + w.rank() * n, n);
+    EXPECT_EQ(inplace, out) << "n " << n;
   }
-  // In place: this rank's input already in its block of the output.
-  std::vector<T> inplace(w.size() * n, T{0});
-  std::copy(in.begin(), in.end(), inplace.begin() + w.rank() * n);
-  w.all_gather(inplace.data(), inplace.data() + w.rank() * n, n);
-  EXPECT_EQ(inplace, out);
 }
 
 TYPED_TEST(Move, BroadcastCopiesTheRootsBufferFromEveryRoot) {

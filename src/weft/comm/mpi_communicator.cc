@@ -14,7 +14,9 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -27,6 +29,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// All-reduces of at least this many bytes run on the Ring (below: MPI_Iallreduce, whose log2(p)
+// rounds beat the ring's 2(p-1) steps on latency).
+constexpr int64_t kRingMinBytes = int64_t{64} << 10;
 // After a timeout, how long a cancelled point-to-point request may take to finish cancelling.
 constexpr auto kCancelGrace = std::chrono::milliseconds(100);
 
@@ -188,6 +193,63 @@ class Pending {
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 
+// The ring operations' receive and sum buffers, kept for the next operation of the group. A fresh
+// allocation of a large block is fresh pages: Open MPI's single-copy transport (CMA) faulted in
+// every page of every receive, and on a virtualized host a fault costs microseconds. That was most
+// of ZeRO 2's reductions (pipe-8l, dp 2, 4 microbatches: 236 ms a step alone, the step 1.97x
+// ZeRO 0's). At most two blocks per ring in flight are kept (a block per ring at p = 2).
+class ScratchPool {
+ public:
+  // A block of at least `bytes`: the smallest kept one that is large enough, else a new one.
+  std::unique_ptr<char[]> take(size_t& bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
+    }
+    if (best == free_.end()) return std::make_unique_for_overwrite<char[]>(bytes);
+    bytes = best->first;
+    std::unique_ptr<char[]> block = std::move(best->second);
+    free_.erase(best);
+    return block;
+  }
+  void give(std::unique_ptr<char[]> block, size_t bytes) {
+    if (block == nullptr) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace_back(bytes, std::move(block));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free_;
+};
+
+// A block of a ScratchPool, given back when it goes.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(std::shared_ptr<ScratchPool> pool, size_t bytes)
+      : pool_(std::move(pool)), bytes_(bytes), block_(pool_->take(bytes_)) {}
+  Scratch(Scratch&&) = default;
+  Scratch& operator=(Scratch&& o) {
+    release();
+    pool_ = std::move(o.pool_);
+    bytes_ = o.bytes_;
+    block_ = std::move(o.block_);
+    return *this;
+  }
+  ~Scratch() { release(); }
+  char* get() const { return block_.get(); }
+
+ private:
+  void release() {
+    if (pool_ != nullptr) pool_->give(std::move(block_), bytes_);
+  }
+  std::shared_ptr<ScratchPool> pool_;
+  size_t bytes_ = 0;
+  std::unique_ptr<char[]> block_;
+};
+
 // A reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first half
 // of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
 // (r-k-1) mod p to rank r+1 (its own input block at k = 0, else the sum it completed in step k-1)
@@ -205,25 +267,50 @@ class Pending {
 // to create after MPI_Init and free before MPI_Finalize.
 class Ring {
  public:
+  // Where a ring runs: `tag` must be unique among the ring operations in flight on `comm` (a
+  // communicator of their own: no other message can match theirs); its buffers come from `scratch`.
+  struct Where {
+    MPI_Comm comm;
+    int tag;
+    double timeout_s;
+    std::shared_ptr<ScratchPool> scratch;
+  };
   // reduce-scatter: `in` holds size blocks of n elements, block `rank` of their sum goes to `out`
-  // (which may be `in`). `tag` must be unique among the ring operations in flight on `comm` (a
-  // communicator of their own: no other message can match theirs).
-  static std::shared_ptr<Ring> reduce_scatter(const Op& op, MPI_Comm comm, int tag, void* out,
-                                              const void* in, int64_t n, double timeout_s) {
-    auto ring = std::shared_ptr<Ring>(new Ring(op, comm, tag, in, timeout_s));
+  // (which may be `in`).
+  static std::shared_ptr<Ring> reduce_scatter(const Op& op, const Where& at, void* out,
+                                              const void* in, int64_t n) {
+    auto ring = std::shared_ptr<Ring>(new Ring(op, at, in));
     ring->out_ = out;
     ring->start(op.group->size * n, n, ReduceOp::Sum);
     return ring;
   }
   // all-reduce of data[n] in place; the blocks are the n elements split as evenly as they go.
-  static std::shared_ptr<Ring> all_reduce(const Op& op, MPI_Comm comm, int tag, void* data,
-                                          int64_t n, ReduceOp reduce, double timeout_s) {
-    auto ring = std::shared_ptr<Ring>(new Ring(op, comm, tag, data, timeout_s));
+  static std::shared_ptr<Ring> all_reduce(const Op& op, const Where& at, void* data, int64_t n,
+                                          ReduceOp reduce) {
+    auto ring = std::shared_ptr<Ring>(new Ring(op, at, data));
     ring->all_ = data;
     const int p = op.group->size;
     ring->total_ = n;
     ring->out_ = ring->block(op.group->rank);
     ring->start(n, (n + p - 1) / p, reduce);
+    return ring;
+  }
+  // all-gather: block `rank` of out[size * n] is `in` (which may be that block), the others come
+  // from the other ranks: the all-reduce's gathering half alone.
+  static std::shared_ptr<Ring> all_gather(const Op& op, const Where& at, void* out, const void* in,
+                                          int64_t n) {
+    auto ring = std::shared_ptr<Ring>(new Ring(op, at, in));
+    const int p = op.group->size, r = op.group->rank;
+    ring->all_ = out;
+    ring->total_ = p * n;
+    if (in != ring->block(r)) {
+      std::memmove(ring->block(r), in, static_cast<size_t>(n) * dtype_size(op.dtype));
+    }
+    ring->next_ = (r + 1) % p;
+    ring->prev_ = (r + p - 1) % p;
+    ring->step_ = p - 1;  // the first gathering step
+    ring->steps_ = 2 * (p - 1);
+    ring->post(ring->block(r), n, ring->block(r - 1), n);
     return ring;
   }
   Ring(const Ring&) = delete;
@@ -253,8 +340,13 @@ class Ring {
   }
 
  private:
-  Ring(const Op& op, MPI_Comm comm, int tag, const void* in, double timeout_s)
-      : op_(op), comm_(comm), tag_(tag), in_(in), timeout_s_(timeout_s) {}
+  Ring(const Op& op, const Where& at, const void* in)
+      : op_(op),
+        comm_(at.comm),
+        tag_(at.tag),
+        in_(in),
+        timeout_s_(at.timeout_s),
+        scratch_(at.scratch) {}
 
   // `total` elements in the p blocks, none longer than `longest`.
   void start(int64_t total, int64_t longest, ReduceOp reduce) {
@@ -264,8 +356,8 @@ class Ring {
     steps_ = (all_ != nullptr ? 2 : 1) * (p - 1);
     const auto bytes = static_cast<size_t>(longest) * dtype_size(op_.dtype);
     // Not zero-filled: the receives and the sums write them before they are read.
-    recv_buf_ = std::make_unique_for_overwrite<char[]>(bytes);
-    if (p > 2) sum_buf_ = std::make_unique_for_overwrite<char[]>(bytes);
+    recv_buf_ = Scratch(scratch_, bytes);
+    if (p > 2) sum_buf_ = Scratch(scratch_, bytes);
     next_ = (r + 1) % p;
     prev_ = (r + p - 1) % p;
     // Step 0 sends this rank's own input block.
@@ -287,11 +379,15 @@ class Ring {
 
   // Posts the current step's send of `data` and receive into `into`.
   void post(const void* data, int64_t send_n, void* into, int64_t recv_n) {
-    const bool gather = all_ != nullptr;
+    const std::string_view what = op_.what;
     Op s = op_, rv = op_;
-    s.what = gather ? "all_reduce ring send" : "reduce_scatter ring send";
+    s.what = what == "all_gather"   ? "all_gather ring send"
+             : what == "all_reduce" ? "all_reduce ring send"
+                                    : "reduce_scatter ring send";
     s.peer = next_;
-    rv.what = gather ? "all_reduce ring recv" : "reduce_scatter ring recv";
+    rv.what = what == "all_gather"   ? "all_gather ring recv"
+              : what == "all_reduce" ? "all_reduce ring recv"
+                                     : "reduce_scatter ring recv";
     rv.peer = prev_;
     s.tag = rv.tag = tag_;
     send_ = std::make_unique<Pending>(s, timeout_s_);
@@ -333,7 +429,8 @@ class Ring {
   ReduceOp reduce_ = ReduceOp::Sum;
   double timeout_s_;
   int next_ = 0, prev_ = 0, step_ = 0, steps_ = 0;
-  std::unique_ptr<char[]> recv_buf_, sum_buf_;
+  std::shared_ptr<ScratchPool> scratch_;
+  Scratch recv_buf_, sum_buf_;
   std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
 };
 
@@ -363,10 +460,14 @@ class MpiCommunicator final : public Communicator {
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
     check_reducible(o);
-    if (t == DataType::BF16) {
-      if (size() == 1) return Work();
-      auto ring =
-          Ring::all_reduce(o, ring_comm(o), next_ring_tag(), data, n, op, timeout_seconds());
+    // bf16 always (its sum depends on the order of the adds); the other types from kRingMinBytes
+    // on, where Open MPI 4.1's MPI_Iallreduce (libnbc) faulted in fresh temporaries each time, as
+    // the ring did before its ScratchPool: ZeRO 0's reductions of pipe-8l at dp 2 took 75 ms a step
+    // alone on it, 5 ms on the ring (bench/results/zero-2026-12-06-*).
+    if (t == DataType::BF16 && size() == 1) return Work();  // MPI has no bf16 to pass it to
+    if (size() > 1 &&
+        (t == DataType::BF16 || n * static_cast<int64_t>(dtype_size(t)) >= kRingMinBytes)) {
+      auto ring = Ring::all_reduce(o, ring_where(o), data, n, op);
       return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
     }
     return start(o, [&](MPI_Request* req) {
@@ -383,8 +484,7 @@ class MpiCommunicator final : public Communicator {
       if (out != in) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
       return Work();
     }
-    auto ring =
-        Ring::reduce_scatter(o, ring_comm(o), next_ring_tag(), out, in, n, timeout_seconds());
+    auto ring = Ring::reduce_scatter(o, ring_where(o), out, in, n);
     return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
   }
 
@@ -393,6 +493,12 @@ class MpiCommunicator final : public Communicator {
     // In place when the input already sits in this rank's block of the output.
     const void* own = static_cast<const char*>(out) + rank() * n * int64_t(dtype_size(t));
     const void* send = in == own ? MPI_IN_PLACE : in;
+    // From kRingMinBytes on, the Ring's gathering half (as all_reduce_async: libnbc's
+    // temporaries; ZeRO 1-3 gather every parameter each step, ZeRO 3 every pass).
+    if (size() > 1 && size() * n * static_cast<int64_t>(dtype_size(t)) >= kRingMinBytes) {
+      auto ring = Ring::all_gather(o, ring_where(o), out, in, n);
+      return Work([ring] { ring->wait(); }, [ring] { return ring->poll(); });
+    }
     return start(o, [&](MPI_Request* req) {
       return MPI_Iallgather(send, static_cast<int>(n), mpi_type(t), out, static_cast<int>(n),
                             mpi_type(t), comm_, req);
@@ -465,18 +571,18 @@ class MpiCommunicator final : public Communicator {
                               o.where(), dtype_name(o.dtype)));
     }
   }
-  // The Ring's messages get a communicator of their own (created collectively, as the ring
-  // operations that call this are), so no other point-to-point message on this group can match.
-  MPI_Comm ring_comm(const Op& o) {
+  // The next ring operation's place. The Ring's messages get a communicator of their own (created
+  // collectively, as the ring operations that call this are), so no other point-to-point message
+  // on this group can match. Every rank starts its ring operations in the same order: the same tag
+  // for the same operation. At most a handful are in flight at once, far fewer than the tags (MPI
+  // guarantees 32767).
+  Ring::Where ring_where(const Op& o) {
     if (ring_comm_ == MPI_COMM_NULL) {
       o.check(MPI_Comm_dup(comm_, &ring_comm_));
       MPI_Comm_set_errhandler(ring_comm_, MPI_ERRORS_RETURN);
     }
-    return ring_comm_;
+    return {ring_comm_, ring_tag_++ % 32768, timeout_seconds(), scratch_};
   }
-  // Every rank starts its ring operations in the same order: the same tag for the same operation.
-  // At most a handful are in flight at once, far fewer than the tags (MPI guarantees 32767).
-  int next_ring_tag() { return ring_tag_++ % 32768; }
   // Posts the nonblocking call `post(&request)` and returns the Work that waits for it.
   template <typename Post>
   Work start(const Op& o, Post&& post) {
@@ -490,6 +596,7 @@ class MpiCommunicator final : public Communicator {
   std::shared_ptr<const Group> group_;
   MPI_Comm ring_comm_ = MPI_COMM_NULL;  // the Ring operations' messages
   int ring_tag_ = 0;
+  std::shared_ptr<ScratchPool> scratch_ = std::make_shared<ScratchPool>();
 };
 
 }  // namespace
