@@ -3,9 +3,10 @@
 // replica's optim::DistributedOptimizer, ZeRO 0-3, and the one end of a step, finish_step) on a
 // kernels::Backend in bf16 mixed precision (the GPU, or its host emulation), wired by
 // pipeline_options as every runner is. What it adds is the memory arithmetic that sizes a device's
-// arena (bytes, arena_bytes). Trainer (trainer.h) runs it for `weft train --device` (engine.h);
-// checkpoints stream the optimizers' state from the backend's memory through a bounded host
-// buffer, in the format of the host trainer's, so they load anywhere.
+// arena (bytes, arena_bytes), a one-process constructor and ZeRO 0's whole-state transfers (the
+// tests and `weft bench step --device` use them). `weft train --device` builds the runner itself
+// (engine.h), with the device's backend; checkpoints stream the optimizers' state from the
+// backend's memory through a bounded host buffer, in the host runs' format, so they load anywhere.
 //
 // Communication: scalars (losses, norms) go over host-memory communicators; stage boundaries and
 // gradients over communicators on the backend's memory (comm/cuda: staged through pinned host

@@ -31,20 +31,6 @@ int concurrent_ranks(int world_size, int threads) {
   return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
 }
 
-CheckpointJob job_of(const RunConfig& cfg, const parallel::Coord& me, RankState& state,
-                     comm::Communicator* world) {
-  CheckpointJob job;
-  job.model = cfg.model;
-  job.layout = {cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, cfg.parallel.vp,
-                cfg.parallel.zero};
-  job.tp_rank = me.tp;
-  job.dp_rank = me.dp;
-  job.pp_rank = me.pp;
-  job.state = &state;
-  job.world = world;
-  return job;
-}
-
 }  // namespace
 
 Result<schedule::Schedule> run_schedule(const RunConfig& cfg) {
@@ -65,33 +51,6 @@ RankShape rank_shape(const RunConfig& cfg, int pp_rank) {
 }
 
 namespace {
-
-// The pipeline runner of this rank's chunks.
-Result<std::unique_ptr<PipelineRunner>> make_runner(const RunConfig& cfg,
-                                                    const parallel::ProcessGroups& groups,
-                                                    int pp_rank) {
-  auto program = run_schedule(cfg);
-  if (!program.ok()) return program.status();
-  return std::make_unique<PipelineRunner>(
-      cfg.model, program.value(), pipeline_options(groups, rank_shape(cfg, pp_rank), cfg.adamw()));
-}
-
-// The steps of an engine: forwarded to what runs them (PipelineRunner, DeviceTrainer).
-template <typename Runner>
-class EngineOver : public Engine {
- public:
-  void init(uint64_t seed) override { runner().init(seed); }
-  StepStats step(const int32_t* tokens, const int32_t* targets, float lr,
-                 double clip_norm) override {
-    return runner().step(tokens, targets, lr, clip_norm);
-  }
-  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) override {
-    return runner().evaluate(tokens, targets, batches, total);
-  }
-
- protected:
-  virtual Runner& runner() = 0;
-};
 
 // A rank's training state: its chunks' optim::DistributedOptimizer buffers
 // (DistributedOptimizer::state()), in its backend's memory: read and written in place where that
@@ -144,120 +103,98 @@ class OptimizerState final : public RankState {
   std::vector<float> staging_;
 };
 
-// The CPU kernels in fp32: PipelineRunner, its DistributedOptimizers (ZeRO 0-3) and finish_step.
-class HostEngine final : public EngineOver<PipelineRunner> {
- public:
-  HostEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
-             int64_t rss_before, std::unique_ptr<PipelineRunner> runner)
-      : cfg_(cfg),
-        me_(me),
-        world_(world),
-        rss_before_(rss_before),
-        runner_(std::move(runner)),
-        state_(runner_->chunks(), runner_->optimizers(), cfg_.parallel, me.dp, 0) {}
+}  // namespace
 
-  // "tp=2 pp=1 dp=1 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
-  std::string describe() const override {
-    const int threads = kernels::num_threads();
-    const auto& p = cfg_.parallel;
-    const std::string threads_text = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
-    const int world = p.tp * p.pp * p.dp;
-    if (world == 1) return threads_text + "; ";
-    return fmt::format("tp={} pp={} dp={}{}, {} ranks x {}; ", p.tp, p.pp, p.dp,
-                       p.sequence_parallel && p.tp > 1 ? " (sequence parallel)" : "", world,
-                       threads_text);
-  }
-
-  // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
-  // The ceiling's operands and oneDNN's packing buffers for them are not training's memory: the
-  // peak before each measurement is kept, and the measurement's burst forgotten.
-  double gemm_ceiling(bool fresh) override {
-    const int b = cfg_.train.micro_batch, T = cfg_.train.seq_len;
-    peak_before_ceilings_ = std::max(peak_before_ceilings_, peak_resident_bytes());
-    const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T),
-                                                     3, kernels::matmul_precision())
-                                    .rate()
-                              : cached_gemm_ceiling(cfg_.model, b, T);
-    forget_burst();
-    return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
-                                   kernels::num_threads());
-  }
-
-  Memory memory() const override {
-    const int64_t peak = std::max(peak_resident_bytes(), peak_before_ceilings_);
-    return {"peak memory per rank, measured (resident above the start) / predicted",
-            static_cast<double>(peak - rss_before_),
-            static_cast<double>(runner_->predicted_memory().total())};
-  }
-
-  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, state_, world_); }
-
- private:
-  PipelineRunner& runner() override { return *runner_; }
-
-  const RunConfig cfg_;
-  parallel::Coord me_;
-  comm::Communicator* world_;
-  int64_t rss_before_ = 0;
-  int64_t peak_before_ceilings_ = 0;
-  std::unique_ptr<PipelineRunner> runner_;
-  OptimizerState state_;
-};
-
-// A kernels::Backend in bf16 mixed precision: DeviceTrainer. Its checkpoints stream the state
-// out of the backend's memory (OptimizerState); no host copy of the model state exists.
-class DeviceEngine final : public EngineOver<DeviceTrainer> {
- public:
-  DeviceEngine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
-               const parallel::ProcessGroups& groups, const EngineDevice& device)
-      : cfg_(cfg), me_(me), world_(world), backend_(*device.backend) {
-    // This rank's groups on the device's memory: the same ranks as the host groups.
-    auto data_group = [&](comm::Communicator& host) -> comm::Communicator* {
+Engine::Engine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+               const parallel::ProcessGroups& groups, const schedule::Schedule& program,
+               const EngineDevice& device)
+    : cfg_(cfg), me_(me), world_(world), device_(device.backend) {
+  // This rank's groups on the device's memory: the same ranks as the host groups.
+  DataGroups data_group;
+  if (device_ != nullptr) {
+    data_group = [&](comm::Communicator& host) -> comm::Communicator* {
       device_groups_.push_back(device.group ? device.group(host)
                                             : host.split(0, host.rank(), host.name()));
       return device_groups_.back().get();
     };
-    trainer_ = std::make_unique<DeviceTrainer>(
-        cfg.model, run_schedule(cfg).value_or_throw("invalid pipeline"),
-        pipeline_options(groups, rank_shape(cfg, me.pp), cfg.adamw(), &backend_, data_group));
-    state_ = std::make_unique<OptimizerState>(trainer_->chunks(), trainer_->optimizers(),
-                                              cfg.parallel, me.dp, device.staging_bytes);
   }
+  rss_before_ = current_resident_bytes();  // the model's memory is what comes after
+  runner_ = std::make_unique<PipelineRunner>(
+      cfg.model, program,
+      pipeline_options(groups, rank_shape(cfg, me.pp), cfg.adamw(), device_, data_group));
+  state_ = std::make_unique<OptimizerState>(runner_->chunks(), runner_->optimizers(), cfg.parallel,
+                                            me.dp, device_ != nullptr ? device.staging_bytes : 0);
+}
 
-  // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
-  std::string describe() const override {
-    const auto& p = cfg_.parallel;
-    const int world = p.tp * p.pp * p.dp;
+Engine::~Engine() = default;
+
+void Engine::init(uint64_t seed) { runner_->init(seed); }
+
+StepStats Engine::step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm) {
+  return runner_->step(tokens, targets, lr, clip_norm);
+}
+
+float Engine::evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) {
+  return runner_->evaluate(tokens, targets, batches, total);
+}
+
+std::string Engine::describe() const {
+  const auto& p = cfg_.parallel;
+  const int world = p.tp * p.pp * p.dp;
+  if (device_ != nullptr) {  // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
     return fmt::format(
         "{}{}, bf16 mixed precision; ",
         world > 1 ? fmt::format("tp={} pp={} dp={}, {} ranks on ", p.tp, p.pp, p.dp, world) : "",
-        backend_.name());
+        device_->name());
   }
-  double gemm_ceiling(bool) override {
-    return device_gemm_ceiling(backend_, cfg_.model, cfg_.train.micro_batch, cfg_.train.seq_len);
+  // "tp=2 pp=1 dp=1 (sequence parallel), 2 ranks x 1 thread; " or "1 thread; "
+  const int threads = kernels::num_threads();
+  const std::string threads_text = fmt::format("{} thread{}", threads, threads == 1 ? "" : "s");
+  if (world == 1) return threads_text + "; ";
+  return fmt::format("tp={} pp={} dp={}{}, {} ranks x {}; ", p.tp, p.pp, p.dp,
+                     p.sequence_parallel && p.tp > 1 ? " (sequence parallel)" : "", world,
+                     threads_text);
+}
+
+double Engine::gemm_ceiling(bool fresh) {
+  const int b = cfg_.train.micro_batch, T = cfg_.train.seq_len;
+  if (device_ != nullptr) return device_gemm_ceiling(*device_, cfg_.model, b, T);
+  // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
+  // The ceiling's operands and oneDNN's packing buffers for them are not training's memory: the
+  // peak before each measurement is kept, and the measurement's burst forgotten.
+  peak_before_ceilings_ = std::max(peak_before_ceilings_, peak_resident_bytes());
+  const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T), 3,
+                                                   kernels::matmul_precision())
+                                  .rate()
+                            : cached_gemm_ceiling(cfg_.model, b, T);
+  forget_burst();
+  return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
+                                 kernels::num_threads());
+}
+
+Engine::Memory Engine::memory() const {
+  const auto predicted = static_cast<double>(runner_->predicted_memory().total());
+  if (device_ != nullptr) {
+    return {device_->name() + " memory per rank, allocated / predicted",
+            static_cast<double>(device_->allocated_bytes()), predicted};
   }
-  Memory memory() const override {
-    return {backend_.name() + " memory per rank, allocated / predicted",
-            static_cast<double>(backend_.allocated_bytes()),
-            static_cast<double>(trainer_->predicted_memory().total())};
-  }
+  const int64_t peak = std::max(peak_resident_bytes(), peak_before_ceilings_);
+  return {"peak memory per rank, measured (resident above the start) / predicted",
+          static_cast<double>(peak - rss_before_), predicted};
+}
 
-  CheckpointJob checkpoint_job() override { return job_of(cfg_, me_, *state_, world_); }
-
- private:
-  DeviceTrainer& runner() override { return *trainer_; }
-
-  const RunConfig cfg_;
-  parallel::Coord me_;
-  comm::Communicator* world_;
-  kernels::Backend& backend_;
-  // Before the trainer: its groups outlive the trainer's sends in flight.
-  std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
-  std::unique_ptr<DeviceTrainer> trainer_;
-  std::unique_ptr<OptimizerState> state_;
-};
-
-}  // namespace
+CheckpointJob Engine::checkpoint_job() {
+  CheckpointJob job;
+  job.model = cfg_.model;
+  job.layout = {cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp, cfg_.parallel.vp,
+                cfg_.parallel.zero};
+  job.tp_rank = me_.tp;
+  job.dp_rank = me_.dp;
+  job.pp_rank = me_.pp;
+  job.state = state_.get();
+  job.world = world_;
+  return job;
+}
 
 double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
   static std::mutex mu;
@@ -281,14 +218,9 @@ Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
                                             comm::Communicator* world, const EngineDevice& device) {
   const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
   const parallel::Coord me = topo.coord(world != nullptr ? world->rank() : 0);
-  if (device.backend != nullptr) {
-    return std::unique_ptr<Engine>(std::make_unique<DeviceEngine>(cfg, me, world, groups, device));
-  }
-  const int64_t rss_before = current_resident_bytes();  // the model's memory is what comes after
-  auto runner = make_runner(cfg, groups, me.pp);
-  if (!runner.ok()) return runner.status();
-  return std::unique_ptr<Engine>(
-      std::make_unique<HostEngine>(cfg, me, world, rss_before, std::move(runner).value()));
+  auto program = run_schedule(cfg);
+  if (!program.ok()) return program.status();
+  return std::make_unique<Engine>(cfg, me, world, groups, program.value(), device);
 }
 
 }  // namespace weft::runtime

@@ -1,62 +1,29 @@
 #pragma once
 // What the trainer trains with: one interface over this rank's part of the job, so that
 // Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
-// model runs. make_engine decides that once, from the options: the one model (model::Gpt) and the
-// one pipeline runtime (pipeline_stages.h) either way, ending each step with the host fp32
-// backend's data-parallel optimizers (PipelineRunner: ZeRO 0-3) or with one AdamW launch on a
-// kernels::Backend in bf16 mixed precision (DeviceTrainer: the GPU, or its host emulation). The
-// engines are thin adapters; the algorithms are the runtime's.
+// model runs. make_engine decides that once, from the options: the one model (model::Gpt), the
+// one pipeline runtime (pipeline_stages.h) and the one data-parallel optimizer (ZeRO 0-3) either
+// way, on the host fp32 backend (PipelineRunner) or on a kernels::Backend in bf16 mixed precision
+// (DeviceTrainer: the GPU, or its host emulation). The two engines differ only in how they
+// describe the job, measure the GEMM ceiling and report memory; the algorithms are the runtime's.
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
 #include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
+#include "weft/parallel/topology.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/train_step.h"
 
 namespace weft::runtime {
-
-class Engine {
- public:
-  virtual ~Engine() = default;
-
-  // GPT-2 initialization of this rank's chunks (a fresh run; a resume loads the state instead).
-  virtual void init(uint64_t seed) = 0;
-  // One optimizer step over the replica's microbatches: tokens/targets are [m, B, T] (every rank
-  // passes the same). The mean loss and the gradient norm, on every rank.
-  virtual StepStats step(const int32_t* tokens, const int32_t* targets, float lr,
-                         double clip_norm) = 0;
-  // The mean loss of forward passes over `total` [B,T] blocks the replicas share, this replica
-  // running `batches` of them. On every rank.
-  virtual float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) = 0;
-
-  // Where the job runs, for the start line: "tp=2 pp=1 dp=1, 2 ranks x 1 thread; " (CPU) or
-  // "host, bf16 mixed precision; " (a device).
-  virtual std::string describe() const = 0;
-  // The job's GEMM ceiling in FLOP/s (MFU's reference line, docs/training.md): fresh measures
-  // again, otherwise a measurement of this shape earlier in the process may be reused.
-  virtual double gemm_ceiling(bool fresh) = 0;
-
-  // This rank's memory for the end-of-run report: what is measured (the CPU: resident memory
-  // above the start, GEMM-ceiling bursts left out; a device: its allocated bytes) against the
-  // memory model's prediction for the rank.
-  struct Memory {
-    std::string title;  // "peak memory per rank, measured (...) / predicted"
-    double used = 0, predicted = 0;
-  };
-  virtual Memory memory() const = 0;
-
-  // This rank's training state for checkpoints (runtime/checkpointing.h), where the optimizer
-  // holds it: a save streams it from there, a load into it.
-  virtual CheckpointJob checkpoint_job() = 0;
-};
 
 // What a device engine needs besides the run config (TrainerOptions' device and device_group).
 struct EngineDevice {
@@ -67,6 +34,61 @@ struct EngineDevice {
   // CUDA C/C++", 2012: pinned host-to-device copies level off from about 1 MB), and a save's or a
   // load's host memory is this, not the state's size.
   int64_t staging_bytes = int64_t{16} << 20;
+};
+
+// This rank's part of the job: its PipelineRunner (on the host fp32 backend, or on a device's in
+// bf16 mixed precision), its training state for checkpoints and its report lines. Built by
+// make_engine.
+class Engine {
+ public:
+  // `program`: run_schedule(cfg); `me`: this rank's coordinates in cfg's layout.
+  Engine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+         const parallel::ProcessGroups& groups, const schedule::Schedule& program,
+         const EngineDevice& device);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // GPT-2 initialization of this rank's chunks (a fresh run; a resume loads the state instead).
+  void init(uint64_t seed);
+  // One optimizer step over the replica's microbatches: tokens/targets are [m, B, T] (every rank
+  // passes the same). The mean loss and the gradient norm, on every rank.
+  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
+  // The mean loss of forward passes over `total` [B,T] blocks the replicas share, this replica
+  // running `batches` of them. On every rank.
+  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
+
+  // Where the job runs, for the start line: "tp=2 pp=1 dp=1, 2 ranks x 1 thread; " (CPU) or
+  // "host, bf16 mixed precision; " (a device).
+  std::string describe() const;
+  // The job's GEMM ceiling in FLOP/s (MFU's reference line, docs/training.md): fresh measures
+  // again, otherwise a measurement of this shape earlier in the process may be reused.
+  double gemm_ceiling(bool fresh);
+
+  // This rank's memory for the end-of-run report: what is measured (the CPU: resident memory
+  // above the start, GEMM-ceiling bursts left out; a device: its allocated bytes) against the
+  // memory model's prediction for the rank.
+  struct Memory {
+    std::string title;  // "peak memory per rank, measured (...) / predicted"
+    double used = 0, predicted = 0;
+  };
+  Memory memory() const;
+
+  // This rank's training state for checkpoints (runtime/checkpointing.h), where the optimizer
+  // holds it: a save streams it from there, a load into it.
+  CheckpointJob checkpoint_job();
+
+ private:
+  const RunConfig cfg_;
+  parallel::Coord me_;
+  comm::Communicator* world_;
+  kernels::Backend* device_;  // null: the runner's own host fp32 backend
+  int64_t rss_before_ = 0;
+  int64_t peak_before_ceilings_ = 0;
+  // Before the runner: its groups on the device's memory outlive the runner's sends in flight.
+  std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
+  std::unique_ptr<PipelineRunner> runner_;
+  std::unique_ptr<RankState> state_;  // the runner's optimizers' state (engine.cc)
 };
 
 // This rank's engine for `cfg` (validated: run_config.h):

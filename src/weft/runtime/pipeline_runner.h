@@ -1,6 +1,7 @@
 #pragma once
-// The host trainer: the one pipeline runtime (pipeline_stages.h) over fp32 model::Gpt chunks, each
-// with its replica's data-parallel optimizer. Activations and gradients move between ranks as
+// The pipeline runner: the one pipeline runtime (pipeline_stages.h) over model::Gpt chunks on any
+// backend (host fp32 by default; DeviceTrainer names a bf16 one), each with its replica's
+// data-parallel optimizer. Activations and gradients move between ranks as
 // PipelineStages moves them (sends eager, receives blocking, scatter/gather with tp > 1 without
 // sequence parallelism).
 //

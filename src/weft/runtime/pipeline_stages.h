@@ -1,13 +1,13 @@
 #pragma once
 // The one pipeline runtime over model::Gpt chunks on any backend (issue 19): the StageRunner half
-// that both trainers share, PipelineRunner (pipeline_runner.h: fp32 chunks, each replica's
-// optim::DistributedOptimizer with ZeRO 0-3) and DeviceTrainer (device_trainer.h: chunks on a
-// kernels::Backend, one AdamW launch). It holds this pipeline rank's chunks (global stages
-// shape.stage_of(pp_rank, j), each keeping exactly as many microbatches' activations as the rank's
-// program keeps in flight for it), runs their forward and backward passes (B, or a zero-bubble
-// schedule's I and W), and moves activations and gradients between ranks: sends eager and
-// asynchronous, receives blocking (as the schedule simulation assumes). What a rank holds is what
-// its program keeps in flight, never a buffer per microbatch (DESIGN.md §1.8):
+// of PipelineRunner (pipeline_runner.h: each chunk's optim::DistributedOptimizer, ZeRO 0-3, on
+// any backend; DeviceTrainer, device_trainer.h, adds the arena arithmetic of a device). It holds
+// this pipeline rank's chunks (global stages shape.stage_of(pp_rank, j), each keeping exactly as
+// many microbatches' activations as the rank's program keeps in flight for it), runs their forward
+// and backward passes (B, or a zero-bubble schedule's I and W), and moves activations and gradients
+// between ranks: sends eager and asynchronous, receives blocking (as the schedule simulation
+// assumes). What a rank holds is what its program keeps in flight, never a buffer per microbatch
+// (DESIGN.md §1.8):
 //   - a stage's output and its input gradient are written into the rank's send buffers
 //     (send_pool.h, as many as schedule::send_buffers says), each free again when its send
 //     completes; the next stage on the same rank reads its input from there;
