@@ -1,4 +1,4 @@
-// The GPU trainer's tensor, pipeline and data parallelism (runtime/device_trainer.h) against its
+// The GPU trainer's tensor, pipeline and data parallelism (runtime/pipeline_runner.h) against its
 // own one-process run: 10 AdamW steps of a small GPT in bf16 mixed precision, compared at every
 // step (the loss and the gradient norm), after the first step (every tensor's gradient, after the
 // replicas' all-reduce and the tied embedding's sum) and at the end (every parameter). Pipelines,
@@ -33,7 +33,7 @@
 #include "weft/kernels/kernels.h"
 #include "weft/model/zero_parts.h"
 #include "weft/parallel/groups.h"
-#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
 #ifdef WEFT_TEST_CUDA
 #include "weft/comm/cuda/staged_communicator.h"
@@ -54,7 +54,7 @@ std::unique_ptr<kernels::Backend> make_backend(const schedule::Schedule& schedul
                                                const runtime::RankShape& shape) {
 #ifdef WEFT_TEST_CUDA
   return kernels::cuda::make_mixed_backend(
-      runtime::DeviceTrainer::arena_bytes(small_gpt(), schedule, shape));
+      runtime::device_arena_bytes(small_gpt(), schedule, shape));
 #else
   (void)schedule;
   (void)shape;
@@ -108,8 +108,8 @@ const Run& one_rank(int dp) {
   const schedule::Schedule program =
       runtime::runner_schedule(small_gpt(), schedule::Kind::OneFOneB, 1, 1, kM * dp).value();
   const auto backend = make_backend(program, shape);
-  runtime::DeviceTrainer t(small_gpt(), program,
-                           runtime::pipeline_options({}, shape, {}, backend.get()));
+  runtime::PipelineRunner t(small_gpt(), program,
+                            runtime::pipeline_options({}, shape, {}, backend.get()));
   t.init(4);
   Run r;
   const int n = dp * kM * kB * kT;
@@ -206,8 +206,8 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
     owned.push_back(data_group(host, *backend));
     return owned.back() ? owned.back().get() : &host;
   };
-  runtime::DeviceTrainer t(small_gpt(), program,
-                           runtime::pipeline_options(groups, shape, {}, backend.get(), data));
+  runtime::PipelineRunner t(small_gpt(), program,
+                            runtime::pipeline_options(groups, shape, {}, backend.get(), data));
   t.init(4);
   // What the optimizers hold, placed in the serial layout: ZeRO 0 one replica's ranks (the others'
   // copies are the same), ZeRO 1-3 every rank its shard's parts (model::zero_owned_parts), which

@@ -1,8 +1,8 @@
 // The one memory model (model/memory.h) is what the device engine allocates (issue #19): for each
 // layout, every rank (a thread of this process, comm/thread_communicator.h) builds a
-// runtime::DeviceTrainer on the host-bf16 backend (kernels/backend.h, which counts its blocks as
+// runtime::PipelineRunner on the host-bf16 backend (kernels/backend.h, which counts its blocks as
 // the CUDA arena does) and the backend's allocated_bytes() must equal, to the byte,
-//   - DeviceTrainer::bytes, which sizes the CUDA arena and is the trainer's reported prediction;
+//   - device_bytes, which sizes the CUDA arena and is the trainer's reported prediction;
 //   - the planner's weft_rank_memory for the same configuration in bf16-mixed (planner::
 //     peak_memory's per-rank figure), so what `weft plan` says fits is what is allocated.
 // after a step (from ZeRO 2 on the first step fills the unit pool the prediction counts; before
@@ -24,7 +24,6 @@
 #include "weft/layout/rank.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/memory_model.h"
-#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/pipeline_stages.h"
 #include "weft/schedule/schedule.h"
@@ -76,7 +75,7 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   const model::GptConfig cfg = small_gpt();
   const schedule::Schedule program =
       runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
-  r.trainer = runtime::DeviceTrainer::bytes(cfg, program, shape).total();
+  r.trainer = runtime::device_bytes(cfg, program, shape).total();
   planner::Job job;
   job.model = cfg;
   job.seq_len = kT;
@@ -96,7 +95,7 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
 
   const auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   // The host backend: the host groups are the data groups.
-  runtime::DeviceTrainer t(
+  runtime::PipelineRunner t(
       cfg, program,
       runtime::pipeline_options(groups, shape, {}, backend.get(),
                                 [](comm::Communicator& host) { return &host; }));
@@ -117,7 +116,7 @@ void expect_prediction_is_allocation(const Layout& l) {
     const RankMemory& m = ranks[r];
     // From ZeRO 2 on the first step fills the unit pool (optim/unit_pool.h), which the prediction
     // counts; after that, and before it for ZeRO 0/1, a step allocates nothing.
-    EXPECT_EQ(m.trainer, m.after_step) << l.str() << " rank " << r << ": DeviceTrainer::bytes";
+    EXPECT_EQ(m.trainer, m.after_step) << l.str() << " rank " << r << ": device_bytes";
     EXPECT_EQ(m.planner, m.after_step) << l.str() << " rank " << r << ": the planner's bf16";
     if (l.zero < 2) {
       EXPECT_EQ(m.after_step, m.allocated) << l.str() << " rank " << r << ": a step allocated";
@@ -246,7 +245,7 @@ TEST(HostUnitPool, HoldsWhatTheModelCounts) {
 // What a rank holds is bounded by what its schedule keeps in flight, never by the number of
 // microbatches (DESIGN.md §1.8, issue #37), on both host engines and every schedule: at pp=2 each
 // layout runs steps of m and of 8m microbatches, and on every rank the backend's allocated bytes
-// after a step equal the memory model's (host-bf16: DeviceTrainer::bytes; host fp32: the buffers
+// after a step equal the memory model's (host-bf16: device_bytes; host fp32: the buffers
 // as the backend counts them, model::Counted::Backend) and do not change with m, except GPipe's,
 // which keeps every microbatch in flight: there they grow by exactly the added activation slots
 // (whose count the schedule gives), nothing else.

@@ -2,7 +2,7 @@
 // around one real training step of the pipeline runner: per group (tp, pp, embedding) and per
 // op, the same number of calls and elements. mpirun -n 2: tp=2, pp=2; -n 4: tp=2 x pp=2.
 // The same on the host-bf16 backend (bf16 elements and bytes), ZeRO 0-3 included, and the device
-// trainer's wiring of the runner (runtime/device_trainer.h) for its tp group: tp=2 (-n 2), tp=4
+// trainer's wiring of the runner (runtime/pipeline_runner.h) for its tp group: tp=2 (-n 2), tp=4
 // and tp=2 x dp=2 (-n 4).
 #include <gtest/gtest.h>
 
@@ -16,7 +16,6 @@
 #include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
 #include "weft/planner/comm_volume.h"
-#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
 
@@ -144,7 +143,7 @@ void expect_device_tp_volume(int tp, int dp) {
   auto rec = std::make_shared<comm::CommRecorder>();
   comm::RecordingCommunicator tp_comm(std::move(groups.tp), rec);
   o.tp.comm = &tp_comm;
-  runtime::DeviceTrainer trainer(
+  runtime::PipelineRunner trainer(
       tiny(), runtime::runner_schedule(tiny(), schedule::Kind::OneFOneB, 1, 1, m).value(), o);
   trainer.init(3);
   std::vector<int32_t> tokens(m * B * T + 1);

@@ -140,7 +140,7 @@ TEST_F(CliTrainTest, ParallelRunsFollowTheSerialRunAcrossLayouts) {
   expect_follows_serial(1e-6, 9e-6, {.all = 8e-6, .per_tensor = 4e-5});
 }
 
-// --device host-bf16 runs the GPU trainer's code (model/gpt.h, runtime/device_trainer.h) on
+// --device host-bf16 runs the GPU trainer's code (model/gpt.h, runtime/pipeline_runner.h) on
 // the host emulation of the CUDA kernels: bf16 mixed precision that follows the fp32 run, with
 // checkpoints in the serial layout that the CPU trainer continues. Without a GPU, --device cuda
 // is one clear error.

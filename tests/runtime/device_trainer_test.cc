@@ -1,4 +1,4 @@
-// The GPU trainer's model and step (model/gpt.h on a bf16 backend, runtime/device_trainer.h)
+// The GPU trainer's model and step (model/gpt.h on a bf16 backend, runtime/pipeline_runner.h)
 // against the fp32 CPU trainer. One source, two tests: device_trainer_test runs it on the host
 // emulation of the mixed-precision kernels (label unit, everywhere); gpu_trainer_test
 // (WEFT_TEST_CUDA) on the CUDA backend (label cuda; skipped where no GPU is visible).
@@ -19,7 +19,7 @@
 #include "weft/kernels/profiling_backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/distributed_optimizer.h"
-#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
 #ifdef WEFT_TEST_CUDA
 #include "weft/kernels/cuda/arena.h"
@@ -35,7 +35,7 @@ constexpr int kB = 2, kT = 48;
 
 std::unique_ptr<kernels::Backend> make_backend(const model::GptConfig& cfg) {
 #ifdef WEFT_TEST_CUDA
-  return kernels::cuda::make_mixed_backend(runtime::DeviceTrainer::arena_bytes(cfg, kB, kT));
+  return kernels::cuda::make_mixed_backend(runtime::device_arena_bytes(cfg, kB, kT));
 #else
   (void)cfg;
   return kernels::make_host_backend(Precision::BF16Mixed);
@@ -134,7 +134,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
   model::Gpt ref(cfg_, kB, kT);
   ref.init(3);
   optim::DistributedOptimizer opt(ref, nullptr, 0);
-  runtime::DeviceTrainer dev(*backend_, cfg_, kB, kT, kM);
+  runtime::PipelineRunner dev(*backend_, cfg_, kB, kT, kM);
   dev.init(3);
   std::vector<float> ref_losses, losses;
   for (int s = 0; s < kSteps; ++s) {
@@ -172,7 +172,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
 
 TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
   const int n = kB * kT;
-  runtime::DeviceTrainer a(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner a(*backend_, cfg_, kB, kT);
   a.init(11);
   for (int s = 0; s < 3; ++s) {
     const auto t = batch(s, n + 1, cfg_.vocab_size);
@@ -181,7 +181,7 @@ TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
   const int64_t total = a.model().param_layout().buffer.total();
   std::vector<float> p(total), m(total), v(total);
   a.download_state(0, p.data(), m.data(), v.data());
-  runtime::DeviceTrainer b(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner b(*backend_, cfg_, kB, kT);
   b.upload_state(0, p.data(), m.data(), v.data(), a.step_count());
   const auto t = batch(9, n + 1, cfg_.vocab_size);
   const runtime::StepStats sa = a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
@@ -197,8 +197,8 @@ TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
 TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   constexpr int kM = 2;
   const int n = kM * kB * kT;
-  runtime::DeviceTrainer none(*backend_, cfg_, kB, kT, kM);
-  runtime::DeviceTrainer full(*backend_, cfg_, kB, kT, kM, {}, model::Recompute::Full);
+  runtime::PipelineRunner none(*backend_, cfg_, kB, kT, kM);
+  runtime::PipelineRunner full(*backend_, cfg_, kB, kT, kM, {}, model::Recompute::Full);
   none.init(5);
   full.init(5);
   for (int s = 0; s < 3; ++s) {
@@ -213,9 +213,8 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   none.model().get_params(pa);
   full.model().get_params(pb);
   EXPECT_EQ(pa, pb);
-  const model::MemoryEstimate a = runtime::DeviceTrainer::bytes(cfg_, kB, kT, kM);
-  const model::MemoryEstimate b =
-      runtime::DeviceTrainer::bytes(cfg_, kB, kT, kM, model::Recompute::Full);
+  const model::MemoryEstimate a = runtime::device_bytes(cfg_, kB, kT, kM);
+  const model::MemoryEstimate b = runtime::device_bytes(cfg_, kB, kT, kM, model::Recompute::Full);
   // Per layer, the input alone instead of 16 C-wide rows per token (plus statistics): the two
   // layers' other tensors become one shared set.
   EXPECT_LT(b.activations + b.workspace, a.activations + a.workspace);
@@ -224,20 +223,19 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
 
 TEST_F(DeviceTrainerTest, BytesPredictsExactlyWhatATrainerAllocates) {
   const int64_t before = backend_->allocated_bytes();
-  runtime::DeviceTrainer t(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner t(*backend_, cfg_, kB, kT);
   // Each buffer rounded up to 256 bytes: equal, but for the last buffer's rounding, which an
   // allocator may or may not count.
   const int64_t used = backend_->allocated_bytes() - before;
-  const int64_t predicted = runtime::DeviceTrainer::bytes(cfg_, kB, kT).total();
+  const int64_t predicted = runtime::device_bytes(cfg_, kB, kT).total();
   EXPECT_LE(used, predicted);
   EXPECT_GT(used, predicted - 256);
-  EXPECT_GE(runtime::DeviceTrainer::arena_bytes(cfg_, kB, kT),
-            runtime::DeviceTrainer::bytes(cfg_, kB, kT).total());
+  EXPECT_GE(runtime::device_arena_bytes(cfg_, kB, kT), runtime::device_bytes(cfg_, kB, kT).total());
 }
 
 TEST_F(DeviceTrainerTest, ANonFiniteLossSkipsTheUpdate) {
   const int n = kB * kT;
-  runtime::DeviceTrainer dev(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner dev(*backend_, cfg_, kB, kT);
   dev.init(1);
   auto t = batch(0, n + 1, cfg_.vocab_size);
   const int64_t total = dev.model().param_layout().buffer.total();
@@ -268,7 +266,7 @@ TEST_F(DeviceTrainerTest, AStepWaitsForTheDeviceAFixedNumberOfTimes) {
     const model::GptConfig cfg = test::small_gpt_hs64(layers, 64);
     const auto backend = make_backend(cfg);
     kernels::ProfilingBackend counting(*backend);
-    runtime::DeviceTrainer t(counting, cfg, kB, kT, microbatches);
+    runtime::PipelineRunner t(counting, cfg, kB, kT, microbatches);
     t.init(3);
     const auto tokens = batch(0, microbatches * kB * kT + 1, cfg.vocab_size);
     t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);  // the first step plans and allocates

@@ -1,4 +1,4 @@
-// weft bench step --device cuda|host-bf16 (cli/device.h): DeviceTrainer steps, timed on the host
+// weft bench step --device cuda|host-bf16 (cli/device.h): PipelineRunner steps, timed on the host
 // around each step (a step ends with the loss and the gradient norm copied back, so the device is
 // idle when the clock stops).
 
@@ -15,7 +15,7 @@
 #include "weft/core/rng.h"
 #include "weft/kernels/profiling_backend.h"
 #include "weft/model/flops.h"
-#include "weft/runtime/device_trainer.h"
+#include "weft/runtime/pipeline_runner.h"
 
 namespace weft::cli {
 
@@ -33,11 +33,11 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const int B = o.batch, T = o.seq, m = o.microbatches;
   model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
   const auto backend =
-      make_device(o.device, runtime::DeviceTrainer::arena_bytes(cfg, B, T, m, o.recompute));
+      make_device(o.device, runtime::device_arena_bytes(cfg, B, T, m, o.recompute));
   WEFT_CHECK(backend != nullptr, "run_bench_step_on_device needs a device other than cpu");
   // The trainer runs on the profiling wrapper, which forwards untimed until --profile's step.
   kernels::ProfilingBackend profiler(*backend);
-  runtime::DeviceTrainer trainer(profiler, cfg, B, T, m, {}, o.recompute);
+  runtime::PipelineRunner trainer(profiler, cfg, B, T, m, {}, o.recompute);
   trainer.init(1234);
 
   const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
@@ -69,7 +69,7 @@ void run_bench_step_on_device(const DeviceBenchOptions& o) {
   const double achieved = flops / step_s;
   const double ceiling = runtime::device_gemm_ceiling(*backend, cfg, B, T);
   const int64_t tokens_per_step = int64_t{m} * B * T;
-  const model::MemoryEstimate predicted = runtime::DeviceTrainer::bytes(cfg, B, T, m, o.recompute);
+  const model::MemoryEstimate predicted = runtime::device_bytes(cfg, B, T, m, o.recompute);
   const double mib = 1 << 20;
 
   nlohmann::json j = {

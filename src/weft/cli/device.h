@@ -22,7 +22,7 @@
 namespace weft::cli {
 
 // The backend --device names, with `arena_bytes` of memory for the CUDA arena
-// (runtime::DeviceTrainer::arena_bytes). Null for "cpu". Plain "cuda" under mpirun picks device
+// (runtime::device_arena_bytes). Null for "cpu". Plain "cuda" under mpirun picks device
 // local rank % visible devices (one process per GPU; ranks share GPUs when there are fewer).
 // Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
 // is visible.
@@ -47,7 +47,7 @@ inline constexpr const char* kDeviceHelp =
     "cpu (fp32, any layout) | cuda[:N] (GPU, bf16 mixed precision, one process) | host-bf16 (the "
     "GPU path emulated on the CPU, for checks)";
 
-// `weft bench step --device cuda|host-bf16` (bench_device.cc): time DeviceTrainer steps on random
+// `weft bench step --device cuda|host-bf16` (bench_device.cc): time PipelineRunner steps on random
 // tokens; report tokens/s, model FLOP/s and MFU against the spec peak (--peak-tflops) and against
 // the backend's GEMM ceiling measured in the same run, and the device memory against its
 // prediction.

@@ -28,8 +28,8 @@
 #include "weft/data/token_dataset.h"
 #include "weft/data/token_stats.h"
 #include "weft/parallel/topology.h"
-#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/engine.h"
+#include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
 #include "weft/runtime/trainer.h"
 #include "weft/schedule/schedule.h"
@@ -114,7 +114,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
     const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
     const int pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
     device = make_device(
-        o.device, runtime::DeviceTrainer::arena_bytes(
+        o.device, runtime::device_arena_bytes(
                       cfg.model, runtime::run_schedule(cfg).value_or_throw("invalid pipeline"),
                       runtime::rank_shape(cfg, pp_rank)));
     options.device = device.get();

@@ -51,7 +51,6 @@
 #include "weft/planner/memory_model.h"
 #include "weft/planner/search.h"
 #include "weft/planner/tune.h"
-#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/run_config.h"
@@ -149,7 +148,7 @@ TrialEngineMaker host_trial_engine(const runtime::RunConfig& cfg, const planner:
 
 // A device's (--device cuda[:N] | host-bf16; bf16 mixed precision): the engine `weft train
 // --device` builds for the run config with the layout's keys (runtime::make_engine), on a backend
-// whose arena is sized for the layout (DeviceTrainer::arena_bytes); memory is what the engine took
+// whose arena is sized for the layout (device_arena_bytes); memory is what the engine took
 // from the backend, which the memory model predicts to the byte.
 TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* world) {
   return [&o, world](const planner::ParallelConfig& c, const parallel::ProcessGroups& groups,
@@ -167,7 +166,7 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
     auto owned = std::make_shared<Owned>();
     const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
     owned->backend =
-        make_device(o.device, runtime::DeviceTrainer::arena_bytes(
+        make_device(o.device, runtime::device_arena_bytes(
                                   cfg.model, runtime::run_schedule(cfg).value_or_throw("schedule"),
                                   runtime::rank_shape(cfg, pp_rank)));
     owned->engine = runtime::make_engine(cfg, groups, world,

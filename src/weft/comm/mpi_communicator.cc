@@ -197,7 +197,8 @@ class Pending {
 // allocation of a large block is fresh pages: Open MPI's single-copy transport (CMA) faulted in
 // every page of every receive, and on a virtualized host a fault costs microseconds. That was most
 // of ZeRO 2's reductions (pipe-8l, dp 2, 4 microbatches: 236 ms a step alone, the step 1.97x
-// ZeRO 0's). At most two blocks per ring in flight are kept (a block per ring at p = 2).
+// ZeRO 0's). It keeps every block given back: as many as rings were ever in flight at once (two
+// each, one at p = 2), and a new one where a request is larger than any that is free.
 class ScratchPool {
  public:
   // A block of at least `bytes`: the smallest kept one that is large enough, else a new one.

@@ -8,7 +8,8 @@
 //              layouts of param_layout.h and activation_layout.h, with ZeRO's shards and
 //              transients, the MPI temporaries, kernel scratch (per-thread attention rows) under
 //              workspace, and the process's runtime (oneDNN's code and packing buffers).
-//   bf16-mixed the device engine (model::Gpt on a bf16 backend, runtime::DeviceTrainer): bf16
+//   bf16-mixed the device engine (model::Gpt on a bf16 backend, runtime::PipelineRunner on it):
+//   bf16
 //              compute with fp32 master weights, gradients and AdamW state (Micikevicius et al.
 //              2018), exactly the backend allocations: the model's buffers (activation_layout.h),
 //              the moments and the pipeline's send buffers.
@@ -128,14 +129,14 @@ struct RankProgram {
 // one at dp = 2), those below glibc's mmap ceiling (32 MiB) kept on the heap for the whole step.
 // Under `runtime`: `runtime_bytes` and the largest chunk's resident GEMM packing buffers.
 //
-// Precision::BF16Mixed (the device engine), what runtime::DeviceTrainer takes from its backend,
+// Precision::BF16Mixed (the device engine), what runtime::PipelineRunner takes from its backend,
 // each block rounded up to the backend's 256 bytes, as Backend::allocated_bytes() counts:
 // per chunk model::Gpt's buffers (fp32 master weights and their bf16 copy under params, fp32
 // gradients, the model's workspace of activation_layout.h, and with deferred weight gradients a
 // block for them per slot of its pool), per pool its slots' activations, the AdamW
 // moments m and v (fp32) and the AdamW plan's two tables (kernels::adamw_table_bytes at a tensor
 // per segment over the chunk) under optimizer, and the rank's bf16 send buffers. `runtime` is 0
-// (the arena's own blocks are DeviceTrainer::arena_bytes' margin); `threads` does not matter;
+// (the arena's own blocks are device_arena_bytes' margin); `threads` does not matter;
 // `pipelined` with tp > 1 and no sequence parallelism adds scatter/gather's receive buffer (1/tp
 // of a boundary). ZeRO as for FP32, in the backend's blocks and without the MPI temporaries
 // (host memory, not the device's); ZeRO 1 on keeps a bf16 copy of the master shard beside it.

@@ -4,7 +4,7 @@
 // model/memory.h) says that trainer allocates: fp32 is the host engine's layout, with ZeRO,
 // sequence parallelism and every schedule; bf16-mixed the device engine's (model::Gpt's buffers
 // on a bf16 backend, the AdamW moments, its send buffers; sequence parallelism, every schedule and
-// ZeRO), which is what runtime::DeviceTrainer::bytes predicts and its backend allocates, exactly.
+// ZeRO), which is what runtime::device_bytes predicts and its backend allocates, exactly.
 
 #include <cstdint>
 #include <string>

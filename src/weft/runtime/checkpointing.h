@@ -6,12 +6,12 @@
 //
 // The state is read where the optimizer holds it (RankState, implemented by the engines): a state
 // in host memory (the CPU engine's optim::DistributedOptimizer) is written straight from its
-// buffers; a state in a device's memory (DeviceTrainer) is streamed through the engine's bounded
-// staging buffer, window after window, and a load comes back the same way through load_pieces'
-// bounded window. No host copy of the model state exists: host memory per rank during a save or a
-// load is O(buffer), not O(parameters) (tests/runtime/checkpoint_memory_test.cc measures it). The
-// format is the same either way, so checkpoints of either engine load on the other under any
-// layout.
+// buffers; a state in a device's memory (a PipelineRunner on a GPU) is streamed through the
+// engine's bounded staging buffer, window after window, and a load comes back the same way through
+// load_pieces' bounded window. No host copy of the model state exists: host memory per rank during
+// a save or a load is O(buffer), not O(parameters) (tests/runtime/checkpoint_memory_test.cc
+// measures it). The format is the same either way, so checkpoints of either engine load on the
+// other under any layout.
 
 #include <cstdint>
 #include <span>

@@ -15,7 +15,6 @@
 #include "weft/kernels/kernels.h"
 #include "weft/model/flops.h"
 #include "weft/parallel/topology.h"
-#include "weft/runtime/device_trainer.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"

@@ -3,8 +3,8 @@
 // Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
 // model runs. make_engine decides that once, from the options: the one model (model::Gpt), the
 // one pipeline runtime (pipeline_stages.h) and the one data-parallel optimizer (ZeRO 0-3) either
-// way, on the host fp32 backend (PipelineRunner) or on a kernels::Backend in bf16 mixed precision
-// (DeviceTrainer: the GPU, or its host emulation). The two engines differ only in how they
+// way, the PipelineRunner on the host fp32 backend or on a kernels::Backend in bf16 mixed precision
+// (the GPU, or its host emulation). The two engines differ only in how they
 // describe the job, measure the GEMM ceiling and report memory; the algorithms are the runtime's.
 
 #include <cstdint>

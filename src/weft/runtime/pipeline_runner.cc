@@ -5,6 +5,7 @@
 #include "weft/core/check.h"
 #include "weft/kernels/kernels.h"
 #include "weft/layout/rank.h"
+#include "weft/model/gemm_shapes.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
@@ -21,6 +22,18 @@ PipelineWiring wiring_of(const PipelineOptions& o) {
   w.pp = o.pp;
   w.dp = o.dp;
   return w;
+}
+schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microbatches) {
+  return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
+      .value_or_throw("invalid one-process pipeline");
+}
+// The one process's shape: the whole model, no tensor parallelism, no ZeRO.
+RankShape one_process_shape(int B, int T, model::Recompute recompute) {
+  RankShape s;
+  s.B = B;
+  s.T = T;
+  s.recompute = recompute;
+  return s;
 }
 }  // namespace
 
@@ -90,7 +103,73 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   }
 }
 
+PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                               int microbatches, optim::AdamWConfig adamw,
+                               model::Recompute recompute)
+    : PipelineRunner(cfg, one_process_schedule(cfg, microbatches),
+                     pipeline_options({}, one_process_shape(B, T, recompute), adamw, &backend)) {}
+
 PipelineRunner::~PipelineRunner() = default;
+
+void PipelineRunner::download_state(int j, float* params, float* m, float* v) const {
+  optim::DistributedOptimizer& o = *opts_.at(j);
+  const int64_t n = model(j).param_layout().buffer.total();
+  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
+  o.read_state(0, 0, n, params);
+  o.read_state(1, 0, n, m);
+  o.read_state(2, 0, n, v);
+}
+
+void PipelineRunner::upload_state(int j, const float* params, const float* m, const float* v,
+                                  int step_count) {
+  optim::DistributedOptimizer& o = *opts_.at(j);
+  const int64_t n = model(j).param_layout().buffer.total();
+  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
+  o.write_state(0, 0, n, params);
+  o.write_state(1, 0, n, m);
+  o.write_state(2, 0, n, v);
+  o.state_loaded(step_count);
+}
+
+model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                                   const RankShape& shape) {
+  // The one memory model, as the runner predicts itself (rank_memory), in the arena's units.
+  return rank_memory(cfg, schedule, shape, Precision::BF16Mixed, 1, 0);
+}
+
+model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
+                                   model::Recompute recompute) {
+  return device_bytes(cfg, one_process_schedule(cfg, microbatches),
+                      one_process_shape(B, T, recompute));
+}
+
+int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                           const RankShape& shape) {
+  int64_t gemm = 0;  // bf16 input, weight and output of the largest forward GEMM
+  for (const model::GemmShape& g : model::training_gemm_shapes(cfg, shape.B, shape.T)) {
+    gemm = std::max<int64_t>(gemm, 2 * (g.M * g.K + g.N * g.K + g.M * g.N) + 3 * 256);
+  }
+  return device_bytes(cfg, schedule, shape).total() + gemm + (int64_t{64} << 20);
+}
+
+int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
+                           model::Recompute recompute) {
+  return device_arena_bytes(cfg, one_process_schedule(cfg, microbatches),
+                            one_process_shape(B, T, recompute));
+}
+
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                           int reps) {
+  double flops = 0, seconds = 0;
+  for (const model::GemmShape& g : model::training_gemm_shapes(cfg, B, T)) {
+    if (g.trans_a || !g.trans_b) continue;  // the forward shapes: [M,K] @ [N,K]^T
+    const double s = backend.linear_forward_seconds(static_cast<int>(g.M), static_cast<int>(g.K),
+                                                    static_cast<int>(g.N), reps);
+    flops += g.flops();
+    seconds += s * g.count;
+  }
+  return seconds > 0 ? flops / seconds : 0.0;
+}
 
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                   const RankShape& shape, Precision precision, int threads,

@@ -1,6 +1,7 @@
 #pragma once
 // The pipeline runner: the one pipeline runtime (pipeline_stages.h) over model::Gpt chunks on any
-// backend (host fp32 by default; DeviceTrainer names a bf16 one), each with its replica's
+// backend (host fp32 by default, or the backend its options name: a GPU in bf16 mixed precision or
+// its host emulation), each with its replica's
 // data-parallel optimizer. Activations and gradients move between ranks as
 // PipelineStages moves them (sends eager, receives blocking, scatter/gather with tp > 1 without
 // sequence parallelism).
@@ -53,7 +54,7 @@ struct PipelineOptions {
 };
 
 // The numbers a pipeline rank's memory depends on besides the model and the schedule: all known
-// before any group exists, so a device's arena is sized from them (DeviceTrainer::arena_bytes).
+// before any group exists, so a device's arena is sized from them (device_arena_bytes).
 struct RankShape {
   int B = 1, T = 1;
   model::Recompute recompute = model::Recompute::None;
@@ -62,7 +63,7 @@ struct RankShape {
   model::ZeroSharding zero;  // the stage and the replicas it shards over
 };
 // What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
-// layout::rank_program): its predicted_memory(), and DeviceTrainer::bytes before the runner
+// layout::rank_program): its predicted_memory(), and device_bytes before the runner
 // exists.
 // `threads`: the host kernels' (the GEMM packing buffers); `runtime_bytes`: the process's own
 // (kernels::host_runtime_bytes() on the host; 0 for a device's arena).
@@ -95,7 +96,22 @@ class PipelineRunner : public PipelineStages {
   // `schedule`: lowered (add_communication, add_optimizer_step) and validated.
   PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                  PipelineOptions options);
+  // One process with the whole model on `backend`; a step is `microbatches` [B,T] microbatches.
+  // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
+  // probabilities: activation_layout.h).
+  PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                 int microbatches = 1, optim::AdamWConfig adamw = {},
+                 model::Recompute recompute = model::Recompute::None);
   ~PipelineRunner() override;
+
+  // This rank's model chunks (global stages pp_rank + j*pp); model() is the first.
+  model::Gpt& model(int j = 0) { return *chunks()[j]; }
+  const model::Gpt& model(int j = 0) const { return *chunks()[j]; }
+  int step_count() const { return opts_.front()->step_count(); }
+  // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
+  // also sets the step count and rounds the weights' bf16 copy.
+  void download_state(int j, float* params, float* m, float* v) const;
+  void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 
   // GPT-2 initialization of every chunk (ZeRO 1-3: each rank its shards).
   void init(uint64_t seed);
@@ -127,5 +143,28 @@ class PipelineRunner : public PipelineStages {
   double clip_ = 0;
   const BeforeUpdate* before_update_ = nullptr;
 };
+
+// What a runner of this schedule and shape allocates on a bf16 backend, exactly
+// (Backend::allocated_bytes() after construction; from ZeRO 2 on, after a step, which fills the
+// unit pool): rank_memory under Precision::BF16Mixed, the runner's own predicted_memory() before
+// it exists. The second: one process with the whole model.
+model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                                   const RankShape& shape);
+model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
+                                   model::Recompute recompute = model::Recompute::None);
+// What a backend arena needs for device_bytes and for device_gemm_ceiling's largest GEMM (its
+// buffers are taken and given back while the model exists), plus 64 MiB for alignment and small
+// plans.
+int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                           const RankShape& shape);
+int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
+                           model::Recompute recompute = model::Recompute::None);
+
+// The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro
+// batch B and length T (training_gemm_shapes' ".fwd" shapes, each weighted by its count), timed
+// through Backend::linear_forward. The input- and weight-gradient GEMMs have the same sizes
+// transposed; the forward ones stand for them.
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
+                           int reps = 5);
 
 }  // namespace weft::runtime

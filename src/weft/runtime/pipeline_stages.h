@@ -1,7 +1,7 @@
 #pragma once
 // The one pipeline runtime over model::Gpt chunks on any backend (issue 19): the StageRunner half
 // of PipelineRunner (pipeline_runner.h: each chunk's optim::DistributedOptimizer, ZeRO 0-3, on
-// any backend; DeviceTrainer, device_trainer.h, adds the arena arithmetic of a device). It holds
+// any backend, and the arena arithmetic of a device). It holds
 // this pipeline rank's chunks (global stages shape.stage_of(pp_rank, j), each keeping exactly as
 // many microbatches' activations as the rank's program keeps in flight for it), runs their forward
 // and backward passes (B, or a zero-bubble schedule's I and W), and moves activations and gradients
@@ -76,6 +76,7 @@ class PipelineStages : public StageRunner {
   const Timing& last_timing() const { return timing_; }
   const schedule::Schedule& schedule() const { return schedule_; }
   std::span<model::Gpt* const> chunks() const { return models_; }
+  int num_chunks() const { return schedule_.shape.vp; }
   kernels::Backend& backend() const { return backend_; }
 
   // The mean loss of forward passes (no gradients) over `total` [B,T] blocks that the replicas
@@ -104,7 +105,6 @@ class PipelineStages : public StageRunner {
   const model::Gpt* slot_owner(int j) const;
   // What this rank holds, as the memory model prices it (layout::rank_program).
   const model::RankProgram& rank_program() const { return rank_; }
-  int num_chunks() const { return schedule_.shape.vp; }
   // Hands chunk j's model over (in order j = 0, 1, ...), built for stage_of_chunk(j) with
   // slots_of_chunk(j) slots, shared with slot_owner(j).
   void add_chunk(std::unique_ptr<model::Gpt> model);
