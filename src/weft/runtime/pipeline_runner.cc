@@ -35,6 +35,11 @@ RankShape one_process_shape(int B, int T, model::Recompute recompute) {
   s.recompute = recompute;
   return s;
 }
+// ZeRO 0's whole state of a chunk: the elements of each of its groups (params, m, v).
+int64_t whole_state_elements(const optim::DistributedOptimizer& o, const model::Gpt& chunk) {
+  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
+  return chunk.param_layout().buffer.total();
+}
 }  // namespace
 
 Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
@@ -112,23 +117,17 @@ PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig
 PipelineRunner::~PipelineRunner() = default;
 
 void PipelineRunner::download_state(int j, float* params, float* m, float* v) const {
-  optim::DistributedOptimizer& o = *opts_.at(j);
-  const int64_t n = model(j).param_layout().buffer.total();
-  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
-  o.read_state(0, 0, n, params);
-  o.read_state(1, 0, n, m);
-  o.read_state(2, 0, n, v);
+  float* const out[] = {params, m, v};
+  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
+  for (int group = 0; group < 3; ++group) opts_[j]->read_state(group, 0, n, out[group]);
 }
 
 void PipelineRunner::upload_state(int j, const float* params, const float* m, const float* v,
                                   int step_count) {
-  optim::DistributedOptimizer& o = *opts_.at(j);
-  const int64_t n = model(j).param_layout().buffer.total();
-  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
-  o.write_state(0, 0, n, params);
-  o.write_state(1, 0, n, m);
-  o.write_state(2, 0, n, v);
-  o.state_loaded(step_count);
+  const float* const in[] = {params, m, v};
+  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
+  for (int group = 0; group < 3; ++group) opts_[j]->write_state(group, 0, n, in[group]);
+  opts_[j]->state_loaded(step_count);
 }
 
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
