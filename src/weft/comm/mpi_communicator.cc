@@ -23,11 +23,12 @@
 
 #include "weft/comm/poll.h"
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 
 namespace weft::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
 // All-reduces of at least this many bytes run on the Ring (below: MPI_Iallreduce, whose log2(p)
 // rounds beat the ring's 2(p-1) steps on latency).

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include "weft/core/clock.h"
+
 namespace weft::comm {
 
 // First it spins (an op that is nearly done costs no scheduling round trip), then it yields after
@@ -24,12 +26,11 @@ struct PollPolicy {
 // done() may throw; the exception passes through.
 template <typename Done>
 bool poll_until(double timeout_s, Done&& done) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   auto nap = PollPolicy::kFirstNap;
   for (;;) {
     if (done()) return true;
-    const auto elapsed = Clock::now() - start;
+    const auto elapsed = SteadyClock::now() - start;
     if (elapsed < PollPolicy::kSpinFor) continue;
     if (elapsed >= std::chrono::duration<double>(timeout_s)) return false;
     if (elapsed < PollPolicy::kYieldFor) {

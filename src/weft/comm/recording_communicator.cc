@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 
 namespace weft::comm {
 
@@ -85,8 +86,7 @@ RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner
 
 Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,
                                    const std::function<Work()>& issue, int peer) {
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   const size_t index = rec_->add(CommRecord{.op = op,
                                             .group = inner_->name(),
                                             .group_size = inner_->size(),
@@ -98,7 +98,7 @@ Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,
   auto inner = std::make_shared<Work>(issue());
   auto finish = [inner, rec = rec_, index, start](void (Work::*how)()) {
     ((*inner).*how)();
-    rec->add_seconds(index, std::chrono::duration<double>(Clock::now() - start).count());
+    rec->add_seconds(index, seconds_since(start));
   };
   return Work([finish] { finish(&Work::wait); }, [inner] { return inner->test(); },
               [finish] { finish(&Work::order); });

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "weft/core/clock.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/indexed_dataset.h"
 #include "weft/data/sidecar.h"
@@ -153,7 +154,7 @@ size_t find_cut(std::string_view text, size_t lo, size_t hi) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
 enum class Format { Whole, Paragraphs, Jsonl };
 
@@ -657,7 +658,7 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o, const TextEncoder
   stats.bin_path = o.output + ".bin";
   stats.idx_path = o.output + ".idx";
   stats.json_path = o.output + ".json";
-  stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  stats.seconds = seconds_since(start);
   return stats;
 }
 

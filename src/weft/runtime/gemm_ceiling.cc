@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "weft/core/clock.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/gemm.h"
 #include "weft/tensor/aligned_buffer.h"
@@ -47,17 +48,16 @@ GemmCeiling GemmCeilingMeter::measure(int reps, kernels::MatmulPrecision precisi
     // timing single small calls would also time the OpenMP pool waking up from a passive wait,
     // and put the ceiling below what the step itself reaches.
     constexpr double kMinBatchSeconds = 0.005;
-    using clock = std::chrono::steady_clock;
-    auto t0 = clock::now();
+    auto t0 = SteadyClock::now();
     call();
-    const double first = std::chrono::duration<double>(clock::now() - t0).count();
+    const double first = seconds_since(t0);
     const int calls = std::max(1, static_cast<int>(kMinBatchSeconds / std::max(first, 1e-7)));
     call();
     std::vector<double> t;
     for (int r = 0; r < reps; ++r) {
-      t0 = clock::now();
+      t0 = SteadyClock::now();
       for (int i = 0; i < calls; ++i) call();
-      t.push_back(std::chrono::duration<double>(clock::now() - t0).count() / calls);
+      t.push_back(seconds_since(t0) / calls);
     }
     std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
     GemmTiming timing{s, t[reps / 2]};
