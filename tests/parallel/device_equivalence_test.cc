@@ -143,7 +143,7 @@ struct Tolerance {
 //   only in the order the tied wte's gradient adds its parts (on one rank the embedding's and the
 //   head's alternate per microbatch; here each stage sums its own, then the two are added).
 //   Measured in the release build: losses 0 (both runs take each microbatch's mean from the
-//   step's per-token losses, runtime/pipeline_stages.h), grad_norm 4e-10, first-step gradients
+//   step's per-token losses, runtime/pipeline_runner.h), grad_norm 4e-10, first-step gradients
 //   1.5e-8 (worst tensor wte 4.6e-8), parameters 6.5e-8 (worst tensor wte 1.1e-6); in the debug
 //   build with the sanitizers (other vectorization of the same sums): losses 4.1e-6, grad_norm
 //   4e-5, gradients 1.5e-8 (wte 4.5e-8), parameters 1.5e-5 (worst tensor h.3.attn.qkv.bias 5.7e-4).

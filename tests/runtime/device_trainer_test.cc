@@ -256,7 +256,7 @@ TEST_F(DeviceTrainerTest, ANonFiniteLossSkipsTheUpdate) {
 
 // A step makes the host wait for the device a fixed number of times, whatever its microbatches
 // and layers: each microbatch's tokens and targets go up without a wait (Backend::upload_async)
-// and the step's loss, summed in the backend, comes back once (runtime/pipeline_stages.h), nothing
+// and the step's loss, summed in the backend, comes back once (runtime/pipeline_runner.h), nothing
 // waits per layer, and the end of step reads the gradients' norm once per run of adjacent tensors
 // (docs/cuda.md, "Streams and events"). Counted on the profiling wrapper (kernels/
 // profiling_backend.h), which forwards untimed while disabled.

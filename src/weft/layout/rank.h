@@ -2,7 +2,7 @@
 // A pipeline rank's part of a layout, computed in one place from the schedule its ranks run: its
 // model chunks, the pools of activation slots they share (per pool the most microbatches its
 // chunks keep in flight at once) and its send buffers (schedule::send_buffers). The runtime builds
-// exactly these (runtime/pipeline_stages.h) and the memory model prices exactly these (model::
+// exactly these (runtime/pipeline_runner.h) and the memory model prices exactly these (model::
 // estimate_rank_memory), for the trainer's launch gate and the planner alike.
 //
 // Slot pools: every stage holds the same number of layers (model::validate_pipeline), so the slot

@@ -69,7 +69,7 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
   for (int l = stage.first_layer; l < end; ++l) {
     for (const auto& n : layer_activation_names()) {
       // The last layer's output is the head's input (kept for ln_f's backward) or the stage's
-      // output, which goes to a send buffer (runtime/pipeline_stages.h): backward never reads it.
+      // output, which goes to a send buffer (runtime/pipeline_runner.h): backward never reads it.
       if (n == "out" && l == end - 1 && !stage.head) continue;
       if (kept_per_layer(n, mode, precision)) {
         add_layer_tensor(a, "h." + std::to_string(l) + "." + n, n,

@@ -20,7 +20,7 @@
 //            flash attention) there is nothing to drop and selective is none.
 // full:      only h.l.out per layer (the next layer's input); the rest recomputed.
 // In every mode the last layer's out is kept only on the last stage (ln_f's input): elsewhere it
-// is the stage's output, written to the pipeline's send buffer (runtime/pipeline_stages.h), and
+// is the stage's output, written to the pipeline's send buffer (runtime/pipeline_runner.h), and
 // no backward reads it. So under full recomputation a slot holds one [Ns,C] tensor per layer,
 // the layer's input (embed for the first), as Megatron-LM's (Korthikanti et al. 2022, §5).
 // What is not kept lives once per model, in the workspace under "layer.<name>": a layer's

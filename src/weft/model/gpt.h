@@ -65,7 +65,7 @@ struct GradPart {
 };
 
 // Where a forward's results go besides the slot, when a runtime runs a step's microbatches
-// (runtime/pipeline_stages.h).
+// (runtime/pipeline_runner.h).
 struct ForwardOut {
   // A stage without the head: where it writes its output, [Ns,C] activations in the backend's
   // memory (the pipeline's send buffer: the slot does not keep it, no backward reads it);

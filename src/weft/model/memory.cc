@@ -386,7 +386,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
       m.workspace += slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * a);
     }
     if (host) packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
-    if (c.stage.head) m.workspace += block(sizeof(double));  // the step's loss (pipeline_stages)
+    if (c.stage.head) m.workspace += block(sizeof(double));  // the step's loss (pipeline_runner)
   }
   // Each slot pool's activations, in the layout of its chunks (the same for all of them).
   for (int p = 0; p < static_cast<int>(rank.slots.size()); ++p) {

@@ -87,7 +87,7 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
 MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
                                         int threads, TpShape tp = {});
 
-// One model chunk of a pipeline rank, as the runtime builds it (runtime/pipeline_stages.h).
+// One model chunk of a pipeline rank, as the runtime builds it (runtime/pipeline_runner.h).
 struct ChunkMemory {
   StageSpec stage;
   int pool = 0;  // the rank's pool of activation slots it takes its microbatches' slots from

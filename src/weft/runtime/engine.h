@@ -1,11 +1,10 @@
 #pragma once
-// What the trainer trains with: one interface over this rank's part of the job, so that
-// Trainer::run (trainer.h) is resume -> build -> loop -> report with no question of where the
-// model runs. make_engine decides that once, from the options: the one model (model::Gpt), the
-// one pipeline runtime (pipeline_stages.h) and the one data-parallel optimizer (ZeRO 0-3) either
-// way, the PipelineRunner on the host fp32 backend or on a kernels::Backend in bf16 mixed precision
-// (the GPU, or its host emulation). The two engines differ only in how they
-// describe the job, measure the GEMM ceiling and report memory; the algorithms are the runtime's.
+// What the trainer trains with: this rank's part of the job, so that Trainer::run (trainer.h) is
+// resume -> build -> loop -> report with no question of where the model runs. One class whatever
+// the backend: the one model (model::Gpt), the one pipeline runtime (pipeline_runner.h) and the
+// one data-parallel optimizer (ZeRO 0-3), on the host fp32 backend or on a kernels::Backend in
+// bf16 mixed precision (the GPU, or its host emulation). Where it runs changes only how the job is
+// described, how the GEMM ceiling is measured and which memory is reported.
 
 #include <cstdint>
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// The pipeline runtime's bookkeeping (pipeline_stages.h): which activation slot of its pool each
+// The pipeline runtime's bookkeeping (pipeline_runner.h): which activation slot of its pool each
 // (chunk, microbatch) of a step holds, and the tag of each message between stages.
 
 #include <vector>

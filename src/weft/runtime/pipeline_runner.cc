@@ -1,8 +1,12 @@
 #include "weft/runtime/pipeline_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
+#include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
 #include "weft/layout/rank.h"
 #include "weft/model/gemm_shapes.h"
@@ -11,18 +15,6 @@
 namespace weft::runtime {
 
 namespace {
-PipelineWiring wiring_of(const PipelineOptions& o) {
-  PipelineWiring w;
-  w.backend = o.backend;
-  w.B = o.B;
-  w.T = o.T;
-  w.pp_rank = o.pp_rank;
-  w.tp = o.tp;
-  w.boundary = o.pp_data != nullptr ? o.pp_data : o.pp;
-  w.pp = o.pp;
-  w.dp = o.dp;
-  return w;
-}
 schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microbatches) {
   return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
       .value_or_throw("invalid one-process pipeline");
@@ -89,22 +81,52 @@ PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const Ra
 
 PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                PipelineOptions options)
-    : PipelineStages(cfg, schedule, wiring_of(options)),
+    : own_backend_(options.backend == nullptr ? kernels::make_host_backend(Precision::FP32)
+                                              : nullptr),
+      backend_(options.backend != nullptr ? *options.backend : *own_backend_),
+      cfg_(cfg),
+      schedule_(schedule),
       o_(options),
-      unit_pool_(std::make_unique<optim::UnitPool>(backend())) {
+      boundary_(o_.pp_data != nullptr ? o_.pp_data : o_.pp),
+      unit_pool_(std::make_unique<optim::UnitPool>(backend_)) {
+  const schedule::Shape& sh = schedule_.shape;
+  S_ = sh.num_stages();
+  m_ = sh.microbatches;
+  WEFT_CHECK(o_.pp_rank >= 0 && o_.pp_rank < sh.pp, "pp rank ", o_.pp_rank, " of ", sh.pp);
+  WEFT_CHECK(sh.pp == 1 || (boundary_ != nullptr && boundary_->size() == sh.pp &&
+                            o_.pp != nullptr && o_.pp->size() == sh.pp),
+             "a pipeline of ", sh.pp, " ranks needs its pp groups");
   o_.groups.replicas = o_.dp;
-  o_.groups.boundary = wiring_of(o_).boundary;
+  o_.groups.boundary = boundary_;
+  rank_ = layout::rank_program(cfg_, schedule_, o_.pp_rank);
+  for (int p = 0; p < static_cast<int>(rank_.slots.size()); ++p) {
+    pools_.emplace_back(sh.vp, m_, rank_.slots[p], p);
+  }
+  act_bytes_ = backend_.act_bytes();
+  acts_out_ = SendPool(backend_, rank_.act_buffers, boundary_bytes());
+  grads_out_ = SendPool(backend_, rank_.grad_buffers, boundary_bytes());
+  if (on_this_rank(S_ - 1)) step_loss_ = backend_.allocate<double>(1);
+
+  model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
+  storage.deferred_weight_grads = schedule_.kind == schedule::Kind::ZeroBubbleH1;
+  const int tp = o_.tp.size();
   for (int j = 0; j < num_chunks(); ++j) {
-    model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
-    storage.deferred_weight_grads = schedule.kind == schedule::Kind::ZeroBubbleH1;
-    auto model = std::make_unique<model::Gpt>(
-        cfg, o_.B, o_.T, o_.recompute, o_.tp,
-        model::pipeline_stage(cfg, stage_of_chunk(j), schedule.shape.num_stages()),
-        slots_of_chunk(j), storage, &backend(), slot_owner(j));
-    owned_opts_.push_back(std::make_unique<optim::DistributedOptimizer>(
-        *model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, o_.zero, o_.adamw, unit_pool_.get()));
-    opts_.push_back(owned_opts_.back().get());
-    add_chunk(std::move(model));
+    auto c = std::make_unique<Chunk>();
+    c->index = j;
+    c->stage = sh.stage_of(o_.pp_rank, j);
+    c->slots = &pools_.at(rank_.chunks.at(j).pool);
+    c->model = std::make_unique<model::Gpt>(
+        cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
+        rank_.slots.at(rank_.chunks.at(j).pool), storage, &backend_, slot_owner(j));
+    c->opt = std::make_unique<optim::DistributedOptimizer>(
+        *c->model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, o_.zero, o_.adamw, unit_pool_.get());
+    if (j == 0 && tp > 1 && !o_.tp.sequence_parallel && sh.pp > 1) {
+      part_elements_ = boundary_elements() / tp;
+      part_ = static_cast<kernels::Act*>(backend_.allocate(part_elements_ * act_bytes_));
+    }
+    models_.push_back(c->model.get());
+    opts_.push_back(c->opt.get());
+    chunks_.push_back(std::move(c));
   }
 }
 
@@ -114,7 +136,20 @@ PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig
     : PipelineRunner(cfg, one_process_schedule(cfg, microbatches),
                      pipeline_options({}, one_process_shape(B, T, recompute), adamw, &backend)) {}
 
-PipelineRunner::~PipelineRunner() = default;
+PipelineRunner::~PipelineRunner() {
+  // Sends still in flight read the send buffers: let them finish. Not while an error unwinds
+  // (the peer may never receive; the job is ending) and never by throwing from here.
+  if (std::uncaught_exceptions() > 0) return;
+  acts_out_.drain();
+  grads_out_.drain();
+}
+
+const model::Gpt* PipelineRunner::slot_owner(int j) const {
+  for (int k = 0; k < j; ++k) {
+    if (rank_.chunks.at(k).pool == rank_.chunks.at(j).pool) return chunks_.at(k)->model.get();
+  }
+  return nullptr;
+}
 
 void PipelineRunner::download_state(int j, float* params, float* m, float* v) const {
   float* const out[] = {params, m, v};
@@ -179,7 +214,7 @@ model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::S
 }
 
 model::MemoryEstimate PipelineRunner::predicted_memory() const {
-  return rank_memory(config(), schedule(),
+  return rank_memory(cfg_, schedule_,
                      {.B = o_.B,
                       .T = o_.T,
                       .recompute = o_.recompute,
@@ -193,18 +228,24 @@ void PipelineRunner::init(uint64_t seed) {
   for (optim::DistributedOptimizer* opt : opts_) opt->init(seed);
 }
 
-void PipelineRunner::before_weight_pass(int j, bool final) { opts_.at(j)->set_final_pass(final); }
-
-StepStats PipelineRunner::finish(float loss) {
-  return finish_step(chunks(), opts_, o_.groups, loss, lr_, clip_, *before_update_);
-}
-
 StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, float lr,
                                double clip_norm, const BeforeUpdate& before_update) {
   lr_ = lr;
   clip_ = clip_norm;
   before_update_ = &before_update;
-  return run_step(tokens, targets);
+  tokens_ = tokens;
+  targets_ = targets;
+  if (step_loss_ != nullptr) backend_.zero(step_loss_, sizeof(double));
+  stats_ = {};
+  timing_ = {};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& c : chunks_) {
+    c->model->zero_grad();
+    c->weight_passes = 0;
+  }
+  execute(schedule_.programs.at(o_.pp_rank), *this);
+  timing_.seconds = seconds_since(t0);
+  return stats_;
 }
 
 }  // namespace weft::runtime

@@ -17,7 +17,7 @@
 // output k - K that held the buffer before was taken by its consumer (its receive ended, or, on
 // this rank or in a schedule without messages, its consuming compute started; a compute reads its
 // input before it writes its output, so it may take its input's buffer). The runtime
-// (runtime/pipeline_stages.h) waits exactly so.
+// (runtime/pipeline_runner.h) waits exactly so.
 
 #include <span>
 #include <string>
