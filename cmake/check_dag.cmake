@@ -11,11 +11,12 @@ set(allowed_model core tensor kernels comm parallel model)
 # ParamHooks and reduces over a communicator.
 set(allowed_optim core tensor kernels comm parallel model optim)
 set(allowed_schedule core schedule)
-# layout: the one rule book of parallel layouts, shared by the trainer and the planner.
-set(allowed_layout core tensor schedule model layout)
+# layout: THE layout type and the one rule book of parallel layouts, shared by the trainer, the
+# planner and the checkpoints; its grid is parallel's GridShape (the pure topology).
+set(allowed_layout core tensor schedule model parallel layout)
 set(allowed_parallel core comm parallel)
 set(allowed_data core data)
-set(allowed_checkpoint core tensor kernels comm parallel model optim checkpoint)
+set(allowed_checkpoint core tensor kernels comm parallel model optim schedule layout checkpoint)
 set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint layout
     runtime)
 set(allowed_planner core tensor schedule parallel model layout planner)

@@ -401,16 +401,16 @@ TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {
   const auto before = snapshot(original);
   std::string from = original;
   int n = 0;
-  for (const char* layout :
+  for (const char* text :
        {"tp=2,pp=2,dp=2,zero=1", "tp=4,dp=3,zero=3", "pp=2,dp=2,zero=2", "tp=2,dp=2", ""}) {
     const std::string to = root_ + "/converted" + std::to_string(n++);
-    const auto l = parse_layout(layout).value_or_throw(layout);
-    const std::string dir = convert(from, to, l).value_or_throw(layout);
-    EXPECT_EQ(read_metadata(dir).value().parallel, l) << layout;
-    ASSERT_TRUE(load_fresh(dir, cfg_).ok()) << layout;
-    EXPECT_TRUE(same_bits(fresh_params_, params_)) << layout;
-    EXPECT_TRUE(same_bits(fresh_opt_->m(), opt_->m())) << layout;
-    EXPECT_TRUE(same_bits(fresh_opt_->v(), opt_->v())) << layout;
+    const auto l = layout::parse(text).value_or_throw(text);
+    const std::string dir = convert(from, to, l).value_or_throw(text);
+    EXPECT_EQ(read_metadata(dir).value().parallel, l) << text;
+    ASSERT_TRUE(load_fresh(dir, cfg_).ok()) << text;
+    EXPECT_TRUE(same_bits(fresh_params_, params_)) << text;
+    EXPECT_TRUE(same_bits(fresh_opt_->m(), opt_->m())) << text;
+    EXPECT_TRUE(same_bits(fresh_opt_->v(), opt_->v())) << text;
     EXPECT_EQ(fresh_opt_->step_count(), 7);
     EXPECT_EQ(fresh_state_.sampler_position, 12);
     from = dir;
@@ -425,13 +425,13 @@ TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {
 TEST_F(CheckpointTest, ConvertingIntoARootThatHoldsCheckpointsIsRefused) {
   const std::string older = save_step(4);
   const std::string newer = save_step(8);
-  const auto r = convert(older, root_, parse_layout("tp=2").value());
+  const auto r = convert(older, root_, layout::parse("tp=2").value());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(root_ + ": already holds checkpoints; convert into a new"),
             std::string::npos)
       << r.status().message();
   EXPECT_EQ(find_latest(root_).value().value_or(""), newer);
-  EXPECT_EQ(read_metadata(older).value().parallel, ParallelLayout{});  // not replaced
+  EXPECT_EQ(read_metadata(older).value().parallel, layout::Layout{});  // not replaced
 }
 
 // The start of a run: the root is made, a file in its place is named, and the temporaries of
@@ -469,7 +469,7 @@ TEST_F(CheckpointTest, PreparingARootMakesItAndRemovesWhatKilledSavesLeft) {
 
 TEST_F(CheckpointTest, AConvertedCheckpointMissingARanksFileNamesIt) {
   const std::string dir =
-      convert(save_step(7), root_ + "/tp2", parse_layout("tp=2,dp=2,zero=1").value())
+      convert(save_step(7), root_ + "/tp2", layout::parse("tp=2,dp=2,zero=1").value())
           .value_or_throw("convert");
   EXPECT_TRUE(fs::exists(dir + "/optim-tp1-dp1-pp0.bin"));
   fs::remove(dir + "/model-tp1-dp0-pp0.bin");
@@ -479,8 +479,8 @@ TEST_F(CheckpointTest, AConvertedCheckpointMissingARanksFileNamesIt) {
             std::string::npos)
       << s.message();
   EXPECT_TRUE(fresh_untouched());
-  EXPECT_FALSE(convert(dir, root_ + "/bad", parse_layout("tp=3").value()).ok());
-  const auto bad = parse_layout("tp=2,pq=1,zero=4");
+  EXPECT_FALSE(convert(dir, root_ + "/bad", layout::parse("tp=3").value()).ok());
+  const auto bad = layout::parse("tp=2,pq=1,zero=4");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("unknown key 'pq'"), std::string::npos);
 }

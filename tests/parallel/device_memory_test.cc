@@ -25,7 +25,6 @@
 #include "weft/parallel/groups.h"
 #include "weft/planner/memory_model.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/pipeline_stages.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft {
@@ -82,15 +81,15 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   job.global_batch = kB * l.microbatches * l.dp;
   job.world = l.world();
   job.precision = planner::Precision::BF16Mixed;
-  const planner::ParallelConfig c{.tp = l.tp,
-                                  .pp = l.pp,
-                                  .dp = l.dp,
-                                  .vp = l.vp,
-                                  .micro_batch = kB,
-                                  .schedule = l.kind,
-                                  .recompute = l.recompute,
-                                  .sequence_parallel = l.sp,
-                                  .zero = l.zero};
+  const layout::Layout c{.tp = l.tp,
+                         .pp = l.pp,
+                         .dp = l.dp,
+                         .vp = l.vp,
+                         .micro_batch = kB,
+                         .schedule = l.kind,
+                         .recompute = l.recompute,
+                         .sequence_parallel = l.sp,
+                         .zero = l.zero};
   r.planner = planner::weft_rank_memory(job, c, me.pp).total();
 
   const auto backend = kernels::make_host_backend(Precision::BF16Mixed);

@@ -104,7 +104,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   job.global_batch = m * B * dp;
   job.world = tp * pp * dp;
   job.precision = precision;
-  planner::ParallelConfig c;
+  layout::Layout c;
   c.tp = tp;
   c.pp = pp;
   c.dp = dp;
@@ -157,7 +157,7 @@ void expect_device_tp_volume(int tp, int dp) {
   job.global_batch = m * B * dp;
   job.world = tp * dp;
   job.precision = planner::Precision::BF16Mixed;
-  planner::ParallelConfig c;
+  layout::Layout c;
   c.tp = tp;
   c.dp = dp;
   c.micro_batch = B;

@@ -50,7 +50,7 @@ std::vector<TrialMeasurement> trials_on(const Cluster& truth,
                                         const std::vector<std::pair<Job, std::string>>& layouts) {
   std::vector<TrialMeasurement> out;
   for (const auto& [job, text] : layouts) {
-    const ParallelConfig c = parse_parallel_config(text, job.world).value();
+    const layout::Layout c = layout::parse(text, job.world).value();
     const Prediction p = predict(truth, job, c);
     out.push_back(
         {.job = job, .config = c, .step_seconds = p.time.total, .peak_bytes = p.memory.total()});
@@ -368,7 +368,7 @@ TEST(CalibrationFit, TheGemmSpeedIsMeasuredAgainstTheModelAndARefitRecordsIt) {
       << back.calibration_note;
   // Not a price: the same predictions at any speed.
   const Job job = test::tune_bench_job();
-  const ParallelConfig dp2 = parse_parallel_config("dp=2,mb=4,zero=1", 2).value();
+  const layout::Layout dp2 = layout::parse("dp=2,mb=4,zero=1", 2).value();
   Cluster other = back;
   other.gemm_speed = 0.4;
   EXPECT_EQ(predict(other, job, dp2).time.total, predict(back, job, dp2).time.total);

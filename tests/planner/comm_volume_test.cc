@@ -26,7 +26,7 @@ Job job() {
 
 TEST(CommVolume, TensorParallelLayersAllReduceTwiceForwardAndTwiceBackward) {
   const Job j = job();
-  const ParallelConfig c{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 2};
+  const layout::Layout c{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 2};
   const int64_t n = 2 * 16 * 64;  // b*s*h
   // Middle of nothing: rank 0 has 4 layers and the embedding.
   const StepVolume first = microbatch_volume(j, c, 0);
@@ -49,7 +49,7 @@ TEST(CommVolume, TensorParallelLayersAllReduceTwiceForwardAndTwiceBackward) {
 TEST(CommVolume, BytesFollowThePrecision) {
   Job j = job();
   j.precision = Precision::BF16Mixed;
-  ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .zero = 1};
+  layout::Layout c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .zero = 1};
   const StepVolume v = step_volume(j, c, 0);
   const int64_t n = 16 * 64, m = 4;
   // Activations in bf16, the cross-entropy's gathered statistics (t * 3 * b*s) in fp32.
@@ -62,7 +62,7 @@ TEST(CommVolume, BytesFollowThePrecision) {
 
 TEST(CommVolume, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
   const Job j = job();
-  const ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .sequence_parallel = true};
+  const layout::Layout c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1, .sequence_parallel = true};
   const int64_t n = 16 * 64;
   const StepVolume v = microbatch_volume(j, c, 0);
   // 8 layers x (2 forward + 2 backward), + embedding (RS forward, AG backward), + head (ln_f's
@@ -75,7 +75,7 @@ TEST(CommVolume, SequenceParallelismTradesEachAllReduceForAGatherAndAScatter) {
 
 TEST(CommVolume, FullRecomputationRepeatsTheForwardCollectives) {
   const Job j = job();
-  ParallelConfig c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1};
+  layout::Layout c{.tp = 2, .pp = 1, .dp = 4, .micro_batch = 1};
   const int64_t base = microbatch_volume(j, c, 0).tp.all_reduce.ops;
   c.recompute = model::Recompute::Full;
   EXPECT_EQ(microbatch_volume(j, c, 0).tp.all_reduce.ops, base + 8 * 2);
@@ -83,7 +83,7 @@ TEST(CommVolume, FullRecomputationRepeatsTheForwardCollectives) {
 
 TEST(CommVolume, PipelineRanksSendOneActivationAndOneGradientPerBoundary) {
   const Job j = job();
-  const ParallelConfig c{.tp = 1,
+  const layout::Layout c{.tp = 1,
                          .pp = 4,
                          .dp = 2,
                          .vp = 2,
@@ -101,7 +101,7 @@ TEST(CommVolume, PipelineRanksSendOneActivationAndOneGradientPerBoundary) {
 
 TEST(CommVolume, DataParallelTrafficFollowsTheZeroStageUnitByUnit) {
   const Job j = job();  // 8 layers on one stage: units wte, wpe, h.0 .. h.7, ln_f; m = 2
-  ParallelConfig c{.tp = 1, .pp = 1, .dp = 8, .micro_batch = 1};
+  layout::Layout c{.tp = 1, .pp = 1, .dp = 8, .micro_batch = 1};
   const int64_t p = local_parameters(j.model, c, 0);
   // ZeRO 0: one all-reduce per unit (its elements, slices' alignment padding included), and the
   // loss.
@@ -136,7 +136,7 @@ TEST(CommVolume, LocalParametersSumToTheModelWithoutTensorParallelism) {
       Vp * h + int64_t{m.max_seq_len} * h + m.n_layer * (12 * h * h + 13 * h) + 2 * h;
   EXPECT_EQ(local_parameters(m, {.tp = 1, .pp = 1, .dp = 1}, 0), whole);
   // With pp = 2 the last rank also holds the tied word embedding.
-  const ParallelConfig c{.tp = 1, .pp = 2, .dp = 1};
+  const layout::Layout c{.tp = 1, .pp = 2, .dp = 1};
   EXPECT_EQ(local_parameters(m, c, 0) + local_parameters(m, c, 1), whole + Vp * h);
 }
 

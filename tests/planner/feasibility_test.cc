@@ -51,7 +51,7 @@ std::vector<std::filesystem::path> cluster_presets() {
 }
 
 // The RUN.toml that launches `c` for `job` (the data is never opened by the validation).
-std::string run_toml(const Job& job, const ParallelConfig& c) {
+std::string run_toml(const Job& job, const layout::Layout& c) {
   const model::GptConfig& m = job.model;
   return fmt::format(
       "[model]\nname = \"{}\"\nn_layer = {}\nn_embd = {}\nn_head = {}\nvocab_size = {}\n"
@@ -66,7 +66,7 @@ std::string run_toml(const Job& job, const ParallelConfig& c) {
 }
 
 // Every problem the trainer finds with `c` (empty: it accepts it).
-std::string trainer_refusal(const Job& job, const ParallelConfig& c) {
+std::string trainer_refusal(const Job& job, const layout::Layout& c) {
   auto cfg = runtime::parse_run_config(run_toml(job, c), "plan.toml");
   if (!cfg.ok()) return cfg.status().message();
   Status s = runtime::validate_layout(cfg.value());
@@ -122,24 +122,24 @@ TEST(Feasibility, EveryPrecisionHasTheSameRules) {
   job.seq_len = 1024;
   job.global_batch = 32;
   job.world = 8;
-  const ParallelConfig zero3{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .zero = 3};
-  const ParallelConfig sp{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .sequence_parallel = true};
-  const ParallelConfig zb{
+  const layout::Layout zero3{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .zero = 3};
+  const layout::Layout sp{.tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .sequence_parallel = true};
+  const layout::Layout zb{
       .tp = 2, .pp = 2, .dp = 2, .micro_batch = 1, .schedule = schedule::Kind::ZeroBubbleH1};
-  const ParallelConfig lone{.tp = 2,
+  const layout::Layout lone{.tp = 2,
                             .pp = 1,
                             .dp = 4,
                             .vp = 2,
                             .micro_batch = 1,
                             .schedule = schedule::Kind::Interleaved};
-  for (const ParallelConfig& c : {zero3, sp, zb, lone}) {
+  for (const layout::Layout& c : {zero3, sp, zb, lone}) {
     for (const Precision p : {Precision::BF16Mixed, Precision::FP32}) {
       job.precision = p;
       EXPECT_TRUE(validate(c, job).ok()) << short_name(c) << ": " << validate(c, job).message();
     }
     EXPECT_EQ(trainer_refusal(job, c), "") << short_name(c);
   }
-  const ParallelConfig bad{.tp = 5, .pp = 1, .dp = 1, .micro_batch = 1};
+  const layout::Layout bad{.tp = 5, .pp = 1, .dp = 1, .micro_batch = 1};
   job.world = 5;
   for (const Precision p : {Precision::BF16Mixed, Precision::FP32}) {
     job.precision = p;

@@ -59,7 +59,7 @@ TEST(H200Step, ThePresetPredictsWeftsMeasuredGpuSteps) {
     job.global_batch = m.B;
     job.world = 1;
     job.precision = Precision::BF16Mixed;
-    const ParallelConfig one{.micro_batch = m.B};
+    const layout::Layout one{.micro_batch = m.B};
     const double ratio = predict(h200, job, one).time.total * 1e3 / m.ms;
     std::cout << "gpt2-" << m.size << ": predicted / measured " << ratio << "\n";
     const double bound = m.size == "124m" ? 0.25 : 0.12;

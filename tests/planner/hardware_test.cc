@@ -116,7 +116,7 @@ TEST(Hardware, RuntimeMemoryRoundTripsAndIsWhatThePredictionAdds) {
   EXPECT_EQ(back.runtime_bytes, 11564483);
 
   const Job job = test::tune_bench_job();
-  const ParallelConfig tp2{.tp = 2, .pp = 1, .dp = 1, .micro_batch = 8};
+  const layout::Layout tp2{.tp = 2, .pp = 1, .dp = 1, .micro_batch = 8};
   const double before = predict(c, job, tp2).memory.total();
   const double after = predict(back, job, tp2).memory.total();
   EXPECT_EQ(after - before, 11564483 - model::kDefaultRuntimeBytes);
@@ -142,7 +142,7 @@ TEST(Hardware, OptimizerBandwidthRoundTripsAndPricesTheOptimizerStep) {
   EXPECT_NEAR(back.optimizer_bandwidth, 34.1e9, 1);
 
   const Job job = test::tune_bench_job();
-  const ParallelConfig dp2{.tp = 1, .pp = 1, .dp = 2, .micro_batch = 4, .zero = 1};
+  const layout::Layout dp2{.tp = 1, .pp = 1, .dp = 2, .micro_batch = 4, .zero = 1};
   const double params = 4224512;  // the bench GPT's, half of them per ZeRO-1 rank
   EXPECT_NEAR(predict(back, job, dp2).time.optimizer, 1.25 * params / 2 * 28 / 34.1e9, 1e-9);
   EXPECT_NEAR(predict(c, job, dp2).time.optimizer,
@@ -186,7 +186,7 @@ TEST(Hardware, FlashAttentionRoundTripsAndPricesTheFusedKernel) {
   job.global_batch = 2;
   job.world = 1;
   job.precision = Precision::BF16Mixed;
-  const ParallelConfig one{.micro_batch = 2};
+  const layout::Layout one{.micro_batch = 2};
   const Prediction p0 = predict(c, job, one), p1 = predict(flash, job, one);
   EXPECT_LT(p1.time.total, p0.time.total);  // the scores' bytes in memory are gone
   // The fused kernel's time, forward + 2.5x backward at the rates: twice the rates, half of it,

@@ -33,7 +33,7 @@ Job gpt(Precision p = Precision::BF16Mixed) {
 TEST(PeakMemory, IsTheBusiestRanksEstimateFromTheOneMemoryModel) {
   for (Precision p : {Precision::FP32, Precision::BF16Mixed}) {
     const Job j = gpt(p);
-    const ParallelConfig c{.tp = 1, .pp = 4, .dp = 4, .micro_batch = 1};
+    const layout::Layout c{.tp = 1, .pp = 4, .dp = 4, .micro_batch = 1};
     double most = 0;
     for (int r = 0; r < c.pp; ++r) {
       most = std::max(most, static_cast<double>(weft_rank_memory(j, c, r).total()));
@@ -47,7 +47,7 @@ TEST(PeakMemory, Bf16IsTheDeviceEnginesAllocation) {
   // and v (8): 18, as Megatron-LM's mixed precision. Activations bf16: 1F1B keeps p - r
   // microbatches on rank r (4 on rank 0 of 4), 6 layers each.
   const Job j = gpt();
-  const ParallelConfig c{.tp = 1, .pp = 4, .dp = 4, .micro_batch = 1};
+  const layout::Layout c{.tp = 1, .pp = 4, .dp = 4, .micro_batch = 1};
   const model::MemoryEstimate r0 = weft_rank_memory(j, c, 0);
   const model::MemoryEstimate r3 = weft_rank_memory(j, c, 3);
   const double params0 = static_cast<double>(r0.grads) / 4;  // fp32 gradients: 4 bytes each
@@ -71,7 +71,7 @@ TEST(PeakMemory, Bf16IsTheDeviceEnginesAllocation) {
 
 TEST(PeakMemory, FullRecomputationKeepsOnlyEachLayersInput) {
   const Job j = gpt();
-  ParallelConfig c{.tp = 2, .pp = 2, .dp = 4, .micro_batch = 2};
+  layout::Layout c{.tp = 2, .pp = 2, .dp = 4, .micro_batch = 2};
   const model::MemoryEstimate none = weft_rank_memory(j, c, 0);
   c.recompute = model::Recompute::Full;
   const model::MemoryEstimate full = weft_rank_memory(j, c, 0);
@@ -82,7 +82,7 @@ TEST(PeakMemory, FullRecomputationKeepsOnlyEachLayersInput) {
 
 TEST(PeakMemory, TheGivenScheduleIsTheOneItWouldMake) {
   const Job j = gpt(Precision::FP32);
-  const ParallelConfig c{.tp = 1,
+  const layout::Layout c{.tp = 1,
                          .pp = 2,
                          .dp = 8,
                          .vp = 2,
@@ -90,7 +90,8 @@ TEST(PeakMemory, TheGivenScheduleIsTheOneItWouldMake) {
                          .schedule = schedule::Kind::Interleaved,
                          .zero = 2};
   const schedule::Schedule lowered = schedule::add_optimizer_step(schedule::add_communication(
-      schedule::make_schedule(c.schedule, {.pp = 2, .vp = 2, .microbatches = c.microbatches(j)})
+      schedule::make_schedule(c.schedule,
+                              {.pp = 2, .vp = 2, .microbatches = c.microbatches(j.global_batch)})
           .value()));
   EXPECT_EQ(peak_memory(j, c, lowered).total(), peak_memory(j, c).total());
 }

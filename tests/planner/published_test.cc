@@ -73,7 +73,7 @@ Prediction predict_row(const Row& row) {
   const SearchResult found = search(cluster, job, space, /*keep=*/1, options);
   if (!found.ranked.empty()) return found.ranked.front();
   std::optional<Prediction> best;
-  for (const ParallelConfig& c : enumerate(job, space)) {
+  for (const layout::Layout& c : enumerate(job, space)) {
     const Prediction p = predict(cluster, job, c, options);
     const bool priced = p.time.total > 0;
     if (priced && (!best || p.time.total < best->time.total)) best = p;
@@ -137,7 +137,7 @@ TEST(Published, SeleneTable2PtdpRowsFitAndArePredictedWithinTenPercent) {
     job.global_batch = row.batch;
     job.world = row.gpus;
     job.precision = Precision::BF16Mixed;
-    const ParallelConfig c{.tp = 8,
+    const layout::Layout c{.tp = 8,
                            .pp = row.pp,
                            .dp = row.gpus / (8 * row.pp),
                            .vp = row.vp,

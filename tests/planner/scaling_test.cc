@@ -32,8 +32,8 @@ Job gpt(const std::string& model, int batch) {
   return j;
 }
 
-ParallelConfig layout(const std::string& text, int world) {
-  return parse_parallel_config(text, world).value();
+layout::Layout layout(const std::string& text, int world) {
+  return layout::parse(text, world).value();
 }
 
 TEST(Scaling, AFixedLayoutScalesWeaklyAtOneHundredPercentOnFreeLinks) {

@@ -87,7 +87,7 @@ TEST(Search, TheBoundKeepsTheExactTopRows) {
   job.model.n_layer = 16;
   const SearchResult r = search(c, job, SearchSpace{}, 5);
   std::vector<double> all;
-  for (const ParallelConfig& p : enumerate(job, SearchSpace{})) {
+  for (const layout::Layout& p : enumerate(job, SearchSpace{})) {
     const Prediction x = predict(c, job, p);
     if (x.feasible) all.push_back(x.time.total);
   }

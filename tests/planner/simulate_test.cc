@@ -26,10 +26,9 @@ Job gpt175b(int gpus, int batch) {
   return j;
 }
 
-TEST(ParallelConfig, ParsesTheCommandLineFormAndDerivesDp) {
-  const ParallelConfig c =
-      parse_parallel_config("tp=8,pp=8,vp=2,mb=1,schedule=interleaved,recompute=full,sp=1,zero=1",
-                            1024)
+TEST(Layout, ParsesTheCommandLineFormAndDerivesDp) {
+  const layout::Layout c =
+      layout::parse("tp=8,pp=8,vp=2,mb=1,schedule=interleaved,recompute=full,sp=1,zero=1", 1024)
           .value();
   EXPECT_EQ(c.dp, 16);
   EXPECT_EQ(c.vp, 2);
@@ -37,11 +36,11 @@ TEST(ParallelConfig, ParsesTheCommandLineFormAndDerivesDp) {
   EXPECT_EQ(c.recompute, model::Recompute::Full);
   EXPECT_TRUE(c.sequence_parallel);
   EXPECT_EQ(c.zero, 1);
-  EXPECT_EQ(parse_parallel_config(to_string(c), 1024).value(), c);
+  EXPECT_EQ(layout::parse(to_string(c), 1024).value(), c);
 }
 
-TEST(ParallelConfig, TyposAndBadValuesAreAllReported) {
-  const Result<ParallelConfig> r = parse_parallel_config("tq=8,pp=x,recompute=most", 64);
+TEST(Layout, TyposAndBadValuesAreAllReported) {
+  const Result<layout::Layout> r = layout::parse("tq=8,pp=x,recompute=most", 64);
   ASSERT_FALSE(r.ok());
   const std::string m = r.status().message();
   EXPECT_NE(m.find("unknown key 'tq' (did you mean 'tp'?)"), std::string::npos) << m;
@@ -84,7 +83,7 @@ TEST(Verdict, APrecisionTheClusterHasNoPeakForIsRejected) {
 
 TEST(Simulate, TheBreakdownAddsUpToTheSimulatedStep) {
   const Job j = gpt175b(1024, 1536);
-  const ParallelConfig c{.tp = 8,
+  const layout::Layout c{.tp = 8,
                          .pp = 8,
                          .dp = 16,
                          .vp = 2,
@@ -112,7 +111,7 @@ TEST(Simulate, TheBreakdownAddsUpToTheSimulatedStep) {
 
 TEST(Simulate, ScatterGatherShrinksTheExposedPipelineMessages) {
   const Job j = gpt175b(1024, 1536);
-  const ParallelConfig c{.tp = 8,
+  const layout::Layout c{.tp = 8,
                          .pp = 8,
                          .dp = 16,
                          .vp = 2,
@@ -146,7 +145,7 @@ TEST(Simulate, WeightPassesArePaidOncePerMicrobatchOverTheRanksWeights) {
   for (const auto& [text, microbatches, tp] :
        {std::tuple{"tp=1,dp=2,mb=1", 4, 1}, std::tuple{"tp=1,dp=2,mb=4", 1, 1},
         std::tuple{"tp=2,dp=1,mb=1", 8, 2}, std::tuple{"tp=2,dp=1,mb=8", 1, 2}}) {
-    const ParallelConfig cfg = parse_parallel_config(text, j.world).value();
+    const layout::Layout cfg = layout::parse(text, j.world).value();
     const double extra = predict(passes, j, cfg).time.total - predict(c, j, cfg).time.total;
     EXPECT_NEAR(extra, 1.5 * microbatches * per_microbatch / tp, 1e-9 * extra) << text;
   }
@@ -174,7 +173,7 @@ TEST(Simulate, TheTensorParallelCollectivesCostIsPaidOncePerCollective) {
         std::tuple{"tp=2,mb=8", 19}, std::tuple{"tp=2,mb=4", 2 * 19},
         std::tuple{"tp=2,mb=8,sp=1", 36}, std::tuple{"tp=2,mb=2,sp=1,recompute=selective", 4 * 36},
         std::tuple{"tp=2,mb=8,sp=1,recompute=full", 36 + 4 * 4}}) {
-    const ParallelConfig cfg = parse_parallel_config(text, j.world).value();
+    const layout::Layout cfg = layout::parse(text, j.world).value();
     const double extra = predict(meeting, j, cfg).time.total - predict(c, j, cfg).time.total;
     EXPECT_NEAR(extra, collectives * 100e-6, 1e-9) << text;
   }
@@ -182,7 +181,7 @@ TEST(Simulate, TheTensorParallelCollectivesCostIsPaidOncePerCollective) {
 
 TEST(Report, TheChromeTraceHasOneTrackPerPipelineRank) {
   const Job j = gpt175b(64, 64);
-  const ParallelConfig c{
+  const layout::Layout c{
       .tp = 8, .pp = 4, .dp = 2, .micro_batch = 1, .recompute = model::Recompute::Full};
   Options o;
   o.keep_timeline = true;

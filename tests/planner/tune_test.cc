@@ -333,7 +333,7 @@ TEST(TuneTest, TheWinnersKeysReplaceTheRunConfigsOwn) {
   const std::string run =
       "[model]\nconfig = \"tiny.toml\"\n\n[train]\nmicro_batch = 4  # sequences\nsteps = 10\n"
       "\n[run]\nout_dir = \"x\"\n";
-  ParallelConfig c;
+  layout::Layout c;
   c.tp = 2;
   c.micro_batch = 1;
   c.recompute = model::Recompute::Selective;

@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/core/status.h"
+#include "weft/layout/layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/param_layout.h"
 #include "weft/optim/adamw.h"
@@ -50,12 +51,6 @@ inline constexpr const char* kLatestFile = "latest";
 inline constexpr const char* kStateGroups[] = {"params", "adam_m", "adam_v"};
 // A shard's XXH3 checksum as metadata.json writes it: 16 lower-case hex digits.
 std::string hex64(uint64_t v);
-
-// The parallel layout of the run that wrote the checkpoint.
-struct ParallelLayout {
-  int tp = 1, pp = 1, dp = 1, vp = 1, zero = 0;
-  bool operator==(const ParallelLayout&) const = default;
-};
 
 // The learning-rate schedule is a pure function of the step; these are its parameters, recorded so
 // a resume with different ones can be noticed.
@@ -120,7 +115,7 @@ struct ReadPiece {
 struct Metadata {
   int version = kFormatVersion;
   model::GptConfig model;
-  ParallelLayout parallel;
+  layout::Layout parallel;  // the writer's; recorded: tp, pp, dp, vp and zero (layout::same_shards)
   bool has_optimizer = false;
   optim::AdamWConfig adamw;
   int64_t optimizer_step = 0;

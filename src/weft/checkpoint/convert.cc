@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <vector>
 
 #include "weft/checkpoint/placement.h"
@@ -14,7 +13,7 @@ namespace weft::checkpoint {
 
 namespace {
 
-Status check_layout(const ParallelLayout& l) {
+Status check_layout(const layout::Layout& l) {
   Status s;
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vp < 1) s.add("tp, pp, dp and vp must be >= 1");
   if (l.zero < 0 || l.zero > 3) s.add(fmt::format("zero={} is not 0, 1, 2 or 3", l.zero));
@@ -23,44 +22,8 @@ Status check_layout(const ParallelLayout& l) {
 
 }  // namespace
 
-Result<ParallelLayout> parse_layout(const std::string& text) {
-  ParallelLayout l;
-  Status s;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t end = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, end - at);
-    at = end + 1;
-    if (item.empty()) continue;  // "" (or a trailing comma): the defaults
-    const size_t eq = item.find('=');
-    int value = 0;
-    const char* v = eq == std::string::npos ? nullptr : item.c_str() + eq + 1;
-    const auto [ptr, ec] = v == nullptr ? std::from_chars(item.c_str(), item.c_str(), value)
-                                        : std::from_chars(v, item.c_str() + item.size(), value);
-    if (v == nullptr || ec != std::errc() || ptr != item.c_str() + item.size()) {
-      s.add(fmt::format("'{}' is not KEY=INTEGER (keys tp, pp, dp, vp, zero)", item));
-      continue;
-    }
-    const std::string key = item.substr(0, eq);
-    int* field = key == "tp"     ? &l.tp
-                 : key == "pp"   ? &l.pp
-                 : key == "dp"   ? &l.dp
-                 : key == "vp"   ? &l.vp
-                 : key == "zero" ? &l.zero
-                                 : nullptr;
-    if (field == nullptr) {
-      s.add(fmt::format("unknown key '{}' (keys tp, pp, dp, vp, zero)", key));
-    } else {
-      *field = value;
-    }
-  }
-  s.merge(check_layout(l));
-  if (!s.ok()) return s;
-  return l;
-}
-
 Result<std::string> convert(const std::string& in, const std::string& out_root,
-                            const ParallelLayout& to) {
+                            const layout::Layout& to) {
   auto dir = resolve(in);
   if (!dir.ok()) return dir.status();
   auto md = read_metadata(dir.value());

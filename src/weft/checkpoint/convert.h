@@ -13,13 +13,10 @@
 
 namespace weft::checkpoint {
 
-// Parses "tp=2,pp=2,dp=1,vp=1,zero=1" (any subset; the rest 1, zero 0).
-Result<ParallelLayout> parse_layout(const std::string& text);
-
 // Writes checkpoint IN (a directory, or a root holding `latest`) under root OUT as layout `to`
 // (OUT/step_<step> and OUT/latest). Every problem of `to` for this model at once. Returns the new
 // checkpoint directory.
 Result<std::string> convert(const std::string& in, const std::string& out_root,
-                            const ParallelLayout& to);
+                            const layout::Layout& to);
 
 }  // namespace weft::checkpoint

@@ -123,7 +123,7 @@ void run_bench_step(const BenchOptions& o) {
   job.global_batch = m * B * o.dp;
   job.world = world_size;
   job.precision = planner::Precision::FP32;
-  planner::ParallelConfig pc;
+  layout::Layout pc;
   pc.tp = o.tp;
   pc.pp = o.pp;
   pc.dp = o.dp;

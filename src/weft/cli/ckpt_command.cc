@@ -19,6 +19,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/validators.h"
 #include "weft/core/clock.h"
+#include "weft/layout/layout.h"
 
 namespace weft::cli {
 namespace {
@@ -116,8 +117,8 @@ void run_export(const std::string& in, const std::string& out, const std::string
                                            tok.dir));
 }
 
-void run_convert(const std::string& in, const std::string& out, const std::string& layout) {
-  const auto to = checkpoint::parse_layout(layout).value_or_throw("invalid --to-layout");
+void run_convert(const std::string& in, const std::string& out, const std::string& to_layout) {
+  const auto to = layout::parse(to_layout).value_or_throw("invalid --to-layout");
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = checkpoint::convert(in, out, to).value_or_throw("cannot convert");
   const double s = seconds_since(t0);

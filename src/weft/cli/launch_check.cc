@@ -19,7 +19,7 @@ Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world, Precisi
   r.job.global_batch = cfg.train.global_batch;
   r.job.world = world;
   r.job.precision = precision;
-  ParallelConfig& c = r.config;
+  layout::Layout& c = r.config;
   c.tp = cfg.parallel.tp;
   c.pp = cfg.parallel.pp;
   c.dp = cfg.parallel.dp;

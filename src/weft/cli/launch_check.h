@@ -16,7 +16,7 @@ namespace weft::cli {
 
 struct PlannedRun {
   planner::Job job;
-  planner::ParallelConfig config;
+  layout::Layout config;
 };
 
 // RUN.toml's model, sequence length, global batch and [parallel] keys as the planner sees them, on

@@ -78,9 +78,9 @@ void run_scaling(const PlanOptions& o) {
   const auto [cluster, job] = load_job(o.job, "weft plan --scaling weak|strong --gpus N1,N2,...");
   check_peak(cluster, job, o.job.cluster);
   for (int n : o.gpus) check_size(cluster, n);
-  std::optional<ParallelConfig> fixed;
+  std::optional<layout::Layout> fixed;
   if (!o.config.empty()) {
-    fixed = parse_parallel_config(o.config, o.gpus.front())
+    fixed = layout::parse(o.config, o.gpus.front())
                 .value_or_throw(fmt::format("--config {}", o.config));
   }
   Options model;

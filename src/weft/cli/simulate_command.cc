@@ -39,8 +39,8 @@ void run_simulate(const SimulateOptions& o) {
     missing.add("--config is required (tp=8,pp=8,mb=1,schedule=interleaved,...)");
   }
   const auto [cluster, job] = load_job(o.job, "weft simulate", missing);
-  const ParallelConfig c = parse_parallel_config(o.config, o.job.gpus)
-                               .value_or_throw(fmt::format("--config {}", o.config));
+  const layout::Layout c =
+      layout::parse(o.config, o.job.gpus).value_or_throw(fmt::format("--config {}", o.config));
   validate(c, job).throw_if_error("the configuration cannot run this job");
 
   Options options;

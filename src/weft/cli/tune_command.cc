@@ -112,38 +112,39 @@ struct TrialEngine {
   std::function<int64_t()> peak_bytes;
 };
 // Builds the trial's engine for `c` on the groups of `topo` (empty for one process).
-using TrialEngineMaker = std::function<TrialEngine(const planner::ParallelConfig& c,
-                                                   const parallel::ProcessGroups& groups,
-                                                   const parallel::Topology& topo)>;
+using TrialEngineMaker =
+    std::function<TrialEngine(const layout::Layout& c, const parallel::ProcessGroups& groups,
+                              const parallel::Topology& topo)>;
 
 // The CPU trainer's (fp32): a PipelineRunner; memory is the process's peak resident memory above
 // `baseline` (see run_tune).
 TrialEngineMaker host_trial_engine(const runtime::RunConfig& cfg, const planner::Job& job,
                                    comm::Communicator* world, int64_t baseline) {
-  return [&cfg, &job, world, baseline](const planner::ParallelConfig& c,
-                                       const parallel::ProcessGroups& groups,
-                                       const parallel::Topology& topo) {
-    const int rank = world ? world->rank() : 0;
-    auto runner = std::make_shared<runtime::PipelineRunner>(
-        cfg.model,
-        runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp, c.microbatches(job))
-            .value_or_throw("schedule"),
-        runtime::pipeline_options(groups,
-                                  {.B = c.micro_batch,
-                                   .T = job.seq_len,
-                                   .recompute = c.recompute,
-                                   .pp_rank = topo.coord(rank).pp,
-                                   .tp = {c.tp, c.sequence_parallel},
-                                   .zero = {c.zero, c.dp}},
-                                  cfg.adamw()));
-    runner->init(static_cast<uint64_t>(cfg.train.seed));
-    const auto lr = static_cast<float>(cfg.train.lr);
-    const double clip = cfg.train.clip;
-    return TrialEngine{[runner, lr, clip](const int32_t* tokens, const int32_t* targets) {
-                         runner->step(tokens, targets, lr, clip);
-                       },
-                       [baseline] { return peak_resident_bytes() - baseline; }};
-  };
+  return
+      [&cfg, &job, world, baseline](const layout::Layout& c, const parallel::ProcessGroups& groups,
+                                    const parallel::Topology& topo) {
+        const int rank = world ? world->rank() : 0;
+        auto runner = std::make_shared<runtime::PipelineRunner>(
+            cfg.model,
+            runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp,
+                                     c.microbatches(job.global_batch))
+                .value_or_throw("schedule"),
+            runtime::pipeline_options(groups,
+                                      {.B = c.micro_batch,
+                                       .T = job.seq_len,
+                                       .recompute = c.recompute,
+                                       .pp_rank = topo.coord(rank).pp,
+                                       .tp = {c.tp, c.sequence_parallel},
+                                       .zero = {c.zero, c.dp}},
+                                      cfg.adamw()));
+        runner->init(static_cast<uint64_t>(cfg.train.seed));
+        const auto lr = static_cast<float>(cfg.train.lr);
+        const double clip = cfg.train.clip;
+        return TrialEngine{[runner, lr, clip](const int32_t* tokens, const int32_t* targets) {
+                             runner->step(tokens, targets, lr, clip);
+                           },
+                           [baseline] { return peak_resident_bytes() - baseline; }};
+      };
 }
 
 // A device's (--device cuda[:N] | host-bf16; bf16 mixed precision): the engine `weft train
@@ -151,7 +152,7 @@ TrialEngineMaker host_trial_engine(const runtime::RunConfig& cfg, const planner:
 // whose arena is sized for the layout (device_arena_bytes); memory is what the engine took
 // from the backend, which the memory model predicts to the byte.
 TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* world) {
-  return [&o, world](const planner::ParallelConfig& c, const parallel::ProcessGroups& groups,
+  return [&o, world](const layout::Layout& c, const parallel::ProcessGroups& groups,
                      const parallel::Topology& topo) {
     std::vector<std::string> sets = o.overrides;
     for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
@@ -186,8 +187,8 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
 // One trial of `c` on every rank of `world`.
 planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunConfig& cfg,
                                const data::TokenDataset& dataset, comm::Communicator* world,
-                               const planner::Job& job, const planner::ParallelConfig& c,
-                               int warmup, int steps, const std::atomic<bool>& stop_flag) {
+                               const planner::Job& job, const layout::Layout& c, int warmup,
+                               int steps, const std::atomic<bool>& stop_flag) {
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = world ? world->rank() : 0;
   planner::TrialResult r;
@@ -210,7 +211,7 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunC
     try {
       const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
-      const int m = c.microbatches(job);
+      const int m = c.microbatches(job.global_batch);
       engine = make(c, groups, topo);
       data::SamplerConfig s;
       s.seq_len = job.seq_len;
@@ -305,7 +306,7 @@ std::string markdown_table(const planner::TuneOutcome& o) {
     const planner::CandidateRecord& r = o.records[i];
     const planner::TuneCandidate& c = r.candidate;
     const double figure = figures[i];
-    const std::string name = planner::short_name(c.config);
+    const std::string name = layout::short_name(c.config);
     if (figure <= 0) {
       const std::string why = r.failed ? "failed: " + r.trials.back().error : "stopped";
       s += fmt::format("| {} | {} | {} | | {:.3f} | | | {:.1f} | | | {:.1f} | | | {} |\n",
@@ -327,7 +328,7 @@ std::string markdown_table(const planner::TuneOutcome& o) {
   return s;
 }
 
-std::string keys_text(const planner::ParallelConfig& c) {
+std::string keys_text(const layout::Layout& c) {
   std::string s;
   for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
     s += fmt::format("[{}]\n", section);
@@ -715,7 +716,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
         "no layout completed a trial: see each one's error above (a larger --budget-minutes or "
         "--budget-trials runs more of them)");
   }
-  const ParallelConfig& best = out.records[*out.winner].candidate.config;
+  const layout::Layout& best = out.records[*out.winner].candidate.config;
   say(fmt::format(
       "\nwinner: {} (the planner's #{}), measured fastest of the last round; paste "
       "into {}:\n\n{}",

@@ -46,9 +46,8 @@ TuneFigures read_tune_figures(const std::string& path, const planner::Job& job, 
   out.gemm_speed = j.contains("gemm_speed") ? j["gemm_speed"].value("fastest", 0.0) : 0.0;
   for (const auto& l : value("layouts")) {
     if (l["measured_ms"].is_null()) continue;
-    const planner::ParallelConfig c =
-        planner::parse_parallel_config(l["layout"].get<std::string>(), job.world)
-            .value_or_throw(fmt::format("--refit-from {}", path));
+    const layout::Layout c = layout::parse(l["layout"].get<std::string>(), job.world)
+                                 .value_or_throw(fmt::format("--refit-from {}", path));
     out.layouts.push_back({job, c, l["measured_ms"].get<double>() * 1e-3,
                            l["measured_mib"].get<double>() * (1 << 20),
                            l["timed_steps"].get<int>()});

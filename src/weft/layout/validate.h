@@ -14,25 +14,14 @@
 // kernels::Backend), so there is one rule book for every device and precision: no layout is
 // refused for where it runs.
 
-#include <optional>
-#include <string_view>
-
 #include "weft/core/status.h"
+#include "weft/layout/layout.h"
 #include "weft/model/gpt_config.h"
-#include "weft/model/recompute.h"
-#include "weft/schedule/instr.h"
 
 namespace weft::layout {
 
-struct Layout {
-  int tp = 1, pp = 1, dp = 1;
-  int vp = 1;  // model chunks per pipeline rank
-  bool sequence_parallel = false;
-  int zero = 0;  // ZeRO stage over the dp group
-  // nullopt: a name the caller could not parse (and reported); the schedule's checks are skipped.
-  std::optional<schedule::Kind> schedule = schedule::Kind::OneFOneB;
-  model::Recompute recompute = model::Recompute::None;
-  int micro_batch = 1;   // b, sequences per microbatch
+// What a layout splits besides the model: a step's global batch and the sequence length.
+struct Batch {
   int global_batch = 1;  // B, sequences per step over every replica
   int seq_len = 0;       // T (0: unknown; the sequence-parallel split of b*T is then not checked)
 };
@@ -41,6 +30,6 @@ struct Layout {
 // ("n_head=96 is not divisible by tp=5 ..."), so a planner's reason reads as the key a RUN.toml
 // would set. The world size is not a layout rule (parallel::validate checks tp*pp*dp against it);
 // memory is not either (the planner's verdict and the trainer's launch gate).
-Status validate(const model::GptConfig& model, const Layout& layout);
+Status validate(const model::GptConfig& model, const Layout& layout, const Batch& batch);
 
 }  // namespace weft::layout

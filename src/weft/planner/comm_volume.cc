@@ -12,7 +12,7 @@
 
 namespace weft::planner {
 
-int64_t local_parameters(const model::GptConfig& m, const ParallelConfig& c, int pp_rank) {
+int64_t local_parameters(const model::GptConfig& m, const layout::Layout& c, int pp_rank) {
   const int64_t h = m.n_embd, t = c.tp, Vp = m.padded_vocab();
   // Per layer: qkv 3h*h + 3h (column-parallel: /t), proj h*h/t + h (bias replicated), fc 4h*h +
   // 4h (/t), fc proj 4h*h/t + h, two LayerNorms 4h (replicated).
@@ -36,7 +36,7 @@ void add(OpVolume& v, int64_t ops, int64_t elements_each, int64_t element_bytes)
 }
 
 // tp and pp traffic of one microbatch on pipeline rank r.
-StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
+StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
   StepVolume v;
   const model::GptConfig& m = job.model;
   const int64_t b = c.micro_batch, s = job.seq_len, h = m.n_embd;
@@ -104,10 +104,10 @@ StepVolume per_microbatch(const Job& job, const ParallelConfig& c, int r) {
 //   ZeRO 3: a reduce-scatter per unit and microbatch; an all-gather of a unit before each use:
 //           forward and backward of every layer and of ln_f, wpe in forward, wte in the
 //           embedding's forward and in the head's forward and backward
-void data_parallel(GroupVolume& v, const Job& job, const ParallelConfig& c, int r) {
+void data_parallel(GroupVolume& v, const Job& job, const layout::Layout& c, int r) {
   const model::GptConfig& m = job.model;
   const PrecisionBytes pb = precision_bytes(job.precision);
-  const int64_t mb = c.microbatches(job);
+  const int64_t mb = c.microbatches(job.global_batch);
   // One layer stage holding both ends has every kind of unit; layers are all alike.
   const model::ParamLayout one = model::gpt_param_layout(
       m, c.tp, 0, {.first_layer = 0, .layers = 1}, model::zero_unit_align(c.zero, c.dp));
@@ -143,13 +143,13 @@ void scale(GroupVolume& g, int64_t k) {
 
 }  // namespace
 
-StepVolume microbatch_volume(const Job& job, const ParallelConfig& c, int pp_rank) {
+StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int pp_rank) {
   return per_microbatch(job, c, pp_rank);
 }
 
-StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank, int dp_rank) {
+StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int dp_rank) {
   StepVolume v = per_microbatch(job, c, pp_rank);
-  const int64_t m = c.microbatches(job);
+  const int64_t m = c.microbatches(job.global_batch);
   scale(v.tp, m);
   scale(v.pp, m);
   if (c.dp > 1) {

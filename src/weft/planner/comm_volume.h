@@ -63,13 +63,13 @@ struct StepVolume {
 // Parameters held by pipeline rank `pp_rank` of one tp shard: its layers' matrices split by tp
 // (biases and LayerNorms of row-parallel layers replicated), the word embedding (Vp/t rows) and
 // position table on the first rank, the word embedding again (tied LM head) and ln_f on the last.
-int64_t local_parameters(const model::GptConfig& m, const ParallelConfig& c, int pp_rank);
+int64_t local_parameters(const model::GptConfig& m, const layout::Layout& c, int pp_rank);
 
 // Communication of pipeline rank `pp_rank` for one microbatch (tp and pp only) or for a whole
 // step (all groups). With ZeRO the tp and embedding groups work on dp shards, whose contents
 // (hence some element counts) differ slightly by dp rank.
-StepVolume microbatch_volume(const Job& job, const ParallelConfig& c, int pp_rank);
-StepVolume step_volume(const Job& job, const ParallelConfig& c, int pp_rank, int dp_rank = 0);
+StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int pp_rank);
+StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int dp_rank = 0);
 
 std::string format_volume(const StepVolume& v);
 

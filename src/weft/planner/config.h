@@ -1,14 +1,15 @@
 #pragma once
 // What the planner is asked about: a training job (model, sequence length, global batch, world,
-// number formats) and one parallel configuration of it (tp, pp, dp, vp, microbatch size,
-// schedule, recomputation, sequence parallelism, ZeRO stage). Both validated with every problem
-// listed in the user's terms.
+// number formats) and one layout of it (layout::Layout: tp, pp, dp, vp, microbatch size,
+// schedule, recomputation, sequence parallelism, ZeRO stage, the trainer's own type). Both
+// validated with every problem listed in the user's terms.
 
 #include <string>
 #include <string_view>
 
 #include "weft/core/dtype.h"
 #include "weft/core/status.h"
+#include "weft/layout/layout.h"
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/recompute.h"
@@ -42,35 +43,12 @@ struct Job {
   double tokens = 0;  // tokens to train on (0: no time-to-train)
 };
 
-struct ParallelConfig {
-  int tp = 1, pp = 1, dp = 1;
-  int vp = 1;           // model chunks per pipeline rank (interleaved only)
-  int micro_batch = 1;  // b, sequences per microbatch
-  schedule::Kind schedule = schedule::Kind::OneFOneB;
-  model::Recompute recompute = model::Recompute::None;
-  bool sequence_parallel = false;
-  int zero = 0;  // ZeRO stage 0-3 over the dp group (Rajbhandari et al. 2020)
-
-  // m = B / (dp * b): microbatches per step on each pipeline.
-  int microbatches(const Job& job) const { return job.global_batch / (dp * micro_batch); }
-  bool operator==(const ParallelConfig&) const = default;
-};
-
-// "tp=8,pp=8,dp=16,vp=2,mb=1,schedule=interleaved,recompute=full,sp=1,zero=1"; keys may come in
-// any order, missing ones keep their defaults, dp may be omitted (then world / (tp*pp)).
-Result<ParallelConfig> parse_parallel_config(std::string_view text, int world);
-std::string to_string(const ParallelConfig& c);
-// The short form used in tables: "tp8 pp8 dp16 vp2 mb1 interleaved full sp z1".
-std::string short_name(const ParallelConfig& c);
-
 Status validate(const Job& job);
-
-layout::Layout to_layout(const ParallelConfig& c, const Job& job);
 
 // Every reason this configuration cannot run the job at all, independent of memory: the trainer's
 // own layout rules (layout::validate, the same for every device and precision: divisibility,
 // schedule shape, "n_head=96 is not divisible by tp=5 ...") and tp*pp*dp against the world. Memory
 // is the planner's verdict, not a validation error.
-Status validate(const ParallelConfig& c, const Job& job);
+Status validate(const layout::Layout& c, const Job& job);
 
 }  // namespace weft::planner

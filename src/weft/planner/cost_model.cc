@@ -92,7 +92,7 @@ GroupLink link_of(const Cluster& cl, const std::vector<int>& ranks, int size) {
 
 }  // namespace
 
-Placement place(const Cluster& cl, const ParallelConfig& c) {
+Placement place(const Cluster& cl, const layout::Layout& c) {
   const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
   Placement p;
   // Groups are regular under Megatron's order, so rank 0's are representative.

@@ -57,7 +57,7 @@ struct GroupLink {
 struct Placement {
   GroupLink tp, dp, pp;
 };
-Placement place(const Cluster& cl, const ParallelConfig& c);
+Placement place(const Cluster& cl, const layout::Layout& c);
 
 enum class Collective { AllReduce, ReduceScatter, AllGather };
 

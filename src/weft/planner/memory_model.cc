@@ -13,15 +13,16 @@
 namespace weft::planner {
 namespace {
 
-schedule::Schedule make(const Job& job, const ParallelConfig& c) {
-  const schedule::Shape shape{.pp = c.pp, .vp = c.vp, .microbatches = c.microbatches(job)};
+schedule::Schedule make(const Job& job, const layout::Layout& c) {
+  const schedule::Shape shape{
+      .pp = c.pp, .vp = c.vp, .microbatches = c.microbatches(job.global_batch)};
   return schedule::make_schedule(c.schedule, shape)
       .value_or_throw("the planner's memory: the schedule does not fit the configuration");
 }
 
 // Rank `pp_rank`'s estimate, given its slot pools' slots (layout::pool_slots) and its send
 // buffers.
-model::MemoryEstimate rank_memory(const Job& job, const ParallelConfig& c,
+model::MemoryEstimate rank_memory(const Job& job, const layout::Layout& c,
                                   const schedule::Shape& shape, const std::vector<int>& slots,
                                   schedule::SendBuffers buffers, int pp_rank, int threads,
                                   int64_t runtime_bytes) {
@@ -43,13 +44,13 @@ model::Precision model_precision(Precision p) {
   return model::Precision::FP32;
 }
 
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c,
                             const schedule::Schedule& schedule, int64_t runtime_bytes) {
   return peak_memory(job, c, schedule.shape, layout::pool_slots(schedule),
                      schedule::send_buffers(schedule), runtime_bytes);
 }
 
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, const schedule::Shape& shape,
                             const std::vector<std::vector<int>>& slots,
                             const std::vector<schedule::SendBuffers>& buffers,
                             int64_t runtime_bytes) {
@@ -68,18 +69,18 @@ MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const sched
   return best;
 }
 
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, int64_t runtime_bytes) {
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, int64_t runtime_bytes) {
   return peak_memory(job, c, make(job, c), runtime_bytes);
 }
 
-model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c,
+model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c,
                                        const schedule::Schedule& s, int pp_rank, int threads,
                                        int64_t runtime_bytes) {
   return rank_memory(job, c, s.shape, layout::pool_slots(s).at(pp_rank),
                      schedule::send_buffers(s).at(pp_rank), pp_rank, threads, runtime_bytes);
 }
 
-model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
+model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c, int pp_rank,
                                        int threads, int64_t runtime_bytes) {
   return weft_rank_memory(job, c, make(job, c), pp_rank, threads, runtime_bytes);
 }

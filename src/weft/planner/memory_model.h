@@ -29,28 +29,28 @@ model::Precision model_precision(Precision p);
 // whose peaks of microbatches in flight size each rank's slot pools and whose send buffers
 // (schedule::send_buffers) each rank keeps (layout/rank.h). `runtime_bytes`: the cluster preset's
 // (Cluster::runtime_bytes), for the host engine (fp32).
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c,
                             const schedule::Schedule& schedule,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 // The same from that schedule's layout::pool_slots (per rank, per slot pool) and
 // schedule::send_buffers (per rank).
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c, const schedule::Shape& shape,
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, const schedule::Shape& shape,
                             const std::vector<std::vector<int>>& slots,
                             const std::vector<schedule::SendBuffers>& buffers,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 // The same, making the configuration's schedule.
-MemoryBreakdown peak_memory(const Job& job, const ParallelConfig& c,
+MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 
 // Exactly what pipeline rank `pp_rank` of weft's trainer for the job's precision allocates
 // (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
 // what `weft bench step` measures against (fp32), and what the device trainer allocates (bf16).
-model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c,
+model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c,
                                        const schedule::Schedule& schedule, int pp_rank,
                                        int threads = 1,
                                        int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 // The same, making the configuration's schedule.
-model::MemoryEstimate weft_rank_memory(const Job& job, const ParallelConfig& c, int pp_rank,
+model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c, int pp_rank,
                                        int threads = 1,
                                        int64_t runtime_bytes = model::kDefaultRuntimeBytes);
 

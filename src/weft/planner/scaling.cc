@@ -22,7 +22,7 @@ Result<ScalingMode> parse_scaling_mode(std::string_view name) {
 
 ScalingStudy scaling_study(const Cluster& cluster, const Job& job, ScalingMode mode,
                            const std::vector<int>& devices,
-                           const std::optional<ParallelConfig>& fixed, const SearchSpace& space,
+                           const std::optional<layout::Layout>& fixed, const SearchSpace& space,
                            const Options& model) {
   if (devices.empty()) throw Error("a scaling study needs at least one size (--gpus 128,256)");
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -44,7 +44,7 @@ ScalingStudy scaling_study(const Cluster& cluster, const Job& job, ScalingMode m
     pt.devices = n;
     pt.global_batch = j.global_batch;
     if (fixed) {
-      ParallelConfig c = *fixed;
+      layout::Layout c = *fixed;
       c.dp = n / (c.tp * c.pp);
       if (n % (c.tp * c.pp) != 0 || c.dp < 1) {
         pt.why = fmt::format("{} devices are not divisible by tp*pp = {}", n, c.tp * c.pp);

@@ -35,7 +35,7 @@ struct ScalingPoint {
 
 struct ScalingStudy {
   ScalingMode mode = ScalingMode::Weak;
-  std::optional<ParallelConfig> fixed;  // tp, pp, vp, mb, ... held; dp = N / (tp*pp)
+  std::optional<layout::Layout> fixed;  // tp, pp, vp, mb, ... held; dp = N / (tp*pp)
   std::vector<ScalingPoint> points;     // one per size, in the order asked
 };
 
@@ -44,7 +44,7 @@ struct ScalingStudy {
 // Errors (sizes not positive or not increasing) throw weft::Error.
 ScalingStudy scaling_study(const Cluster& cluster, const Job& job, ScalingMode mode,
                            const std::vector<int>& devices,
-                           const std::optional<ParallelConfig>& fixed = std::nullopt,
+                           const std::optional<layout::Layout>& fixed = std::nullopt,
                            const SearchSpace& space = {}, const Options& model = {});
 
 // The table: devices, global batch, layout, step time, tokens/s per device, TFLOP/s per device,

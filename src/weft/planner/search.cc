@@ -46,11 +46,11 @@ std::string reason_kind(const std::string& reason) {
 
 }  // namespace
 
-std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space) {
+std::vector<layout::Layout> enumerate(const Job& job, const SearchSpace& space) {
   auto allowed = [](const std::vector<int>& only, int v) {
     return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
   };
-  std::vector<ParallelConfig> out;
+  std::vector<layout::Layout> out;
   for (int tp : divisors(job.world)) {
     if (tp > space.max_tp) break;
     if (!allowed(space.tps, tp)) continue;
@@ -101,12 +101,12 @@ SearchResult search(const Cluster& cluster, const Job& job, const SearchSpace& s
   bound.time_infeasible = false;
   bound.cache = &cache;
   bound.bound_only = true;
-  const std::vector<ParallelConfig> candidates = enumerate(job, space);
+  const std::vector<layout::Layout> candidates = enumerate(job, space);
   result.candidates = static_cast<int>(candidates.size());
   // Every candidate: validated, its memory checked, its stages priced; the feasible ones get a
   // lower bound on their step time.
   std::vector<Prediction> feasible;
-  for (const ParallelConfig& c : candidates) {
+  for (const layout::Layout& c : candidates) {
     Prediction p = predict(cluster, job, c, bound);
     if (p.feasible) {
       feasible.push_back(std::move(p));

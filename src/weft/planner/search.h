@@ -34,7 +34,7 @@ struct SearchSpace {
 // tps and pps), dp the rest, and the cross product of the space's other axes (sequence
 // parallelism only with tp > 1, ZeRO only with dp > 1, vp > 1 only for the interleaved schedule,
 // one schedule when pp = 1).
-std::vector<ParallelConfig> enumerate(const Job& job, const SearchSpace& space);
+std::vector<layout::Layout> enumerate(const Job& job, const SearchSpace& space);
 
 struct SearchResult {
   // The fastest feasible configurations, simulated, fastest first: every one whose lower bound

@@ -39,7 +39,7 @@ double optimizer_bytes_per_param(Precision p) {
 
 }  // namespace
 
-Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConfig& c,
+Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layout& c,
                            const Options& options) {
   Simulation sim;
   Prediction& p = sim.prediction;
@@ -56,7 +56,7 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const ParallelConf
     p.reasons = v.problems();
     return sim;
   }
-  const int m = c.microbatches(job);
+  const int m = c.microbatches(job.global_batch);
   const schedule::Shape shape{.pp = c.pp, .vp = c.vp, .microbatches = m};
   ScheduleCache local;
   const ScheduleCache::Entry& entry =

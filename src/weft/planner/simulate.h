@@ -31,7 +31,7 @@ struct StepBreakdown {
 };
 
 struct Prediction {
-  ParallelConfig config;
+  layout::Layout config;
   bool feasible = true;
   std::vector<std::string> reasons;  // why not, in the user's terms
   StepBreakdown time;
@@ -93,9 +93,9 @@ struct Simulation {
 
 // Everything about one configuration; an invalid one (validate(c, job)) comes back infeasible
 // with the reasons, a valid one that does not fit in memory with "needs X GiB per device, has Y".
-Simulation simulate_config(const Cluster& cluster, const Job& job, const ParallelConfig& c,
+Simulation simulate_config(const Cluster& cluster, const Job& job, const layout::Layout& c,
                            const Options& options = {});
-inline Prediction predict(const Cluster& cluster, const Job& job, const ParallelConfig& c,
+inline Prediction predict(const Cluster& cluster, const Job& job, const layout::Layout& c,
                           const Options& options = {}) {
   return simulate_config(cluster, job, c, options).prediction;
 }

@@ -19,7 +19,7 @@ struct LayerShape {
   bool sp;
 };
 
-LayerShape shape_of(const Job& job, const ParallelConfig& c) {
+LayerShape shape_of(const Job& job, const layout::Layout& c) {
   LayerShape l;
   l.b = c.micro_batch;
   l.s = job.seq_len;
@@ -134,7 +134,7 @@ StageCost layer_cost(const StageCostInputs& in) {
 std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   const Cluster& cl = *in.cluster;
   const Job& job = *in.job;
-  const ParallelConfig& cfg = *in.config;
+  const layout::Layout& cfg = *in.config;
   const LayerShape l = shape_of(job, cfg);
   const double peak = compute_peak(cl, job.precision);
   const GroupLink& tp = in.placement->tp;

@@ -42,7 +42,7 @@ struct StageCost {
 struct StageCostInputs {
   const Cluster* cluster = nullptr;
   const Job* job = nullptr;
-  const ParallelConfig* config = nullptr;
+  const layout::Layout* config = nullptr;
   const Placement* placement = nullptr;
   bool overlap_dp = true;  // SimulateOptions::overlap_dp
 };

@@ -133,7 +133,7 @@ std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n) {
   std::set<std::tuple<int, int, int>> shapes;
   int count = 0;
   for (size_t i = 0; i < ranked.size() && count < n; ++i) {  // the best of each shape
-    const ParallelConfig& c = ranked[i].config;
+    const layout::Layout& c = ranked[i].config;
     if (shapes.insert({c.tp, c.pp, c.dp}).second) {
       taken[i] = true;
       ++count;
@@ -237,7 +237,7 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
 }
 
 std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_config_keys_of(
-    const ParallelConfig& c) {
+    const layout::Layout& c) {
   const auto quoted = [](std::string_view s) { return fmt::format("\"{}\"", s); };
   return {
       {"parallel",

@@ -26,7 +26,7 @@ namespace weft::planner {
 // memory of its ranks.
 struct TrialMeasurement {
   Job job;
-  ParallelConfig config;
+  layout::Layout config;
   double step_seconds = 0;  // s per training step: the layout's figure (CandidateRecord::figure)
   double peak_bytes = 0;    // bytes above the baseline, the largest of the ranks' peaks
   int timed_steps = 1;      // steps the figure was taken over: the refit's weight
@@ -34,7 +34,7 @@ struct TrialMeasurement {
 
 // A layout the planner ranked feasible, with what it predicts.
 struct TuneCandidate {
-  ParallelConfig config;
+  layout::Layout config;
   double predicted_seconds = 0;      // step time
   double predicted_bytes = 0;        // the busiest rank's memory
   double predicted_rank0_bytes = 0;  // rank 0's
@@ -169,7 +169,7 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
 // The run-config keys of a layout, as they are pasted: {"parallel", {{"tp", "1"}, ...}},
 // {"train", {{"micro_batch", "2"}, {"recompute", "\"none\""}}}.
 std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_config_keys_of(
-    const ParallelConfig& c);
+    const layout::Layout& c);
 // The TOML text `text` with `keys` set: an existing `key = ...` line of the section is replaced
 // (its comment kept after it), a missing key is added under the section's header, a missing
 // section appended.

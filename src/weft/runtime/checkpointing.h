@@ -52,7 +52,7 @@ class RankState {
 
 struct CheckpointJob {
   model::GptConfig model;
-  checkpoint::ParallelLayout layout;
+  layout::Layout layout;  // what the checkpoint records of it: tp, pp, dp, vp, zero
   int tp_rank = 0, dp_rank = 0, pp_rank = 0;
   RankState* state = nullptr;           // this rank's chunks
   comm::Communicator* world = nullptr;  // null: one process

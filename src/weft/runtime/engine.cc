@@ -185,8 +185,7 @@ Engine::Memory Engine::memory() const {
 CheckpointJob Engine::checkpoint_job() {
   CheckpointJob job;
   job.model = cfg_.model;
-  job.layout = {cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp, cfg_.parallel.vp,
-                cfg_.parallel.zero};
+  job.layout = to_layout(cfg_);
   job.tp_rank = me_.tp;
   job.dp_rank = me_.dp;
   job.pp_rank = me_.pp;

@@ -500,18 +500,18 @@ Status validate(const RunConfig& c) {
 }
 
 layout::Layout to_layout(const RunConfig& c) {
+  // An unknown schedule name is validate_layout's own error; the rest is checked as under gpipe,
+  // which runs every pipeline shape with one chunk per rank.
   const auto kind = schedule::parse_kind(c.parallel.schedule);
   return {.tp = c.parallel.tp,
           .pp = c.parallel.pp,
           .dp = c.parallel.dp,
           .vp = c.parallel.vp,
-          .sequence_parallel = c.parallel.sequence_parallel,
-          .zero = c.parallel.zero,
-          .schedule = kind.ok() ? std::optional(kind.value()) : std::nullopt,
-          .recompute = c.recompute(),
           .micro_batch = c.train.micro_batch,
-          .global_batch = c.train.global_batch,
-          .seq_len = c.train.seq_len};
+          .schedule = kind.ok() ? kind.value() : schedule::Kind::GPipe,
+          .recompute = c.recompute(),
+          .sequence_parallel = c.parallel.sequence_parallel,
+          .zero = c.parallel.zero};
 }
 
 Status validate_layout(const RunConfig& c) {
@@ -520,7 +520,8 @@ Status validate_layout(const RunConfig& c) {
     s.add(fmt::format("{}: parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
                       c.origin, c.parallel.schedule));
   }
-  const Status rules = layout::validate(c.model, to_layout(c));
+  const Status rules = layout::validate(
+      c.model, to_layout(c), {.global_batch = c.train.global_batch, .seq_len = c.train.seq_len});
   for (const auto& problem : rules.problems()) {
     s.add(fmt::format("{}: {}", c.origin, problem));
   }

@@ -69,63 +69,172 @@ void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
   progress.message(fmt::format("weft train: {}: {}", mem.title, fmt::join(ranks, ", ")));
 }
 
-Result<TrainResult> Trainer::run() {
-  namespace fs = std::filesystem;
-  const auto& t = cfg_.train;
-  const int T = t.seq_len, b = t.micro_batch, m = cfg_.microbatches();
-  const EngineDevice device{options_.device, options_.device_group};
-  const std::string root = cfg_.checkpoint_root();
-  const std::string tokenizer =
-      options_.tokenizer_spec.empty() ? cfg_.data.tokenizer : options_.tokenizer_spec;
-  TrainResult result;
+namespace {
 
-  // Where to start: decided (and checked) before anything is allocated or written.
-  std::string resume_dir;
-  if (options_.resume.empty() || options_.resume == "auto") {
-    auto latest = checkpoint::find_latest(root);
-    if (!latest.ok()) return latest.status();
-    if (latest.value()) {
-      if (options_.resume.empty()) {
-        return Status::error(fmt::format(
-            "{}: run.out_dir {} already holds checkpoints (latest {}): pass --resume to continue "
-            "that run, or choose another run.out_dir",
-            cfg_.origin, cfg_.run.out_dir, *latest.value()));
-      }
-      resume_dir = *latest.value();
-    }
-  } else {
-    auto dir = checkpoint::resolve(options_.resume);
-    if (!dir.ok()) return dir.status();
-    resume_dir = dir.value();
+// Where a run starts: "" (fresh) or the checkpoint directory it resumes from, decided (and
+// checked) before anything is allocated or written.
+Result<std::string> start_point(const RunConfig& cfg, const std::string& resume,
+                                const std::string& root) {
+  if (!resume.empty() && resume != "auto") return checkpoint::resolve(resume);
+  auto latest = checkpoint::find_latest(root);
+  if (!latest.ok()) return latest.status();
+  if (!latest.value()) return std::string();
+  if (resume.empty()) {
+    return Status::error(fmt::format(
+        "{}: run.out_dir {} already holds checkpoints (latest {}): pass --resume to continue "
+        "that run, or choose another run.out_dir",
+        cfg.origin, cfg.run.out_dir, *latest.value()));
   }
+  return *latest.value();
+}
 
-  // The process grid: checked before anything is allocated. Every rank reaches the same verdict.
-  comm::Communicator* world = options_.world;
-  const int world_size = world != nullptr ? world->size() : 1;
-  const int world_rank = world != nullptr ? world->rank() : 0;
-  if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
-  // The layout, before anything is written (layout/validate.h, the rules the planner applies too).
-  if (Status s = validate_layout(cfg_); !s.ok()) return s;
-  // The checkpoint directory is made and checked writable now, not at the first save after
-  // save_every steps of work; rank 0 removes what killed saves left behind.
-  auto prepared = checkpoint::prepare_root(root, world_rank == 0);
+// The checkpoint directory, made and checked writable now, not at the first save after
+// save_every steps of work; rank 0 removes what killed saves left behind and keeps the tokenizer
+// beside the checkpoints (ROOT/tokenizer): a run directory moved to another machine still
+// generates and exports (cli/checkpoint_tokenizer.h).
+Status prepare_root(const std::string& root, const std::string& tokenizer, bool leader) {
+  auto prepared = checkpoint::prepare_root(root, leader);
   if (!prepared.ok()) return prepared.status();
   for (const std::string& dir : prepared.value()) {
     fmt::print(stderr, "weft train: removed {}, the leftover of a save that was killed\n", dir);
   }
-  // The tokenizer travels with the checkpoints (ROOT/tokenizer): a run directory moved to another
-  // machine still generates and exports (cli/checkpoint_tokenizer.h).
-  if (world_rank == 0 && !tokenizer.empty() && tokenizer != "none") {
-    if (Status s =
-            data::copy_tokenizer_files(data::resolve_tokenizer_dir(tokenizer), root + "/tokenizer");
-        !s.ok()) {
-      return s.prefixed("cannot keep a copy of the tokenizer beside the checkpoints");
-    }
+  if (!leader || tokenizer.empty() || tokenizer == "none") return {};
+  return data::copy_tokenizer_files(data::resolve_tokenizer_dir(tokenizer), root + "/tokenizer")
+      .prefixed("cannot keep a copy of the tokenizer beside the checkpoints");
+}
+
+// What of the run config differs from a checkpoint's record in a way that changes the
+// continuation: the run config decides, and the difference deserves a word.
+std::vector<std::string> changed_since(const RunConfig& cfg, const checkpoint::TrainState& state) {
+  const auto& t = cfg.train;
+  std::vector<std::string> changed;
+  if (state.seed != static_cast<uint64_t>(t.seed)) changed.push_back("train.seed");
+  if (state.data_path != cfg.data.train) changed.push_back("data.train");
+  if (state.lr_schedule.lr != t.lr || state.lr_schedule.min_lr != t.min_lr ||
+      state.lr_schedule.warmup_steps != t.warmup_steps ||
+      state.lr_schedule.total_steps != t.steps) {
+    changed.push_back("the learning-rate schedule");
   }
-  const parallel::GridShape grid{cfg_.parallel.tp, cfg_.parallel.pp, cfg_.parallel.dp};
-  const parallel::Topology topo(grid);
-  if (world != nullptr && world_size > 1) groups_ = parallel::make_groups(*world, topo);
-  const bool leader = world_rank == 0;
+  return changed;
+}
+
+}  // namespace
+
+// MFU's two reference lines for a run (docs/training.md). The job's GEMM ceiling is measured at
+// the start and again at every validation, when the run pauses anyway (on rank 0, which writes
+// the metrics), and the best of them kept: a ceiling measured while other work shared the cores
+// would make an unloaded step read above 100%. The spec peak (train.peak_gflops) is dropped, with
+// a warning, whenever a ceiling above it is measured: it is then not this machine's peak (a base
+// clock where the cores boost, a core count too low).
+class Trainer::MfuReference {
+ public:
+  MfuReference(std::function<double(bool fresh)> measure, double peak_gflops, double flops_per_step,
+               int log_every, Progress& progress)
+      : measure_(std::move(measure)),
+        peak_gflops_(peak_gflops),
+        peak_flops_(peak_gflops * 1e9),
+        flops_per_step_(flops_per_step),
+        log_every_(log_every),
+        progress_(progress) {}
+
+  void measure_first(int64_t step) {
+    ceiling_ = measure_(false);
+    step_ = step;
+  }
+  double ceiling() const { return ceiling_; }
+  void check_peak() {
+    if (peak_flops_ <= 0 || ceiling_ <= peak_flops_) return;
+    progress_.message(fmt::format(
+        "weft train: warning: train.peak_gflops={} is below the GEMM rate measured on this job "
+        "({:.1f} GFLOP/s), so it is not this machine's peak (a base clock where the cores boost?); "
+        "MFU is reported against the GEMM ceiling only. Set it from the boost clock: cores x GHz x "
+        "FLOP/cycle",
+        peak_gflops_, ceiling_ / 1e9));
+    peak_flops_ = 0;
+  }
+  void measure_again() {
+    if (ceiling_ <= 0) return;  // never measured (not rank 0, or not asked for)
+    ceiling_ = std::max(ceiling_, measure_(true));
+    check_peak();
+  }
+  // The MFU fields of step `step`'s record, which took `seconds`. A step faster than the ceiling
+  // shows the ceiling was measured while something else held the cores (the demo's first one read
+  // half the later ones, and its steps 160% of it): it is measured again at once, at most once per
+  // log interval.
+  void record(StepRecord& r, double seconds, int64_t step) {
+    if (ceiling_ > 0 && flops_per_step_ / seconds > ceiling_ && step - step_ >= log_every_) {
+      measure_again();
+      step_ = step;
+    }
+    if (peak_flops_ > 0) r.mfu_spec = flops_per_step_ / (seconds * peak_flops_);
+    if (ceiling_ > 0) r.mfu_gemm = flops_per_step_ / (seconds * ceiling_);
+  }
+
+ private:
+  std::function<double(bool)> measure_;
+  double peak_gflops_, peak_flops_, flops_per_step_;
+  int log_every_;
+  Progress& progress_;
+  double ceiling_ = 0;
+  int64_t step_ = 0;  // the step of the last measurement
+};
+
+// One invocation's state, which the loop's parts share.
+struct Trainer::Run {
+  std::string root, tokenizer, resume_dir;
+  comm::Communicator* world = nullptr;
+  int world_size = 1;
+  bool leader = true;
+  std::optional<data::Sampler> sampler;
+  std::optional<Progress> progress;
+  std::optional<MfuReference> mfu;
+  std::optional<MetricsWriter> metrics;
+  int64_t step = 0, last = 0, saved_step = -1;
+  int skipped_in_a_row = 0;
+  TrainResult result;
+};
+
+Result<TrainResult> Trainer::run() {
+  Run run;
+  run.root = cfg_.checkpoint_root();
+  run.tokenizer = options_.tokenizer_spec.empty() ? cfg_.data.tokenizer : options_.tokenizer_spec;
+  auto start = start_point(cfg_, options_.resume, run.root);
+  if (!start.ok()) return start.status();
+  run.resume_dir = start.value();
+  // The process grid and the layout (layout/validate.h, the rules the planner applies too):
+  // checked before anything is allocated or written. Every rank reaches the same verdict.
+  run.world = options_.world;
+  run.world_size = run.world != nullptr ? run.world->size() : 1;
+  const int world_rank = run.world != nullptr ? run.world->rank() : 0;
+  run.leader = world_rank == 0;
+  if (Status s = validate_world(cfg_, run.world_size); !s.ok()) return s;
+  if (Status s = validate_layout(cfg_); !s.ok()) return s;
+  if (Status s = prepare_root(run.root, run.tokenizer, run.leader); !s.ok()) return s;
+  const parallel::Topology topo(to_layout(cfg_).grid());
+  if (run.world != nullptr && run.world_size > 1) groups_ = parallel::make_groups(*run.world, topo);
+  if (Status s = build(run, topo.coord(world_rank)); !s.ok()) return s;
+  if (Status s = train(run); !s.ok()) return s;
+
+  run.progress->finish();
+  report_memory(*run.progress, topo, run.world);
+  if (Status s = save(run); !s.ok()) return s;
+  TrainResult& result = run.result;
+  if (result.stopped) {
+    run.progress->message(fmt::format(
+        "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
+        signal_name(result.stop_signal), run.step, cfg_.train.steps, result.checkpoint));
+  }
+  if (options_.write_plot && run.leader) {
+    const std::string svg = (std::filesystem::path(cfg_.run.out_dir) / "loss.svg").string();
+    Status s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
+    if (!s.ok()) run.progress->message("weft train: warning: no loss plot: " + s.message());
+  }
+  return std::move(run.result);
+}
+
+Status Trainer::build(Run& run, const parallel::Coord& me) {
+  const auto& t = cfg_.train;
+  const int T = t.seq_len, b = t.micro_batch, m = cfg_.microbatches(), dp = cfg_.parallel.dp;
   kernels::set_num_threads(t.threads > 0 ? t.threads : threads_per_process(local_processes(1)));
   data::SamplerConfig scfg;
   scfg.seq_len = T;
@@ -133,260 +242,210 @@ Result<TrainResult> Trainer::run() {
   scfg.microbatches = m;
   scfg.val_fraction = cfg_.data.val_fraction;
   scfg.seed = static_cast<uint64_t>(t.seed);
-  scfg.dp_rank = topo.coord(world_rank).dp;
-  scfg.dp_size = grid.dp;
-  auto sampler_or = data::Sampler::create(*dataset_, scfg);
-  if (!sampler_or.ok()) return sampler_or.status();
-  data::Sampler sampler = std::move(sampler_or).value();
+  scfg.dp_rank = me.dp;
+  scfg.dp_size = dp;
+  auto sampler = data::Sampler::create(*dataset_, scfg);
+  if (!sampler.ok()) return sampler.status();
+  run.sampler.emplace(std::move(sampler).value());
 
   // This rank's engine: its model chunks, run by the pipeline schedule (pp = 1: one chunk, the
   // microbatches one after the other), and their optimizers.
-  auto made = make_engine(cfg_, groups_, world, device);
+  auto made = make_engine(cfg_, groups_, run.world, {options_.device, options_.device_group});
   if (!made.ok()) return made.status();
   engine_ = std::move(made).value();
   // A resume loads every parameter and moment (padding stays zero): initializing first would only
   // cost time, most of a restart's for a large model (bench/results/checkpoint-*.md).
-  if (resume_dir.empty()) engine_->init(static_cast<uint64_t>(t.seed));
-  const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+  if (run.resume_dir.empty()) engine_->init(static_cast<uint64_t>(t.seed));
 
-  std::FILE* const progress_out = options_.progress && leader ? stderr : nullptr;
-  Progress progress(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
-  int64_t step = 0;
+  std::FILE* const progress_out = options_.progress && run.leader ? stderr : nullptr;
+  run.progress.emplace(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
   std::string load_summary;  // "... MB in ... s, ... GB/s"
-  if (!resume_dir.empty()) {
+  if (!run.resume_dir.empty()) {
     checkpoint::TrainState state;
-    auto loaded = load_checkpoint(engine_->checkpoint_job(), resume_dir, state);
+    auto loaded = load_checkpoint(engine_->checkpoint_job(), run.resume_dir, state);
     if (!loaded.ok()) return loaded.status();
     load_summary = loaded.value().summary();
-    Status s = sampler.set_state({state.sampler_epoch, state.sampler_position});
-    if (!s.ok()) return Status::error(fmt::format("{}: {}", resume_dir, s.message()));
-    step = state.step;
-    result.resumed_from = resume_dir;
-    // The run config decides; a difference that changes the continuation deserves a word.
-    std::vector<std::string> changed;
-    if (state.seed != static_cast<uint64_t>(t.seed)) changed.push_back("train.seed");
-    if (state.data_path != cfg_.data.train) changed.push_back("data.train");
-    if (state.lr_schedule.lr != t.lr || state.lr_schedule.min_lr != t.min_lr ||
-        state.lr_schedule.warmup_steps != t.warmup_steps ||
-        state.lr_schedule.total_steps != t.steps) {
-      changed.push_back("the learning-rate schedule");
-    }
-    if (!changed.empty()) {
-      progress.message(fmt::format(
+    Status s = run.sampler->set_state({state.sampler_epoch, state.sampler_position});
+    if (!s.ok()) return Status::error(fmt::format("{}: {}", run.resume_dir, s.message()));
+    run.step = state.step;
+    run.saved_step = state.step;
+    run.result.resumed_from = run.resume_dir;
+    if (const auto changed = changed_since(cfg_, state); !changed.empty()) {
+      run.progress->message(fmt::format(
           "weft train: warning: {} differ(s) from checkpoint {}; continuing with the run config",
-          fmt::join(changed, ", "), resume_dir));
+          fmt::join(changed, ", "), run.resume_dir));
     }
   }
-  result.first_step = step;
-  result.last_step = step;
+  run.result.first_step = run.step;
+  run.result.last_step = run.step;
+  run.last = options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
 
   // Rank 0 owns the run directory: metrics, plot and checkpoints.
-  std::optional<MetricsWriter> metrics;
-  if (leader) {
+  if (run.leader) {
     std::error_code ec;
-    fs::create_directories(cfg_.run.out_dir, ec);
+    std::filesystem::create_directories(cfg_.run.out_dir, ec);
     if (ec) {
       return Status::error(
           fmt::format("{}: cannot create run.out_dir: {}", cfg_.run.out_dir, ec.message()));
     }
-    auto metrics_or = MetricsWriter::open(cfg_.metrics_path(), step);
-    if (!metrics_or.ok()) return metrics_or.status();
-    metrics.emplace(std::move(metrics_or).value());
+    auto metrics = MetricsWriter::open(cfg_.metrics_path(), run.step);
+    if (!metrics.ok()) return metrics.status();
+    run.metrics.emplace(std::move(metrics).value());
   }
 
-  const double flops_per_step = model::model_flops_per_step(cfg_.model, t.global_batch, T);
-  // The job's ceiling, measured at the start and again at every validation, when the run pauses
-  // anyway (on rank 0, which writes the metrics), and the best of them kept: a ceiling measured
-  // while other work shared the cores would make an unloaded step read above 100%
-  // (docs/training.md).
-  double ceiling = 0;
-  const auto measure_ceiling = [&](bool fresh) {
+  run.progress.emplace(run.step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
+  auto measure = [this](bool fresh) {
     return options_.gemm_ceiling ? options_.gemm_ceiling(fresh) : engine_->gemm_ceiling(fresh);
   };
-  if (options_.measure_gemm_ceiling && leader) ceiling = measure_ceiling(false);
-  int64_t ceiling_step = step;  // the step of the last measurement
-  progress = Progress(step, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
-  progress.message(fmt::format(
+  run.mfu.emplace(measure, t.peak_gflops,
+                  model::model_flops_per_step(cfg_.model, t.global_batch, T), t.log_every,
+                  *run.progress);
+  if (options_.measure_gemm_ceiling && run.leader) run.mfu->measure_first(run.step);
+  const double ceiling = run.mfu->ceiling();
+  run.progress->message(fmt::format(
       "weft train: {} ({} parameters) on {}; T={} micro_batch={} global_batch={} (= {} x "
       "micro_batch{}), {} steps{}; {}GEMM ceiling {}; out_dir {}",
       cfg_.model.name, model::gpt_param_layout(cfg_.model).count(), dataset_->describe(), T, b,
-      t.global_batch, m, grid.dp > 1 ? fmt::format(" on each of {} replicas", grid.dp) : "",
-      t.steps,
-      resume_dir.empty()
-          ? ""
-          : fmt::format(", resuming at step {} from {} ({})", step, resume_dir, load_summary),
+      t.global_batch, m, dp > 1 ? fmt::format(" on each of {} replicas", dp) : "", t.steps,
+      run.resume_dir.empty() ? ""
+                             : fmt::format(", resuming at step {} from {} ({})", run.step,
+                                           run.resume_dir, load_summary),
       engine_->describe(),
       ceiling > 0 ? fmt::format("{:.1f} GFLOP/s", ceiling / 1e9) : "not measured",
       cfg_.run.out_dir));
-  // A spec peak below a rate this machine just measured is not its peak (a base clock where the
-  // cores boost, a core count too low); an MFU against it would read above 100%. It is dropped,
-  // with a warning, whenever a ceiling above it is measured.
-  double peak_flops = t.peak_gflops * 1e9;
-  const auto check_peak = [&] {
-    if (peak_flops <= 0 || ceiling <= peak_flops) return;
-    progress.message(fmt::format(
-        "weft train: warning: train.peak_gflops={} is below the GEMM rate measured on this job "
-        "({:.1f} GFLOP/s), so it is not this machine's peak (a base clock where the cores boost?); "
-        "MFU is reported against the GEMM ceiling only. Set it from the boost clock: cores x GHz x "
-        "FLOP/cycle",
-        t.peak_gflops, ceiling / 1e9));
-    peak_flops = 0;
-  };
-  check_peak();
-  const auto measure_ceiling_again = [&] {
-    ceiling = std::max(ceiling, measure_ceiling(true));
-    check_peak();
-  };
+  run.mfu->check_peak();
+  return {};
+}
 
-  const int64_t last =
-      options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
-  std::vector<int32_t> tokens(static_cast<size_t>(m) * b * T), targets(tokens.size());
-  int64_t saved_step = resume_dir.empty() ? -1 : step;
-  int skipped_in_a_row = 0;
+Status Trainer::save(Run& run) {
+  if (run.saved_step == run.step) return {};
+  const auto& t = cfg_.train;
+  checkpoint::TrainState state;
+  state.step = run.step;
+  state.seed = static_cast<uint64_t>(t.seed);
+  state.sampler_epoch = run.sampler->state().epoch;
+  state.sampler_position = run.sampler->state().position;
+  state.lr_schedule = {"warmup_cosine", t.lr, t.min_lr, t.warmup_steps, t.steps};
+  state.tokenizer = run.tokenizer;
+  state.tokenizer_identity = options_.tokenizer_identity;
+  state.data_path = cfg_.data.train;
+  state.run_config = cfg_.to_json();
+  auto saved = save_checkpoint(engine_->checkpoint_job(), run.root, state, t.keep_last);
+  if (!saved.ok()) return saved.status();
+  run.result.checkpoint = saved.value().dir;
+  run.saved_step = run.step;
+  run.progress->message(fmt::format("weft train: checkpoint {} ({})", run.result.checkpoint,
+                                    saved.value().summary()));
+  // The gathered copies are gone: measure training's own peak from here on.
+  reset_peak_resident();
+  return {};
+}
 
-  auto save = [&]() -> Status {
-    if (saved_step == step) return {};
-    checkpoint::TrainState state;
-    state.step = step;
-    state.seed = static_cast<uint64_t>(t.seed);
-    state.sampler_epoch = sampler.state().epoch;
-    state.sampler_position = sampler.state().position;
-    state.lr_schedule = {"warmup_cosine", t.lr, t.min_lr, t.warmup_steps, t.steps};
-    state.tokenizer = tokenizer;
-    state.tokenizer_identity = options_.tokenizer_identity;
-    state.data_path = cfg_.data.train;
-    state.run_config = cfg_.to_json();
-    auto saved = save_checkpoint(engine_->checkpoint_job(), root, state, t.keep_last);
-    if (!saved.ok()) return saved.status();
-    result.checkpoint = saved.value().dir;
-    saved_step = step;
-    progress.message(
-        fmt::format("weft train: checkpoint {} ({})", result.checkpoint, saved.value().summary()));
-    // The gathered copies are gone: measure training's own peak from here on.
-    reset_peak_resident();
-    return {};
-  };
-  // The same eval_batches validation batches as one process would use, shared by the replicas.
-  auto evaluate = [&]() -> float {
-    const size_t block = static_cast<size_t>(b) * T;
-    const int mine = sampler.val_batches_of_replica(t.eval_batches);
-    std::vector<int32_t> vt(block * mine), vy(vt.size());
-    for (int k = 0; k < mine; ++k) {
-      sampler.val_batch(k, vt.data() + k * block, vy.data() + k * block);
-    }
-    return engine_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
-  };
+// The same eval_batches validation batches as one process would use, shared by the replicas.
+float Trainer::evaluate(Run& run) {
+  const auto& t = cfg_.train;
+  const size_t block = static_cast<size_t>(t.micro_batch) * t.seq_len;
+  const int mine = run.sampler->val_batches_of_replica(t.eval_batches);
+  std::vector<int32_t> vt(block * mine), vy(vt.size());
+  for (int k = 0; k < mine; ++k) {
+    run.sampler->val_batch(k, vt.data() + k * block, vy.data() + k * block);
+  }
+  return engine_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
+}
 
+Status Trainer::train(Run& run) {
+  const auto& t = cfg_.train;
+  const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
+  std::vector<int32_t> tokens(static_cast<size_t>(cfg_.microbatches()) * t.micro_batch * t.seq_len),
+      targets(tokens.size());
   // A stop request reaches the ranks at different moments: they agree on it before each step,
   // so all of them stop after the same one.
   auto all_ranks_stop = [&]() {
     int32_t stop = stop_.load() ? 1 : 0;
-    if (world != nullptr && world_size > 1) world->all_reduce(&stop, 1, comm::ReduceOp::Max);
+    if (run.world != nullptr && run.world_size > 1) {
+      run.world->all_reduce(&stop, 1, comm::ReduceOp::Max);
+    }
     return stop != 0;
   };
   // SIGINT/SIGTERM set stop_ (when main() routed them: core/stop_signals.h).
   std::optional<StopSignalListener> signals;
   if (options_.handle_signals) signals.emplace(stop_);
-  while (step < last && !all_ranks_stop()) {
-    const double lr = schedule.at(step);
-    const int64_t epoch = sampler.state().epoch;
-    sampler.next_batch(tokens.data(), targets.data());
-    fault_point("step", step + 1);  // crash tests (core/fault.h)
+  while (run.step < run.last && !all_ranks_stop()) {
+    StepRecord r;
+    r.lr = schedule.at(run.step);
+    r.epoch = run.sampler->state().epoch;
+    run.sampler->next_batch(tokens.data(), targets.data());
+    fault_point("step", run.step + 1);  // crash tests (core/fault.h)
     const auto t0 = std::chrono::steady_clock::now();
     const StepStats stats =
-        engine_->step(tokens.data(), targets.data(), static_cast<float>(lr), t.clip);
-    const double dt = seconds_since(t0);
-    ++step;
-    if (fault_requested("nan", step)) {  // crash tests: one parameter of this rank goes bad
+        engine_->step(tokens.data(), targets.data(), static_cast<float>(r.lr), t.clip);
+    r.step_seconds = seconds_since(t0);
+    r.step = ++run.step;
+    if (fault_requested("nan", run.step)) {  // crash tests: one parameter of this rank goes bad
       const float nan = std::nanf("");
       engine_->checkpoint_job().state->write(0, 0, 0, 1, &nan);
     }
-
-    StepRecord r;
-    r.step = step;
     r.loss = stats.loss;
-    r.lr = lr;
     r.grad_norm = stats.grad_norm;
-    r.step_seconds = dt;
-    r.tokens_per_s = static_cast<double>(t.global_batch) * T / dt;
-    // A step faster than the ceiling shows the ceiling was measured while something else held
-    // the cores (the demo's first one read half the later ones, and its steps 160% of it): it is
-    // measured again at once, at most once per log interval.
-    if (ceiling > 0 && flops_per_step / dt > ceiling && step - ceiling_step >= t.log_every) {
-      measure_ceiling_again();
-      ceiling_step = step;
-    }
-    if (peak_flops > 0) r.mfu_spec = flops_per_step / (dt * peak_flops);
-    if (ceiling > 0) r.mfu_gemm = flops_per_step / (dt * ceiling);
     r.skipped = stats.skipped;
-    r.epoch = epoch;
-    r.tokens = step * t.global_batch * T;
-    if (t.eval_every > 0 && (step % t.eval_every == 0 || step == t.steps)) {
-      r.val_loss = evaluate();
-      if (ceiling > 0 && step < last) measure_ceiling_again();
+    r.tokens_per_s = static_cast<double>(t.global_batch) * t.seq_len / r.step_seconds;
+    r.tokens = run.step * t.global_batch * t.seq_len;
+    run.mfu->record(r, r.step_seconds, run.step);
+    if (t.eval_every > 0 && (run.step % t.eval_every == 0 || run.step == t.steps)) {
+      r.val_loss = evaluate(run);
+      if (run.step < run.last) run.mfu->measure_again();
     }
     r.peak_mem_bytes = peak_resident_bytes();
-    skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
-    if (stats.skipped) {
-      // Skipping helps against a bad batch or a spike, not against a corrupt state.
-      Status finite = check_parameters_finite(engine_->checkpoint_job());
-      if (!finite.ok()) {
-        progress.finish();
-        return Status::error(fmt::format(
-            "step {}: {}; the state is corrupt (a memory error or a bug), so the run stops. {}",
-            step, finite.message(),
-            saved_step >= 0 ? fmt::format("The last checkpoint is from step {}.", saved_step)
-                            : std::string("No checkpoint was written.")));
-      }
-      progress.message(fmt::format(
-          "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
-          "was skipped",
-          step, stats.loss, stats.grad_norm));
-    }
-    if (metrics) {
-      Status s = metrics->write(r);
-      if (!s.ok()) return s;
-    }
-    progress.update(r);
-    result.records.push_back(r);
-    result.last_step = step;
-    if (t.max_skipped_steps > 0 && skipped_in_a_row >= t.max_skipped_steps) {
-      // The same on every rank (the loss and norm are): all stop here, nothing more is saved, so
-      // the last checkpoint is the last good state.
-      progress.finish();
+    if (Status s = after_step(run, r); !s.ok()) return s;
+  }
+  if (run.step < run.last) {  // the loop ended early: a stop request
+    run.result.stopped = true;
+    run.result.stop_signal = signals ? signals->signal() : 0;
+  }
+  return {};
+}
+
+Status Trainer::after_step(Run& run, const StepRecord& r) {
+  const auto& t = cfg_.train;
+  const std::string last_checkpoint =
+      run.saved_step >= 0 ? fmt::format("The last checkpoint is from step {}. ", run.saved_step)
+                          : std::string();
+  run.skipped_in_a_row = r.skipped ? run.skipped_in_a_row + 1 : 0;
+  if (r.skipped) {
+    // Skipping helps against a bad batch or a spike, not against a corrupt state.
+    Status finite = check_parameters_finite(engine_->checkpoint_job());
+    if (!finite.ok()) {
+      run.progress->finish();
       return Status::error(fmt::format(
-          "{} consecutive steps (through step {}) had a non-finite loss or gradient norm and made "
-          "no update (train.max_skipped_steps={}); stopping. {}Lower train.lr or raise "
-          "train.warmup_steps, check the data, or resume from a checkpoint.",
-          skipped_in_a_row, step, t.max_skipped_steps,
-          saved_step >= 0 ? fmt::format("The last checkpoint is from step {}. ", saved_step)
-                          : std::string()));
+          "step {}: {}; the state is corrupt (a memory error or a bug), so the run stops. {}",
+          r.step, finite.message(),
+          run.saved_step >= 0 ? fmt::format("The last checkpoint is from step {}.", run.saved_step)
+                              : std::string("No checkpoint was written.")));
     }
-    if (options_.on_step) options_.on_step(r);
-    if (t.save_every > 0 && step % t.save_every == 0) {
-      Status s = save();
-      if (!s.ok()) return s;
-    }
+    run.progress->message(fmt::format(
+        "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
+        "was skipped",
+        r.step, r.loss, r.grad_norm));
   }
-  progress.finish();
-  report_memory(progress, topo, world);
-  if (step < last) {  // the loop ended early: a stop request
-    result.stopped = true;
-    result.stop_signal = signals ? signals->signal() : 0;
+  if (run.metrics) {
+    if (Status s = run.metrics->write(r); !s.ok()) return s;
   }
-  Status s = save();
-  if (!s.ok()) return s;
-  if (result.stopped) {
-    progress.message(fmt::format(
-        "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
-        signal_name(result.stop_signal), step, t.steps, result.checkpoint));
+  run.progress->update(r);
+  run.result.records.push_back(r);
+  run.result.last_step = run.step;
+  if (t.max_skipped_steps > 0 && run.skipped_in_a_row >= t.max_skipped_steps) {
+    // The same on every rank (the loss and norm are): all stop here, nothing more is saved, so
+    // the last checkpoint is the last good state.
+    run.progress->finish();
+    return Status::error(fmt::format(
+        "{} consecutive steps (through step {}) had a non-finite loss or gradient norm and made "
+        "no update (train.max_skipped_steps={}); stopping. {}Lower train.lr or raise "
+        "train.warmup_steps, check the data, or resume from a checkpoint.",
+        run.skipped_in_a_row, r.step, t.max_skipped_steps, last_checkpoint));
   }
-  if (options_.write_plot && leader) {
-    const std::string svg = (fs::path(cfg_.run.out_dir) / "loss.svg").string();
-    s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
-    if (!s.ok()) progress.message("weft train: warning: no loss plot: " + s.message());
-  }
-  return result;
+  if (options_.on_step) options_.on_step(r);
+  if (t.save_every > 0 && run.step % t.save_every == 0) return save(run);
+  return {};
 }
 
 }  // namespace weft::runtime

@@ -98,6 +98,16 @@ class Trainer {
   Engine* engine() const { return engine_.get(); }
 
  private:
+  class MfuReference;
+  struct Run;
+  // run()'s parts: the sampler, the engine (loaded on a resume), the metrics and the start line;
+  // the loop; a checkpoint; a validation; what follows each step (its record, the skipped-step
+  // rules, a periodic save).
+  Status build(Run& run, const parallel::Coord& me);
+  Status train(Run& run);
+  Status save(Run& run);
+  float evaluate(Run& run);
+  Status after_step(Run& run, const StepRecord& r);
   void report_memory(Progress& progress, const parallel::Topology& topo,
                      comm::Communicator* world) const;
 

@@ -1,0 +1,108 @@
+#include "weft/layout/layout.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <string>
+#include <vector>
+
+#include "weft/core/suggest.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::layout {
+
+namespace {
+
+bool parse_int(std::string_view v, int& out) {
+  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  return ec == std::errc() && ptr == v.data() + v.size();
+}
+
+}  // namespace
+
+Result<Layout> parse(std::string_view text, int world) {
+  Layout c;
+  Status s;
+  bool dp_given = false;
+  const std::vector<std::string> keys = {"tp",       "pp",        "dp", "vp",  "mb",
+                                         "schedule", "recompute", "sp", "zero"};
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(pos, end - pos);
+    pos = end + 1;
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty()) continue;  // "" (or a trailing comma): the defaults
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      s.add(fmt::format("'{}' is not key=value", item));
+      continue;
+    }
+    const std::string key(item.substr(0, eq));
+    const std::string_view value = item.substr(eq + 1);
+    auto integer = [&](int& out) {
+      if (!parse_int(value, out)) s.add(fmt::format("{}={} must be an integer", key, value));
+    };
+    if (key == "tp") {
+      integer(c.tp);
+    } else if (key == "pp") {
+      integer(c.pp);
+    } else if (key == "dp") {
+      integer(c.dp);
+      dp_given = true;
+    } else if (key == "vp") {
+      integer(c.vp);
+    } else if (key == "mb") {
+      integer(c.micro_batch);
+    } else if (key == "zero") {
+      integer(c.zero);
+    } else if (key == "sp") {
+      int v = 0;
+      integer(v);
+      c.sequence_parallel = v != 0;
+    } else if (key == "schedule") {
+      if (auto k = schedule::parse_kind(value); k.ok()) {
+        c.schedule = k.value();
+      } else {
+        s.merge(k.status());
+      }
+    } else if (key == "recompute") {
+      if (auto r = model::parse_recompute(value)) {
+        c.recompute = *r;
+      } else {
+        s.add(fmt::format("recompute={} must be none, selective or full", value));
+      }
+    } else {
+      s.add(fmt::format("unknown key '{}'{}", key, did_you_mean(key, keys)));
+    }
+  }
+  if (!dp_given && world > 0 && c.tp > 0 && c.pp > 0) {
+    if (world % (c.tp * c.pp) != 0) {
+      s.add(fmt::format("world {} is not divisible by tp*pp = {}", world, c.tp * c.pp));
+    } else {
+      c.dp = world / (c.tp * c.pp);
+    }
+  }
+  if (!s.ok()) return s;
+  return c;
+}
+
+std::string to_string(const Layout& c) {
+  return fmt::format("tp={},pp={},dp={},vp={},mb={},schedule={},recompute={},sp={},zero={}", c.tp,
+                     c.pp, c.dp, c.vp, c.micro_batch, schedule::kind_name(c.schedule),
+                     model::recompute_name(c.recompute), c.sequence_parallel ? 1 : 0, c.zero);
+}
+
+std::string short_name(const Layout& c) {
+  std::string out = fmt::format("tp{} pp{} dp{}", c.tp, c.pp, c.dp);
+  if (c.vp > 1) out += fmt::format(" vp{}", c.vp);
+  out += fmt::format(" mb{} {} {}", c.micro_batch, schedule::kind_name(c.schedule),
+                     model::recompute_name(c.recompute));
+  if (c.sequence_parallel) out += " sp";
+  if (c.zero > 0) out += fmt::format(" z{}", c.zero);
+  return out;
+}
+
+}  // namespace weft::layout
