@@ -24,10 +24,10 @@
 #include "weft/model/flops.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
+#include "weft/plot/plot.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
-#include "weft/runtime/plot.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/schedule.h"
 
@@ -43,7 +43,7 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-Trainer::Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
+Trainer::Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
     : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
 
 Trainer::~Trainer() = default;
@@ -103,9 +103,9 @@ Result<TrainResult> Trainer::run() {
   comm::Communicator* world = options_.world;
   const int world_size = world != nullptr ? world->size() : 1;
   const int world_rank = world != nullptr ? world->rank() : 0;
-  if (Status s = validate_world(cfg_, world_size); !s.ok()) return s;
+  if (Status s = config::validate_world(cfg_, world_size); !s.ok()) return s;
   // The layout, before anything is written (layout/validate.h, the rules the planner applies too).
-  if (Status s = validate_layout(cfg_); !s.ok()) return s;
+  if (Status s = config::validate_layout(cfg_); !s.ok()) return s;
   // The checkpoint directory is made and checked writable now, not at the first save after
   // save_every steps of work; rank 0 removes what killed saves left behind.
   auto prepared = checkpoint::prepare_root(root, world_rank == 0);
@@ -383,7 +383,7 @@ Result<TrainResult> Trainer::run() {
   }
   if (options_.write_plot && leader) {
     const std::string svg = (fs::path(cfg_.run.out_dir) / "loss.svg").string();
-    s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
+    s = plot::write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
     if (!s.ok()) progress.message("weft train: warning: no loss plot: " + s.message());
   }
   return result;

@@ -1,4 +1,4 @@
-#include "weft/runtime/run_config.h"
+#include "weft/config/run_config.h"
 
 #include <fmt/format.h>
 
@@ -23,7 +23,7 @@
 #include "weft/schedule/instr.h"
 #include "weft/schedule/schedule.h"
 
-namespace weft::runtime {
+namespace weft::config {
 namespace {
 
 using FieldRef = std::variant<int*, int64_t*, double*, std::string*, bool*>;
@@ -561,4 +561,4 @@ Status validate_data(const RunConfig& c, const data::TokenDataset& ds,
   return s;
 }
 
-}  // namespace weft::runtime
+}  // namespace weft::config
