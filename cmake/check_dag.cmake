@@ -17,11 +17,17 @@ set(allowed_layout core tensor schedule model parallel layout)
 set(allowed_parallel core comm parallel)
 set(allowed_data core data)
 set(allowed_checkpoint core tensor kernels comm parallel model optim schedule layout checkpoint)
+# config: the run config (RUN.toml), which names the model, data, optimizer, checkpoint and layout
+# it configures; the runtime and the CLI read it, the planner does not.
+set(allowed_config core tensor kernels comm parallel model optim schedule data checkpoint layout
+    config)
+# plot: SVG line charts; core alone, so the trainer, the CLI (and one day the planner) draw with it.
+set(allowed_plot core plot)
 set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint layout
-    runtime)
+    config plot runtime)
 set(allowed_planner core tensor schedule parallel model layout planner)
 set(allowed_cli core tensor kernels comm parallel model optim schedule data checkpoint layout
-    runtime planner cli)
+    config plot runtime planner cli)
 # Sub-modules: a directory inside a module that is its own library with narrower edges; its files
 # are checked against its own list, not the module's. kernels/cuda (weft_kernels_cuda, optional)
 # links weft_core alone and may include the kernels headers (ops.inc, cpu/reference.h).

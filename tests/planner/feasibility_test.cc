@@ -1,8 +1,8 @@
 // One truth for feasibility (issue #19): the planner never recommends a layout the trainer
 // refuses. For every cluster preset in configs/clusters/ (the directory, not a list) and a
 // representative model on it, the top 20 of `weft plan`'s search are each written as the RUN.toml
-// a user would launch and put through the trainer's own validation: runtime::parse_run_config
-// (every engine's rules), runtime::validate_layout for the engine `weft train` would run
+// a user would launch and put through the trainer's own validation: config::parse_run_config
+// (every engine's rules), config::validate_layout for the engine `weft train` would run
 // (--device cuda on a bf16 preset, the CPU on an fp32-only one) and the process grid.
 
 #include <fmt/format.h>
@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "planner/test_paths.h"
+#include "weft/config/run_config.h"
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
 #include "weft/planner/hardware.h"
 #include "weft/planner/search.h"
 #include "weft/planner/stage_costs.h"
-#include "weft/runtime/run_config.h"
 #include "weft/schedule/instr.h"
 
 namespace weft::planner {
@@ -67,10 +67,10 @@ std::string run_toml(const Job& job, const layout::Layout& c) {
 
 // Every problem the trainer finds with `c` (empty: it accepts it).
 std::string trainer_refusal(const Job& job, const layout::Layout& c) {
-  auto cfg = runtime::parse_run_config(run_toml(job, c), "plan.toml");
+  auto cfg = config::parse_run_config(run_toml(job, c), "plan.toml");
   if (!cfg.ok()) return cfg.status().message();
-  Status s = runtime::validate_layout(cfg.value());
-  s.merge(runtime::validate_world(cfg.value(), job.world));
+  Status s = config::validate_layout(cfg.value());
+  s.merge(config::validate_world(cfg.value(), job.world));
   return s.ok() ? "" : s.message();
 }
 

@@ -76,8 +76,8 @@ TEST(CheckpointMemory, ADeviceEngineSavesAndLoadsThroughItsBufferNotACopyOfTheSt
       (fs::temp_directory_path() / ("weft_checkpoint_memory_" + std::to_string(::getpid())))
           .string();
   fs::remove_all(dir);
-  const RunConfig cfg =
-      parse_run_config(kRun, "wide.toml", {"run.out_dir=" + dir}).value_or_throw("config");
+  const config::RunConfig cfg =
+      config::parse_run_config(kRun, "wide.toml", {"run.out_dir=" + dir}).value_or_throw("config");
   kernels::set_num_threads(2);
   auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   const EngineDevice device{backend.get(), {}, kStagingBytes};
@@ -148,10 +148,10 @@ TEST(CheckpointMemory, CheckpointsGoFromTheCpuToTheDeviceAndBackBitForBit) {
       (fs::temp_directory_path() / ("weft_checkpoint_engines_" + std::to_string(::getpid())))
           .string();
   fs::remove_all(dir);
-  const RunConfig cfg = parse_run_config(kRun, "wide.toml",
-                                         {"run.out_dir=" + dir, "model.n_embd=64", "model.n_head=4",
-                                          "model.vocab_size=300"})
-                            .value_or_throw("config");
+  const config::RunConfig cfg = config::parse_run_config(kRun, "wide.toml",
+                                                         {"run.out_dir=" + dir, "model.n_embd=64",
+                                                          "model.n_head=4", "model.vocab_size=300"})
+                                    .value_or_throw("config");
   kernels::set_num_threads(2);
   auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   parallel::ProcessGroups none;

@@ -106,9 +106,9 @@ class TrainerTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(base_); }
 
-  RunConfig config(const std::string& out, std::vector<std::string> sets = {}) {
+  config::RunConfig config(const std::string& out, std::vector<std::string> sets = {}) {
     sets.push_back("run.out_dir=" + base_ + "/" + out);
-    return parse_run_config(kRun, "tiny-run.toml", sets).value_or_throw("config");
+    return config::parse_run_config(kRun, "tiny-run.toml", sets).value_or_throw("config");
   }
   // The lines of a run's metrics.jsonl, parsed.
   std::vector<nlohmann::json> metrics(const std::string& out) const {

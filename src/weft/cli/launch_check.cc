@@ -11,7 +11,7 @@
 
 namespace weft::cli {
 
-Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world, Precision precision) {
+Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precision precision) {
   using namespace planner;
   PlannedRun r;
   r.job.model = cfg.model;
@@ -63,7 +63,7 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
       format_bytes(available), format_bytes(each), local));
 }
 
-Status check_dataset_ids(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
+Status check_dataset_ids(const config::RunConfig& cfg, const data::TokenDataset& dataset,
                          comm::Communicator* world) {
   if (dataset.ids_recorded()) return {};
   const bool leader = world == nullptr || world->rank() == 0;

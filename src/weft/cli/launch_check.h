@@ -7,10 +7,10 @@
 #include <string>
 
 #include "weft/comm/communicator.h"
+#include "weft/config/run_config.h"
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
 #include "weft/planner/config.h"
-#include "weft/runtime/run_config.h"
 
 namespace weft::cli {
 
@@ -22,7 +22,7 @@ struct PlannedRun {
 // RUN.toml's model, sequence length, global batch and [parallel] keys as the planner sees them, on
 // `world` processes of weft's trainer in `precision` (FP32: the CPU's; BF16Mixed: a device's);
 // every problem of the layout at once.
-Result<PlannedRun> planned_run(const runtime::RunConfig& cfg, int world,
+Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world,
                                Precision precision = Precision::FP32);
 
 // An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
@@ -38,7 +38,7 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
 // tools, llm.c files) against the model's vocabulary: scanned once by rank 0 (data/token_scan.h,
 // the verdict cached beside the data) and broadcast, so that an id beyond the vocabulary stops the
 // run now, not at the step that first samples it. Every rank reaches the same verdict.
-Status check_dataset_ids(const runtime::RunConfig& cfg, const data::TokenDataset& dataset,
+Status check_dataset_ids(const config::RunConfig& cfg, const data::TokenDataset& dataset,
                          comm::Communicator* world);
 
 }  // namespace weft::cli

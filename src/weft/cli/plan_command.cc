@@ -14,6 +14,7 @@
 #include "weft/cli/device.h"
 #include "weft/cli/job_options.h"
 #include "weft/cli/launch_check.h"
+#include "weft/config/run_config.h"
 #include "weft/core/pending_file.h"
 #include "weft/core/status.h"
 #include "weft/model/gpt_config.h"
@@ -21,8 +22,7 @@
 #include "weft/planner/scaling.h"
 #include "weft/planner/search.h"
 #include "weft/planner/stage_costs.h"
-#include "weft/runtime/plot.h"
-#include "weft/runtime/run_config.h"
+#include "weft/plot/plot.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::cli {
@@ -88,12 +88,12 @@ void run_scaling(const PlanOptions& o) {
   const ScalingStudy study = scaling_study(cluster, job, mode, o.gpus, fixed, SearchSpace{}, model);
   fmt::print("{}", format_scaling(study, cluster, job));
   if (o.svg.empty()) return;
-  runtime::Series efficiency{.label = "scaling efficiency (tokens/s per device)",
-                             .color = "#1f77b4",
-                             .points = {},
-                             .markers = true};
-  runtime::Series mfu{.label = "MFU", .color = "#d62728", .points = {}, .markers = true};
-  runtime::Series ideal{.label = "ideal", .color = "#999999", .points = {}};
+  plot::Series efficiency{.label = "scaling efficiency (tokens/s per device)",
+                          .color = "#1f77b4",
+                          .points = {},
+                          .markers = true};
+  plot::Series mfu{.label = "MFU", .color = "#d62728", .points = {}, .markers = true};
+  plot::Series ideal{.label = "ideal", .color = "#999999", .points = {}};
   for (const ScalingPoint& p : study.points) {
     if (!p.feasible) continue;
     efficiency.points.emplace_back(p.devices, 100 * p.efficiency);
@@ -105,8 +105,8 @@ void run_scaling(const PlanOptions& o) {
   const std::string title = fmt::format("{} scaling: {} on {} ({}), global batch {} at {} devices",
                                         scaling_mode_name(mode), job.model.name, cluster.device,
                                         cluster.name, job.global_batch, o.gpus.front());
-  write_file_atomic(o.svg, runtime::render_line_chart({efficiency, mfu, ideal}, title, "devices",
-                                                      "% (efficiency: of the first size)"))
+  write_file_atomic(o.svg, plot::render_line_chart({efficiency, mfu, ideal}, title, "devices",
+                                                   "% (efficiency: of the first size)"))
       .throw_if_error(fmt::format("cannot write the SVG to '{}'", o.svg));
   fmt::print("svg {}\n", o.svg);
 }
@@ -141,8 +141,8 @@ void run_search(const PlanOptions& o) {
 
 void run_check(const PlanOptions& o) {
   using namespace planner;
-  const runtime::RunConfig cfg =
-      runtime::load_run_config(o.check, o.overrides).value_or_throw("invalid run config");
+  const config::RunConfig cfg =
+      config::load_run_config(o.check, o.overrides).value_or_throw("invalid run config");
   const std::string cluster_path =
       o.job.cluster.empty() ? "configs/clusters/this-machine.toml" : o.job.cluster;
   const Cluster cluster = load_cluster(cluster_path).value_or_throw("invalid cluster preset");

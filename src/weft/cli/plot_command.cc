@@ -1,5 +1,5 @@
 // weft plot METRICS.jsonl -o loss.svg: training and validation loss against the step, as an SVG
-// (runtime/plot.h), written atomically.
+// (plot/plot.h), written atomically.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
-#include "weft/runtime/plot.h"
+#include "weft/plot/plot.h"
 
 namespace weft::cli {
 
@@ -24,7 +24,7 @@ void add_plot_command(CLI::App& app) {
   cmd->callback([o] {
     std::string out = o->output;
     if (out.empty()) out = (std::filesystem::path(o->metrics).parent_path() / "loss.svg").string();
-    runtime::write_loss_plot(o->metrics, out, o->title).throw_if_error("cannot plot");
+    plot::write_loss_plot(o->metrics, out, o->title).throw_if_error("cannot plot");
     fmt::print(stderr, "weft plot: wrote {}\n", out);
   });
 }

@@ -1,5 +1,5 @@
 // weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]:
-// the training loop (runtime/trainer.h) on a run config (runtime/run_config.h), as one process or
+// the training loop (runtime/trainer.h) on a run config (config/run_config.h), as one process or
 // as every rank of `mpirun -n N weft train ...`; --device cuda trains on the GPU (cli/device.h).
 // Everything that can be checked before allocating is: the config, the dataset, the tokenizer, and
 // that the three agree on the vocabulary. Those checks reach the same verdict on every rank, so
@@ -22,6 +22,7 @@
 #include "weft/cli/launch_check.h"
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
+#include "weft/config/run_config.h"
 #include "weft/core/node.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
@@ -30,7 +31,6 @@
 #include "weft/parallel/topology.h"
 #include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/run_config.h"
 #include "weft/runtime/trainer.h"
 #include "weft/schedule/schedule.h"
 
@@ -46,16 +46,16 @@ struct TrainOptions {
 };
 
 struct Checked {
-  runtime::RunConfig cfg;
+  config::RunConfig cfg;
   std::unique_ptr<data::TokenDataset> dataset;
   std::string identity, tokenizer_spec;
 };
 
 Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
   const int world_size = world != nullptr ? world->size() : 1;
-  auto cfg = runtime::load_run_config(o.run_path, o.sets)
+  auto cfg = config::load_run_config(o.run_path, o.sets)
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
-  runtime::validate_world(cfg, world_size)
+  config::validate_world(cfg, world_size)
       .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
   // The GPU trainer keeps its state in the device's arena, sized and checked as it is made.
   if (o.device == "cpu") {
@@ -80,7 +80,7 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
       tokenizer_spec = std::filesystem::absolute(cfg.data.tokenizer).lexically_normal().string();
     }
   }
-  runtime::validate_data(cfg, *dataset, identity, tokenizer_vocab)
+  config::validate_data(cfg, *dataset, identity, tokenizer_vocab)
       .throw_if_error(fmt::format("invalid run ({})", o.run_path));
   check_dataset_ids(cfg, *dataset, world)
       .throw_if_error(fmt::format("invalid run ({})", o.run_path));
@@ -88,7 +88,7 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
 }
 
 void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
-  const runtime::RunConfig& cfg = in.cfg;
+  const config::RunConfig& cfg = in.cfg;
   const data::TokenDataset* dataset = in.dataset.get();
   const bool leader = world == nullptr || world->rank() == 0;
 

@@ -37,6 +37,7 @@
 #include "weft/cli/tune_figures.h"
 #include "weft/cli/tune_speed_probe.h"
 #include "weft/cli/validators.h"
+#include "weft/config/run_config.h"
 #include "weft/core/clock.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -53,7 +54,6 @@
 #include "weft/planner/tune.h"
 #include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/run_config.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::cli {
@@ -118,7 +118,7 @@ using TrialEngineMaker =
 
 // The CPU trainer's (fp32): a PipelineRunner; memory is the process's peak resident memory above
 // `baseline` (see run_tune).
-TrialEngineMaker host_trial_engine(const runtime::RunConfig& cfg, const planner::Job& job,
+TrialEngineMaker host_trial_engine(const config::RunConfig& cfg, const planner::Job& job,
                                    comm::Communicator* world, int64_t baseline) {
   return
       [&cfg, &job, world, baseline](const layout::Layout& c, const parallel::ProcessGroups& groups,
@@ -158,8 +158,8 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
     for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
       for (const auto& [k, v] : kv) sets.push_back(fmt::format("{}.{}={}", section, k, v));
     }
-    const runtime::RunConfig cfg =
-        runtime::load_run_config(o.run, sets).value_or_throw("the layout's run config");
+    const config::RunConfig cfg =
+        config::load_run_config(o.run, sets).value_or_throw("the layout's run config");
     struct Owned {
       std::unique_ptr<kernels::Backend> backend;
       std::unique_ptr<runtime::Engine> engine;  // declared after its backend: destroyed first
@@ -185,7 +185,7 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
 }
 
 // One trial of `c` on every rank of `world`.
-planner::TrialResult run_trial(const TrialEngineMaker& make, const runtime::RunConfig& cfg,
+planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunConfig& cfg,
                                const data::TokenDataset& dataset, comm::Communicator* world,
                                const planner::Job& job, const layout::Layout& c, int warmup,
                                int steps, const std::atomic<bool>& stop_flag) {
@@ -358,8 +358,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   const auto say = [&](const std::string& s) {
     if (leader) fmt::print("{}", s);
   };
-  const runtime::RunConfig cfg =
-      runtime::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  const config::RunConfig cfg =
+      config::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
   // The trials run where `weft train --device` would: the CPU trainer in fp32, or a device's in
   // bf16 mixed precision, which the planner then prices.
   const Precision precision = device_precision(o.device);
@@ -487,9 +487,9 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   // The checks `weft train` makes of the data against the model, before any trial: an id beyond
   // the vocabulary would be a wrong answer, not a slow one. (The tokenizer's identity is not
   // compared, nor the validation split's size: the trials neither generate nor evaluate.)
-  runtime::RunConfig checked = cfg;
+  config::RunConfig checked = cfg;
   checked.train.eval_every = 0;
-  Status data_ok = runtime::validate_data(checked, *dataset, "", 0);
+  Status data_ok = config::validate_data(checked, *dataset, "", 0);
   data_ok.merge(check_dataset_ids(cfg, *dataset, world));
   data_ok.throw_if_error(fmt::format("invalid run ({})", o.run));
   std::atomic<bool> stop_flag{false};

@@ -31,7 +31,7 @@ inline std::string xml_escape(std::string_view s) {
 }
 
 // The opening of a W x H chart: the <svg> element, a white background and the title centred at
-// the top (the line charts of runtime/plot.h and planner/tune.h). Close it with "</svg>\n".
+// the top (the line charts of plot/plot.h and planner/tune.h). Close it with "</svg>\n".
 inline std::string svg_chart_header(int width, int height, std::string_view title) {
   const std::string w = std::to_string(width), h = std::to_string(height);
   return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + w + "\" height=\"" + h +

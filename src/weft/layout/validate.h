@@ -1,8 +1,8 @@
 #pragma once
 // The one rule book of parallel layouts (issue #19, "one truth for feasibility"): can weft
 // train a GPT under a layout (tp, pp, dp, vp, sequence parallelism, ZeRO stage, schedule,
-// recomputation, microbatching)? The trainer's validation (runtime::validate, validate_layout in
-// runtime/run_config.h) and the planner's (planner::validate in planner/config.h, so every
+// recomputation, microbatching)? The trainer's validation (config::validate, validate_layout in
+// config/run_config.h) and the planner's (planner::validate in planner/config.h, so every
 // configuration its search ranks) both call validate() below and have no layout rule of their
 // own, so `weft plan` never recommends a layout `weft train` refuses.
 //

@@ -2,15 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <limits>
 
-#include <toml++/toml.h>
-#include <fstream>
-#include <sstream>
-
-#include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/toml_reader.h"
 #include "weft/core/weft_files.h"
 
 namespace weft::model {
@@ -88,58 +83,27 @@ Status validate_tensor_parallel(const GptConfig& c, int tp, bool sequence_parall
 }
 
 Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}: TOML syntax error at line {}: {}", origin,
-                                     e.source().begin.line, e.description()));
-  }
-  const toml::table* t = root["model"].as_table();
+  auto root = parse_toml(text, origin);
+  if (!root.ok()) return root.status();
+  const toml::table* t = root.value()["model"].as_table();
   if (t == nullptr) return Status::error(fmt::format("{}: missing [model] table", origin));
 
   GptConfig c;
-  Status s;                 // every problem, reported together
-  bool incomplete = false;  // a key is missing or mistyped: range checks would only repeat it
-  const std::vector<std::string> known = {"name",       "n_layer",      "n_embd",     "n_head",
-                                          "vocab_size", "pad_vocab_to", "max_seq_len"};
-  for (const auto& [key, node] : *t) {
-    std::string k(key.str());
-    if (std::find(known.begin(), known.end(), k) == known.end()) {
-      s.add(fmt::format("unknown key model.{}{}", k, did_you_mean(k, known)));
-    }
-  }
-  auto get_int = [&](const char* key, int& out) {
-    auto node = (*t)[key];
-    if (!node) {
-      if (out == 0) {
-        s.add(fmt::format("missing key model.{}", key));
-        incomplete = true;
-      }
-      return;
-    }
-    // Only integer nodes are read as integers: toml++ 3.3's value<int64_t>() of a float such as
-    // 1e85 casts it out of range (undefined; found by fuzzing). And no value is cut to fit an int.
-    const toml::value<int64_t>* v = node.as_integer();
-    if (v == nullptr) {
-      s.add(fmt::format("model.{} must be an integer", key));
-      incomplete = true;
-    } else if (v->get() < std::numeric_limits<int>::min() ||
-               v->get() > std::numeric_limits<int>::max()) {
-      s.add(fmt::format("model.{}={} is out of range", key, v->get()));
-      incomplete = true;
-    } else {
-      out = static_cast<int>(v->get());
-    }
-  };
+  Status s;  // every problem, reported together
+  TomlReader r(t, "model", s);
+  r.known({"name", "n_layer", "n_embd", "n_head", "vocab_size", "pad_vocab_to", "max_seq_len"});
+  r.report_unknown();
+  const size_t unknown = s.problems().size();
+  // A name of another type is left at the default, as it always was.
   if (auto v = (*t)["name"].value<std::string>()) c.name = *v;
-  get_int("n_layer", c.n_layer);
-  get_int("n_embd", c.n_embd);
-  get_int("n_head", c.n_head);
-  get_int("vocab_size", c.vocab_size);
-  get_int("pad_vocab_to", c.pad_vocab_to);
-  get_int("max_seq_len", c.max_seq_len);
-  if (!incomplete) s.merge(validate(c));
+  c.n_layer = r.get("n_layer", c.n_layer, true);
+  c.n_embd = r.get("n_embd", c.n_embd, true);
+  c.n_head = r.get("n_head", c.n_head, true);
+  c.vocab_size = r.get("vocab_size", c.vocab_size, true);
+  c.pad_vocab_to = r.get("pad_vocab_to", c.pad_vocab_to);
+  c.max_seq_len = r.get("max_seq_len", c.max_seq_len, true);
+  // A key missing or mistyped: the range checks would only repeat it.
+  if (s.problems().size() == unknown) s.merge(validate(c));
   if (!s.ok()) return s.prefixed(origin);
   return c;
 }

@@ -2,17 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <sstream>
 #include <utility>
 
-#include <toml++/toml.h>
-
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/toml_reader.h"
 #include "weft/core/weft_files.h"
 
 namespace weft::planner {
@@ -31,71 +28,13 @@ constexpr std::array<std::pair<NumberFormat, std::string_view>, 4> kFormats = {{
     {NumberFormat::FP32, "fp32"},
 }};
 
-// Reads one [table] of a preset: every key it reads is known; the rest are reported with the
-// nearest known key. Missing required keys and wrong types are reported too.
-class TableReader {
- public:
-  TableReader(const toml::table* t, std::string path, Status& s) : t_(t), path_(path), s_(s) {}
-
-  double number(const char* key, double fallback, bool required) {
-    known_.emplace_back(key);
-    if (t_ == nullptr) return fallback;
-    auto node = (*t_)[key];
-    if (!node) {
-      if (required) s_.add(fmt::format("missing key {}.{}", path_, key));
-      return fallback;
-    }
-    if (auto v = node.value<double>()) return *v;
-    s_.add(fmt::format("{}.{} must be a number", path_, key));
-    return fallback;
-  }
-  int integer(const char* key, int fallback, bool required) {
-    known_.emplace_back(key);
-    if (t_ == nullptr) return fallback;
-    auto node = (*t_)[key];
-    if (!node) {
-      if (required) s_.add(fmt::format("missing key {}.{}", path_, key));
-      return fallback;
-    }
-    if (node.is_integer()) {
-      const int64_t v = *node.value<int64_t>();
-      if (std::in_range<int>(v)) return static_cast<int>(v);
-      s_.add(fmt::format("{}.{}={} is too large", path_, key, v));
-      return fallback;
-    }
-    s_.add(fmt::format("{}.{} must be an integer", path_, key));
-    return fallback;
-  }
-  std::string text(const char* key, const std::string& fallback, bool required) {
-    known_.emplace_back(key);
-    if (t_ == nullptr) return fallback;
-    auto node = (*t_)[key];
-    if (!node) {
-      if (required) s_.add(fmt::format("missing key {}.{}", path_, key));
-      return fallback;
-    }
-    if (auto v = node.value<std::string>()) return *v;
-    s_.add(fmt::format("{}.{} must be a string", path_, key));
-    return fallback;
-  }
-  void table(const char* key) { known_.emplace_back(key); }  // a sub-table read elsewhere
-  // Call last: every key that was not read is unknown.
-  void report_unknown() {
-    if (t_ == nullptr) return;
-    for (const auto& [key, node] : *t_) {
-      const std::string k(key.str());
-      if (std::find(known_.begin(), known_.end(), k) == known_.end()) {
-        s_.add(fmt::format("unknown key {}.{}{}", path_, k, did_you_mean(k, known_)));
-      }
-    }
-  }
-
- private:
-  const toml::table* t_;
-  std::string path_;
-  Status& s_;
-  std::vector<std::string> known_;
-};
+// An int key of a preset: read_toml's range error, worded as presets have always worded it.
+int integer(TomlReader& r, const char* key, int fallback, bool required, Status& s) {
+  const int64_t v = r.get<int64_t>(key, fallback, required);
+  if (std::in_range<int>(v)) return static_cast<int>(v);
+  s.add(fmt::format("{}.{}={} is too large", r.path(), key, v));
+  return fallback;
+}
 
 Link read_link(const toml::table* links, const char* name, bool required, Status& s) {
   const toml::table* t = links ? (*links)[name].as_table() : nullptr;
@@ -103,12 +42,12 @@ Link read_link(const toml::table* links, const char* name, bool required, Status
     if (required) s.add(fmt::format("missing table [link.{}]", name));
     return {};
   }
-  TableReader r(t, fmt::format("link.{}", name), s);
+  TomlReader r(t, fmt::format("link.{}", name), s);
   Link l;
-  l.bandwidth = r.number("bandwidth_gbps", 0, true) * kGB;
-  l.latency = r.number("latency_us", 0, true) * kMicro;
-  l.reduce_scatter_bandwidth = r.number("reduce_scatter_bandwidth_gbps", 0, false) * kGB;
-  l.all_gather_bandwidth = r.number("all_gather_bandwidth_gbps", 0, false) * kGB;
+  l.bandwidth = r.get<double>("bandwidth_gbps", 0, true) * kGB;
+  l.latency = r.get<double>("latency_us", 0, true) * kMicro;
+  l.reduce_scatter_bandwidth = r.get<double>("reduce_scatter_bandwidth_gbps", 0) * kGB;
+  l.all_gather_bandwidth = r.get<double>("all_gather_bandwidth_gbps", 0) * kGB;
   r.report_unknown();
   return l;
 }
@@ -223,95 +162,86 @@ Status validate(const Cluster& c) {
 }
 
 Result<Cluster> parse_cluster(const std::string& text, const std::string& origin) {
-  toml::table root;
-  try {
-    root = toml::parse(text, origin);
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}: TOML syntax error at line {}: {}", origin,
-                                     e.source().begin.line, e.description()));
-  }
+  const auto parsed = parse_toml(text, origin);
+  if (!parsed.ok()) return parsed.status();
+  const toml::table& root = parsed.value();
   Status s;
   Cluster c;
   {
     const std::vector<std::string> tables = {"cluster", "memory",      "peak_tflops", "gemm",
                                              "link",    "calibration", "attention"};
-    for (const auto& [key, node] : root) {
-      const std::string k(key.str());
-      if (std::find(tables.begin(), tables.end(), k) == tables.end()) {
-        s.add(fmt::format("unknown table [{}]{}", k, did_you_mean(k, tables)));
-      }
+    for (const std::string& k : unknown_keys(root, tables)) {
+      s.add(fmt::format("unknown table [{}]{}", k, did_you_mean(k, tables)));
     }
     for (const auto& t : {"cluster", "memory", "peak_tflops", "gemm"}) {
       if (!root[t].as_table()) s.add(fmt::format("missing table [{}]", t));
     }
   }
   {
-    TableReader r(root["cluster"].as_table(), "cluster", s);
-    c.name = r.text("name", "", true);
-    c.description = r.text("description", "", false);
-    c.device = r.text("device", "", true);
-    c.devices_per_node = r.integer("devices_per_node", 1, true);
-    c.devices_per_package = r.integer("devices_per_package", 1, false);
-    c.max_nodes = r.integer("max_nodes", 0, false);
+    TomlReader r(root["cluster"].as_table(), "cluster", s);
+    c.name = r.get<std::string>("name", "", true);
+    c.description = r.get<std::string>("description", "");
+    c.device = r.get<std::string>("device", "", true);
+    c.devices_per_node = integer(r, "devices_per_node", 1, true, s);
+    c.devices_per_package = integer(r, "devices_per_package", 1, false, s);
+    c.max_nodes = integer(r, "max_nodes", 0, false, s);
     r.report_unknown();
   }
   {
-    TableReader r(root["memory"].as_table(), "memory", s);
-    c.memory_bytes = r.number("capacity_gib", 0, true) * kGiB;
-    c.reserved_bytes = r.number("reserved_gib", 0, false) * kGiB;
-    c.memory_bandwidth = r.number("bandwidth_gbps", 0, true) * kGB;
-    c.memory_efficiency = r.number("efficiency", 1, false);
-    c.optimizer_bandwidth = r.number("optimizer_bandwidth_gbps", 0, false) * kGB;
+    TomlReader r(root["memory"].as_table(), "memory", s);
+    c.memory_bytes = r.get<double>("capacity_gib", 0, true) * kGiB;
+    c.reserved_bytes = r.get<double>("reserved_gib", 0) * kGiB;
+    c.memory_bandwidth = r.get<double>("bandwidth_gbps", 0, true) * kGB;
+    c.memory_efficiency = r.get<double>("efficiency", 1);
+    c.optimizer_bandwidth = r.get<double>("optimizer_bandwidth_gbps", 0) * kGB;
     const double runtime_mib =
-        r.number("runtime_mib", static_cast<double>(model::kDefaultRuntimeBytes) / kMiB, false);
+        r.get<double>("runtime_mib", static_cast<double>(model::kDefaultRuntimeBytes) / kMiB);
     c.runtime_bytes = std::llround(runtime_mib * kMiB);
     r.report_unknown();
   }
   {
-    TableReader r(root["peak_tflops"].as_table(), "peak_tflops", s);
-    c.peak_bf16 = r.number("bf16", 0, false) * kTera;
-    c.peak_fp16 = r.number("fp16", 0, false) * kTera;
-    c.peak_tf32 = r.number("tf32", 0, false) * kTera;
-    c.peak_fp32 = r.number("fp32", 0, false) * kTera;
+    TomlReader r(root["peak_tflops"].as_table(), "peak_tflops", s);
+    c.peak_bf16 = r.get<double>("bf16", 0) * kTera;
+    c.peak_fp16 = r.get<double>("fp16", 0) * kTera;
+    c.peak_tf32 = r.get<double>("tf32", 0) * kTera;
+    c.peak_fp32 = r.get<double>("fp32", 0) * kTera;
     r.report_unknown();
   }
   {
-    TableReader r(root["gemm"].as_table(), "gemm", s);
-    c.gemm.compute_units = r.integer("compute_units", 1, true);
-    c.gemm.tile_m = r.integer("tile_m", 128, false);
-    c.gemm.tile_n = r.integer("tile_n", 128, false);
-    c.gemm.efficiency = r.number("efficiency", 0.75, true);
-    c.gemm.k_half = r.number("k_half", 0, false);
-    c.gemm.min_time = r.number("min_time_us", 0, false) * kMicro;
+    TomlReader r(root["gemm"].as_table(), "gemm", s);
+    c.gemm.compute_units = integer(r, "compute_units", 1, true, s);
+    c.gemm.tile_m = integer(r, "tile_m", 128, false, s);
+    c.gemm.tile_n = integer(r, "tile_n", 128, false, s);
+    c.gemm.efficiency = r.get<double>("efficiency", 0.75, true);
+    c.gemm.k_half = r.get<double>("k_half", 0);
+    c.gemm.min_time = r.get<double>("min_time_us", 0) * kMicro;
     r.report_unknown();
   }
   {
     const toml::table* links = root["link"].as_table();
     if (links == nullptr) s.add("missing table [link]");
-    TableReader r(links, "link", s);
-    r.table("package");
-    r.table("node");
-    r.table("network");
+    TomlReader r(links, "link", s);
+    r.known({"package", "node", "network"});  // read_link() reads each
     r.report_unknown();
     c.package = read_link(links, "package", false, s);
     c.node = read_link(links, "node", false, s);
     c.network = read_link(links, "network", true, s);
   }
   {
-    TableReader r(root["attention"].as_table(), "attention", s);  // optional
-    c.flash_forward = r.number("flash_forward_tflops", 0, false) * kTera;
-    c.flash_backward = r.number("flash_backward_tflops", 0, false) * kTera;
+    TomlReader r(root["attention"].as_table(), "attention", s);  // optional
+    c.flash_forward = r.get<double>("flash_forward_tflops", 0) * kTera;
+    c.flash_backward = r.get<double>("flash_backward_tflops", 0) * kTera;
     r.report_unknown();
   }
   {
     // Optional: only a preset refitted from measured steps has it.
-    TableReader r(root["calibration"].as_table(), "calibration", s);
-    c.compute_scale = r.number("compute_scale", 1, false);
-    c.step_overhead = r.number("step_overhead_ms", 0, false) * kMilli;
-    c.weight_passes = r.number("weight_passes", 0, false);
-    c.tp_collective_overhead = r.number("tp_collective_overhead_us", 0, false) * kMicro;
-    c.gemm_speed = r.number("gemm_speed", 0, false);
-    c.calibration_note = r.text("note", "", false);
+    TomlReader r(root["calibration"].as_table(), "calibration", s);
+    c.compute_scale = r.get<double>("compute_scale", 1);
+    c.step_overhead = r.get<double>("step_overhead_ms", 0) * kMilli;
+    c.weight_passes = r.get<double>("weight_passes", 0);
+    c.tp_collective_overhead = r.get<double>("tp_collective_overhead_us", 0) * kMicro;
+    c.gemm_speed = r.get<double>("gemm_speed", 0);
+    c.calibration_note = r.get<std::string>("note", "");
     r.report_unknown();
   }
   if (s.ok()) s.merge(validate(c));

@@ -32,14 +32,14 @@ int concurrent_ranks(int world_size, int threads) {
 
 }  // namespace
 
-Result<schedule::Schedule> run_schedule(const RunConfig& cfg) {
+Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
   const auto& p = cfg.parallel;
   auto kind = schedule::parse_kind(p.schedule);
   if (!kind.ok()) return kind.status();
   return runner_schedule(cfg.model, kind.value(), p.pp, p.vp, cfg.microbatches());
 }
 
-RankShape rank_shape(const RunConfig& cfg, int pp_rank) {
+RankShape rank_shape(const config::RunConfig& cfg, int pp_rank) {
   const auto& p = cfg.parallel;
   return {.B = cfg.train.micro_batch,
           .T = cfg.train.seq_len,
@@ -59,8 +59,8 @@ namespace {
 class OptimizerState final : public RankState {
  public:
   OptimizerState(std::span<model::Gpt* const> chunks,
-                 std::span<optim::DistributedOptimizer* const> opts, const RunConfig::Parallel& p,
-                 int dp_rank, int64_t staging_bytes)
+                 std::span<optim::DistributedOptimizer* const> opts,
+                 const config::RunConfig::Parallel& p, int dp_rank, int64_t staging_bytes)
       : chunks_(chunks),
         opts_(opts),
         zero_(p.zero),
@@ -104,7 +104,7 @@ class OptimizerState final : public RankState {
 
 }  // namespace
 
-Engine::Engine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+Engine::Engine(const config::RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
                const parallel::ProcessGroups& groups, const schedule::Schedule& program,
                const EngineDevice& device)
     : cfg_(cfg), me_(me), world_(world), device_(device.backend) {
@@ -211,7 +211,7 @@ double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
   return rate;
 }
 
-Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
+Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
                                             const parallel::ProcessGroups& groups,
                                             comm::Communicator* world, const EngineDevice& device) {
   const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});

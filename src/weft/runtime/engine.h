@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/config/run_config.h"
 #include "weft/core/status.h"
 #include "weft/kernels/backend.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/run_config.h"
 #include "weft/runtime/train_step.h"
 
 namespace weft::runtime {
@@ -41,7 +41,7 @@ struct EngineDevice {
 class Engine {
  public:
   // `program`: run_schedule(cfg); `me`: this rank's coordinates in cfg's layout.
-  Engine(const RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
+  Engine(const config::RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
          const parallel::ProcessGroups& groups, const schedule::Schedule& program,
          const EngineDevice& device);
   ~Engine();
@@ -78,7 +78,7 @@ class Engine {
   CheckpointJob checkpoint_job();
 
  private:
-  const RunConfig cfg_;
+  const config::RunConfig cfg_;
   parallel::Coord me_;
   comm::Communicator* world_;
   kernels::Backend* device_;  // null: the runner's own host fp32 backend
@@ -93,15 +93,15 @@ class Engine {
 // This rank's engine for `cfg` (validated: run_config.h):
 // `groups` are the job's process groups (empty for one process; they must outlive the engine),
 // `world` the job's ranks (null: one process). The kernel thread count is set before.
-Result<std::unique_ptr<Engine>> make_engine(const RunConfig& cfg,
+Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
                                             const parallel::ProcessGroups& groups,
                                             comm::Communicator* world, const EngineDevice& device);
 
 // The program every rank of `cfg`'s pipeline runs (runner_schedule), and this rank's shape in it:
 // what its runner is built from on either engine, and what sizes a device's arena before any
 // group exists (`weft train --device`).
-Result<schedule::Schedule> run_schedule(const RunConfig& cfg);
-RankShape rank_shape(const RunConfig& cfg, int pp_rank);
+Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg);
+RankShape rank_shape(const config::RunConfig& cfg, int pp_rank);
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
 // machine, measured on the first call for a shape and remembered for the process.

@@ -24,10 +24,10 @@
 #include "weft/model/flops.h"
 #include "weft/parallel/groups.h"
 #include "weft/parallel/topology.h"
+#include "weft/plot/plot.h"
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
-#include "weft/runtime/plot.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/schedule.h"
 
@@ -43,7 +43,7 @@ const char* signal_name(int sig) {
 
 }  // namespace
 
-Trainer::Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
+Trainer::Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
     : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
 
 Trainer::~Trainer() = default;
@@ -73,7 +73,7 @@ namespace {
 
 // Where a run starts: "" (fresh) or the checkpoint directory it resumes from, decided (and
 // checked) before anything is allocated or written.
-Result<std::string> start_point(const RunConfig& cfg, const std::string& resume,
+Result<std::string> start_point(const config::RunConfig& cfg, const std::string& resume,
                                 const std::string& root) {
   if (!resume.empty() && resume != "auto") return checkpoint::resolve(resume);
   auto latest = checkpoint::find_latest(root);
@@ -105,7 +105,8 @@ Status prepare_root(const std::string& root, const std::string& tokenizer, bool 
 
 // What of the run config differs from a checkpoint's record in a way that changes the
 // continuation: the run config decides, and the difference deserves a word.
-std::vector<std::string> changed_since(const RunConfig& cfg, const checkpoint::TrainState& state) {
+std::vector<std::string> changed_since(const config::RunConfig& cfg,
+                                       const checkpoint::TrainState& state) {
   const auto& t = cfg.train;
   std::vector<std::string> changed;
   if (state.seed != static_cast<uint64_t>(t.seed)) changed.push_back("train.seed");
@@ -207,10 +208,10 @@ Result<TrainResult> Trainer::run() {
   run.world_size = run.world != nullptr ? run.world->size() : 1;
   const int world_rank = run.world != nullptr ? run.world->rank() : 0;
   run.leader = world_rank == 0;
-  if (Status s = validate_world(cfg_, run.world_size); !s.ok()) return s;
-  if (Status s = validate_layout(cfg_); !s.ok()) return s;
+  if (Status s = config::validate_world(cfg_, run.world_size); !s.ok()) return s;
+  if (Status s = config::validate_layout(cfg_); !s.ok()) return s;
   if (Status s = prepare_root(run.root, run.tokenizer, run.leader); !s.ok()) return s;
-  const parallel::Topology topo(to_layout(cfg_).grid());
+  const parallel::Topology topo(config::to_layout(cfg_).grid());
   if (run.world != nullptr && run.world_size > 1) groups_ = parallel::make_groups(*run.world, topo);
   if (Status s = build(run, topo.coord(world_rank)); !s.ok()) return s;
   if (Status s = train(run); !s.ok()) return s;
@@ -226,7 +227,7 @@ Result<TrainResult> Trainer::run() {
   }
   if (options_.write_plot && run.leader) {
     const std::string svg = (std::filesystem::path(cfg_.run.out_dir) / "loss.svg").string();
-    Status s = write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
+    Status s = plot::write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
     if (!s.ok()) run.progress->message("weft train: warning: no loss plot: " + s.message());
   }
   return std::move(run.result);

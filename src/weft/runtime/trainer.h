@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/config/run_config.h"
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
 #include "weft/kernels/backend.h"
@@ -25,7 +26,6 @@
 #include "weft/parallel/groups.h"
 #include "weft/runtime/engine.h"
 #include "weft/runtime/metrics.h"
-#include "weft/runtime/run_config.h"
 
 namespace weft::runtime {
 
@@ -80,7 +80,7 @@ class Progress;
 class Trainer {
  public:
   // cfg must have passed validate() and validate_data() with this dataset (the CLI does both).
-  Trainer(RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options = {});
+  Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options = {});
   ~Trainer();
 
   // Runs to train.steps (or stop_after, or a stop request). Errors: a checkpoint that cannot be
@@ -111,7 +111,7 @@ class Trainer {
   void report_memory(Progress& progress, const parallel::Topology& topo,
                      comm::Communicator* world) const;
 
-  RunConfig cfg_;
+  config::RunConfig cfg_;
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
   std::atomic<bool> stop_{false};

@@ -1,7 +1,7 @@
 // Run configs: parsing, defaults, --set overrides, misspelled keys with suggestions, and every
 // validation problem reported together in the config's own terms.
 
-#include "weft/runtime/run_config.h"
+#include "weft/config/run_config.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-namespace weft::runtime {
+namespace weft::config {
 namespace {
 
 const char* kModel = R"(
@@ -296,4 +296,4 @@ TEST(RunConfig, ValidateDataChecksSizesAndVocabularies) {
 }
 
 }  // namespace
-}  // namespace weft::runtime
+}  // namespace weft::config

@@ -1,4 +1,4 @@
-#include "weft/runtime/run_config.h"
+#include "weft/config/run_config.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,6 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 #include <variant>
@@ -16,6 +15,7 @@
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/core/suggest.h"
 #include "weft/core/text_file.h"
+#include "weft/core/toml_reader.h"
 #include "weft/core/weft_files.h"
 #include "weft/data/sampler.h"
 #include "weft/model/param_layout.h"
@@ -23,7 +23,7 @@
 #include "weft/schedule/instr.h"
 #include "weft/schedule/schedule.h"
 
-namespace weft::runtime {
+namespace weft::config {
 namespace {
 
 using FieldRef = std::variant<int*, int64_t*, double*, std::string*, bool*>;
@@ -131,20 +131,6 @@ KeyType type_of(const FieldRef& f) {
   return KeyType::Int;
 }
 
-const char* type_words(KeyType t) {
-  switch (t) {
-    case KeyType::Int:
-      return "an integer";
-    case KeyType::Float:
-      return "a number";
-    case KeyType::String:
-      return "a string";
-    case KeyType::Bool:
-      return "true or false";
-  }
-  return "?";
-}
-
 std::vector<std::string> all_key_names() {
   std::vector<std::string> names;
   for (const auto& k : run_config_keys()) names.push_back(k.name);
@@ -236,14 +222,12 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
       s.add(fmt::format("{}: cannot open model config {} (model.config)", origin, *path));
       return;
     }
-    try {
-      toml::table file = toml::parse(*text, *path);
-      if (const toml::table* m = file["model"].as_table()) merged = *m;
-    } catch (const toml::parse_error& e) {
-      s.add(fmt::format("{}: TOML syntax error at line {}: {}", *path, e.source().begin.line,
-                        e.description()));
+    const auto file = parse_toml(*text, *path);
+    if (!file.ok()) {
+      s.merge(file.status());
       return;
     }
+    if (const toml::table* m = file.value()["model"].as_table()) merged = *m;
   } else if ((*inline_tbl)["config"]) {
     s.add(fmt::format("{}: model.config must be a string", origin));
   }
@@ -344,13 +328,9 @@ const std::vector<KeyInfo>& run_config_keys() {
 
 Result<RunConfig> parse_run_config(const std::string& toml_text, const std::string& origin,
                                    const std::vector<std::string>& overrides) {
-  toml::table root;
-  try {
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    return Status::error(fmt::format("{}: TOML syntax error at line {}: {}", origin,
-                                     e.source().begin.line, e.description()));
-  }
+  auto parsed = parse_toml(toml_text, origin);
+  if (!parsed.ok()) return parsed.status();
+  toml::table root = std::move(parsed).value();
   Status s;
   for (const auto& o : overrides) apply_override(root, o, s);
 
@@ -379,40 +359,12 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
 
   RunConfig c;
   c.origin = origin;
+  Status types;  // each "train.lr must be a number", from the file
   for (const auto& b : bindings()) {
-    auto node = root.at_path(b.name);
-    if (!node) continue;
-    const FieldRef f = b.field(c);
-    bool ok = std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, std::string>) {
-            auto v = node.value<std::string>();
-            if (v && node.is_string()) *p = *v;
-            return v.has_value() && node.is_string();
-          } else if constexpr (std::is_same_v<T, bool>) {
-            auto v = node.value<bool>();
-            if (v && node.is_boolean()) *p = *v;
-            return v.has_value() && node.is_boolean();
-          } else if constexpr (std::is_same_v<T, double>) {
-            auto v = node.value<double>();
-            if (v && (node.is_floating_point() || node.is_integer())) *p = *v;
-            return v.has_value() && (node.is_floating_point() || node.is_integer());
-          } else {
-            // Integers only: toml++ 3.3's value<int64_t>() of a float out of range is undefined
-            // behaviour (found by tests/fuzz), so a float is never converted.
-            if (!node.is_integer()) return false;
-            auto v = node.value<int64_t>();
-            if (!v || *v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
-              return false;
-            }
-            *p = static_cast<T>(*v);
-            return true;
-          }
-        },
-        f);
-    if (!ok) s.add(fmt::format("{}: {} must be {}", origin, b.name, type_words(type_of(f))));
+    const toml::node* node = root.at_path(b.name).node();
+    std::visit([&](auto* p) { read_toml(node, b.name, *p, types); }, b.field(c));
   }
+  s.merge(types.prefixed(origin));
   parse_model(root, origin, c, s);
   if (!s.ok()) return s;
 
@@ -562,4 +514,4 @@ Status validate_data(const RunConfig& c, const data::TokenDataset& ds,
   return s;
 }
 
-}  // namespace weft::runtime
+}  // namespace weft::config

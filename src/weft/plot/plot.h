@@ -9,7 +9,7 @@
 
 #include "weft/core/status.h"
 
-namespace weft::runtime {
+namespace weft::plot {
 
 struct Series {
   std::string label;
@@ -34,4 +34,4 @@ Status write_loss_plot(const std::string& metrics_path, const std::string& svg_p
 // Round-number ticks covering [lo, hi]: steps of 1, 2 or 5 times a power of ten.
 std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 
-}  // namespace weft::runtime
+}  // namespace weft::plot

@@ -1,7 +1,7 @@
 // Loss plots: a well-formed SVG with axes, ticks, both curves and a legend; clear errors for bad
 // metrics files.
 
-#include "weft/runtime/plot.h"
+#include "weft/plot/plot.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <regex>
 #include <stack>
 
-namespace weft::runtime {
+namespace weft::plot {
 namespace {
 namespace fs = std::filesystem;
 
@@ -100,4 +100,4 @@ TEST(Plot, ReadsCurvesFromMetricsAndNamesTheLineOfABadRecord) {
 }
 
 }  // namespace
-}  // namespace weft::runtime
+}  // namespace weft::plot

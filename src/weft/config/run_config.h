@@ -18,7 +18,7 @@
 #include "weft/model/recompute.h"
 #include "weft/optim/adamw.h"
 
-namespace weft::runtime {
+namespace weft::config {
 
 struct RunConfig {
   std::string origin;        // the TOML file, for messages
@@ -109,4 +109,4 @@ Status validate_world(const RunConfig& c, int world_size);
 Status validate_data(const RunConfig& cfg, const data::TokenDataset& dataset,
                      const std::string& tokenizer_identity, int tokenizer_vocab);
 
-}  // namespace weft::runtime
+}  // namespace weft::config

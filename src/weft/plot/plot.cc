@@ -1,4 +1,4 @@
-#include "weft/runtime/plot.h"
+#include "weft/plot/plot.h"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "weft/core/pending_file.h"
 #include "weft/core/xml.h"
 
-namespace weft::runtime {
+namespace weft::plot {
 namespace {
 
 double nice_step(double range, int target) {
@@ -165,4 +165,4 @@ Status write_loss_plot(const std::string& metrics_path, const std::string& svg_p
       svg_path, render_line_chart(curves.value(), t.empty() ? "loss" : t, "step", "loss"));
 }
 
-}  // namespace weft::runtime
+}  // namespace weft::plot
