@@ -95,7 +95,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   o_.groups.replicas = o_.dp;
   o_.groups.boundary = wiring_of(o_).boundary;
   for (int j = 0; j < num_chunks(); ++j) {
-    model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
+    optim::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
     storage.deferred_weight_grads = schedule.kind == schedule::Kind::ZeroBubbleH1;
     auto model = std::make_unique<model::Gpt>(
         cfg, o_.B, o_.T, o_.recompute, o_.tp,
