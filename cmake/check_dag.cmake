@@ -6,10 +6,11 @@ set(allowed_core core)
 set(allowed_comm core comm)
 set(allowed_tensor core tensor)
 set(allowed_kernels core tensor kernels)
-set(allowed_model core tensor kernels comm parallel model)
-# optim: AdamW and the data-parallel optimizer (ZeRO 0-3), which drives a model stage through its
-# ParamHooks and reduces over a communicator.
-set(allowed_optim core tensor kernels comm parallel model optim)
+# optim: ZeRO's shard layout (pure), AdamW and the data-parallel optimizer (ZeRO 0-3), which drives
+# a model chunk through the small interface of optim/params.h and reduces over a communicator; it
+# knows no model. model implements that interface and prices ZeRO with the shard layout.
+set(allowed_optim core tensor kernels comm optim)
+set(allowed_model core tensor kernels comm parallel optim model)
 set(allowed_schedule core schedule)
 # layout: THE layout type and the one rule book of parallel layouts, shared by the trainer, the
 # planner and the checkpoints; its grid is parallel's GridShape (the pure topology).
@@ -25,7 +26,7 @@ set(allowed_config core tensor kernels comm parallel model optim schedule data c
 set(allowed_plot core plot)
 set(allowed_runtime core tensor kernels comm parallel model optim schedule data checkpoint layout
     config plot runtime)
-set(allowed_planner core tensor schedule parallel model layout planner)
+set(allowed_planner core tensor schedule parallel optim model layout planner)
 set(allowed_cli core tensor kernels comm parallel model optim schedule data checkpoint layout
     config plot runtime planner cli)
 # Sub-modules: a directory inside a module that is its own library with narrower edges; its files

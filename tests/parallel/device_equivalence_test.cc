@@ -31,7 +31,7 @@
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
-#include "weft/model/zero_parts.h"
+#include "weft/optim/shards.h"
 #include "weft/parallel/groups.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/schedule/schedule.h"
@@ -210,7 +210,7 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
                             runtime::pipeline_options(groups, shape, {}, backend.get(), data));
   t.init(4);
   // What the optimizers hold, placed in the serial layout: ZeRO 0 one replica's ranks (the others'
-  // copies are the same), ZeRO 1-3 every rank its shard's parts (model::zero_owned_parts), which
+  // copies are the same), ZeRO 1-3 every rank its shard's parts (optim::zero_owned_parts), which
   // add up to the model over the replicas.
   const model::ParamLayout global = model::gpt_param_layout(small_gpt());
   auto place = [&](std::vector<float>& out, bool grads) {
@@ -220,8 +220,8 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
       const model::ParamLayout& local = t.model(j).param_layout();
       optim::DistributedOptimizer& opt = *t.optimizers()[j];
       std::vector<float> x(local.buffer.total(), 0.0f);
-      const std::vector<model::OwnedPart> parts =
-          model::zero_owned_parts(local, l.zero, l.dp, me.dp);
+      const std::vector<optim::OwnedPart> parts =
+          optim::zero_owned_parts(local, l.zero, l.dp, me.dp);
       for (size_t i = 0; i < parts.size(); ++i) {
         float* to = x.data() + local.buffer.slices()[parts[i].slice].offset + parts[i].begin;
         if (grads) {

@@ -106,19 +106,19 @@ TEST_F(DeviceTrainerTest, TheLossAndEveryTensorsGradientMatchTheFp32Model) {
   test::expect_params_close(mixed.param_layout(), g.data(), ref.grads().data(), cfg_.n_embd,
                             {1.5e-2, 2.5e-2}, "gradients");
   // The norm by the one rule both engines use (runtime::global_grad_norm), on the host copies.
-  auto host_sum = [](std::span<const model::GradPart> parts) {
+  auto host_sum = [](std::span<const optim::GradPart> parts) {
     double sum = 0;
-    for (const model::GradPart& p : parts) {
+    for (const optim::GradPart& p : parts) {
       for (int64_t i = 0; i < p.n; ++i) sum += double{p.grad[i]} * p.grad[i];
     }
     return sum;
   };
-  std::vector<model::GradPart> parts;
+  std::vector<optim::GradPart> parts;
   const auto& slices = mixed.param_layout().buffer.slices();
   for (size_t i = 0; i < slices.size(); ++i) {
     parts.push_back({i, g.data() + slices[i].offset, slices[i].numel});
   }
-  const std::vector<model::GradPart> ref_parts = ref.whole_grads();
+  const std::vector<optim::GradPart> ref_parts = ref.whole_grads();
   const runtime::NormChunk mixed_chunk{&mixed.param_layout(), mixed.stage(), 0, parts};
   const runtime::NormChunk ref_chunk{&ref.param_layout(), ref.stage(), 0, ref_parts};
   const double norm =

@@ -18,7 +18,7 @@
 #include "support/param_compare.h"
 #include "support/shards.h"
 #include "weft/model/gpt.h"
-#include "weft/model/zero_parts.h"
+#include "weft/optim/shards.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
 
@@ -62,12 +62,12 @@ inline SerialRun train_serial(const model::GptConfig& cfg, uint64_t seed, int B,
 
 // A PipelineRunner's parts in the serial layout, on every rank of the replica (`model`: its tp x
 // pp ranks, null for one). `part_data(opt, i, part)` gives the data of part i of a chunk's
-// model::zero_owned_parts: ZeRO 0 every slice whole, the same on every replica; ZeRO >= 1 this
+// optim::zero_owned_parts: ZeRO 0 every slice whole, the same on every replica; ZeRO >= 1 this
 // rank's parts, so the replicas' parts are summed over `dp`.
 inline std::vector<float> gather_runner(
     const runtime::PipelineRunner& runner, comm::Communicator* dp, comm::Communicator* model,
     const std::function<const float*(optim::DistributedOptimizer&, size_t,
-                                     const model::OwnedPart&)>& part_data) {
+                                     const optim::OwnedPart&)>& part_data) {
   const model::ParamLayout global = model::gpt_param_layout(runner.chunks()[0]->config());
   std::vector<float> all(global.buffer.total(), 0.0f);
   const int dp_size = dp != nullptr ? dp->size() : 1, dp_rank = dp != nullptr ? dp->rank() : 0;
@@ -76,8 +76,8 @@ inline std::vector<float> gather_runner(
     const model::ParamLayout& layout = c.param_layout();
     optim::DistributedOptimizer& opt = *runner.optimizers()[j];
     std::vector<float> p(layout.buffer.total(), 0.0f);
-    const std::vector<model::OwnedPart> parts =
-        model::zero_owned_parts(layout, opt.zero(), dp_size, dp_rank);
+    const std::vector<optim::OwnedPart> parts =
+        optim::zero_owned_parts(layout, opt.zero(), dp_size, dp_rank);
     for (size_t i = 0; i < parts.size(); ++i) {
       std::copy_n(part_data(opt, i, parts[i]), parts[i].n,
                   p.data() + layout.buffer.slices()[parts[i].slice].offset + parts[i].begin);
@@ -93,7 +93,7 @@ inline std::vector<float> gather_runner(
 inline std::vector<float> runner_params(const runtime::PipelineRunner& runner,
                                         comm::Communicator* dp, comm::Communicator* model) {
   return gather_runner(runner, dp, model,
-                       [](optim::DistributedOptimizer& opt, size_t, const model::OwnedPart& p) {
+                       [](optim::DistributedOptimizer& opt, size_t, const optim::OwnedPart& p) {
                          return opt.state().params + p.at;
                        });
 }
@@ -103,7 +103,7 @@ inline std::vector<float> runner_params(const runtime::PipelineRunner& runner,
 inline std::vector<float> runner_grads(const runtime::PipelineRunner& runner,
                                        comm::Communicator* dp, comm::Communicator* model) {
   return gather_runner(runner, dp, model,
-                       [](optim::DistributedOptimizer& opt, size_t i, const model::OwnedPart&) {
+                       [](optim::DistributedOptimizer& opt, size_t i, const optim::OwnedPart&) {
                          return static_cast<const float*>(opt.grad_parts()[i].grad);
                        });
 }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "weft/checkpoint/placement.h"
-#include "weft/model/zero_parts.h"
+#include "weft/optim/shards.h"
 #include "weft/tensor/aligned_buffer.h"
 
 namespace weft::checkpoint {
@@ -61,9 +61,9 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
           const model::StageSpec stage = model::pipeline_stage(cfg, pp_rank + j * to.pp, stages);
           model::ParamLayout& layout = layouts[static_cast<size_t>(j)];
           layout = model::gpt_param_layout(cfg, to.tp, tp_rank, stage,
-                                           model::zero_unit_align(to.zero, to.dp));
+                                           optim::zero_unit_align(to.zero, to.dp));
           const ChunkPlace place{&layout, stage, to.zero, to.dp, dp_rank};
-          const int64_t n = model::zero_owned_elements(layout, to.zero, to.dp, dp_rank);
+          const int64_t n = optim::zero_owned_elements(layout, to.zero, to.dp, dp_rank);
           StateBuffers state;
           for (int g = 0; g < (src.has_optimizer ? 3 : 1); ++g) {
             buffers.emplace_back(n);

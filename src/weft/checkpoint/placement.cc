@@ -1,7 +1,7 @@
 #include "weft/checkpoint/placement.h"
 
 #include "weft/core/check.h"
-#include "weft/model/zero_parts.h"
+#include "weft/optim/shards.h"
 
 namespace weft::checkpoint {
 
@@ -10,9 +10,9 @@ std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool mom
   const model::ParamLayout& L = *c.layout;
   std::vector<StatePiece> out;
   if (writing && c.zero == 0 && c.dp_rank != 0) return out;
-  const auto parts = model::zero_owned_parts(L, c.zero, c.dp, c.dp_rank);
+  const auto parts = optim::zero_owned_parts(L, c.zero, c.dp, c.dp_rank);
   for (int g = 0; g < (moments ? 3 : 1); ++g) {
-    for (const model::OwnedPart& p : parts) {
+    for (const optim::OwnedPart& p : parts) {
       const std::string& name = L.buffer.slices()[p.slice].name;
       if (writing && L.splits[p.slice].replicated() && L.tp_rank != 0) continue;
       if (writing && name == "wte" && !c.stage.embedding) continue;  // the tied copy

@@ -3,7 +3,7 @@
 // back. Every element of the model is written exactly once per job: a tensor replicated over
 // tensor parallelism by tp rank 0; the tied word embedding by the first pipeline stage (the last
 // stage's copy is kept equal to it); under ZeRO 0 by dp rank 0 (the replicas are equal), under
-// ZeRO 1-3 by every dp rank, its own parts (model/zero_parts.h). Reading, a rank asks for all of
+// ZeRO 1-3 by every dp rank, its own parts (optim/shards.h). Reading, a rank asks for all of
 // its parts, replicated and tied copies included: load_pieces finds them wherever they were
 // written, under whatever layout.
 
@@ -21,7 +21,7 @@ struct ChunkPlace {
   int zero = 0, dp = 1, dp_rank = 0;
 };
 
-// The chunk's state, indexed by model::OwnedPart::at of zero_owned_parts(layout, zero, dp,
+// The chunk's state, indexed by optim::OwnedPart::at of zero_owned_parts(layout, zero, dp,
 // dp_rank) (optim::DistributedOptimizer::state()). m and v null: parameters only.
 struct StateBuffers {
   float* params = nullptr;

@@ -37,7 +37,7 @@ Gpt::Blocks Gpt::allocate(ActivationLayout layout) {
 }
 
 Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::TensorParallel tp,
-         StageSpec stage, int slots, ParamStorage storage, kernels::Backend* backend,
+         StageSpec stage, int slots, optim::ParamStorage storage, kernels::Backend* backend,
          const Gpt* share_slots)
     : cfg_(cfg),
       own_backend_(backend == nullptr ? kernels::make_host_backend(Precision::FP32) : nullptr),
@@ -78,7 +78,7 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
     read_copy_ = be_.allocate<BF16>(n);
     be_.zero(read_copy_, n * 2);
   }
-  for (const ParamUnit& u : layout_.units) {
+  for (const optim::ParamUnit& u : layout_.units) {
     if (!storage.model_params) {
       unit_params_.push_back(nullptr);
     } else if (read_copy_ != nullptr) {
@@ -167,8 +167,9 @@ void Gpt::zero_grad() {
 std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
   const int64_t offset = layout_.buffer.at(name).offset;
   const auto& units = layout_.units;
-  const auto it = std::upper_bound(units.begin(), units.end(), offset,
-                                   [](int64_t o, const ParamUnit& u) { return o < u.begin; });
+  const auto it =
+      std::upper_bound(units.begin(), units.end(), offset,
+                       [](int64_t o, const optim::ParamUnit& u) { return o < u.begin; });
   const int u = static_cast<int>(it - units.begin()) - 1;
   return {u, offset - units[u].begin};
 }
@@ -616,9 +617,9 @@ void Gpt::backward_weights(int slot) {
   if (hooks_ != nullptr) hooks_->backward_done();
 }
 
-std::vector<GradPart> Gpt::whole_grads() const {
+std::vector<optim::GradPart> Gpt::whole_grads() const {
   WEFT_CHECK(grads_.size() > 0, "this model's gradients are held by its optimizer");
-  std::vector<GradPart> parts;
+  std::vector<optim::GradPart> parts;
   const auto& slices = layout_.buffer.slices();
   for (size_t i = 0; i < slices.size(); ++i) {
     parts.push_back({i, const_cast<float*>(grads_.data()) + slices[i].offset, slices[i].numel});
@@ -626,13 +627,13 @@ std::vector<GradPart> Gpt::whole_grads() const {
   return parts;
 }
 
-void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
+void Gpt::finish_grad_sync(std::span<const optim::GradPart> parts) {
   if (!sp_) return;
   // One all-reduce for all LayerNorm gradients: pack, reduce, unpack (in the backend's memory).
   const auto& slices = layout_.buffer.slices();
   float* packed = work_.f32("ln.packed");
   int64_t total = 0;
-  for (const GradPart& g : parts) {
+  for (const optim::GradPart& g : parts) {
     if (!is_layernorm_param(slices[g.slice].name)) continue;
     be_.copy(packed + total, g.grad, g.n * 4);
     total += g.n;
@@ -640,7 +641,7 @@ void Gpt::finish_grad_sync(std::span<const GradPart> parts) {
   WEFT_CHECK(total <= work_.layout.f32.at("ln.packed").numel, "LayerNorm gradients overflow");
   tp_.comm->all_reduce_async(packed, total, comm::DataType::F32, comm::ReduceOp::Sum).order();
   total = 0;
-  for (const GradPart& g : parts) {
+  for (const optim::GradPart& g : parts) {
     if (!is_layernorm_param(slices[g.slice].name)) continue;
     be_.copy(g.grad, packed + total, g.n * 4);
     total += g.n;

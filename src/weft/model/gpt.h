@@ -30,39 +30,13 @@
 #include "weft/kernels/backend.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/gpt_config.h"
-#include "weft/model/param_hooks.h"
 #include "weft/model/param_layout.h"
 #include "weft/model/recompute.h"
+#include "weft/optim/params.h"
 #include "weft/parallel/tp_ops.h"
 #include "weft/tensor/flat_buffer.h"
 
 namespace weft::model {
-
-// How a stage's parameter and gradient buffers are laid out and who holds them (ZeRO,
-// optim/distributed_optimizer.h).
-struct ParamStorage {
-  int64_t unit_align = BufferLayout::kAlignElems;  // see gpt_param_layout
-  // false: the model allocates no such buffer; its ParamHooks hold every unit's parameters (ZeRO-3:
-  // the weights the forward reads) or gradients (ZeRO-2/3) while in use, and must be installed
-  // before the first forward.
-  bool model_params = true;
-  bool model_grads = true;
-  // BF16Mixed: whether the model also keeps the fp32 master weights its bf16 read copy is rounded
-  // from (ZeRO 1-3 keep a shard of them in the optimizer instead). Under FP32 the weights the
-  // forward reads are the master weights: model_params alone decides.
-  bool master_params = true;
-  // Whether backward() will defer weight gradients (a zb-h1 schedule): each slot's block for them
-  // is then taken at construction (else at the first backward that defers), so a step allocates
-  // nothing.
-  bool deferred_weight_grads = false;
-};
-
-// A run of one parameter's gradient elements: a whole slice, or the part of it in a ZeRO shard.
-struct GradPart {
-  size_t slice = 0;  // index into param_layout().buffer.slices()
-  float* grad = nullptr;
-  int64_t n = 0;
-};
 
 // Where a forward's results go besides the slot, when a runtime runs a step's microbatches
 // (runtime/pipeline_runner.h).
@@ -77,7 +51,8 @@ struct ForwardOut {
   double* loss_sum = nullptr;
 };
 
-class Gpt {
+// The parameters it holds are driven by the optimizer that owns them (ZeRO: optim::Params).
+class Gpt final : public optim::Params {
  public:
   // Allocates for batches up to B x T (validated first, including the split across tp: throws
   // weft::Error listing every problem), everything from `backend` (kernels/backend.h), which must
@@ -91,45 +66,45 @@ class Gpt {
   // pool of slots, and each slot is held by one chunk's microbatch at a time: layout/rank.h).
   Gpt(const GptConfig& cfg, int B, int T, Recompute recompute = Recompute::None,
       parallel::TensorParallel tp = {}, StageSpec stage = {}, int slots = 1,
-      ParamStorage storage = {}, kernels::Backend* backend = nullptr,
+      optim::ParamStorage storage = {}, kernels::Backend* backend = nullptr,
       const Gpt* share_slots = nullptr);
-  ~Gpt();
+  ~Gpt() override;
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
 
   const GptConfig& config() const { return cfg_; }
-  const ParamLayout& param_layout() const { return layout_; }
+  const ParamLayout& param_layout() const override { return layout_; }
   Recompute recompute() const { return recompute_; }
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
   int slots() const { return static_cast<int>(acts_.size()); }
   int max_batch() const { return B_; }
   int max_seq() const { return T_; }
-  kernels::Backend& backend() const { return be_; }
+  kernels::Backend& backend() const override { return be_; }
   Precision precision() const { return precision_; }
 
-  // The fp32 master weights and gradients in the backend's memory, in param_layout()'s order
-  // (views: host memory on the host backends, device memory on CUDA, where only their addresses
-  // may be used); empty when ParamStorage gave them to the optimizer.
-  FlatBuffer& params() { return params_; }
+  // optim::Params. params() and grads() are views (host memory on the host backends, device
+  // memory on CUDA, where only their addresses may be used); whoever updates params() refreshes
+  // read_copy() (refresh_read_copy, or AdamW's params16).
+  bool weight_decay(size_t slice) const override { return layout_.init[slice].weight_decay; }
+  FlatBuffer& params() override { return params_; }
   const FlatBuffer& params() const { return params_; }
-  FlatBuffer& grads() { return grads_; }
+  FlatBuffer& grads() override { return grads_; }
   const FlatBuffer& grads() const { return grads_; }
-  // BF16Mixed: the bf16 copy of the weights the forward reads (same offsets as params()), which
-  // whoever updates params() refreshes (refresh_read_copy, or AdamW's params16); null under FP32.
-  BF16* read_copy() const { return read_copy_; }
-  // read_copy()[at, at + n) = params()[at, at + n) rounded (nothing under FP32).
-  void refresh_read_copy(int64_t at, int64_t n);
+  BF16* read_copy() const override { return read_copy_; }
+  void refresh_read_copy(int64_t at, int64_t n) override;
+  void init(uint64_t seed) override;
+  void init_part(size_t slice, uint64_t seed, int64_t begin, int64_t n, float* out) const override {
+    init_slice(layout_, slice, seed, begin, n, out);
+  }
+  void set_param_hooks(optim::ParamHooks* hooks) override { hooks_ = hooks; }
 
-  void init(uint64_t seed);
   // Host <-> backend copies of the master weights and gradients (buffer.total() elements);
   // set_params also refreshes the read copy.
   void set_params(std::span<const float> host);
   void get_params(std::span<float> host) const;
   void get_grads(std::span<float> host) const;
   void zero_grad();
-  // Told about every use of parameters and gradients from now on (null: nobody).
-  void set_param_hooks(ParamHooks* hooks) { hooks_ = hooks; }
 
   // tokens, targets: [B,T] host arrays with B <= max_batch(), T <= max_seq(); a target < 0 is
   // ignored. Every tp rank passes the same batch. Returns the mean loss over the non-ignored
@@ -178,10 +153,10 @@ class Gpt {
   // cover only its rows, so they are summed over the tp group (once per step, as Megatron-LM's
   // allreduce_layernorm_grads), in one call over the LayerNorm parts of `parts`. A no-op
   // otherwise. Every tp rank passes the same parts (their layouts are equal).
-  void finish_grad_sync(std::span<const GradPart> parts);
+  void finish_grad_sync(std::span<const optim::GradPart> parts);
   void finish_grad_sync() { finish_grad_sync(whole_grads()); }
   // Every slice's gradient, whole.
-  std::vector<GradPart> whole_grads() const;
+  std::vector<optim::GradPart> whole_grads() const;
 
   // [B,T,Vp/tp] logits of the last forward without targets: this rank's vocabulary columns (a
   // forward with targets overwrites them with their gradient). Host FP32 only.
@@ -242,7 +217,7 @@ class Gpt {
   BF16* read_copy_ = nullptr;
   std::vector<Blocks> acts_;  // one per slot
   Blocks work_;
-  ParamHooks* hooks_ = nullptr;
+  optim::ParamHooks* hooks_ = nullptr;
   std::vector<const kernels::Act*> unit_params_;  // each unit's parameter base; null: not gathered
   int wte_unit_ = -1, wpe_unit_ = -1, ln_f_unit_ = -1, first_layer_unit_ = -1;
   // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.

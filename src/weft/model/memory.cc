@@ -14,7 +14,7 @@
 #include "weft/kernels/gemm.h"
 #include "weft/model/activation_layout.h"
 #include "weft/model/param_layout.h"
-#include "weft/tensor/zero_shards.h"
+#include "weft/optim/shards.h"
 
 namespace weft::model {
 
@@ -102,9 +102,9 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   int wte = -1, wpe = -1, ln_f = -1;
   std::vector<int> layers;
   for (int u = 0; u < n; ++u) {
-    const ParamUnit& unit = layout.units[u];
+    const optim::ParamUnit& unit = layout.units[u];
     const int64_t elements =
-        zero.stage == 0 ? unit.numel() : zero_padded_size(unit.numel(), zero.dp);
+        zero.stage == 0 ? unit.numel() : optim::zero_padded_size(unit.numel(), zero.dp);
     const int64_t bytes = elements * kFloat;
     buffer[u] = bytes;  // as UnitPool::acquire is asked (PoolHeld)
     param_buffer[u] = elements * read_bytes;
@@ -151,7 +151,7 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
     if (temporaries[u] > 0 && temporaries[u] < kHeapCeiling) ++count[temporaries[u]];
   }
   for (const auto& [bytes, k] : count) {
-    heap[bytes] = std::max(heap[bytes], std::min(k, kZeroBucketsInFlight));
+    heap[bytes] = std::max(heap[bytes], std::min(k, optim::kZeroBucketsInFlight));
   }
 
   const bool pooled_grads = zero.stage >= 2, pooled_params = zero.stage >= 3;
@@ -181,7 +181,7 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
       for (int u : p.gathered) pool.give(param_buffer[u]);
     }
     for (int u : p.ready) {
-      if (in_flight.size() >= size_t{kZeroBucketsInFlight}) complete_oldest();
+      if (in_flight.size() >= size_t{optim::kZeroBucketsInFlight}) complete_oldest();
       in_flight.push_back(u);
       int64_t now = 0;
       for (int v : in_flight) now += temporaries[v] >= kHeapCeiling ? temporaries[v] : 0;
@@ -210,8 +210,8 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
     m.optimizer += 2 * block(n * kFloat);  // AdamW's m and v
     return;
   }
-  int64_t S = 0;
-  for (const ParamUnit& u : layout.units) S += zero_shard(u.numel(), zero.dp, 0).size();
+  // Every rank's shard buffers are as large as rank 0's (equal ranges per unit).
+  const int64_t S = optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
   m.optimizer += 2 * block(S * kFloat);  // m, v
   // The model's weights as the forward reads them, whole: fp32, or bf16 (the master weights are
   // the shard). ZeRO-3: gathered units are in the pool (run_passes).
@@ -344,7 +344,7 @@ int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& ran
   PoolHeld pool;
   std::map<int64_t, int> heap;  // not asked for here
   for (const ChunkMemory& c : rank.chunks) {
-    run_passes(stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp)),
+    run_passes(stage_param_layout(cfg, tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp)),
                c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
   }
   return pool.held(precision);
@@ -373,7 +373,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   int64_t packing = 0;          // host: the GEMM packing buffers (the chunks share the threads)
   for (const ChunkMemory& c : rank.chunks) {
     const ParamLayout& layout =
-        stage_param_layout(cfg, tp.tp, c.stage, zero_unit_align(zero.stage, zero.dp));
+        stage_param_layout(cfg, tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, precision, counted);
     if (host || zero.stage >= 2) {
       const int64_t busiest =

@@ -89,12 +89,6 @@ bool is_layernorm_param(const std::string& name) {
          name.find(".ln_2.") != std::string::npos;
 }
 
-int64_t zero_unit_align(int zero, int dp) {
-  WEFT_CHECK(zero >= 0 && zero <= 3 && dp >= 1, "ZeRO stage ", zero, " over dp=", dp);
-  if (zero == 0) return BufferLayout::kAlignElems;
-  return int64_t{dp} * BufferLayout::kAlignElems;
-}
-
 int ParamLayout::unit_index(const std::string& name) const {
   for (size_t u = 0; u < units.size(); ++u) {
     if (units[u].name == name) return static_cast<int>(u);
@@ -156,7 +150,7 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
   p.buffer.pad_to(unit_align);
   const auto& slices = p.buffer.slices();
   for (size_t u = 0; u < p.units.size(); ++u) {
-    ParamUnit& pu = p.units[u];
+    optim::ParamUnit& pu = p.units[u];
     pu.end_slice = u + 1 < p.units.size() ? p.units[u + 1].first_slice : slices.size();
     pu.end = slices[pu.end_slice - 1].offset + slices[pu.end_slice - 1].numel;
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "weft/model/gpt_config.h"
+#include "weft/optim/shards.h"
 #include "weft/tensor/flat_buffer.h"
 
 namespace weft::model {
@@ -47,21 +48,8 @@ struct ParamInit {
   int64_t live_rows = -1;     // global rows beyond this stay zero (wte's vocabulary padding)
 };
 
-// The tensors used together, the unit of ZeRO-3's gathering and of the gradient buckets (Zhao et
-// al. 2023, "PyTorch FSDP", flat-parameter units): a layer ("h.3"), the word embedding ("wte"),
-// the position embedding ("wpe") or the final LayerNorm ("ln_f"). Contiguous in the buffer,
-// starting on a multiple of the layout's unit_align, in buffer order.
-struct ParamUnit {
-  std::string name;
-  size_t first_slice = 0, end_slice = 0;  // its slices: [first_slice, end_slice)
-  int64_t begin = 0, end = 0;             // elements [begin, end), inner alignment padding included
-  int64_t numel() const { return end - begin; }
-};
-
-struct ParamLayout {
-  BufferLayout buffer;           // this rank's shards (local shapes)
-  std::vector<ParamUnit> units;  // a partition of buffer's slices
-  int64_t unit_align = BufferLayout::kAlignElems;
+// The buffer and its units (optim::UnitLayout: ZeRO shards them), with what the model needs.
+struct ParamLayout : optim::UnitLayout {
   std::vector<ParamInit> init;       // parallel to buffer.slices()
   std::vector<Shape> global_shapes;  // parallel to buffer.slices()
   std::vector<TpSplit> splits;       // parallel to buffer.slices()
@@ -107,17 +95,9 @@ std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1
 // Rank tp_rank's shards under tensor parallelism of size tp (checked by validate_tensor_parallel)
 // of the parameters of `stage`, in the serial order and under their global names. Each unit starts
 // on a multiple of unit_align elements and the buffer's total is padded to one (ZeRO's in-place
-// collectives over a unit need its padded length; see optim/distributed_optimizer.h).
+// collectives over a unit need its padded length: optim::zero_unit_align).
 ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
                              StageSpec stage = {}, int64_t unit_align = BufferLayout::kAlignElems);
-
-// The unit alignment ZeRO stage `zero` over `dp` ranks needs (optim/distributed_optimizer.h):
-// dp * kAlignElems, so each unit's range padded for dp equal aligned shards ends before the next
-// unit; kAlignElems for ZeRO 0.
-int64_t zero_unit_align(int zero, int dp);
-// ZeRO 2/3: unit gradient reductions a backward pass keeps outstanding before it waits for the
-// oldest (the units' full gradients, and MPI's temporaries, stay resident meanwhile).
-inline constexpr int kZeroBucketsInFlight = 2;
 
 // GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)
 // for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero biases,
@@ -128,7 +108,7 @@ inline constexpr int kZeroBucketsInFlight = 2;
 void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed,
                  size_t first_slice = 0, size_t end_slice = SIZE_MAX);
 // The same values for elements [begin, begin + n) of slice `slice` only, into out[0, n) (ZeRO
-// initializes just the parts a rank owns: model/zero_parts.h).
+// initializes just the parts a rank owns: optim/shards.h).
 void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t begin, int64_t n,
                 float* out);
 

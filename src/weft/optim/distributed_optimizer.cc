@@ -6,21 +6,20 @@
 
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
-#include "weft/model/zero_parts.h"
-#include "weft/tensor/zero_shards.h"
+#include "weft/optim/shards.h"
 
 namespace weft::optim {
 
-model::ParamStorage DistributedOptimizer::storage(int zero, int dp) {
-  model::ParamStorage s;
-  s.unit_align = model::zero_unit_align(zero, dp);
+ParamStorage DistributedOptimizer::storage(int zero, int dp) {
+  ParamStorage s;
+  s.unit_align = zero_unit_align(zero, dp);
   s.master_params = zero < 1;  // from ZeRO-1 on the fp32 master weights are this rank's shard
   s.model_grads = zero < 2;    // from ZeRO-2 on a unit's gradients live in pool_ while in use
   s.model_params = zero < 3;
   return s;
 }
 
-DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero,
+DistributedOptimizer::DistributedOptimizer(Params& model, comm::Communicator* dp, int zero,
                                            AdamWConfig cfg, UnitPool* pool)
     : model_(model),
       be_(model.backend()),
@@ -39,7 +38,7 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
     local_dp_ = comm::make_local_communicator("dp");
     dp_ = local_dp_.get();
   }
-  const model::ParamLayout& layout = model.param_layout();
+  const UnitLayout& layout = model.param_layout();
   const int n = dp_->size();
   std::vector<kernels::Backend::AdamWSegment> segments;
   // One AdamW segment per run of parts that share the weight-decay decision, across the zero
@@ -63,44 +62,34 @@ DistributedOptimizer::DistributedOptimizer(model::Gpt& model, comm::Communicator
     be_.zero(p, elements * 4);
     return p;
   };
+  // The state's elements: ZeRO 0 the chunk's whole buffers, ZeRO 1-3 this rank's shard buffers.
+  float *params = nullptr, *grads = nullptr;
+  BF16* read = nullptr;
   if (zero_ == 0) {
     const int64_t total = layout.buffer.total();
     m_ = take(total);
     v_ = take(total);
-    parts_ = model.whole_grads();
-    const auto& slices = layout.buffer.slices();
-    for (size_t i = 0; i < slices.size(); ++i) {
-      add_segment(model.params().data(), model.grads().data(), slices[i].offset,
-                  slices[i].offset + slices[i].numel, model.read_copy(),
-                  layout.init[i].weight_decay);
-    }
+    params = model.params().data();
+    grads = model.grads().data();
+    read = model.read_copy();
   } else {
     WEFT_CHECK(layout.unit_align % storage(zero, n).unit_align == 0, "a ZeRO chunk needs the ",
                "layout of DistributedOptimizer::storage(", zero, ", ", n, ")");
-    int64_t offset = 0;
-    for (size_t u = 0; u < layout.units.size(); ++u) {
-      const model::ParamUnit& U = layout.units[u];
-      const ShardRange own = zero_shard(U.numel(), n, dp_->rank());
-      const int64_t next =
-          u + 1 < layout.units.size() ? layout.units[u + 1].begin : layout.buffer.total();
-      shards_.push_back({own.begin, own.size(), offset});
-      WEFT_CHECK(own.size() * n <= next - U.begin, "unit ", U.name, "'s padded range overruns");
-      offset += own.size();
-    }
-    shard_elements_ = offset;
-    master_ = take(offset);
-    grad_shard_ = take(offset);
-    m_ = take(offset);
-    v_ = take(offset);
+    shards_ = zero_unit_shards(layout, n, dp_->rank());
+    shard_elements_ = zero_owned_elements(layout, zero_, n, dp_->rank());
+    const int64_t size = shard_elements_;
+    master_ = params = take(size);
+    grad_shard_ = grads = take(size);
+    m_ = take(size);
+    v_ = take(size);
     if (act_bytes_ == 2) {
-      master16_ = be_.allocate<BF16>(offset);
-      be_.zero(master16_, offset * 2);
+      master16_ = read = be_.allocate<BF16>(size);
+      be_.zero(master16_, size * 2);
     }
-    for (const model::OwnedPart& p : model::zero_owned_parts(layout, zero_, n, dp_->rank())) {
-      parts_.push_back({p.slice, grad_shard_ + p.at, p.n});
-      add_segment(master_, grad_shard_, p.at, p.at + p.n, master16_,
-                  layout.init[p.slice].weight_decay);
-    }
+  }
+  for (const OwnedPart& p : zero_owned_parts(layout, zero_, n, dp_->rank())) {
+    parts_.push_back({p.slice, grads + p.at, p.n});
+    add_segment(params, grads, p.at, p.at + p.n, read, model.weight_decay(p.slice));
   }
   // The tables' capacity as the memory model prices it (model/memory.cc): a segment per tensor at
   // most (ZeRO's parts are pieces of them, merged runs fewer), over the whole chunk's elements.
@@ -142,15 +131,14 @@ void DistributedOptimizer::init(uint64_t seed) {
   }
   // Only this rank's parts, into the master shard (1/dp of the work, and ZeRO 3 never has the
   // full weights resident); ZeRO 1/2 then gather the model's read weights.
-  const model::ParamLayout& layout = model_.param_layout();
   std::vector<float> host;
-  for (const model::OwnedPart& p :
-       model::zero_owned_parts(layout, zero_, dp_->size(), dp_->rank())) {
+  for (const OwnedPart& p :
+       zero_owned_parts(model_.param_layout(), zero_, dp_->size(), dp_->rank())) {
     if (be_.host_memory()) {
-      model::init_slice(layout, p.slice, seed, p.begin, p.n, master_ + p.at);
+      model_.init_part(p.slice, seed, p.begin, p.n, master_ + p.at);
     } else {
       host.resize(static_cast<size_t>(p.n));
-      model::init_slice(layout, p.slice, seed, p.begin, p.n, host.data());
+      model_.init_part(p.slice, seed, p.begin, p.n, host.data());
       be_.upload(master_ + p.at, host.data(), p.n * 4);
     }
   }
@@ -163,11 +151,11 @@ void DistributedOptimizer::init(uint64_t seed) {
 const void* DistributedOptimizer::gather(int u) {
   if (zero_ < 3) return model_read(unit(u).begin);
   if (param_slot_[u] == nullptr) {
-    const Shard& sh = shards_[u];
+    const UnitShard& sh = shards_[u];
     // The all-gather writes all of it.
     param_slot_[u] = pool_->acquire(padded(u) * act_bytes_, /*zeroed=*/false);
     const comm::Payload p = read_payload(sh.size);
-    dp_->all_gather_async(param_slot_[u], shard_read(sh.offset), p.count, p.type).order();
+    dp_->all_gather_async(param_slot_[u], shard_read(sh.at), p.count, p.type).order();
   }
   return param_slot_[u];
 }
@@ -187,10 +175,10 @@ float* DistributedOptimizer::grads(int u) {
     // reduce-scatter writes the new sum straight into the shard. With dp = 1 this is, by
     // construction, the accumulation of a ZeRO-0 buffer.
     float* g = static_cast<float*>(pool_->acquire(padded(u) * 4, /*zeroed=*/false));
-    const Shard& sh = shards_[u];
+    const UnitShard& sh = shards_[u];
     if (shard_started_[u]) {
       be_.zero(g, sh.begin * 4);
-      be_.copy(g + sh.begin, grad_shard_ + sh.offset, sh.size * 4);
+      be_.copy(g + sh.begin, grad_shard_ + sh.at, sh.size * 4);
       be_.zero(g + sh.begin + sh.size, (padded(u) - sh.begin - sh.size) * 4);
     } else {
       be_.zero(g, padded(u) * 4);
@@ -207,7 +195,7 @@ void DistributedOptimizer::grads_ready(int u) {
   // nonblocking collectives only inside MPI calls). A bounded number in flight: each holds the MPI
   // library's temporaries (and, from ZeRO 2 on, a unit's full gradient pages) until it completes.
   for (Pending& p : pending_) p.work.test();
-  if (pending_.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) complete_oldest();
+  if (pending_.size() >= static_cast<size_t>(kZeroBucketsInFlight)) complete_oldest();
   float* g = grads(u);  // the collective starts after the backward's writes of g (comm::Work)
   if (zero_ == 0) {
     pending_.push_back(
@@ -216,10 +204,10 @@ void DistributedOptimizer::grads_ready(int u) {
   }
   // Straight into the shard: ZeRO 1's one reduction; ZeRO 2/3's every pass, whose gradients
   // already hold the step's earlier sum in this rank's block (grads()).
-  const Shard& sh = shards_[u];
+  const UnitShard& sh = shards_[u];
   shard_started_[u] = true;
   pending_.push_back(
-      {u, dp_->reduce_scatter_async(grad_shard_ + sh.offset, g, sh.size, comm::DataType::F32)});
+      {u, dp_->reduce_scatter_async(grad_shard_ + sh.at, g, sh.size, comm::DataType::F32)});
 }
 
 // Waits for the oldest reduction in flight. ZeRO 2/3: the unit's full gradient goes back to the
@@ -259,7 +247,7 @@ double DistributedOptimizer::time_reductions_alone(int microbatches) {
       if (zero_ == 0) {
         dp_->all_reduce(g, unit(u).numel());
       } else {
-        dp_->reduce_scatter(grad_shard_ + shards_[u].offset, g, shards_[u].size);
+        dp_->reduce_scatter(grad_shard_ + shards_[u].at, g, shards_[u].size);
       }
       if (zero_ >= 2) {
         pool_->release(grad_slot_[u]);
@@ -274,14 +262,14 @@ void DistributedOptimizer::gather_all() {
   // Each gather starts after AdamW's writes of the shard (comm::Work).
   std::vector<comm::Work> works;  // a bounded number in flight, as the reductions
   for (size_t u = 0; u < shards_.size(); ++u) {
-    if (works.size() >= static_cast<size_t>(model::kZeroBucketsInFlight)) {
+    if (works.size() >= static_cast<size_t>(kZeroBucketsInFlight)) {
       works.front().order();
       works.erase(works.begin());
     }
-    const Shard& sh = shards_[u];
+    const UnitShard& sh = shards_[u];
     const comm::Payload p = read_payload(sh.size);
     works.push_back(dp_->all_gather_async(model_read(unit(static_cast<int>(u)).begin),
-                                          shard_read(sh.offset), p.count, p.type));
+                                          shard_read(sh.at), p.count, p.type));
   }
   for (auto& w : works) w.order();
 }

@@ -1,11 +1,12 @@
 #pragma once
 // The optimizer of one model chunk, data-parallel with ZeRO stage 0-3 (Rajbhandari et al. 2020,
 // "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", §5; the stage-1 form is
-// Megatron-LM's distributed optimizer). It is the chunk's model::ParamHooks: the model tells it
-// when each unit (a layer, the embeddings, ln_f; model::ParamUnit) is used and when the unit's
+// Megatron-LM's distributed optimizer). It owns the chunk's parameters through the small interface
+// of params.h (model::Gpt implements it) and is their ParamHooks: the chunk tells it when each
+// unit (a layer, the embeddings, ln_f; ParamUnit) is used and when the unit's
 // gradients of a backward pass are complete, and it starts that unit's gradient reduction at
 // once, asynchronously, so reductions overlap the rest of backward (the buckets of PyTorch DDP,
-// Li et al. 2020, are our units). At most model::kZeroBucketsInFlight are in flight: each holds
+// Li et al. 2020, are our units). At most kZeroBucketsInFlight are in flight: each holds
 // MPI's temporaries (and from ZeRO 2 on the unit's full gradient) until it completes.
 //
 //   stage  gradients reduced                          kept per rank                   after step
@@ -23,8 +24,8 @@
 //                                                     given back after
 //
 // Shards are per unit: rank r holds the r-th of dp equal aligned ranges of every unit
-// (tensor/zero_shards.h). From ZeRO-2 on the model has no gradient buffer (from ZeRO-3 on no
-// parameter buffer) of its own (model::ParamStorage): the units in use live in a pool of
+// (shards.h). From ZeRO-2 on the model has no gradient buffer (from ZeRO-3 on no
+// parameter buffer) of its own (ParamStorage): the units in use live in a pool of
 // unit-sized buffers (unit_pool.h), each the unit's range padded to dp shards, where the
 // collectives run in place; the model finds them through ParamHooks. The replicas' gradients are
 // summed (the forward's loss scale is 1/(m * dp): the mean over every replica's microbatches).
@@ -47,26 +48,26 @@
 #include "weft/comm/communicator.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/backend.h"
-#include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
+#include "weft/optim/params.h"
 #include "weft/optim/unit_pool.h"
 
 namespace weft::optim {
 
-class DistributedOptimizer final : public model::ParamHooks {
+class DistributedOptimizer final : public ParamHooks {
  public:
   // How a chunk's buffers must be laid out and held for `zero` over `dp` ranks: units aligned to
   // dp * 16 elements (so every unit's padded range fits before the next unit, and shards are
   // aligned); from ZeRO-1 on the fp32 master weights (bf16: the model keeps its read copy only),
   // from ZeRO-2 on the gradients, from ZeRO-3 on also the weights the forward reads, held here.
-  static model::ParamStorage storage(int zero, int dp);
+  static ParamStorage storage(int zero, int dp);
 
-  // `model` must have been built with storage(zero, dp size); `dp` may be null (one replica), else
-  // the replicas' group on the model's backend's memory. Installs itself as the model's
-  // ParamHooks. `pool` (on the model's backend; it must outlive the optimizer) may be shared by the
-  // optimizers of one rank's chunks, whose passes never overlap (ZeRO 2/3 complete every reduction
-  // at the end of each pass); null: its own.
-  DistributedOptimizer(model::Gpt& model, comm::Communicator* dp, int zero, AdamWConfig cfg = {},
+  // `params` (a model chunk) must have been built with storage(zero, dp size); `dp` may be null
+  // (one replica), else the replicas' group on the chunk's backend's memory. Installs itself as
+  // the chunk's ParamHooks. `pool` (on the model's backend; it must outlive the optimizer) may be
+  // shared by the optimizers of one rank's chunks, whose passes never overlap (ZeRO 2/3 complete
+  // every reduction at the end of each pass); null: its own.
+  DistributedOptimizer(Params& params, comm::Communicator* dp, int zero, AdamWConfig cfg = {},
                        UnitPool* pool = nullptr);
   ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
@@ -81,7 +82,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   // and 1 reduce only then, over the accumulated gradients.
   void set_final_pass(bool final_pass) { final_pass_ = final_pass; }
 
-  // model::ParamHooks
+  // ParamHooks
   const void* gather(int unit) override;
   void release(int unit) override;
   float* grads(int unit) override;
@@ -95,7 +96,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   comm::Communicator& dp_group() const { return *dp_; }
   // The gradients the rest of the step works on, in the backend's memory: whole slices (ZeRO 0)
   // or this rank's shard.
-  std::span<const model::GradPart> grad_parts() const { return parts_; }
+  std::span<const GradPart> grad_parts() const { return parts_; }
   // Whether grad_parts() are this rank's shard, which the replicas' norms must be summed over.
   bool sharded() const { return zero_ > 0 && dp_->size() > 1; }
   // AdamW on grad_parts(), each gradient multiplied by `grad_scale` first (the clipping factor);
@@ -116,7 +117,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   double time_reductions_alone(int microbatches);
 
   // Checkpoints. The chunk's training state this rank holds, in the backend's memory, at the
-  // offsets OwnedPart::at of model::zero_owned_parts(layout, zero(), dp size, dp rank): group 0
+  // offsets OwnedPart::at of zero_owned_parts(layout, zero(), dp size, dp rank): group 0
   // the fp32 parameters (from ZeRO 1 on the master shard), 1 and 2 AdamW's moments. ZeRO 0: the
   // chunk's whole buffers. state(): where (host memory only where Backend::host_memory()).
   struct StateView {
@@ -134,15 +135,11 @@ class DistributedOptimizer final : public model::ParamHooks {
   void state_loaded(int step_count);
 
  private:
-  struct Shard {                  // a unit's range in the shard buffers
-    int64_t begin = 0, size = 0;  // this rank's range, relative to the unit's first element
-    int64_t offset = 0;           // where it sits in master_, grad_shard_ and the moments
-  };
   struct Pending {  // a unit's reduction in flight
     int unit = 0;
     comm::Work work;
   };
-  const model::ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
+  const ParamUnit& unit(int u) const { return model_.param_layout().units[u]; }
   // A unit's range padded to dp equal shards: what its collectives read or write.
   int64_t padded(int u) const { return shards_[u].size * dp_->size(); }
   // How `elements` of the weights the forward reads (fp32 under FP32, bf16 under BF16Mixed) go to
@@ -157,7 +154,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   void complete_oldest();
   void gather_all();
 
-  model::Gpt& model_;
+  Params& model_;
   kernels::Backend& be_;
   int64_t act_bytes_ = 4;
   std::unique_ptr<comm::Communicator> local_dp_;  // stands in when there is no dp group
@@ -165,8 +162,9 @@ class DistributedOptimizer final : public model::ParamHooks {
   int zero_ = 0;
   AdamWConfig cfg_;
   bool final_pass_ = true;
-  std::vector<Shard> shards_;
-  std::vector<model::GradPart> parts_;
+  // ZeRO >= 1: each unit's range in the shard buffers (master_, grad_shard_ and the moments).
+  std::vector<UnitShard> shards_;
+  std::vector<GradPart> parts_;
   // AdamW: the moments (laid out like the parameters, ZeRO 0, or like the shard), the plan over
   // the parts, the step count.
   float* m_ = nullptr;
@@ -178,7 +176,7 @@ class DistributedOptimizer final : public model::ParamHooks {
   BF16* master16_ = nullptr;
   float* grad_shard_ = nullptr;
   int64_t shard_elements_ = 0;
-  std::vector<Pending> pending_;  // oldest first, at most model::kZeroBucketsInFlight
+  std::vector<Pending> pending_;  // oldest first, at most kZeroBucketsInFlight
   // ZeRO 2/3: the units in use, in pool_: their full gradients from the first write of a pass until
   // reduced (grad_slot_), ZeRO 3 their read weights from gather to release (param_slot_).
   std::unique_ptr<UnitPool> own_pool_;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "weft/model/param_layout.h"
-#include "weft/tensor/zero_shards.h"
+#include "weft/optim/shards.h"
 
 namespace weft::planner {
 
@@ -97,7 +97,7 @@ StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
 }
 
 // The data-parallel traffic of optim::DistributedOptimizer on pipeline rank r, unit by unit
-// (model::ParamUnit: wte, wpe, each layer, ln_f), each unit padded for dp equal shards:
+// (optim::ParamUnit: wte, wpe, each layer, ln_f), each unit padded for dp equal shards:
 //   ZeRO 0: one all-reduce per unit after the last microbatch
 //   ZeRO 1: one reduce-scatter per unit, one all-gather of the updated parameters after the step
 //   ZeRO 2: a reduce-scatter per unit and microbatch, one all-gather per unit after the step
@@ -110,7 +110,7 @@ void data_parallel(GroupVolume& v, const Job& job, const layout::Layout& c, int 
   const int64_t mb = c.microbatches(job.global_batch);
   // One layer stage holding both ends has every kind of unit; layers are all alike.
   const model::ParamLayout one = model::gpt_param_layout(
-      m, c.tp, 0, {.first_layer = 0, .layers = 1}, model::zero_unit_align(c.zero, c.dp));
+      m, c.tp, 0, {.first_layer = 0, .layers = 1}, optim::zero_unit_align(c.zero, c.dp));
   auto numel = [&](const std::string& unit) { return one.units[one.unit_index(unit)].numel(); };
   const int stages = c.pp * c.vp;
   for (int chunk = 0; chunk < c.vp; ++chunk) {
@@ -126,7 +126,7 @@ void data_parallel(GroupVolume& v, const Job& job, const layout::Layout& c, int 
         add(v.all_reduce, 1, n, pb.grad);
         continue;
       }
-      const int64_t padded = zero_padded_size(n, c.dp);
+      const int64_t padded = optim::zero_padded_size(n, c.dp);
       add(v.reduce_scatter, c.zero >= 2 ? mb : 1, padded, pb.grad);
       add(v.all_gather, c.zero >= 3 ? mb * uses : 1, padded, pb.weight);
     }
@@ -172,14 +172,9 @@ StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int
       } else {
         const model::ParamLayout layout = model::gpt_param_layout(
             job.model, c.tp, 0, model::pipeline_stage(job.model, stage, stages),
-            model::zero_unit_align(c.zero, c.dp));
-        const auto& slices = layout.buffer.slices();
-        for (const model::ParamUnit& u : layout.units) {
-          const ShardRange own = zero_shard(u.numel(), c.dp, dp_rank);
-          for (const SlicePart& p :
-               slices_in_range(layout.buffer, {u.begin + own.begin, u.begin + own.end})) {
-            if (model::is_layernorm_param(slices[p.slice].name)) n += p.end - p.begin;
-          }
+            optim::zero_unit_align(c.zero, c.dp));
+        for (const optim::OwnedPart& p : optim::zero_owned_parts(layout, c.zero, c.dp, dp_rank)) {
+          if (model::is_layernorm_param(layout.buffer.slices()[p.slice].name)) n += p.n;
         }
       }
       add(v.tp.all_reduce, 1, n, precision_bytes(job.precision).grad);
@@ -189,7 +184,7 @@ StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int
   if (c.pp > 1 && (pp_rank == 0 || pp_rank == c.pp - 1)) {
     // The word embedding, a unit of its own: whole, or this dp rank's shard of it.
     const int64_t wte = job.model.padded_vocab() / c.tp * job.model.n_embd;
-    const ShardRange own = zero_shard(wte, sharded ? c.dp : 1, sharded ? dp_rank : 0);
+    const optim::ShardRange own = optim::zero_shard(wte, sharded ? c.dp : 1, sharded ? dp_rank : 0);
     add(v.embedding.all_reduce, 1, std::max<int64_t>(0, std::min(own.end, wte) - own.begin),
         precision_bytes(job.precision).grad);
   }

@@ -28,7 +28,7 @@ namespace weft::runtime {
 
 // A rank's training state, wherever it lives. Chunk j's state is three groups (0: the fp32
 // parameters, from ZeRO 1 on the master shard; 1: AdamW's m; 2: its v), each indexed by
-// OwnedPart::at of model::zero_owned_parts of place(j) (checkpoint/placement.h).
+// OwnedPart::at of optim::zero_owned_parts of place(j) (checkpoint/placement.h).
 class RankState {
  public:
   virtual ~RankState() = default;

@@ -107,7 +107,7 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   grads_out_ = SendPool(backend_, rank_.grad_buffers, boundary_bytes());
   if (on_this_rank(S_ - 1)) step_loss_ = backend_.allocate<double>(1);
 
-  model::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
+  optim::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
   storage.deferred_weight_grads = schedule_.kind == schedule::Kind::ZeroBubbleH1;
   const int tp = o_.tp.size();
   for (int j = 0; j < num_chunks(); ++j) {

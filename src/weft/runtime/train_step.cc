@@ -14,7 +14,7 @@ namespace {
 // of its own, of the same size on both).
 std::span<float> wte_grad(const model::Gpt& m, const optim::DistributedOptimizer& opt) {
   const auto& slices = m.param_layout().buffer.slices();
-  for (const model::GradPart& g : opt.grad_parts()) {
+  for (const optim::GradPart& g : opt.grad_parts()) {
     if (slices[g.slice].name == "wte") return {g.grad, static_cast<size_t>(g.n)};
   }
   return {};
@@ -51,7 +51,7 @@ void sync_tied_embedding(std::span<model::Gpt* const> chunks,
 // The backend's sum of squares over runs of parts of adjacent slices, merged across the zero
 // padding between them (the model zeroes its buffers once; a shard's padding receives zeros): one
 // call, and on a device one wait, per run rather than per tensor.
-double sum_squares(kernels::Backend& be, std::span<const model::GradPart> parts) {
+double sum_squares(kernels::Backend& be, std::span<const optim::GradPart> parts) {
   double sum = 0;
   for (size_t i = 0; i < parts.size();) {
     size_t k = i + 1;
@@ -79,10 +79,10 @@ GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& s
                           comm::Communicator* model_group, comm::Communicator* shard_group,
                           float loss, double clip_norm) {
   double sum = 0;
-  std::vector<model::GradPart> counted;
+  std::vector<optim::GradPart> counted;
   for (const NormChunk& c : chunks) {
     counted.clear();
-    for (const model::GradPart& g : c.parts) {
+    for (const optim::GradPart& g : c.parts) {
       if (counts_in_grad_norm(*c.layout, g.slice, c.stage, c.tp_rank)) counted.push_back(g);
     }
     sum += sum_squares(counted);
@@ -124,7 +124,7 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
              "ZeRO's gradient shards need the replicas' group for the norm");
   kernels::Backend& be = chunks[0]->backend();
   const GradNorm norm = global_grad_norm(
-      norm_chunks, [&](std::span<const model::GradPart> parts) { return sum_squares(be, parts); },
+      norm_chunks, [&](std::span<const optim::GradPart> parts) { return sum_squares(be, parts); },
       groups.model, opts[0]->sharded() ? groups.replicas : nullptr, loss, clip_norm);
   s.grad_norm = norm.norm;
   if (before_update) before_update();

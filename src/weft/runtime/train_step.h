@@ -55,10 +55,10 @@ struct NormChunk {
   const model::ParamLayout* layout = nullptr;
   model::StageSpec stage;
   int tp_rank = 0;
-  std::span<const model::GradPart> parts;
+  std::span<const optim::GradPart> parts;
 };
 // The engine's kernel: the sum of squares (double) over the given parts, all of which count.
-using SumSquares = std::function<double(std::span<const model::GradPart>)>;
+using SumSquares = std::function<double(std::span<const optim::GradPart>)>;
 
 struct GradNorm {
   double norm = 0;       // before clipping
