@@ -12,12 +12,12 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "comm/conformance.h"
+#include "comm/device_kinds.h"
 #include "support/mpi_test.h"
 #include "weft/comm/cuda/nccl_communicator.h"
 #include "weft/comm/cuda/staged_communicator.h"
@@ -40,24 +40,6 @@ int min_device_count() {
   return -neg;
 }
 
-// Device buffers on the current device: one arena per rank's run.
-class DeviceMemory final : public test::Memory {
- public:
-  DeviceMemory() : arena_(size_t{256} << 20) {}
-
- protected:
-  void* allocate(size_t bytes) override { return arena_.allocate(std::max<size_t>(bytes, 1)); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    kernels::cuda::copy_to_device(dst, src, bytes);
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    kernels::cuda::copy_to_host(dst, src, bytes);
-  }
-
- private:
-  kernels::cuda::Arena arena_;
-};
-
 // Each run on communicators of its own, split from the world, so a failure cannot leave the
 // world unmatched. The world's size is the only group size.
 test::Kind staged_kind() {
@@ -65,7 +47,7 @@ test::Kind staged_kind() {
   if (min_device_count() == 0) k.skip = kNoDevice;
   k.sizes = {test_world().size()};
   k.run = [](int, const std::string& name, const test::Body& body) {
-    DeviceMemory memory;
+    test::DeviceMemory memory;
     auto c =
         make_staged_communicator(test_world().split(0, test_world().rank(), name), kStagingBytes);
     body(*c, memory);
@@ -94,7 +76,7 @@ test::Kind nccl_kind() {
     const int rank = test_world().rank();
     WEFT_CHECK(cudaSetDevice(rank) == cudaSuccess, "cudaSetDevice(", rank, ") failed");
     try {
-      DeviceMemory memory;
+      test::DeviceMemory memory;
       auto bootstrap = test_world().split(0, rank, "bootstrap");
       auto c = make_nccl_communicator(*bootstrap, rank, name);
       body(*c, memory);
@@ -104,9 +86,7 @@ test::Kind nccl_kind() {
     }
     (void)cudaSetDevice(0);
   };
-  k.tagged_messages = false;
-  k.reduce_scatter_in_place_at_own_block = true;
-  k.negative_color_joins_no_group = true;
+  test::follow_nccl_contract(k);
   return k;
 }
 

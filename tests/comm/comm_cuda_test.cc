@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/conformance.h"
+#include "comm/device_kinds.h"
 #include "weft/comm/cuda/nccl_communicator.h"
 #include "weft/comm/cuda/staged_communicator.h"
 #include "weft/core/check.h"
@@ -41,30 +42,12 @@ std::vector<T> ramp(int64_t n, int offset = 0) {
   return v;
 }
 
-// Device buffers for the contract's tests: one arena per rank's run.
-class DeviceMemory final : public test::Memory {
- public:
-  DeviceMemory() : arena_(size_t{256} << 20) {}
-
- protected:
-  void* allocate(size_t bytes) override { return arena_.allocate(std::max<size_t>(bytes, 1)); }
-  void upload(void* dst, const void* src, size_t bytes) override {
-    kernels::cuda::copy_to_device(dst, src, bytes);
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    kernels::cuda::copy_to_host(dst, src, bytes);
-  }
-
- private:
-  kernels::cuda::Arena arena_;
-};
-
 test::Kind staged_kind() {
   test::Kind k;
   if (kernels::cuda::device_count() == 0) k.skip = kNoDevice;
   k.sizes = {1};
   k.run = [](int, const std::string& name, const test::Body& body) {
-    DeviceMemory memory;
+    test::DeviceMemory memory;
     auto c = make_staged_communicator(make_local_communicator(name), kStagingBytes);
     body(*c, memory);
   };
@@ -80,14 +63,12 @@ test::Kind nccl_kind() {
   }
   k.sizes = {1};
   k.run = [](int, const std::string& name, const test::Body& body) {
-    DeviceMemory memory;
+    test::DeviceMemory memory;
     auto local = make_local_communicator(name);
     auto c = make_nccl_communicator(*local, 0, name);
     body(*c, memory);
   };
-  k.tagged_messages = false;
-  k.reduce_scatter_in_place_at_own_block = true;
-  k.negative_color_joins_no_group = true;
+  test::follow_nccl_contract(k);
   return k;
 }
 
