@@ -32,12 +32,15 @@ using weft::test::test_world;
 constexpr const char* kNoDevice = "weft-cuda-skip: no CUDA device visible";
 constexpr size_t kStagingBytes = 1024;  // far below the buffers: every collective is chunked
 
-// The smallest device count of any rank: the same answer everywhere.
+// The smallest device count of any rank: the same answer everywhere. Counted once (by every
+// rank in the first test), since every test's kind asks.
 int min_device_count() {
-  int32_t n = kernels::cuda::device_count();
-  int32_t neg = -n;
-  test_world().all_reduce(&neg, 1, ReduceOp::Max);
-  return -neg;
+  static const int count = [] {
+    int32_t neg = -kernels::cuda::device_count();
+    test_world().all_reduce(&neg, 1, ReduceOp::Max);
+    return -neg;
+  }();
+  return count;
 }
 
 // Each run on communicators of its own, split from the world, so a failure cannot leave the

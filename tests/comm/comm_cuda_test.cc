@@ -42,9 +42,15 @@ std::vector<T> ramp(int64_t n, int offset = 0) {
   return v;
 }
 
+// Counted once: every test's kind asks.
+int devices() {
+  static const int count = kernels::cuda::device_count();
+  return count;
+}
+
 test::Kind staged_kind() {
   test::Kind k;
-  if (kernels::cuda::device_count() == 0) k.skip = kNoDevice;
+  if (devices() == 0) k.skip = kNoDevice;
   k.sizes = {1};
   k.run = [](int, const std::string& name, const test::Body& body) {
     test::DeviceMemory memory;
@@ -56,7 +62,7 @@ test::Kind staged_kind() {
 
 test::Kind nccl_kind() {
   test::Kind k;
-  if (kernels::cuda::device_count() == 0) {
+  if (devices() == 0) {
     k.skip = kNoDevice;
   } else if (!have_nccl()) {
     k.skip = "built without NCCL";
