@@ -5,7 +5,8 @@
 // checked by copying back; then what is NCCL's or the staged communicator's own.
 //
 // Needs a GPU: every test skips where none is visible, with the message that makes ctest report
-// the binary as skipped (tests/comm/CMakeLists.txt). The 2-rank cases are comm_cuda_mpi_test.cc.
+// the binary as skipped (tests/comm/CMakeLists.txt). The 2- and 4-rank runs are
+// comm_cuda_mpi_test.cc.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>

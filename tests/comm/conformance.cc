@@ -102,19 +102,24 @@ Kind thread_kind() {
   return k;
 }
 
-Kind recording_kind() {
+Kind wrapped_thread_kind(
+    std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)> wrap) {
   Kind k = thread_kind();
-  // A forwarder: the edge of one rank, and the size every test runs on (nested splits, tp x dp).
+  // A wrapper: the edge of one rank, and the size every test runs on (nested splits, tp x dp).
   k.sizes = {1, 4};
-  k.run = [](int size, const std::string& name, const Body& body) {
-    auto rec = std::make_shared<CommRecorder>();
+  k.run = [wrap](int size, const std::string& name, const Body& body) {
     std::vector<std::unique_ptr<Communicator>> comms;
-    for (auto& c : thread_ranks(size, name)) {
-      comms.push_back(std::make_unique<RecordingCommunicator>(std::move(c), rec));
-    }
+    for (auto& c : thread_ranks(size, name)) comms.push_back(wrap(std::move(c)));
     run_on_threads(comms, host_memory, body);
   };
   return k;
+}
+
+Kind recording_kind() {
+  auto rec = std::make_shared<CommRecorder>();
+  return wrapped_thread_kind([rec](std::unique_ptr<Communicator> c) {
+    return std::make_unique<RecordingCommunicator>(std::move(c), rec);
+  });
 }
 
 // ---- the contract ----

@@ -132,8 +132,11 @@ inline void PrintTo(const KindFactory& kind, std::ostream* os) { *os << kind.nam
 // Ranks as threads of this process (comm/thread_communicator.h), on host memory: sizes 1 to 4.
 // Each rank's communicator waits at most 10 s, so a bug that hangs fails instead.
 Kind thread_kind();
-// The same at sizes 1 and 4, each rank's communicator wrapped in a RecordingCommunicator (one
-// shared recorder).
+// The same at sizes 1 and 4, each rank's communicator wrapped by `wrap`: for the communicators
+// that wrap another one.
+Kind wrapped_thread_kind(
+    std::function<std::unique_ptr<Communicator>(std::unique_ptr<Communicator>)> wrap);
+// Each rank's communicator wrapped in a RecordingCommunicator (one shared recorder).
 Kind recording_kind();
 
 // Runs body(rank's communicator) on one thread per communicator and joins them; a rank that
