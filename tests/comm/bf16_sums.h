@@ -1,10 +1,9 @@
 #pragma once
-// bf16 inputs and checks shared by the communicator tests (thread_communicator_test.cc,
-// mpi_communicator_test.cc). A bf16 sum over ranks is rounded after every add, in an order each
-// backend chooses (comm/communicator.h), so a test cannot know its bits in general. What it can
-// know: sums of small integers are exact in bf16 in any order; a sum of positive values is within
-// one bf16 ulp per add of the exact sum rounded once; and every rank of an all-reduce gets the same
-// bits.
+// bf16 inputs and checks of the communicator contract's tests (conformance.cc). A bf16 sum over
+// ranks is rounded after every add, in an order each backend chooses (comm/communicator.h), so a
+// test cannot know its bits in general. What it can know: sums of small integers are exact in bf16
+// in any order; a sum of positive values is within one bf16 ulp per add of the exact sum rounded
+// once; and every rank of an all-reduce gets the same bits.
 
 #include <gtest/gtest.h>
 

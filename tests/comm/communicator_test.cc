@@ -1,5 +1,6 @@
-// The Local backend (a group of one) and what every Communicator shares: dtypes, payload_of,
-// reduce_into's bf16 rounding, the timeout.
+// The Local backend (a group of one): the communicator contract (conformance.h) and what is its
+// own; and what every Communicator shares: dtypes, payload_of, reduce_into's bf16 rounding, the
+// timeout.
 
 #include "weft/comm/communicator.h"
 
@@ -11,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "comm/conformance.h"
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
 
@@ -133,38 +135,22 @@ TEST(Work, WaitRunsTheWaitOnce) {
   EXPECT_FALSE(w.pending());
 }
 
-TEST(LocalCommunicator, IsAGroupOfOneNamedAsAsked) {
-  auto c = make_local_communicator("tp");
-  EXPECT_EQ(c->rank(), 0);
-  EXPECT_EQ(c->size(), 1);
-  EXPECT_EQ(c->name(), "tp");
+test::Kind local_kind() {
+  test::Kind k;
+  k.sizes = {1};
+  k.run = [](int, const std::string& name, const test::Body& body) {
+    test::HostMemory memory;
+    body(*make_local_communicator(name), memory);
+  };
+  return k;
+}
+
+using test::Conformance;
+INSTANTIATE_TEST_SUITE_P(Local, Conformance,
+                         testing::Values(test::KindFactory{"Local", local_kind}), test::kind_name);
+
+TEST(LocalCommunicator, IsNamedWorldByDefault) {
   EXPECT_EQ(make_local_communicator()->name(), "world");
-}
-
-TEST(LocalCommunicator, AllReduceAndBroadcastLeaveTheBufferAsItIs) {
-  auto c = make_local_communicator();
-  std::vector<float> v = {1.5f, -2.0f, 3.0f};
-  c->all_reduce(v.data(), 3);
-  c->all_reduce(v.data(), 3, ReduceOp::Max);
-  c->broadcast(v.data(), 3, 0);
-  EXPECT_EQ(v, (std::vector<float>{1.5f, -2.0f, 3.0f}));
-  std::vector<uint8_t> bytes = {7, 8};
-  c->broadcast(bytes.data(), 2, 0);
-  EXPECT_EQ(bytes, (std::vector<uint8_t>{7, 8}));
-}
-
-TEST(LocalCommunicator, AllGatherAndReduceScatterCopyTheInput) {
-  auto c = make_local_communicator();
-  const std::vector<int64_t> in = {1, 2, 3, 4};
-  std::vector<int64_t> out(4, 0);
-  c->all_gather(out.data(), in.data(), 4);
-  EXPECT_EQ(out, in);
-  std::vector<double> din = {0.5, 0.25}, dout(2, 0.0);
-  c->reduce_scatter(dout.data(), din.data(), 2);
-  EXPECT_EQ(dout, din);
-  // In place too.
-  c->all_gather(dout.data(), dout.data(), 2);
-  EXPECT_EQ(dout, din);
 }
 
 TEST(LocalCommunicator, AsyncOpsAreCompleteAtOnce) {
@@ -188,23 +174,6 @@ TEST(LocalCommunicator, SendAndRecvHaveNoPeer) {
     EXPECT_NE(std::string(e.what()).find("no peer"), std::string::npos) << e.what();
   }
   EXPECT_THROW(c->recv(&x, 1, 0), Error);
-}
-
-TEST(LocalCommunicator, BroadcastFromAnotherRootIsAnError) {
-  auto c = make_local_communicator();
-  float x = 0.0f;
-  EXPECT_THROW(c->broadcast(&x, 1, 1), Error);
-}
-
-TEST(LocalCommunicator, SplitGivesANewGroupOfOneWithTheNewName) {
-  auto c = make_local_communicator();
-  c->set_timeout_seconds(7.0);
-  auto dp = c->split(3, 0, "dp");
-  EXPECT_EQ(dp->name(), "dp");
-  EXPECT_EQ(dp->size(), 1);
-  EXPECT_EQ(dp->rank(), 0);
-  EXPECT_EQ(dp->timeout_seconds(), 7.0);
-  EXPECT_EQ(c->name(), "world");
 }
 
 TEST(CommunicatorTimeout, DefaultsToFiveMinutes) {

@@ -132,10 +132,12 @@ class LocalCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     check_count("all_reduce", n);
+    check_reducible("all_reduce", t);
     return {};
   }
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     check_count("reduce_scatter", n);
+    check_reducible("reduce_scatter", t);
     copy(out, in, n, t);
     return {};
   }
@@ -168,6 +170,16 @@ class LocalCommunicator final : public Communicator {
  private:
   void check_count(const char* op, int64_t n) const {
     WEFT_CHECK(n >= 0, op, " on group '", name_, "': negative count ", n);
+  }
+  // As every other backend, although one rank has nothing to add: code that reduces bytes on a
+  // group of one would fail only once it runs on two.
+  void check_reducible(const char* op, DataType t) const {
+    if (t == DataType::U8) {
+      throw Error(
+          fmt::format("{} on group '{}': {} cannot be reduced (f32, f64, i32, i64 and bf16 "
+                      "can)",
+                      op, name_, dtype_name(t)));
+    }
   }
   static void copy(void* out, const void* in, int64_t n, DataType t) {
     if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));

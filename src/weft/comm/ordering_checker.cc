@@ -197,10 +197,12 @@ class OrderingChecker : public Communicator {
   }
   void barrier() override {
     violations_->throw_if_any();
+    inner_->set_timeout_seconds(timeout_seconds());
     inner_->barrier();
   }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     violations_->throw_if_any();
+    inner_->set_timeout_seconds(timeout_seconds());  // the new group inherits this one's timeout
     return std::make_unique<OrderingChecker>(inner_->split(color, key, name), violations_);
   }
 
@@ -214,6 +216,8 @@ class OrderingChecker : public Communicator {
   Work issue(CommOp op, Region in, Region out,
              const std::function<Work(const void* in, void* out)>& start) {
     violations_->throw_if_any();
+    // The waits happen in the inner communicator: it waits as long as this one was told to.
+    inner_->set_timeout_seconds(timeout_seconds());
     auto p = std::make_shared<Pending>(
         fmt::format("{} on group '{}' (rank {} of {})", comm_op_name(op), name(), rank(), size()),
         violations_, in, out);

@@ -29,8 +29,9 @@
 
 namespace weft::comm {
 
-// rank(), size(), name() and the timeout are inner's; split() returns a checker over inner's split
-// that shares this one's record of violations.
+// rank(), size() and name() are inner's; the timeout starts as inner's, and one set on the checker
+// is passed to inner before each op and split. split() returns a checker over inner's split that
+// shares this one's record of violations.
 std::unique_ptr<Communicator> make_ordering_checker(std::unique_ptr<Communicator> inner);
 
 // Throws weft::Error listing the violations recorded so far by `checker`'s family; returns when

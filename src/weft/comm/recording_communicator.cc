@@ -94,6 +94,8 @@ Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,
                                             .elements = elements,
                                             .bytes = elements * static_cast<int64_t>(dtype_size(t)),
                                             .peer = peer});
+  // The waits happen in the inner communicator: it waits as long as this one was told to.
+  inner_->set_timeout_seconds(timeout_seconds());
   // After recording: an op that fails to start is recorded too. Shared by the two ways to finish.
   auto inner = std::make_shared<Work>(issue());
   auto finish = [inner, rec = rec_, index, start](void (Work::*how)()) {
@@ -141,6 +143,7 @@ void RecordingCommunicator::barrier() {
 
 std::unique_ptr<Communicator> RecordingCommunicator::split(int color, int key,
                                                            const std::string& name) {
+  inner_->set_timeout_seconds(timeout_seconds());  // the new group inherits this one's timeout
   return std::make_unique<RecordingCommunicator>(inner_->split(color, key, name), rec_);
 }
 

@@ -52,6 +52,8 @@ class CommRecorder {
   std::vector<CommRecord> records_;
 };
 
+// timeout_seconds() starts as the inner communicator's; a timeout set on the RecordingCommunicator
+// is passed to the inner one before each operation and split (where the waits happen).
 class RecordingCommunicator : public Communicator {
  public:
   RecordingCommunicator(std::unique_ptr<Communicator> inner, std::shared_ptr<CommRecorder> rec);
