@@ -207,7 +207,7 @@ int run(int argc, char** argv) {
     BF16* w = bench.random_bf16(int64_t{n} * n);
     BF16* out = arena.allocate<BF16>(int64_t{n} * n);
     const double ms =
-        bench.time_ms([&] { linear_forward<BF16>(ctx, out, nullptr, a, w, nullptr, n, n, n); });
+        bench.time_ms([&] { linear_forward(ctx, out, nullptr, a, w, nullptr, n, n, n); });
     gemm_tflops = tflops(2.0 * n * n * n, ms);
     bench.add({"ceiling", "cuBLASLt bf16 GEMM", shape_string({n, n, n}), ms, gemm_tflops, "TFLOP/s",
                1.0});
@@ -238,8 +238,7 @@ int run(int argc, char** argv) {
       BF16* pre = l.gelu ? arena.allocate<BF16>(int64_t{N} * l.OC) : nullptr;
       const double flops = 2.0 * N * l.IC * l.OC;
       const std::string shape = shape_string({N, l.IC, l.OC});
-      double ms =
-          bench.time_ms([&] { linear_forward<BF16>(ctx, out, pre, x, w, b, N, l.IC, l.OC); });
+      double ms = bench.time_ms([&] { linear_forward(ctx, out, pre, x, w, b, N, l.IC, l.OC); });
       bench.add({"linear", std::string(l.name) + " fwd", shape, ms, tflops(flops, ms), "TFLOP/s",
                  tflops(flops, ms) / gemm_tflops});
       BF16* dout = bench.random_bf16(int64_t{N} * l.OC);
@@ -249,7 +248,7 @@ int run(int argc, char** argv) {
       WEFT_CUDA_CHECK(cudaMemset(dw, 0, static_cast<size_t>(l.OC) * l.IC * sizeof(float)));
       WEFT_CUDA_CHECK(cudaMemset(db, 0, static_cast<size_t>(l.OC) * sizeof(float)));
       ms = bench.time_ms(
-          [&] { linear_backward<BF16>(ctx, dx, dw, db, dout, x, w, nullptr, N, l.IC, l.OC); });
+          [&] { linear_backward(ctx, dx, dw, db, dout, x, w, nullptr, N, l.IC, l.OC); });
       bench.add({"linear", std::string(l.name) + " bwd (dinp,dW,db)", shape, ms,
                  tflops(2 * flops, ms), "TFLOP/s", tflops(2 * flops, ms) / gemm_tflops});
       arena.release(mark);
@@ -271,14 +270,14 @@ int run(int argc, char** argv) {
     float* mean = arena.allocate<float>(N);
     float* rstd = arena.allocate<float>(N);
     const std::string shape = shape_string({N, C}) + " bf16";
-    double ms = bench.time_ms(
-        [&] { layernorm_forward<BF16>(out, mean, rstd, a, w, bias, N, C, ctx.stream()); });
+    double ms =
+        bench.time_ms([&] { layernorm_forward(out, mean, rstd, a, w, bias, N, C, ctx.stream()); });
     double bytes = 2.0 * nc * 2 + 8.0 * N;
     bench.add({"memory", "layernorm fwd", shape, ms, gbps(bytes, ms), "GB/s",
                gbps(bytes, ms) / copy_gbps});
     ms = bench.time_ms([&] {
-      fused_residual_layernorm_forward<BF16>(residual, out, mean, rstd, a, b, w, bias, N, C,
-                                             ctx.stream());
+      fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C,
+                                       ctx.stream());
     });
     bytes = 4.0 * nc * 2 + 8.0 * N;
     bench.add({"memory", "residual + layernorm fwd", shape, ms, gbps(bytes, ms), "GB/s",
@@ -288,7 +287,7 @@ int run(int argc, char** argv) {
     WEFT_CUDA_CHECK(cudaMemset(dw, 0, C * sizeof(float)));
     WEFT_CUDA_CHECK(cudaMemset(db, 0, C * sizeof(float)));
     ms = bench.time_ms(
-        [&] { layernorm_backward<BF16>(ctx, residual, dw, db, b, a, w, mean, rstd, N, C); });
+        [&] { layernorm_backward(ctx, residual, dw, db, b, a, w, mean, rstd, N, C); });
     bytes = 4.0 * nc * 2 + 8.0 * N;  // dout, inp, dinp read + written
     bench.add({"memory", "layernorm bwd", shape, ms, gbps(bytes, ms), "GB/s",
                gbps(bytes, ms) / copy_gbps});
@@ -308,7 +307,7 @@ int run(int argc, char** argv) {
     // In place: the logits become gradients, which is what every later call then reads (finite
     // values in the same range, so the timing is that of real data).
     const double ms = bench.time_ms([&] {
-      softmax_cross_entropy_fused<BF16>(losses, logits, targets, 1.f / N, N, V, Vp, ctx.stream());
+      softmax_cross_entropy_fused(losses, logits, targets, 1.f / N, N, V, Vp, ctx.stream());
     });
     const double bytes = 2.0 * N * Vp * 2;  // logits read once, gradient written once
     bench.add({"memory", "softmax + cross-entropy fused", shape_string({N, Vp}) + " bf16", ms,
@@ -335,17 +334,17 @@ int run(int argc, char** argv) {
     float* m = bench.random_f32(total, -0.01f, 0.01f);
     float* v = bench.random_f32(total, 0.f, 0.01f);
     BF16* copy = arena.allocate<BF16>(total);
-    std::vector<AdamWSegment<BF16>> segments;
+    std::vector<AdamWSegment> segments;
     int64_t offset = 0;
     for (int64_t s : sizes) {
       segments.push_back({params + offset, grads + offset, m + offset, v + offset, copy + offset, s,
                           s > C ? 0.1f : 0.f});
       offset += s;
     }
-    const AdamWPlan<BF16> plan(arena, segments);
+    const AdamWPlan plan(arena, segments);
     int t = 1;
-    double ms = bench.time_ms(
-        [&] { plan.step(1e-4f, 0.9f, 0.95f, 1e-8f, t++, 1.f, nullptr, ctx.stream()); });
+    double ms =
+        bench.time_ms([&] { plan.step(1e-4f, 0.9f, 0.95f, 1e-8f, t++, 1.f, ctx.stream()); });
     double bytes = 30.0 * total;  // p, m, v read + written, g read, bf16 copy written
     bench.add({"memory", "adamw, 148 tensors, bf16 copy",
                std::to_string(total / 1000000) + "M params", ms, gbps(bytes, ms), "GB/s",
@@ -373,12 +372,12 @@ int run(int argc, char** argv) {
     std::ostringstream shape_os;  // (not string concatenation: GCC 12 warns falsely, PR 105329)
     shape_os << "B" << B << " NH" << NH << " T" << T << " HS" << HS;
     const std::string shape = shape_os.str();
-    const double fwd = bench.time_ms(
-        [&] { flash_attention_forward<BF16>(out, lse, qkv, B, T, C, NH, ctx.stream()); });
+    const double fwd =
+        bench.time_ms([&] { flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx.stream()); });
     bench.add({"attention", "flash fwd", shape, fwd, tflops(fwd_flops, fwd), "TFLOP/s",
                tflops(fwd_flops, fwd) / gemm_tflops});
     const double bwd = bench.time_ms(
-        [&] { flash_attention_backward<BF16>(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH); });
+        [&] { flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH); });
     bench.add({"attention", "flash bwd", shape, bwd, tflops(2.5 * fwd_flops, bwd), "TFLOP/s",
                tflops(2.5 * fwd_flops, bwd) / gemm_tflops});
     bench.add({"attention", "flash fwd+bwd", shape, fwd + bwd, tflops(3.5 * fwd_flops, fwd + bwd),

@@ -135,23 +135,6 @@ TEST_P(DeviceComm, SendToTheOnlyRankThrows) {
 class NcclComm : public DeviceComm {};
 INSTANTIATE_TEST_SUITE_P(Backends, NcclComm, testing::Values(Backend::Nccl), backend_name);
 
-TEST_P(NcclComm, RunsOnTheStreamItWasGiven) {
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-  {
-    auto local = make_local_communicator("given");
-    auto c = make_nccl_communicator(*local, 0, "given", stream);
-    const auto v = ramp<float>(kN);
-    float* d = upload(v);  // synchronous: complete before the stream's work starts
-    Work w = c->all_reduce_async(d, kN, DataType::F32, ReduceOp::Max);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // the op ran on `stream`
-    EXPECT_TRUE(w.test());
-    w.wait();
-    EXPECT_EQ(download(d, kN), v);
-  }
-  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
-}
-
 TEST_P(NcclComm, RefusesADeviceThatIsNotThere) {
   auto local = make_local_communicator();
   EXPECT_THROW(make_nccl_communicator(*local, kernels::cuda::device_count(), "world"), Error);

@@ -95,7 +95,7 @@ std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_g
     if (own_gpu && host.name() != "pp") {
       // NCCL on its own stream, ordered against the backend's by events: reductions overlap the
       // backward's kernels.
-      return comm::cuda::make_nccl_communicator(host, index, host.name(), nullptr, stream);
+      return comm::cuda::make_nccl_communicator(host, index, host.name(), stream);
     }
     return comm::cuda::make_staged_communicator(host.split(0, host.rank(), host.name()),
                                                 comm::cuda::kDefaultStagingBytes, stream);

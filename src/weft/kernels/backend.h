@@ -63,7 +63,7 @@ struct AdamWCapacity {
   int64_t elements = 0;
 };
 inline constexpr int64_t kAdamWChunk = 4096;
-inline constexpr int64_t kAdamWSegmentRecordBytes = 56;  // cuda::AdamWSegment<BF16>
+inline constexpr int64_t kAdamWSegmentRecordBytes = 56;  // cuda::AdamWSegment
 inline constexpr int64_t kAdamWChunkRecordBytes = 16;    // cuda::Chunk
 // The two blocks a plan takes: {segment list, chunk table}, in bytes.
 struct AdamWTableBytes {

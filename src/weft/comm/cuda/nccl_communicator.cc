@@ -36,9 +36,8 @@ namespace weft::comm::cuda {
 bool have_nccl() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                     const std::string& name, CUstream_st* stream,
+                                                     const std::string& name,
                                                      CUstream_st* compute) {
-  (void)stream;
   (void)compute;
   throw Error(fmt::format(
       "NCCL communicator '{}' on device {}: weft was built without NCCL (cmake/WeftCuda.cmake did "
@@ -288,18 +287,14 @@ void wait_for(const Op& o, const Event& done, double timeout_s) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `stream` nullptr: one owned non-blocking stream, ordered against `compute` (nullptr: the
-  // legacy default stream).
-  NcclCommunicator(std::shared_ptr<Group> group, Stream stream, double timeout_s, Stream compute)
+  // Operations run on a non-blocking stream of the communicator's own, ordered against `compute`
+  // (nullptr: the legacy default stream).
+  NcclCommunicator(std::shared_ptr<Group> group, double timeout_s, Stream compute)
       : group_(std::move(group)), compute_(compute != nullptr ? compute : cudaStreamLegacy) {
     set_timeout_seconds(timeout_s);
     DeviceGuard on(group_->device);
-    if (stream == nullptr) {
-      owned_stream_ = std::make_unique<OwnedStream>();
-      stream = owned_stream_->get();
-    }
-    stream_ = stream;
-    after_default_ = std::make_unique<Event>();  // on the group's device, as the stream
+    stream_ = std::make_unique<OwnedStream>();
+    after_compute_ = std::make_unique<Event>();  // on the group's device, as the stream
     WEFT_CUDA_CHECK(cudaMalloc(&barrier_value_, sizeof(int32_t)));
     WEFT_CUDA_CHECK(cudaMemset(barrier_value_, 0, sizeof(int32_t)));
   }
@@ -318,7 +313,7 @@ class NcclCommunicator final : public Communicator {
     check_reducible(o);
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), nccl_type(t),
-                                           nccl_op(op), comm, stream_),
+                                           nccl_op(op), comm, stream()),
                              o.where());
     });
   }
@@ -329,7 +324,7 @@ class NcclCommunicator final : public Communicator {
     check_in_place(o, in, static_cast<size_t>(size()) * n, out, n, "out == in + rank*n");
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclReduceScatter(in, out, static_cast<size_t>(n), nccl_type(t), ncclSum, comm, stream_),
+          ncclReduceScatter(in, out, static_cast<size_t>(n), nccl_type(t), ncclSum, comm, stream()),
           o.where());
     });
   }
@@ -339,7 +334,7 @@ class NcclCommunicator final : public Communicator {
     check_in_place(o, out, static_cast<size_t>(size()) * n, in, n, "in == out + rank*n");
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclAllGather(in, out, static_cast<size_t>(n), nccl_type(t), comm, stream_), o.where());
+          ncclAllGather(in, out, static_cast<size_t>(n), nccl_type(t), comm, stream()), o.where());
     });
   }
 
@@ -349,7 +344,7 @@ class NcclCommunicator final : public Communicator {
       throw Error(fmt::format("{}: root {} is not a rank of the group", o.where(), root));
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclBroadcast(data, data, static_cast<size_t>(n), nccl_type(t), root, comm, stream_),
+          ncclBroadcast(data, data, static_cast<size_t>(n), nccl_type(t), root, comm, stream()),
           o.where());
     });
   }
@@ -360,7 +355,7 @@ class NcclCommunicator final : public Communicator {
     const Op o = make_p2p_op("send", t, n, peer, tag);
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclSend(data, static_cast<size_t>(n), nccl_type(t), peer, comm, stream_), o.where());
+          ncclSend(data, static_cast<size_t>(n), nccl_type(t), peer, comm, stream()), o.where());
     });
   }
 
@@ -368,7 +363,7 @@ class NcclCommunicator final : public Communicator {
     const Op o = make_p2p_op("recv", t, n, peer, tag);
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclRecv(data, static_cast<size_t>(n), nccl_type(t), peer, comm, stream_), o.where());
+          ncclRecv(data, static_cast<size_t>(n), nccl_type(t), peer, comm, stream()), o.where());
     });
   }
 
@@ -378,7 +373,7 @@ class NcclCommunicator final : public Communicator {
     const Op o = make_op("barrier", DataType::I32, 1);
     enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
-          ncclAllReduce(barrier_value_, barrier_value_, 1, ncclInt32, ncclSum, comm, stream_),
+          ncclAllReduce(barrier_value_, barrier_value_, 1, ncclInt32, ncclSum, comm, stream()),
           o.where());
     }).wait();
   }
@@ -428,10 +423,8 @@ class NcclCommunicator final : public Communicator {
     settle(child, sub, timeout_seconds());
     WEFT_NCCL_CHECK(ncclCommUserRank(sub, &g->rank), child.where());
     WEFT_NCCL_CHECK(ncclCommCount(sub, &g->size), child.where());
-    // A given stream is shared with the groups split from this one; an owned one is not (each
-    // group gets its own, so tp and dp operations may overlap).
-    return std::make_unique<NcclCommunicator>(std::move(g), owned_stream_ ? nullptr : stream_,
-                                              timeout_seconds(), compute_);
+    // Each group gets a stream of its own, so tp and dp operations may overlap.
+    return std::make_unique<NcclCommunicator>(std::move(g), timeout_seconds(), compute_);
   }
 
  private:
@@ -474,31 +467,27 @@ class NcclCommunicator final : public Communicator {
                             o.where(), form, o.detail()));
   }
 
-  // Enqueues the call on the stream (after the compute stream's work when the stream is owned)
-  // and returns the Work that waits for it.
+  // Enqueues the call on the stream, after the compute stream's work, and returns the Work that
+  // waits for it.
   template <typename Call>
   Work enqueue(const Op& o, Call&& call) {
     o.check_usable();
     const double timeout_s = timeout_seconds();
     group_->timeout_s = timeout_s;
     DeviceGuard on(group_->device);
-    if (owned_stream_) {
-      WEFT_CUDA_CHECK(cudaEventRecord(after_default_->get(), compute_));
-      WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream_, after_default_->get(), 0));
-    }
+    WEFT_CUDA_CHECK(cudaEventRecord(after_compute_->get(), compute_));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream(), after_compute_->get(), 0));
     if (call(group_->comm) == ncclInProgress) settle(o, group_->comm, timeout_s);
     auto done = std::make_shared<Event>();
-    WEFT_CUDA_CHECK(cudaEventRecord(done->get(), stream_));
+    WEFT_CUDA_CHECK(cudaEventRecord(done->get(), stream()));
     // order(): the compute stream (the backend's kernels) waits for the event, the host does not;
-    // on a given stream the kernels that follow are in order already. wait_ordered() bounds the
-    // wait later.
-    const bool owned = owned_stream_ != nullptr;
+    // wait_ordered() bounds the wait later.
     return Work([o, done, timeout_s] { wait_for(o, *done, timeout_s); },
                 [done] { return query(*done); },
-                [o, done, owned, compute = compute_, ordered = ordered_] {
+                [o, done, compute = compute_, ordered = ordered_] {
                   o.check_usable();
                   DeviceGuard on(o.group->device);
-                  if (owned) WEFT_CUDA_CHECK(cudaStreamWaitEvent(compute, done->get(), 0));
+                  WEFT_CUDA_CHECK(cudaStreamWaitEvent(compute, done->get(), 0));
                   std::erase_if(*ordered, [](const Ordered& d) { return query(*d.done); });
                   ordered->push_back({o, done});
                 });
@@ -517,13 +506,14 @@ class NcclCommunicator final : public Communicator {
     std::shared_ptr<Event> done;
   };
 
+  Stream stream() const { return stream_->get(); }
+
   std::shared_ptr<Group> group_;
-  // The stream whose work an owned stream's operations follow and which order() makes wait: the
-  // caller's kernels' (Backend::cuda_stream), else the legacy default stream.
+  // The stream whose work the operations follow and which order() makes wait: the caller's
+  // kernels' (Backend::cuda_stream), else the legacy default stream.
   Stream compute_;
-  std::unique_ptr<OwnedStream> owned_stream_;  // before stream_'s users below
-  Stream stream_ = nullptr;
-  std::unique_ptr<Event> after_default_;  // orders an owned stream after compute_
+  std::unique_ptr<OwnedStream> stream_;
+  std::unique_ptr<Event> after_compute_;  // orders the stream after compute_
   void* barrier_value_ = nullptr;
   // Shared with the Works' order(), which may outlive the communicator.
   std::shared_ptr<std::vector<Ordered> > ordered_ = std::make_shared<std::vector<Ordered> >();
@@ -534,7 +524,7 @@ class NcclCommunicator final : public Communicator {
 bool have_nccl() { return true; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
-                                                     const std::string& name, CUstream_st* stream,
+                                                     const std::string& name,
                                                      CUstream_st* compute) {
   auto g = std::make_shared<Group>();
   g->name = name;
@@ -566,8 +556,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
       throw;
     }
   }
-  return std::make_unique<NcclCommunicator>(std::move(g), stream, bootstrap.timeout_seconds(),
-                                            compute);
+  return std::make_unique<NcclCommunicator>(std::move(g), bootstrap.timeout_seconds(), compute);
 }
 
 #endif  // WEFT_HAVE_NCCL

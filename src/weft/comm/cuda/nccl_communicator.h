@@ -16,17 +16,16 @@
 // wait_ordered(), which the runtime calls once per step: a peer that died mid-step surfaces there,
 // not as a stream that never finishes.
 //
-// The streams: `stream`, the one the operations run on, or else one owned non-blocking stream;
-// `compute`, the stream of the caller's kernels (the CUDA backend's: Backend::cuda_stream), else
-// the legacy default stream. On an owned stream each operation starts after the work queued on
-// `compute` (an event), so a buffer the caller's kernels wrote is complete when NCCL reads it, and
-// order() queues `compute`'s later work behind it: the operation overlaps the kernels in between.
-// On a given stream the operations are in that stream's order (give the compute stream itself for
-// no overlap). The legacy default stream follows blocking streams only: the CUDA backend's stream
-// is non-blocking, so the trainer passes it as `compute` (cli/device.cc). Results may be used once
-// the Work's wait() returns (or by work ordered after it). A Work that is dropped does not stop its
-// operation: the buffers must live until the stream has passed it. Groups split from this one
-// share its given stream (an owned one is not shared) and its compute stream.
+// The streams: the operations run on a non-blocking stream the communicator owns; `compute` is
+// the stream of the caller's kernels (the CUDA backend's: Backend::cuda_stream), else the legacy
+// default stream. Each operation starts after the work queued on `compute` (an event), so a buffer
+// the caller's kernels wrote is complete when NCCL reads it, and order() queues `compute`'s later
+// work behind it: the operation overlaps the kernels in between. The legacy default stream
+// follows blocking streams only: the CUDA backend's stream is non-blocking, so the trainer passes
+// it as `compute` (cli/device.cc). Results may be used once the Work's wait() returns (or by work
+// ordered after it). A Work that is dropped does not stop its operation: the buffers must live
+// until the stream has passed it. Groups split from this one get a stream of their own and share
+// its compute stream.
 //
 // Differences from the MPI communicator that callers must know:
 //   - send/recv ignore `tag`: NCCL matches point-to-point messages between two ranks by their
@@ -64,7 +63,6 @@ bool have_nccl();
 // over bootstrap; rank, size and timeout are bootstrap's. NCCL refuses two ranks on one device.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
                                                      const std::string& name,
-                                                     CUstream_st* stream = nullptr,
                                                      CUstream_st* compute = nullptr);
 
 }  // namespace weft::comm::cuda

@@ -67,15 +67,9 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   return *this;
 }
 
-void copy_device_to_host_async(void* host, const void* device, size_t bytes, Stream stream) {
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
-}
-
 void copy_host_to_device_async(void* device, const void* host, size_t bytes, Stream stream) {
   WEFT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
 }
-
-void synchronize(Stream stream) { WEFT_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
 void copy_to_device(void* device, const void* host, size_t bytes) {
   WEFT_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
@@ -83,19 +77,6 @@ void copy_to_device(void* device, const void* host, size_t bytes) {
 
 void copy_to_host(void* host, const void* device, size_t bytes) {
   WEFT_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
-}
-
-void* HostStaging::to_host(const void* device, size_t bytes, Stream stream) {
-  WEFT_CHECK(bytes <= size(), "staging ", bytes, " bytes through a buffer of ", size());
-  copy_device_to_host_async(host(), device, bytes, stream);
-  synchronize(stream);
-  return host();
-}
-
-void HostStaging::from_host(void* device, size_t bytes, Stream stream) {
-  WEFT_CHECK(bytes <= size(), "staging ", bytes, " bytes through a buffer of ", size());
-  copy_host_to_device_async(device, host(), bytes, stream);
-  synchronize(stream);
 }
 
 }  // namespace weft::kernels::cuda

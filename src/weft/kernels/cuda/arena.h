@@ -2,9 +2,8 @@
 // Device memory of the CUDA backend (docs/cuda.md §Memory). One Arena per process: a single
 // cudaMalloc of a configured size at start-up, then bump allocation with alignment, released by
 // popping back to a mark or resetting. No managed memory (it can hang a GPU that is asked for more
-// than it has), no allocation in a training step, and the peak is known after the first step.
-// Pinned host buffers (cudaMallocHost) stage device data through host memory for a communicator
-// whose transport works on host buffers (MPI).
+// than it has), no allocation in a training step. Pinned host buffers (cudaMallocHost) stage
+// device data through host memory for a communicator whose transport works on host buffers (MPI).
 //
 // This header needs no CUDA headers: BumpAllocator (the arithmetic) is unit-tested without a GPU.
 
@@ -40,7 +39,6 @@ class BumpAllocator {
                "device arena exhausted: ", bytes, " bytes requested, ", capacity_ - top_, " of ",
                capacity_, " free (raise the arena size)");
     top_ = offset + bytes;
-    peak_ = top_ > peak_ ? top_ : peak_;
     return offset;
   }
   // Everything allocated after mark() is freed by release(mark): stack discipline.
@@ -49,16 +47,11 @@ class BumpAllocator {
     WEFT_CHECK(mark <= top_, "release(", mark, ") above the arena's top ", top_);
     top_ = mark;
   }
-  void reset() { top_ = 0; }
-
   size_t used() const { return top_; }
-  size_t capacity() const { return capacity_; }
-  size_t peak() const { return peak_; }  // highest top since construction
 
  private:
   size_t capacity_;
   size_t top_ = 0;
-  size_t peak_ = 0;
 };
 
 // One cudaMalloc of `bytes` on the current device, handed out by bump allocation.
@@ -81,11 +74,7 @@ class Arena {
   }
   size_t mark() const { return bump_.mark(); }
   void release(size_t mark) { bump_.release(mark); }
-  void reset() { bump_.reset(); }
-
   size_t used() const { return bump_.used(); }
-  size_t capacity() const { return bump_.capacity(); }
-  size_t peak() const { return bump_.peak(); }
 
  private:
   void* base_ = nullptr;
@@ -112,30 +101,12 @@ class PinnedBuffer {
   size_t size_ = 0;
 };
 
-// Stream-ordered copies between device memory and host memory (pinned for them to be
-// asynchronous); synchronize(stream) waits for them.
-void copy_device_to_host_async(void* host, const void* device, size_t bytes, Stream stream);
+// A stream-ordered copy to the device (from pinned memory it is asynchronous; from pageable
+// memory it returns once the host data is staged).
 void copy_host_to_device_async(void* device, const void* host, size_t bytes, Stream stream);
-void synchronize(Stream stream);
 
 // Synchronous copies (any host memory), for set-up and tests.
 void copy_to_device(void* device, const void* host, size_t bytes);
 void copy_to_host(void* host, const void* device, size_t bytes);
-
-// Moves device buffers through one pinned host buffer, for a communicator whose transport works
-// on host memory: to_host() copies a device buffer into host() and waits; the caller reduces or
-// sends host(); from_host() copies host() back to a device buffer and waits, so host() is free for
-// the next buffer. (Overlapping chunks on two buffers is a later optimization.)
-class HostStaging {
- public:
-  explicit HostStaging(size_t bytes) : buffer_(bytes) {}
-  void* host() const { return buffer_.data(); }
-  size_t size() const { return buffer_.size(); }
-  void* to_host(const void* device, size_t bytes, Stream stream);
-  void from_host(void* device, size_t bytes, Stream stream);
-
- private:
-  PinnedBuffer buffer_;
-};
 
 }  // namespace weft::kernels::cuda

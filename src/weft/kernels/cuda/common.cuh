@@ -1,9 +1,8 @@
 #pragma once
-// Device helpers shared by the .cu files: weft's 16-bit storage types to CUDA's, conversions,
-// warp and block reductions, launch arithmetic.
+// Device helpers shared by the .cu files: weft's bf16 storage type to CUDA's, conversions,
+// the warp sum, GeLU, launch arithmetic.
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -11,8 +10,7 @@
 
 namespace weft::kernels::cuda::detail {
 
-static_assert(sizeof(BF16) == sizeof(__nv_bfloat16) && sizeof(F16) == sizeof(__half),
-              "weft's 16-bit types must have CUDA's layout");
+static_assert(sizeof(BF16) == sizeof(__nv_bfloat16), "weft's bf16 must have CUDA's layout");
 
 // weft's storage type -> CUDA's (float stays float).
 template <typename T>
@@ -22,10 +20,6 @@ struct DeviceType {
 template <>
 struct DeviceType<BF16> {
   using type = __nv_bfloat16;
-};
-template <>
-struct DeviceType<F16> {
-  using type = __half;
 };
 template <typename T>
 using device_t = typename DeviceType<T>::type;
@@ -41,7 +35,6 @@ __host__ __device__ __forceinline__ const device_t<T>* dev(const T* p) {
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
@@ -53,10 +46,6 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -64,36 +53,6 @@ constexpr unsigned kFullMask = 0xffffffffu;
 __device__ __forceinline__ float warp_sum(float x) {
   for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(kFullMask, x, offset);
   return x;
-}
-__device__ __forceinline__ float warp_max(float x) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    x = fmaxf(x, __shfl_xor_sync(kFullMask, x, offset));
-  return x;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024) in a fixed order; every thread
-// gets the result. `shared` holds 32 floats; the call ends with the block synchronized.
-__device__ __forceinline__ float block_sum(float x, float* shared) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  x = warp_sum(x);
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0) shared[warp] = x;
-  __syncthreads();
-  x = lane < warps ? shared[lane] : 0.f;
-  return warp_sum(x);
-}
-__device__ __forceinline__ float block_max(float x, float* shared) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  x = warp_max(x);
-  __syncthreads();
-  if (lane == 0) shared[warp] = x;
-  __syncthreads();
-  x = lane < warps ? shared[lane] : -INFINITY;
-  return warp_max(x);
 }
 
 // GeLU, tanh approximation (Hendrycks & Gimpel 2016), as ref::gelu_forward / gelu_backward.

@@ -37,8 +37,4 @@ class Context {
   std::unique_ptr<Impl> impl_;
 };
 
-// The context of the ops.inc functions, which take none: one per host thread, on the default
-// stream, with its own arena of kDefaultWorkspace + kDefaultScratch, created on first use.
-Context& default_context();
-
 }  // namespace weft::kernels::cuda

@@ -1,5 +1,5 @@
 // Causal self-attention, FlashAttention-2 (Dao 2023, "FlashAttention-2: Faster Attention with
-// Better Parallelism and Work Partitioning", Algorithms 1 and 2), on 16-bit inputs with fp32
+// Better Parallelism and Work Partitioning", Algorithms 1 and 2), on bf16 inputs with fp32
 // accumulation. docs/cuda.md walks through it.
 //
 // Forward. A thread block owns 64 queries of one (batch, head); each of its 4 warps owns 16 of
@@ -22,7 +22,6 @@
 // test checks them against an emulation of the two instructions.
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
@@ -59,28 +58,13 @@ struct Mma<__nv_bfloat16> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 };
-template <>
-struct Mma<__half> {
-  __device__ __forceinline__ static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
 
-// Two floats rounded to 16 bits in one register, the first in the low half (lower column).
+// Two floats rounded to bf16 in one register, the first in the low half (lower column).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);
 template <>
 __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
@@ -689,13 +673,12 @@ bool flash_attention_supports(int C, int NH) {
   return NH > 0 && C % NH == 0 && (C / NH == 64 || C / NH == 128);
 }
 
-template <typename T16>
-void flash_attention_forward(T16* out, float* lse, const T16* qkv, int B, int T, int C, int NH,
+void flash_attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
                              Stream stream) {
   const detail::Shape shape = detail::make_shape(B, T, C, NH);
   detail::check_aligned(out, "out");
   detail::check_aligned(qkv, "qkv");
-  using D = detail::device_t<T16>;
+  using D = detail::device_t<BF16>;
   if (C / NH == 64) {
     detail::forward<D, 64>(detail::dev(out), lse, detail::dev(qkv), B, shape, stream);
   } else {
@@ -703,15 +686,14 @@ void flash_attention_forward(T16* out, float* lse, const T16* qkv, int B, int T,
   }
 }
 
-template <typename T16>
-void flash_attention_backward(Context& ctx, T16* dqkv, const T16* dout, const T16* qkv,
-                              const T16* out, const float* lse, int B, int T, int C, int NH) {
+void flash_attention_backward(Context& ctx, BF16* dqkv, const BF16* dout, const BF16* qkv,
+                              const BF16* out, const float* lse, int B, int T, int C, int NH) {
   const detail::Shape shape = detail::make_shape(B, T, C, NH);
   detail::check_aligned(dqkv, "dqkv");
   detail::check_aligned(dout, "dout");
   detail::check_aligned(qkv, "qkv");
   auto* dvec = static_cast<float*>(ctx.scratch(static_cast<size_t>(B) * NH * T * sizeof(float)));
-  using D = detail::device_t<T16>;
+  using D = detail::device_t<BF16>;
   if (C / NH == 64) {
     detail::backward<D, 64>(detail::dev(dqkv), detail::dev(dout), detail::dev(qkv),
                             detail::dev(out), lse, dvec, B, shape, ctx.stream());
@@ -720,12 +702,5 @@ void flash_attention_backward(Context& ctx, T16* dqkv, const T16* dout, const T1
                              detail::dev(out), lse, dvec, B, shape, ctx.stream());
   }
 }
-
-template void flash_attention_forward<BF16>(BF16*, float*, const BF16*, int, int, int, int, Stream);
-template void flash_attention_forward<F16>(F16*, float*, const F16*, int, int, int, int, Stream);
-template void flash_attention_backward<BF16>(Context&, BF16*, const BF16*, const BF16*, const BF16*,
-                                             const float*, int, int, int, int);
-template void flash_attention_backward<F16>(Context&, F16*, const F16*, const F16*, const F16*,
-                                            const float*, int, int, int, int);
 
 }  // namespace weft::kernels::cuda

@@ -1,19 +1,14 @@
 #pragma once
-// weft's CUDA kernels (docs/cuda.md). Every pointer is device memory. Two layers:
-//
-// 1. ops.inc, op for op: the same signatures and semantics as the cpu backend (fp32, row-major,
-//    ops.inc's gradient rule), launched on the default stream. Code written against the op list
-//    runs here unchanged, and the tests compare each op with the CPU reference.
-//
-// 2. The mixed-precision kernels the GPU trainer uses (Micikevicius et al. 2018, "Mixed Precision
-//    Training"): activations and a copy of the weights in 16 bits (T16 = weft::BF16, or weft::F16
-//    with dynamic loss scaling), fp32 master weights, fp32 parameter gradients and fp32 AdamW
-//    state; every matrix product and every reduction accumulates in fp32 (sums of squares in
-//    double). Gradients follow the same rule as layer 1 (docs/training.md): 16-bit activation
-//    gradients are WRITTEN (each has one producer), except LayerNorm's dinp, which ADDS into the
-//    residual stream's gradient; fp32 parameter gradients ADD, so microbatches accumulate.
-//    Kernels that need cuBLASLt or scratch memory take a Context (its stream); the others take the
-//    stream directly (default: the default stream).
+// weft's CUDA kernels (docs/cuda.md): the mixed-precision kernels behind the CUDA Backend
+// (mixed_backend.cc; Micikevicius et al. 2018, "Mixed Precision Training"). Every pointer is
+// device memory. Activations and a copy of the weights are bf16, master weights, parameter
+// gradients and AdamW state fp32; every matrix product and every reduction accumulates in fp32
+// (sums of squares in double). Gradients follow ops.inc's rule (docs/training.md): bf16
+// activation gradients are WRITTEN (each has one producer), except LayerNorm's dinp, which ADDS
+// into the residual stream's gradient; fp32 parameter gradients ADD, so microbatches accumulate.
+// Kernels that need cuBLASLt or scratch memory take a Context (its stream); the others take the
+// stream directly (default: the default stream). The CPU reference (cpu/reference.h) is the
+// oracle of each (tests/kernels/cuda_kernels_test.cc).
 //
 // Shapes are checked on entry (WEFT_CHECK); flash attention also needs 16-byte aligned tensors and
 // a head size HS = C / NH of 64 or 128.
@@ -28,181 +23,117 @@
 
 namespace weft::kernels::cuda {
 
-// ==== 1. The op list (fp32) =================================================================
-// Notes on this backend: embedding_backward copies the tokens to the host (one synchronizing
-// copy) to sum each token's rows in a fixed order; attention_forward/backward are plain kernels
-// kept for completeness and tests (the [B,NH,T,T] probabilities make them slow), the model uses
-// flash_attention_*; sum_squares waits for its result.
-#include "weft/kernels/ops.inc"
-
-// The same as scale() above, on a given stream.
-void scale(float* x, float s, int64_t n, Stream stream);
-
-// ==== 2. Mixed precision (T16 = BF16 or F16) ==================================================
-
-// ---- conversions (round to nearest even; NaN stays NaN) ------------------------------------
+// out[n] = in[n] rounded to bf16 (to nearest even; NaN stays NaN).
 void convert(BF16* out, const float* in, int64_t n, Stream stream = nullptr);
-void convert(F16* out, const float* in, int64_t n, Stream stream = nullptr);
-void convert(float* out, const BF16* in, int64_t n, Stream stream = nullptr);
-void convert(float* out, const F16* in, int64_t n, Stream stream = nullptr);
 
 // ---- token + position embedding --------------------------------------------------------------
-// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]   (16-bit weight copies)
-template <typename T16>
-void embedding_forward(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
+// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]   (bf16 weight copies)
+void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                        int T, int C, Stream stream = nullptr);
 // dwte[V,C] += scatter of dout rows by token; dwpe[T,C] += sum over b (fp32). Deterministic: each
 // token's rows are summed in position order, planned on the host from tokens_host[B*T] (the ids
 // the device copy holds, which the data loader has anyway), so no copy back is needed.
-template <typename T16>
-void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const BF16* dout,
                         const int32_t* tokens_host, int B, int T, int C);
 
 // Vocabulary-parallel (Megatron-LM; backend.h): a tensor-parallel rank holds rows [v0, v0 + Vl) of
 // wte. out[B,T,C] = (v0 <= token < v0 + Vl ? wte[token - v0, :] : 0) + (wpe ? wpe[t, :] : 0),
 // rounded once: this rank's partial sum of embedding_forward's output (wpe may be null).
-template <typename T16>
-void embedding_forward_shard(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
-                             int T, int C, int v0, int Vl, Stream stream = nullptr);
+void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+                             int B, int T, int C, int v0, int Vl, Stream stream = nullptr);
 // dwte[Vl,C] += the dout rows whose token is in [v0, v0 + Vl), at row token - v0, each row's sum
 // the one embedding_backward forms (host_plans.h: group_tokens_in_range); dwpe[T,C] += sum over b
 // of every position (dwpe may be null).
-template <typename T16>
-void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const BF16* dout,
                               const int32_t* tokens_host, int B, int T, int C, int v0, int Vl);
 
 // ---- LayerNorm over the last dim (statistics in fp32) ----------------------------------------
 // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
-template <typename T16>
-void layernorm_forward(T16* out, float* mean, float* rstd, const T16* inp, const T16* weight,
-                       const T16* bias, int N, int C, Stream stream = nullptr);
-// The residual add fused in front: residual[N,C] = a + b (rounded to T16), then
+void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
+                       const BF16* bias, int N, int C, Stream stream = nullptr);
+// The residual add fused in front: residual[N,C] = a + b (rounded to bf16), then
 // out = layernorm(residual) exactly as layernorm_forward(residual). One pass instead of two.
-template <typename T16>
-void fused_residual_layernorm_forward(T16* residual, T16* out, float* mean, float* rstd,
-                                      const T16* a, const T16* b, const T16* weight,
-                                      const T16* bias, int N, int C, Stream stream = nullptr);
-// dinp[N,C] += (16-bit, the residual stream's gradient), dweight[C] +=, dbias[C] += (fp32,
+void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
+                                      const BF16* a, const BF16* b, const BF16* weight,
+                                      const BF16* bias, int N, int C, Stream stream = nullptr);
+// dinp[N,C] += (bf16, the residual stream's gradient), dweight[C] +=, dbias[C] += (fp32,
 // deterministic: fixed row splits summed in a fixed order).
-template <typename T16>
-void layernorm_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
-                        const T16* inp, const T16* weight, const float* mean, const float* rstd,
+void layernorm_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                        const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
                         int N, int C);
 
-// ---- linear, through cuBLASLt (16-bit inputs, fp32 accumulation) --------------------------------
+// ---- linear, through cuBLASLt (bf16 inputs, fp32 accumulation) --------------------------------
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null). With pre_gelu non-null,
 // pre_gelu = that sum and out = gelu(pre_gelu) (the MLP's first layer; pre_gelu is what the
 // backward needs). Bias and GeLU run in the GEMM's epilogue when cuBLASLt has one for the shape,
 // else in a separate kernel.
-template <typename T16>
-void linear_forward(Context& ctx, T16* out, T16* pre_gelu, const T16* inp, const T16* weight,
-                    const T16* bias, int N, int IC, int OC);
+void linear_forward(Context& ctx, BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
+                    const BF16* bias, int N, int IC, int OC);
 // dinp[N,IC] = dout @ weight, times gelu'(gelu_pre[N,IC]) when gelu_pre is non-null (the gradient
 // through the GeLU that produced this layer's input, fused into the GEMM's epilogue);
 // dweight[OC,IC] += dout^T @ inp and dbias[OC] += sum_n dout (fp32). dinp, dweight and dbias may
 // each be null (a zero-bubble schedule splits the input and weight gradients).
-template <typename T16>
-void linear_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
-                     const T16* inp, const T16* weight, const T16* gelu_pre, int N, int IC, int OC);
+void linear_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                     const BF16* inp, const BF16* weight, const BF16* gelu_pre, int N, int IC,
+                     int OC);
 
-// ---- GeLU (tanh approximation) and residual, element-wise -----------------------------------
-template <typename T16>
-void gelu_forward(T16* out, const T16* inp, int64_t n, Stream stream = nullptr);
-// dinp = dout * gelu'(inp)   (written)
-template <typename T16>
-void gelu_backward(T16* dinp, const T16* inp, const T16* dout, int64_t n, Stream stream = nullptr);
-template <typename T16>
-void residual_forward(T16* out, const T16* a, const T16* b, int64_t n, Stream stream = nullptr);
+// ---- residual, element-wise ------------------------------------------------------------------
+// out = a + b, rounded once (out may alias a).
+void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n, Stream stream = nullptr);
+// The same in fp32: Backend::accumulate (dst += src).
+void residual_forward(float* out, const float* a, const float* b, int64_t n,
+                      Stream stream = nullptr);
 
 // ---- causal self-attention: FlashAttention-2 ---------------------------------------------------
 // Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning".
 // qkv[B,T,3C] as in ops.inc; out[B,T,C]; lse[B,NH,T] (fp32) = logsumexp_j<=t(q_t . k_j / sqrt(HS)),
 // saved for the backward. Tiles of 64 queries x 64 keys in shared memory, tensor-core products
 // with fp32 accumulation, online softmax: the T x T matrix never exists in memory.
-template <typename T16>
-void flash_attention_forward(T16* out, float* lse, const T16* qkv, int B, int T, int C, int NH,
+void flash_attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
                              Stream stream = nullptr);
 // dqkv[B,T,3C] = gradient through the attention core (written), from the forward's out and lse.
 // Deterministic (no atomics): one kernel owns 64 keys and accumulates their dK, dV over the query
 // tiles; a second owns 64 queries and accumulates dQ over the key tiles.
-template <typename T16>
-void flash_attention_backward(Context& ctx, T16* dqkv, const T16* dout, const T16* qkv,
-                              const T16* out, const float* lse, int B, int T, int C, int NH);
+void flash_attention_backward(Context& ctx, BF16* dqkv, const BF16* dout, const BF16* qkv,
+                              const BF16* out, const float* lse, int B, int T, int C, int NH);
 // Whether flash_attention_* takes this shape (HS = C / NH of 64 or 128).
 bool flash_attention_supports(int C, int NH);
 
 // ---- fused softmax + cross-entropy over a padded vocabulary -----------------------------------
-// As ops.inc's softmax_cross_entropy_fused, on 16-bit logits (statistics in fp32): losses[N]
+// As ops.inc's softmax_cross_entropy_fused, on bf16 logits (statistics in fp32): losses[N]
 // (fp32) and logits[N,Vp] overwritten with dloss * (softmax - onehot(target)), 0 in the padding
 // and in ignored rows (target < 0). A target >= V gives a NaN loss and NaN gradients.
-template <typename T16>
-void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
+void softmax_cross_entropy_fused(float* losses, BF16* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp, Stream stream = nullptr);
 
 // Vocabulary-parallel cross-entropy (Megatron-LM; backend.h): logits[N,Vl] are columns
 // [v0, v0 + Vl) of the padded vocabulary, the first Vv real. stats[N,3] (fp32) = per row the max
 // m, the sum of exp(x - m) over the real columns (m = -inf, s = 0 when Vv = 0), and the target's
 // logit when this rank holds it (else 0).
-template <typename T16>
-void cross_entropy_shard_stats(float* stats, const T16* logits, const int32_t* targets, int N,
+void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
                                int Vl, int Vv, int v0, Stream stream = nullptr);
 // From all_stats[tp,N,3] (every rank's stats, rank order): losses[N] and logits overwritten with
 // dloss * (softmax - onehot(target)) in the real columns, 0 in the padding and ignored rows
 // (target < 0); a target >= V gives NaN. With tp = 1 and v0 = 0, softmax_cross_entropy_fused's
 // expressions.
-template <typename T16>
-void cross_entropy_shard_finish(float* losses, T16* logits, const float* all_stats, int tp,
+void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                 const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                 int v0, Stream stream = nullptr);
 
-// ---- dynamic loss scaling (fp16) ------------------------------------------------------------
-// Micikevicius et al. 2018, §3.2 with a dynamic scale: the loss is multiplied by scale() before
-// the backward, so small fp16 gradients do not flush to zero; the scale halves on overflow (the
-// step is skipped) and doubles after growth_interval clean steps.
-struct LossScaleState {  // device-resident
-  float scale;           // multiply the next step's loss by this
-  float inv_scale;       // 1 / the scale the last checked gradients were computed with
-  int32_t found_inf;     // whether the last checked gradients held inf or NaN
-  int32_t good_steps;    // clean steps since the last change of scale
-  int32_t pending_inf;   // blocks' flag while a check runs
-  uint32_t blocks_done;
-};
-
-class LossScaler {
- public:
-  LossScaler(Arena& arena, float initial_scale = 65536.f, int growth_interval = 2000,
-             float growth = 2.f, float backoff = 0.5f);
-  // One kernel over grads[n] (fp32): flags inf/NaN; its last block records inv_scale and the
-  // found flag for AdamWPlan::step and adjusts the scale. No host synchronization.
-  void update(const float* grads, int64_t n, Stream stream = nullptr);
-  const LossScaleState* state() const { return state_; }
-  // Host reads (synchronize): the scale for the next loss, and whether the last update skipped.
-  float scale() const;
-  bool found_inf() const;
-
- private:
-  LossScaleState* state_;
-  int growth_interval_;
-  float growth_;
-  float backoff_;
-};
-
 // ---- AdamW over many tensors in one launch ---------------------------------------------------
 // AdamW (Loshchilov & Hutter 2019) with bias correction, as ops.inc's adamw_update, on fp32
-// master weights and state; params16 (may be null) receives the updated weights rounded to 16
-// bits in the same pass: the copy the next forward reads.
-template <typename T16>
+// master weights and state; params16 (may be null) receives the updated weights rounded to
+// bf16 in the same pass: the copy the next forward reads.
 struct AdamWSegment {
   float* params;
   const float* grads;
   float* m;
   float* v;
-  T16* params16;
+  BF16* params16;
   int64_t n;
   float weight_decay;
 };
 
-template <typename T16>
 class AdamWPlan {
  public:
   static constexpr int64_t kChunk = kAdamWChunk;  // elements per thread block (backend.h)
@@ -210,18 +141,17 @@ class AdamWPlan {
   // Uploads the segment list and its chunk table (host_plans.h) into the arena, once, in blocks
   // sized by `capacity` (backend.h: adamw_table_bytes, what the memory model prices); without
   // one, the segments' own.
-  AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments,
+  AdamWPlan(Arena& arena, std::span<const AdamWSegment> segments,
             AdamWCapacity capacity = {.segments = -1});
   // One launch over every segment at step t >= 1. Gradients are multiplied by grad_scale (the
-  // clipping factor) and, with a scaler, by its inv_scale; when the scaler found inf/NaN the
-  // launch changes nothing (a skipped step, decided on the device).
+  // clipping factor).
   void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale = 1.f,
-            const LossScaleState* scaler = nullptr, Stream stream = nullptr) const;
+            Stream stream = nullptr) const;
   int64_t num_elements() const { return num_elements_; }
 
  private:
-  const AdamWSegment<T16>* segments_;  // device
-  const void* chunks_;                 // device Chunk[num_chunks_]
+  const AdamWSegment* segments_;  // device
+  const void* chunks_;            // device Chunk[num_chunks_]
   int64_t num_chunks_;
   int64_t num_elements_;
 };

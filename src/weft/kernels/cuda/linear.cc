@@ -15,7 +15,6 @@
 #include <optional>
 #include <sstream>
 #include <tuple>
-#include <type_traits>
 
 #include "weft/kernels/cuda/cuda_check.h"
 #include "weft/kernels/cuda/internal.h"
@@ -86,28 +85,7 @@ void* Context::scratch(size_t bytes) const {
 
 size_t Context::scratch_bytes() const { return impl_->scratch_bytes; }
 
-Context& default_context() {
-  struct Default {
-    Arena arena{Context::kDefaultWorkspace + Context::kDefaultScratch + Arena::kAlignment};
-    Context context{arena};
-  };
-  thread_local Default instance;
-  return instance.context;
-}
-
 namespace {
-
-template <typename T>
-constexpr cudaDataType_t data_type() {
-  if constexpr (std::is_same_v<T, float>) {
-    return CUDA_R_32F;
-  } else if constexpr (std::is_same_v<T, BF16>) {
-    return CUDA_R_16BF;
-  } else {
-    static_assert(std::is_same_v<T, F16>);
-    return CUDA_R_16F;
-  }
-}
 
 // The largest power of two up to 256 that divides the address.
 uint32_t alignment_of(const void* p) {
@@ -247,8 +225,7 @@ void check_linear_dims(int N, int IC, int OC) {
 
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T (into pre when pre is non-null), as column-major
 // out^T = op_T(weight^T) . inp^T.
-template <typename T>
-Gemm forward_gemm(T* out, const T* inp, const T* weight, int N, int IC, int OC) {
+Gemm forward_gemm(BF16* out, const BF16* inp, const BF16* weight, int N, int IC, int OC) {
   Gemm g;
   g.trans_a = true;
   g.m = OC;
@@ -260,14 +237,15 @@ Gemm forward_gemm(T* out, const T* inp, const T* weight, int N, int IC, int OC) 
   g.ldb = IC;
   g.d = out;
   g.ldd = OC;
-  g.ab_type = data_type<T>();
-  g.d_type = data_type<T>();
+  g.ab_type = CUDA_R_16BF;
+  g.d_type = CUDA_R_16BF;
   return g;
 }
 
-template <typename T>
-void linear_forward_impl(Context& ctx, T* out, T* pre_gelu, const T* inp, const T* weight,
-                         const T* bias, int N, int IC, int OC) {
+}  // namespace
+
+void linear_forward(Context& ctx, BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
+                    const BF16* bias, int N, int IC, int OC) {
   check_linear_dims(N, IC, OC);
   if (N == 0) return;
   // cuBLASLt's GeLU epilogues need the aux leading dimension (OC here) divisible by 8
@@ -292,9 +270,9 @@ void linear_forward_impl(Context& ctx, T* out, T* pre_gelu, const T* inp, const 
 
 // dinp = (dout @ weight) [* gelu'(gelu_pre)] (written); dweight += dout^T @ inp; dbias += column
 // sums of dout (ops.inc's rule).
-template <typename T>
-void linear_backward_impl(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
-                          const T* inp, const T* weight, const T* gelu_pre, int N, int IC, int OC) {
+void linear_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                     const BF16* inp, const BF16* weight, const BF16* gelu_pre, int N, int IC,
+                     int OC) {
   check_linear_dims(N, IC, OC);
   if (N == 0) return;
   if (dinp != nullptr) {
@@ -308,13 +286,13 @@ void linear_backward_impl(Context& ctx, T* dinp, float* dweight, float* dbias, c
     g.ldb = OC;
     g.d = dinp;
     g.ldd = IC;
-    g.ab_type = data_type<T>();
-    g.d_type = data_type<T>();
+    g.ab_type = CUDA_R_16BF;
+    g.d_type = CUDA_R_16BF;
     bool done = false;
     if (gelu_pre != nullptr && IC % 8 == 0) {  // DGELU's aux leading dimension: as forward's
       Gemm fused = g;
       fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
-      fused.aux = const_cast<T*>(gelu_pre);  // read, not written, by DGELU
+      fused.aux = const_cast<BF16*>(gelu_pre);  // read, not written, by DGELU
       fused.aux_ld = IC;
       done = try_gemm(ctx.impl(), fused);
     }
@@ -338,49 +316,12 @@ void linear_backward_impl(Context& ctx, T* dinp, float* dweight, float* dbias, c
     g.ldb = OC;
     g.d = dweight;
     g.ldd = IC;
-    g.ab_type = data_type<T>();
+    g.ab_type = CUDA_R_16BF;
     g.d_type = CUDA_R_32F;
     g.beta = 1.f;
     run_gemm(ctx.impl(), g);
   }
   if (dbias != nullptr) detail::launch_column_sums(ctx, dbias, dout, N, OC);
-}
-
-}  // namespace
-
-template <typename T16>
-void linear_forward(Context& ctx, T16* out, T16* pre_gelu, const T16* inp, const T16* weight,
-                    const T16* bias, int N, int IC, int OC) {
-  linear_forward_impl(ctx, out, pre_gelu, inp, weight, bias, N, IC, OC);
-}
-
-template <typename T16>
-void linear_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
-                     const T16* inp, const T16* weight, const T16* gelu_pre, int N, int IC,
-                     int OC) {
-  linear_backward_impl(ctx, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
-}
-
-template void linear_forward<BF16>(Context&, BF16*, BF16*, const BF16*, const BF16*, const BF16*,
-                                   int, int, int);
-template void linear_forward<F16>(Context&, F16*, F16*, const F16*, const F16*, const F16*, int,
-                                  int, int);
-template void linear_backward<BF16>(Context&, BF16*, float*, float*, const BF16*, const BF16*,
-                                    const BF16*, const BF16*, int, int, int);
-template void linear_backward<F16>(Context&, F16*, float*, float*, const F16*, const F16*,
-                                   const F16*, const F16*, int, int, int);
-
-// ---- ops.inc (fp32, exact fp32 products: CUBLAS_COMPUTE_32F, no TF32) ------------------------
-
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int IC, int OC) {
-  linear_forward_impl<float>(default_context(), out, nullptr, inp, weight, bias, N, IC, OC);
-}
-
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC) {
-  linear_backward_impl<float>(default_context(), dinp, dweight, dbias, dout, inp, weight, nullptr,
-                              N, IC, OC);
 }
 
 }  // namespace weft::kernels::cuda

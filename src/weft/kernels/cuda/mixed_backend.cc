@@ -32,15 +32,15 @@ namespace {
 // stream stays valid.
 class CudaAdamW final : public Backend::AdamW {
  public:
-  CudaAdamW(Arena& arena, std::span<const AdamWSegment<BF16>> segments, AdamWCapacity capacity,
+  CudaAdamW(Arena& arena, std::span<const AdamWSegment> segments, AdamWCapacity capacity,
             Stream stream)
       : plan_(arena, segments, capacity), stream_(stream) {}
   void step(float lr, float beta1, float beta2, float eps, int t, float grad_scale) override {
-    plan_.step(lr, beta1, beta2, eps, t, grad_scale, /*scaler=*/nullptr, stream_);
+    plan_.step(lr, beta1, beta2, eps, t, grad_scale, stream_);
   }
 
  private:
-  AdamWPlan<BF16> plan_;
+  AdamWPlan plan_;
   Stream stream_;
 };
 
@@ -172,54 +172,52 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   void convert(BF16* out, const float* in, int64_t n) { cuda::convert(out, in, n, stream_); }
   void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                          int T, int C) {
-    cuda::embedding_forward<BF16>(out, tokens, wte, wpe, B, T, C, stream_);
+    cuda::embedding_forward(out, tokens, wte, wpe, B, T, C, stream_);
   }
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
                           int B, int T, int C) {
-    cuda::embedding_backward<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C);
+    cuda::embedding_backward(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C);
   }
   void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
                                int B, int T, int C, int v0, int Vl) {
-    cuda::embedding_forward_shard<BF16>(out, tokens, wte, wpe, B, T, C, v0, Vl, stream_);
+    cuda::embedding_forward_shard(out, tokens, wte, wpe, B, T, C, v0, Vl, stream_);
   }
   void embedding_backward_shard(float* dwte, float* dwpe, const BF16* dout,
                                 const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
-    cuda::embedding_backward_shard<BF16>(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
+    cuda::embedding_backward_shard(*ctx_, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
   }
   void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
-    cuda::residual_forward<BF16>(out, a, b, n, stream_);
+    cuda::residual_forward(out, a, b, n, stream_);
   }
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
                          const BF16* bias, int N, int C) {
-    cuda::layernorm_forward<BF16>(out, mean, rstd, inp, weight, bias, N, C, stream_);
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
   }
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
                                         const BF16* bias, int N, int C) {
-    cuda::fused_residual_layernorm_forward<BF16>(residual, out, mean, rstd, a, b, weight, bias, N,
-                                                 C, stream_);
+    cuda::fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C,
+                                           stream_);
   }
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
                           int N, int C) {
-    cuda::layernorm_backward<BF16>(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                                   C);
+    cuda::layernorm_backward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
                       const BF16* bias, int N, int IC, int OC) {
-    cuda::linear_forward<BF16>(*ctx_, out, pre_gelu, inp, weight, bias, N, IC, OC);
+    cuda::linear_forward(*ctx_, out, pre_gelu, inp, weight, bias, N, IC, OC);
   }
   void linear_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout, const BF16* inp,
                        const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) {
-    cuda::linear_backward<BF16>(*ctx_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC,
-                                OC);
+    cuda::linear_backward(*ctx_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
   }
   void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH) {
-    cuda::flash_attention_forward<BF16>(out, lse, qkv, B, T, C, NH, stream_);
+    cuda::flash_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
   }
   void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
                           const float* lse, int B, int T, int C, int NH) {
-    cuda::flash_attention_backward<BF16>(*ctx_, dqkv, dout, qkv, out, lse, B, T, C, NH);
+    cuda::flash_attention_backward(*ctx_, dqkv, dout, qkv, out, lse, B, T, C, NH);
   }
   // FlashAttention-2 keeps lse[B,NH,T].
   int64_t attention_saved_floats(int B, int T, int NH) const override {
@@ -230,17 +228,17 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   }
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) {
-    cuda::softmax_cross_entropy_fused<BF16>(losses, logits, targets, dloss, N, V, Vp, stream_);
+    cuda::softmax_cross_entropy_fused(losses, logits, targets, dloss, N, V, Vp, stream_);
   }
   void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
                                  int Vl, int Vv, int v0) {
-    cuda::cross_entropy_shard_stats<BF16>(stats, logits, targets, N, Vl, Vv, v0, stream_);
+    cuda::cross_entropy_shard_stats(stats, logits, targets, N, Vl, Vv, v0, stream_);
   }
   void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                   const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                   int v0) {
-    cuda::cross_entropy_shard_finish<BF16>(losses, logits, all_stats, tp, targets, dloss, N, V, Vl,
-                                           Vv, v0, stream_);
+    cuda::cross_entropy_shard_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv,
+                                     v0, stream_);
   }
   double sum_squares(const float* x, int64_t n) override {
     cuda::sum_squares(*ctx_, sum_, x, n);
@@ -252,20 +250,20 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     cuda::add_mean(sum, x, n, count, stream_);
   }
   void accumulate(float* dst, const float* src, int64_t n) override {
-    cuda::residual_forward<float>(dst, dst, src, n, stream_);  // element-wise: out may alias a
+    cuda::residual_forward(dst, dst, src, n, stream_);  // element-wise: out may alias a
   }
 
   // ---- AdamW -----------------------------------------------------------------------------------
   using Backend::plan_adamw;
   std::unique_ptr<AdamW> plan_adamw(std::span<const AdamWSegment> segments,
                                     AdamWCapacity capacity) override {
-    std::vector<cuda::AdamWSegment<BF16>> converted;
+    std::vector<cuda::AdamWSegment> converted;
     converted.reserve(segments.size());
     for (const AdamWSegment& s : segments) {
       converted.push_back({s.params, s.grads, s.m, s.v, s.params16, s.n, s.weight_decay});
     }
-    auto plan = std::make_unique<CudaAdamW>(
-        *arena_, std::span<const cuda::AdamWSegment<BF16>>(converted), capacity, stream_);
+    auto plan = std::make_unique<CudaAdamW>(*arena_, std::span<const cuda::AdamWSegment>(converted),
+                                            capacity, stream_);
     // AdamWPlan uploads its tables with cudaMemcpy on the legacy default stream, which this
     // non-blocking stream does not wait for; from pageable memory that copy may return before its
     // DMA is done. Wait for the whole device once, at planning time.
@@ -293,11 +291,11 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     fill_random(inp, int64_t{N} * IC, 1);
     fill_random(weight, int64_t{OC} * IC, 2);
 
-    cuda::linear_forward<BF16>(*ctx_, out, nullptr, inp, weight, nullptr, N, IC, OC);  // warm-up
+    cuda::linear_forward(*ctx_, out, nullptr, inp, weight, nullptr, N, IC, OC);  // warm-up
     std::vector<EventPair> events(static_cast<size_t>(reps));
     for (EventPair& e : events) {
       WEFT_CUDA_CHECK(cudaEventRecord(e.start, stream_));
-      cuda::linear_forward<BF16>(*ctx_, out, nullptr, inp, weight, nullptr, N, IC, OC);
+      cuda::linear_forward(*ctx_, out, nullptr, inp, weight, nullptr, N, IC, OC);
       WEFT_CUDA_CHECK(cudaEventRecord(e.stop, stream_));
     }
     synchronize();

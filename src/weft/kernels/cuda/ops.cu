@@ -1,15 +1,13 @@
 // The CUDA kernels other than the matrix products (linear.cc) and flash attention
 // (flash_attention.cu): embedding, LayerNorm, GeLU, residual, softmax + cross-entropy, AdamW, the
-// reductions, dynamic loss scaling, conversions, and plain attention kernels for ops.inc's
-// signature. Each kernel is a template on the storage type (float, or the 16-bit types), so the
-// fp32 ops.inc functions and the mixed-precision ones share one implementation; arithmetic is fp32
-// throughout. Reductions that produce parameter gradients run in a fixed order (no atomics), so
-// a step gives the same bits every time.
+// reductions and the bf16 conversion. Each kernel is written once on a device storage type T
+// (__nv_bfloat16, or float where an fp32 tensor is read); arithmetic is fp32 throughout.
+// Reductions that produce parameter gradients run in a fixed order (no atomics), so a step gives
+// the same bits every time.
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 #include <vector>
 
 #include "weft/kernels/cpu/reference.h"
@@ -537,11 +535,6 @@ void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbi
 
 // ---- GeLU, residual, bias ---------------------------------------------------------------------
 
-template <typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) { out[i] = from_float<T>(gelu(to_float(inp[i]))); }
-}
-
 // dinp = dout * gelu'(inp) (written, ops.inc's rule). In place (dout == dinp) is fine: each
 // element is read before it is written by the same thread.
 template <typename T>
@@ -556,12 +549,13 @@ __global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t 
   WEFT_GRID_STRIDE(i, n) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
 }
 
-__global__ void residual_backward_kernel(float* da, float* db, const float* dout, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) {
-    const float d = dout[i];
-    da[i] = d;
-    db[i] = d;
-  }
+template <typename T>
+void launch_residual_forward(T* out, const T* a, const T* b, int64_t n, Stream stream) {
+  WEFT_CHECK(n >= 0, "negative element count ", n);
+  if (n == 0) return;
+  residual_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+      dev(out), dev(a), dev(b), n);
+  WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // x = pre (or out) [N,OC]; x += bias; with pre: out = gelu(x).
@@ -582,7 +576,7 @@ __global__ void bias_gelu_kernel(T* out, T* pre, const T* bias, int OC, int64_t 
 // ---- fused softmax + cross-entropy ------------------------------------------------------------
 // One block per row. Pass 1: each thread keeps a running (max, sum of exp(z - max)) over its
 // columns, rescaling the sum when the max grows (the online softmax of Milakov & Gimelshein 2018);
-// the block then combines the pairs. Pass 2 (kGrad) overwrites the row with the gradient.
+// the block then combines the pairs. Pass 2 overwrites the row with the gradient.
 
 constexpr int kSoftmaxThreads = 512;
 
@@ -664,7 +658,7 @@ __device__ void block_max_sum_packed(const T* z, int n, int n_packs, float& m, f
 
 // One block per row. kPacked: over 16-byte packs (Vp a multiple of the pack, rows aligned), a
 // quarter of the memory instructions; the same loss and gradient expressions either way.
-template <typename T, bool kGrad, bool kPacked>
+template <typename T, bool kPacked>
 __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int32_t* targets,
                                              float dloss, int V, int Vp) {
   constexpr int kV = Pack<T>::kN;
@@ -675,9 +669,7 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int
   if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
     const float fill = y < 0 ? 0.f : NAN;
     if (threadIdx.x == 0) losses[row] = fill;
-    if constexpr (kGrad) {
-      for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
-    }
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x) z[j] = from_float<T>(j < V ? fill : 0.f);
     return;
   }
   if (threadIdx.x == 0) shared_zy = to_float(z[y]);  // read before pass 2 overwrites it
@@ -689,36 +681,33 @@ __global__ void softmax_cross_entropy_kernel(float* losses, T* logits, const int
     block_max_sum(z, V, m, s);
   }
   if (threadIdx.x == 0) losses[row] = (m - shared_zy) + logf(s);
-  if constexpr (kGrad) {
-    const float inv_s = 1.f / s;
-    const auto grad = [&](float x, int j) {
-      return j < V ? dloss * (expf(x - m) * inv_s - (j == y ? 1.f : 0.f)) : 0.f;
-    };
-    if constexpr (kPacked) {
-      for (int p = threadIdx.x; p < Vp / kV; p += blockDim.x) {
-        Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
+  const float inv_s = 1.f / s;
+  const auto grad = [&](float x, int j) {
+    return j < V ? dloss * (expf(x - m) * inv_s - (j == y ? 1.f : 0.f)) : 0.f;
+  };
+  if constexpr (kPacked) {
+    for (int p = threadIdx.x; p < Vp / kV; p += blockDim.x) {
+      Pack<T> x = load_pack(z + static_cast<int64_t>(p) * kV);
 #pragma unroll
-        for (int k = 0; k < kV; ++k) x.v[k] = from_float<T>(grad(to_float(x.v[k]), p * kV + k));
-        *reinterpret_cast<Pack<T>*>(z + static_cast<int64_t>(p) * kV) = x;
-      }
-    } else {
-      for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
-        z[j] = from_float<T>(grad(to_float(z[j]), j));
-      }
+      for (int k = 0; k < kV; ++k) x.v[k] = from_float<T>(grad(to_float(x.v[k]), p * kV + k));
+      *reinterpret_cast<Pack<T>*>(z + static_cast<int64_t>(p) * kV) = x;
     }
+  } else {
+    for (int j = threadIdx.x; j < Vp; j += blockDim.x)
+      z[j] = from_float<T>(grad(to_float(z[j]), j));
   }
 }
 
-template <typename T, bool kGrad>
+template <typename T>
 void launch_softmax_cross_entropy(float* losses, T* logits, const int32_t* targets, float dloss,
                                   int N, int V, int Vp, Stream stream) {
   WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V, " Vp=", Vp);
   if (N == 0) return;
   if (Vp % Pack<device_t<T>>::kN == 0 && aligned16(logits)) {
-    softmax_cross_entropy_kernel<device_t<T>, kGrad, true>
+    softmax_cross_entropy_kernel<device_t<T>, true>
         <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
   } else {
-    softmax_cross_entropy_kernel<device_t<T>, kGrad, false>
+    softmax_cross_entropy_kernel<device_t<T>, false>
         <<<N, kSoftmaxThreads, 0, stream>>>(losses, dev(logits), targets, dloss, V, Vp);
   }
   WEFT_CUDA_CHECK_LAUNCH();
@@ -850,42 +839,22 @@ AdamWScalars adamw_scalars(float lr, float beta1, float beta2, float eps, int t,
                       grad_scale};
 }
 
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
-                             float weight_decay, AdamWScalars s) {
-  WEFT_GRID_STRIDE(i, n) {
-    float p = params[i];
-    float mi = m[i];
-    float vi = v[i];
-    adamw_element(p, grads[i] * s.grad_scale, mi, vi, weight_decay, s);
-    params[i] = p;
-    m[i] = mi;
-    v[i] = vi;
-  }
-}
-
 // Block i updates chunk i of the table (host_plans.h: make_chunks).
-template <typename T16>
-__global__ void adamw_multi_kernel(const AdamWSegment<T16>* segments, const Chunk* chunks,
-                                   int64_t chunk_size, AdamWScalars s,
-                                   const LossScaleState* scaler) {
-  float grad_scale = s.grad_scale;
-  if (scaler != nullptr) {
-    if (scaler->found_inf) return;  // overflowed gradients: skip the step
-    grad_scale *= scaler->inv_scale;
-  }
+__global__ void adamw_multi_kernel(const AdamWSegment* segments, const Chunk* chunks,
+                                   int64_t chunk_size, AdamWScalars s) {
   const Chunk chunk = chunks[blockIdx.x];
-  const AdamWSegment<T16> seg = segments[chunk.segment];
+  const AdamWSegment seg = segments[chunk.segment];
   auto* params16 = dev(seg.params16);
   const int64_t end = min(chunk.offset + chunk_size, seg.n);
   for (int64_t i = chunk.offset + threadIdx.x; i < end; i += blockDim.x) {
     float p = seg.params[i];
     float mi = seg.m[i];
     float vi = seg.v[i];
-    adamw_element(p, seg.grads[i] * grad_scale, mi, vi, seg.weight_decay, s);
+    adamw_element(p, seg.grads[i] * s.grad_scale, mi, vi, seg.weight_decay, s);
     seg.params[i] = p;
     seg.m[i] = mi;
     seg.v[i] = vi;
-    if (params16 != nullptr) params16[i] = from_float<device_t<T16>>(p);
+    if (params16 != nullptr) params16[i] = from_float<device_t<BF16>>(p);
   }
 }
 
@@ -946,171 +915,11 @@ __global__ void add_mean_kernel(double* sum, const float* x, int64_t n, double c
   if (threadIdx.x == 0) *sum += static_cast<double>(static_cast<float>(total / count));
 }
 
-__global__ void scale_kernel(float* x, float s, int64_t n) {
-  WEFT_GRID_STRIDE(i, n) { x[i] *= s; }
-}
-
-// ---- dynamic loss scaling ---------------------------------------------------------------------
-// Each block flags non-finite gradients; the last block to finish (a ticket counter, as CUDA's
-// threadFenceReduction sample) publishes the result and adjusts the scale, all in one launch.
-
-__global__ void loss_scale_update_kernel(LossScaleState* state, const float* grads, int64_t n,
-                                         int growth_interval, float growth, float backoff) {
-  bool bad = false;
-  WEFT_GRID_STRIDE(i, n) { bad = bad || !isfinite(grads[i]); }
-  const int any_bad = __syncthreads_or(bad);
-  if (threadIdx.x != 0) return;
-  if (any_bad) atomicOr(&state->pending_inf, 1);
-  __threadfence();  // the flag is visible before this block's ticket
-  const unsigned ticket = atomicAdd(&state->blocks_done, 1u);
-  if (ticket != gridDim.x - 1) return;
-  __threadfence();
-  const int found = atomicExch(&state->pending_inf, 0);
-  state->found_inf = found;
-  state->inv_scale = 1.f / state->scale;
-  if (found) {
-    state->scale *= backoff;
-    state->good_steps = 0;
-  } else if (++state->good_steps >= growth_interval) {
-    state->scale *= growth;
-    state->good_steps = 0;
-  }
-  state->blocks_done = 0;
-}
-
-// ---- attention for ops.inc's signature (fp32, plain) ----------------------------------------
-// One block per (b, h, t) row: scores into att, softmax in place, out = att @ v. These keep the
-// [B,NH,T,T] probabilities the op list asks for; the model uses flash attention.
-
-constexpr int kAttentionThreads = 128;
-constexpr int kMaxPlainT = 4096;  // the backward keeps two rows of T floats in shared memory
-
-__global__ void attention_forward_plain_kernel(float* out, float* att, const float* qkv, int T_,
-                                               int C, int NH) {
-  __shared__ float shared[kWarpSize];
-  const int t = blockIdx.x % T_;
-  const int64_t bh = blockIdx.x / T_;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float scale = 1.f / sqrtf(static_cast<float>(HS));
-  const float* q = qkv + (b * T_ + t) * C3 + h * HS;
-  float* att_t = att + (bh * T_ + t) * T_;
-  float local_max = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float* k = qkv + (b * T_ + j) * C3 + C + h * HS;
-    float dot = 0.f;
-    for (int d = 0; d < HS; ++d) dot += q[d] * k[d];
-    att_t[j] = dot * scale;
-    local_max = fmaxf(local_max, dot * scale);
-  }
-  const float maxval = block_max(local_max, shared);
-  float local_sum = 0.f;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float e = expf(att_t[j] - maxval);
-    att_t[j] = e;
-    local_sum += e;
-  }
-  const float sum = block_sum(local_sum, shared);
-  for (int j = threadIdx.x; j < T_; j += blockDim.x) att_t[j] = j <= t ? att_t[j] / sum : 0.f;
-  __syncthreads();  // att_t complete before it is read across threads
-  float* o = out + (b * T_ + t) * C + h * HS;
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float acc = 0.f;
-    for (int j = 0; j <= t; ++j) acc += att_t[j] * qkv[(b * T_ + j) * C3 + 2 * C + h * HS + d];
-    o[d] = acc;
-  }
-}
-
-// Row t: weighted[t] = sum_j a[t,j] (dout_t . v_j); dq_t = scale sum_j a[t,j] (da_tj - weighted)
-// k_j (written, ops.inc's rule).
-__global__ void attention_backward_rows_kernel(float* dqkv, float* weighted, const float* dout,
-                                               const float* qkv, const float* att, int T_, int C,
-                                               int NH) {
-  extern __shared__ float ds[];  // [T]
-  __shared__ float shared[kWarpSize];
-  const int t = blockIdx.x % T_;
-  const int64_t bh = blockIdx.x / T_;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float scale = 1.f / sqrtf(static_cast<float>(HS));
-  const float* att_t = att + (bh * T_ + t) * T_;
-  const float* dy = dout + (b * T_ + t) * C + h * HS;
-  float local = 0.f;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float* v = qkv + (b * T_ + j) * C3 + 2 * C + h * HS;
-    float da = 0.f;
-    for (int d = 0; d < HS; ++d) da += dy[d] * v[d];
-    ds[j] = da;
-    local += att_t[j] * da;
-  }
-  const float w = block_sum(local, shared);
-  if (threadIdx.x == 0) weighted[bh * T_ + t] = w;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) ds[j] = att_t[j] * (ds[j] - w) * scale;
-  __syncthreads();
-  float* dq = dqkv + (b * T_ + t) * C3 + h * HS;
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float acc = 0.f;
-    for (int j = 0; j <= t; ++j) acc += ds[j] * qkv[(b * T_ + j) * C3 + C + h * HS + d];
-    dq[d] = acc;
-  }
-}
-
-// Key row j: dv_j = sum_{t>=j} a[t,j] dout_t; dk_j = sum_t scale a[t,j] (da_tj - weighted_t) q_t
-// (written).
-__global__ void attention_backward_keys_kernel(float* dqkv, const float* weighted,
-                                               const float* dout, const float* qkv,
-                                               const float* att, int T_, int C, int NH) {
-  extern __shared__ float shared_rows[];  // a[T] then ds[T]
-  float* a = shared_rows;
-  float* ds = shared_rows + T_;
-  const int j = blockIdx.x % T_;
-  const int64_t bh = blockIdx.x / T_;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float scale = 1.f / sqrtf(static_cast<float>(HS));
-  const float* v = qkv + (b * T_ + j) * C3 + 2 * C + h * HS;
-  for (int t = j + threadIdx.x; t < T_; t += blockDim.x) {
-    const float* dy = dout + (b * T_ + t) * C + h * HS;
-    float da = 0.f;
-    for (int d = 0; d < HS; ++d) da += dy[d] * v[d];
-    const float a_tj = att[(bh * T_ + t) * T_ + j];
-    a[t] = a_tj;
-    ds[t] = a_tj * (da - weighted[bh * T_ + t]) * scale;
-  }
-  __syncthreads();
-  float* dk = dqkv + (b * T_ + j) * C3 + C + h * HS;
-  float* dv = dqkv + (b * T_ + j) * C3 + 2 * C + h * HS;
-  for (int d = threadIdx.x; d < HS; d += blockDim.x) {
-    float acc_v = 0.f;
-    float acc_k = 0.f;
-    for (int t = j; t < T_; ++t) {
-      acc_v += a[t] * dout[(b * T_ + t) * C + h * HS + d];
-      acc_k += ds[t] * qkv[(b * T_ + t) * C3 + h * HS + d];
-    }
-    dv[d] = acc_v;
-    dk[d] = acc_k;
-  }
-}
-
-void check_attention_dims(int B, int T_, int C, int NH) {
-  WEFT_CHECK(B >= 0 && T_ >= 0 && C > 0 && NH > 0 && C % NH == 0, "attention with B=", B, " T=", T_,
-             " C=", C, " NH=", NH);
-  WEFT_CHECK(T_ <= kMaxPlainT, "the plain attention kernels take T <= ", kMaxPlainT, ", got T=", T_,
-             " (use flash_attention_*)");
-}
-
 }  // namespace
 
 // ---- launchers for linear.cc (internal.h) ----------------------------------------------------
 
-template <typename T>
-void launch_bias_gelu(T* out, T* pre, const T* bias, int N, int OC, Stream stream) {
+void launch_bias_gelu(BF16* out, BF16* pre, const BF16* bias, int N, int OC, Stream stream) {
   const int64_t n = static_cast<int64_t>(N) * OC;
   if (n == 0) return;
   bias_gelu_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(dev(out), dev(pre),
@@ -1118,317 +927,93 @@ void launch_bias_gelu(T* out, T* pre, const T* bias, int N, int OC, Stream strea
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void launch_gelu_backward_inplace(T* dinp, const T* pre, int64_t n, Stream stream) {
+void launch_gelu_backward_inplace(BF16* dinp, const BF16* pre, int64_t n, Stream stream) {
   if (n == 0) return;
-  gelu_backward_kernel<device_t<T>><<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+  gelu_backward_kernel<device_t<BF16>><<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
       dev(dinp), dev(pre), dev(dinp), n);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void launch_column_sums(Context& ctx, float* out, const T* x, int N, int C) {
-  launch_column_sums_impl<T, false>(ctx, out, nullptr, x, nullptr, nullptr, nullptr, N, C);
+void launch_column_sums(Context& ctx, float* out, const BF16* x, int N, int C) {
+  launch_column_sums_impl<BF16, false>(ctx, out, nullptr, x, nullptr, nullptr, nullptr, N, C);
 }
-
-#define WEFT_INSTANTIATE_LAUNCHERS(T)                                           \
-  template void launch_bias_gelu<T>(T*, T*, const T*, int, int, Stream);        \
-  template void launch_gelu_backward_inplace<T>(T*, const T*, int64_t, Stream); \
-  template void launch_column_sums<T>(Context&, float*, const T*, int, int);
-WEFT_INSTANTIATE_LAUNCHERS(float)
-WEFT_INSTANTIATE_LAUNCHERS(BF16)
-WEFT_INSTANTIATE_LAUNCHERS(F16)
-#undef WEFT_INSTANTIATE_LAUNCHERS
 
 }  // namespace detail
-
-using detail::ceil_div;
-using detail::elementwise_blocks;
-using detail::kElementwiseThreads;
-
-// ==== 1. ops.inc ================================================================================
-
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
-  detail::launch_embedding_forward(out, tokens, wte, wpe, B, T, C, nullptr);
-}
-
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
-  // The deterministic plan needs the token ids on the host: one synchronizing copy.
-  std::vector<int32_t> tokens_host(static_cast<size_t>(B) * T);
-  copy_to_host(tokens_host.data(), tokens, tokens_host.size() * sizeof(int32_t));
-  detail::launch_embedding_backward(default_context(), dwte, dwpe, dout, tokens_host.data(), B, T,
-                                    C);
-}
-
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
-  detail::launch_layernorm_forward<float>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N,
-                                          C, nullptr);
-}
-
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C) {
-  detail::launch_layernorm_backward(default_context(), dinp, dweight, dbias, dout, inp, weight,
-                                    mean, rstd, N, C);
-}
-
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  detail::check_attention_dims(B, T, C, NH);
-  const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  if (rows == 0) return;
-  detail::
-      attention_forward_plain_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads>>>(
-          out, att, qkv, T, C, NH);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH) {
-  detail::check_attention_dims(B, T, C, NH);
-  const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  if (rows == 0) return;
-  Context& ctx = default_context();
-  auto* weighted = static_cast<float*>(ctx.scratch(static_cast<size_t>(rows) * sizeof(float)));
-  detail::attention_backward_rows_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads,
-                                           T * sizeof(float), ctx.stream()>>>(dqkv, weighted, dout,
-                                                                              qkv, att, T, C, NH);
-  WEFT_CUDA_CHECK_LAUNCH();
-  detail::attention_backward_keys_kernel<<<static_cast<unsigned>(rows), detail::kAttentionThreads,
-                                           2 * T * sizeof(float), ctx.stream()>>>(
-      dqkv, weighted, dout, qkv, att, T, C, NH);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-void gelu_forward(float* out, const float* inp, int64_t n) { gelu_forward<float>(out, inp, n); }
-
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::gelu_backward_kernel<float>
-      <<<elementwise_blocks(n), kElementwiseThreads>>>(dinp, inp, dout, n);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-void residual_forward(float* out, const float* a, const float* b, int64_t n) {
-  residual_forward<float>(out, a, b, n);
-}
-
-void residual_backward(float* da, float* db, const float* dout, int64_t n) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::residual_backward_kernel<<<elementwise_blocks(n), kElementwiseThreads>>>(da, db, dout, n);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-void softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                   int N, int V, int Vp) {
-  // kGrad = false never writes the logits.
-  detail::launch_softmax_cross_entropy<float, false>(losses, const_cast<float*>(logits), targets,
-                                                     0.f, N, V, Vp, nullptr);
-}
-
-void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
-                                 int N, int V, int Vp) {
-  detail::launch_softmax_cross_entropy<float, true>(losses, logits, targets, dloss, N, V, Vp,
-                                                    nullptr);
-}
-
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int t,
-                  float grad_scale) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, grad_scale);
-  if (n == 0) return;
-  detail::adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads>>>(params, grads, m, v, n,
-                                                                       weight_decay, s);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-double sum_squares(const float* x, int64_t n) {
-  Context& ctx = default_context();
-  // The result lands after the partials in scratch.
-  auto* result =
-      static_cast<double*>(ctx.scratch((detail::kReduceMaxBlocks + 1) * sizeof(double))) +
-      detail::kReduceMaxBlocks;
-  detail::launch_sum_squares(ctx, result, x, n);
-  double host = 0.0;
-  copy_to_host(&host, result, sizeof(double));
-  return host;
-}
-
-void scale(float* x, float s, int64_t n) { scale(x, s, n, nullptr); }
-
-void scale(float* x, float s, int64_t n, Stream stream) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::scale_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(x, s, n);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-// ==== 2. Mixed precision ========================================================================
 
 void convert(BF16* out, const float* in, int64_t n, Stream stream) {
   detail::launch_convert(out, in, n, stream);
 }
-void convert(F16* out, const float* in, int64_t n, Stream stream) {
-  detail::launch_convert(out, in, n, stream);
-}
-void convert(float* out, const BF16* in, int64_t n, Stream stream) {
-  detail::launch_convert(out, in, n, stream);
-}
-void convert(float* out, const F16* in, int64_t n, Stream stream) {
-  detail::launch_convert(out, in, n, stream);
-}
 
-template <typename T16>
-void embedding_forward(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
+void embedding_forward(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe, int B,
                        int T, int C, Stream stream) {
   detail::launch_embedding_forward(out, tokens, wte, wpe, B, T, C, stream);
 }
 
-template <typename T16>
-void embedding_backward(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+void embedding_backward(Context& ctx, float* dwte, float* dwpe, const BF16* dout,
                         const int32_t* tokens_host, int B, int T, int C) {
   detail::launch_embedding_backward(ctx, dwte, dwpe, dout, tokens_host, B, T, C);
 }
 
-template <typename T16>
-void embedding_forward_shard(T16* out, const int32_t* tokens, const T16* wte, const T16* wpe, int B,
-                             int T, int C, int v0, int Vl, Stream stream) {
+void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
+                             int B, int T, int C, int v0, int Vl, Stream stream) {
   detail::launch_embedding_forward_shard(out, tokens, wte, wpe, B, T, C, v0, Vl, stream);
 }
 
-template <typename T16>
-void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const T16* dout,
+void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const BF16* dout,
                               const int32_t* tokens_host, int B, int T, int C, int v0, int Vl) {
   detail::launch_embedding_backward_shard(ctx, dwte, dwpe, dout, tokens_host, B, T, C, v0, Vl);
 }
 
-template <typename T16>
-void layernorm_forward(T16* out, float* mean, float* rstd, const T16* inp, const T16* weight,
-                       const T16* bias, int N, int C, Stream stream) {
-  detail::launch_layernorm_forward<T16>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C,
-                                        stream);
+void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
+                       const BF16* bias, int N, int C, Stream stream) {
+  detail::launch_layernorm_forward<BF16>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C,
+                                         stream);
 }
 
-template <typename T16>
-void fused_residual_layernorm_forward(T16* residual, T16* out, float* mean, float* rstd,
-                                      const T16* a, const T16* b, const T16* weight,
-                                      const T16* bias, int N, int C, Stream stream) {
+void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
+                                      const BF16* a, const BF16* b, const BF16* weight,
+                                      const BF16* bias, int N, int C, Stream stream) {
   WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
-  detail::launch_layernorm_forward<T16>(out, mean, rstd, residual, a, b, weight, bias, N, C,
-                                        stream);
+  detail::launch_layernorm_forward(out, mean, rstd, residual, a, b, weight, bias, N, C, stream);
 }
 
-template <typename T16>
-void layernorm_backward(Context& ctx, T16* dinp, float* dweight, float* dbias, const T16* dout,
-                        const T16* inp, const T16* weight, const float* mean, const float* rstd,
+void layernorm_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
+                        const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
                         int N, int C) {
   detail::launch_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 
-template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n, Stream stream) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::gelu_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      detail::dev(out), detail::dev(inp), n);
-  WEFT_CUDA_CHECK_LAUNCH();
+void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n, Stream stream) {
+  detail::launch_residual_forward(out, a, b, n, stream);
+}
+void residual_forward(float* out, const float* a, const float* b, int64_t n, Stream stream) {
+  detail::launch_residual_forward(out, a, b, n, stream);
 }
 
-template <typename T16>
-void gelu_backward(T16* dinp, const T16* inp, const T16* dout, int64_t n, Stream stream) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::gelu_backward_kernel<detail::device_t<T16>>
-      <<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-          detail::dev(dinp), detail::dev(inp), detail::dev(dout), n);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-void residual_forward(T* out, const T* a, const T* b, int64_t n, Stream stream) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  if (n == 0) return;
-  detail::residual_forward_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      detail::dev(out), detail::dev(a), detail::dev(b), n);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-// fp32 on a stream: Backend::accumulate (dst += src).
-template void residual_forward<float>(float*, const float*, const float*, int64_t, Stream);
-
-template <typename T16>
-void softmax_cross_entropy_fused(float* losses, T16* logits, const int32_t* targets, float dloss,
+void softmax_cross_entropy_fused(float* losses, BF16* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp, Stream stream) {
-  detail::launch_softmax_cross_entropy<T16, true>(losses, logits, targets, dloss, N, V, Vp, stream);
+  detail::launch_softmax_cross_entropy(losses, logits, targets, dloss, N, V, Vp, stream);
 }
 
-template <typename T16>
-void cross_entropy_shard_stats(float* stats, const T16* logits, const int32_t* targets, int N,
+void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
                                int Vl, int Vv, int v0, Stream stream) {
   detail::launch_cross_entropy_shard_stats(stats, logits, targets, N, Vl, Vv, v0, stream);
 }
 
-template <typename T16>
-void cross_entropy_shard_finish(float* losses, T16* logits, const float* all_stats, int tp,
+void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
                                 const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
                                 int v0, Stream stream) {
   detail::launch_cross_entropy_shard_finish(losses, logits, all_stats, tp, targets, dloss, N, V, Vl,
                                             Vv, v0, stream);
 }
 
-LossScaler::LossScaler(Arena& arena, float initial_scale, int growth_interval, float growth,
-                       float backoff)
-    : state_(arena.allocate<LossScaleState>(1)),
-      growth_interval_(growth_interval),
-      growth_(growth),
-      backoff_(backoff) {
-  WEFT_CHECK(
-      initial_scale > 0.f && growth_interval > 0 && growth > 1.f && backoff > 0.f && backoff < 1.f,
-      "loss scaler with initial_scale=", initial_scale, " growth_interval=", growth_interval,
-      " growth=", growth, " backoff=", backoff);
-  const LossScaleState initial{initial_scale, 1.f / initial_scale, 0, 0, 0, 0};
-  copy_to_device(state_, &initial, sizeof(initial));
-  // cudaMemcpy from pageable memory may return before its DMA lands, and a non-blocking stream
-  // given to update() does not wait for the legacy stream it ran on.
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-void LossScaler::update(const float* grads, int64_t n, Stream stream) {
-  WEFT_CHECK(n >= 0, "negative element count ", n);
-  detail::loss_scale_update_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-      state_, grads, n, growth_interval_, growth_, backoff_);
-  WEFT_CUDA_CHECK_LAUNCH();
-}
-
-// The update may have run on any stream, a non-blocking one included, which cudaMemcpy (legacy
-// stream) does not wait for: wait for the device.
-float LossScaler::scale() const {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  LossScaleState host{};
-  copy_to_host(&host, state_, sizeof(host));
-  return host.scale;
-}
-
-bool LossScaler::found_inf() const {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  LossScaleState host{};
-  copy_to_host(&host, state_, sizeof(host));
-  return host.found_inf != 0;
-}
-
-template <typename T16>
-AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segments,
-                          AdamWCapacity capacity) {
-  static_assert(sizeof(AdamWSegment<T16>) == kAdamWSegmentRecordBytes &&
-                    sizeof(Chunk) == kAdamWChunkRecordBytes,
-                "the memory model prices the AdamW tables by these record sizes (backend.h)");
+AdamWPlan::AdamWPlan(Arena& arena, std::span<const AdamWSegment> segments, AdamWCapacity capacity) {
+  static_assert(
+      sizeof(AdamWSegment) == kAdamWSegmentRecordBytes && sizeof(Chunk) == kAdamWChunkRecordBytes,
+      "the memory model prices the AdamW tables by these record sizes (backend.h)");
   std::vector<int64_t> sizes;
   num_elements_ = 0;
-  for (const AdamWSegment<T16>& s : segments) {
+  for (const AdamWSegment& s : segments) {
     WEFT_CHECK(s.params != nullptr && s.grads != nullptr && s.m != nullptr && s.v != nullptr,
                "AdamW segment ", sizes.size(), " has a null tensor");
     sizes.push_back(s.n);
@@ -1447,23 +1032,23 @@ AdamWPlan<T16>::AdamWPlan(Arena& arena, std::span<const AdamWSegment<T16>> segme
   WEFT_CHECK(num_chunks_ * kAdamWChunkRecordBytes <= table.chunks, "AdamW plan: ", num_chunks_,
              " chunks exceed the table's ", table.chunks / kAdamWChunkRecordBytes);
   auto* device_segments =
-      static_cast<AdamWSegment<T16>*>(arena.allocate(static_cast<size_t>(table.segments)));
+      static_cast<AdamWSegment*>(arena.allocate(static_cast<size_t>(table.segments)));
   auto* device_chunks = static_cast<Chunk*>(arena.allocate(static_cast<size_t>(table.chunks)));
-  copy_to_device(device_segments, segments.data(), segments.size() * sizeof(AdamWSegment<T16>));
+  copy_to_device(device_segments, segments.data(), segments.size() * sizeof(AdamWSegment));
   copy_to_device(device_chunks, chunks.data(), chunks.size() * sizeof(Chunk));
-  // As LossScaler's: the tables have landed before step() runs on any stream.
+  // cudaMemcpy from pageable memory may return before its DMA lands, and a non-blocking stream
+  // given to step() does not wait for the legacy stream it ran on.
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   segments_ = device_segments;
   chunks_ = device_chunks;
 }
 
-template <typename T16>
-void AdamWPlan<T16>::step(float lr, float beta1, float beta2, float eps, int t, float grad_scale,
-                          const LossScaleState* scaler, Stream stream) const {
+void AdamWPlan::step(float lr, float beta1, float beta2, float eps, int t, float grad_scale,
+                     Stream stream) const {
   const detail::AdamWScalars s = detail::adamw_scalars(lr, beta1, beta2, eps, t, grad_scale);
   if (num_chunks_ == 0) return;
-  detail::adamw_multi_kernel<T16><<<static_cast<unsigned>(num_chunks_), 256, 0, stream>>>(
-      segments_, static_cast<const Chunk*>(chunks_), kChunk, s, scaler);
+  detail::adamw_multi_kernel<<<static_cast<unsigned>(num_chunks_), 256, 0, stream>>>(
+      segments_, static_cast<const Chunk*>(chunks_), kChunk, s);
   WEFT_CUDA_CHECK_LAUNCH();
 }
 
@@ -1474,40 +1059,8 @@ void sum_squares(Context& ctx, double* out, const float* x, int64_t n) {
 void add_mean(double* sum, const float* x, int64_t n, int64_t count, Stream stream) {
   WEFT_CHECK(n >= 0 && count > 0, "add_mean of ", n, " elements over ", count);
   detail::add_mean_kernel<<<1, detail::kReduceThreads, 0, stream>>>(sum, x, n,
-                                                                     static_cast<double>(count));
+                                                                    static_cast<double>(count));
   WEFT_CUDA_CHECK_LAUNCH();
 }
-
-// ---- explicit instantiations (T16 = BF16, F16) ------------------------------------------------
-
-#define WEFT_INSTANTIATE_MIXED(T16)                                                                \
-  template void embedding_forward<T16>(T16*, const int32_t*, const T16*, const T16*, int, int,     \
-                                       int, Stream);                                               \
-  template void embedding_backward<T16>(Context&, float*, float*, const T16*, const int32_t*, int, \
-                                        int, int);                                                 \
-  template void embedding_forward_shard<T16>(T16*, const int32_t*, const T16*, const T16*, int,    \
-                                             int, int, int, int, Stream);                          \
-  template void embedding_backward_shard<T16>(Context&, float*, float*, const T16*,                \
-                                              const int32_t*, int, int, int, int, int);            \
-  template void cross_entropy_shard_stats<T16>(float*, const T16*, const int32_t*, int, int, int,  \
-                                               int, Stream);                                       \
-  template void cross_entropy_shard_finish<T16>(float*, T16*, const float*, int, const int32_t*,   \
-                                                float, int, int, int, int, int, Stream);           \
-  template void layernorm_forward<T16>(T16*, float*, float*, const T16*, const T16*, const T16*,   \
-                                       int, int, Stream);                                          \
-  template void fused_residual_layernorm_forward<T16>(T16*, T16*, float*, float*, const T16*,      \
-                                                      const T16*, const T16*, const T16*, int,     \
-                                                      int, Stream);                                \
-  template void layernorm_backward<T16>(Context&, T16*, float*, float*, const T16*, const T16*,    \
-                                        const T16*, const float*, const float*, int, int);         \
-  template void gelu_forward<T16>(T16*, const T16*, int64_t, Stream);                              \
-  template void gelu_backward<T16>(T16*, const T16*, const T16*, int64_t, Stream);                 \
-  template void residual_forward<T16>(T16*, const T16*, const T16*, int64_t, Stream);              \
-  template void softmax_cross_entropy_fused<T16>(float*, T16*, const int32_t*, float, int, int,    \
-                                                 int, Stream);                                     \
-  template class AdamWPlan<T16>;
-WEFT_INSTANTIATE_MIXED(BF16)
-WEFT_INSTANTIATE_MIXED(F16)
-#undef WEFT_INSTANTIATE_MIXED
 
 }  // namespace weft::kernels::cuda
