@@ -50,15 +50,15 @@ TEST(RunConfig, ParsesTheTablesAndFillsDefaults) {
   EXPECT_EQ(c.data.tokenizer, "gpt2");
   EXPECT_DOUBLE_EQ(c.data.val_fraction, 0.05);
   EXPECT_EQ(c.train.seq_len, 16);  // 0 means the model's max_seq_len
-  EXPECT_EQ(c.train.micro_batch, 2);
+  EXPECT_EQ(c.parallel.micro_batch, 2);
   EXPECT_EQ(c.train.global_batch, 8);
   EXPECT_EQ(c.microbatches(), 4);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_DOUBLE_EQ(c.train.beta2, 0.95);
   EXPECT_EQ(c.run.out_dir, "runs/run");  // the TOML file's stem
   EXPECT_EQ(c.checkpoint_root(), "runs/run/checkpoints");
-  EXPECT_EQ(c.parallel.schedule, "1f1b");
-  EXPECT_EQ(c.recompute(), model::Recompute::None);
+  EXPECT_EQ(c.parallel.schedule, schedule::Kind::OneFOneB);
+  EXPECT_EQ(c.parallel.recompute, model::Recompute::None);
   // global_batch defaults to one micro batch.
   EXPECT_EQ(parse_ok(run_toml()).train.global_batch, 4);
 }
@@ -73,7 +73,7 @@ TEST(RunConfig, SetOverridesAreTypedByTheKey) {
   EXPECT_DOUBLE_EQ(c.train.clip, 2.0);  // an integer is a fine number
   EXPECT_EQ(c.run.out_dir, "/tmp/o");
   EXPECT_EQ(c.model.n_layer, 3);
-  EXPECT_EQ(c.parallel.schedule, "gpipe");
+  EXPECT_EQ(c.parallel.schedule, schedule::Kind::GPipe);
   // A key the file does not mention at all, in a section it does not have.
   EXPECT_EQ(parse_ok(run_toml(), {"parallel.tp=1"}).parallel.tp, 1);
 }
@@ -200,11 +200,11 @@ TEST(RunConfig, APipelineScheduleThatDoesNotFitIsRejectedBeforeLaunch) {
       run_toml("micro_batch = 1\nglobal_batch = 3\n"),
       {"model.n_layer=4", "parallel.pp=2", "parallel.vp=2", "parallel.schedule=interleaved"});
   EXPECT_HAS(p, "parallel.schedule='interleaved' with pp=2 vp=2 and 3 microbatches");
-  EXPECT_HAS(parse_ok(run_toml("micro_batch = 1\nglobal_batch = 4\n"),
-                      {"model.n_layer=4", "parallel.pp=2", "parallel.vp=2",
-                       "parallel.schedule=interleaved"})
-                 .parallel.schedule,
-             "interleaved");
+  EXPECT_EQ(parse_ok(run_toml("micro_batch = 1\nglobal_batch = 4\n"),
+                     {"model.n_layer=4", "parallel.pp=2", "parallel.vp=2",
+                      "parallel.schedule=interleaved"})
+                .parallel.schedule,
+            schedule::Kind::Interleaved);
   EXPECT_HAS(problems(run_toml("micro_batch = 1\nglobal_batch = 1\n"), {"parallel.pp=2"}),
              "and 1 microbatches");
   EXPECT_HAS(problems(run_toml("recompute = \"full\"\n"), {"parallel.schedule=zb-h1"}),

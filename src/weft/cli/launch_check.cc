@@ -19,22 +19,9 @@ Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precisio
   r.job.global_batch = cfg.train.global_batch;
   r.job.world = world;
   r.job.precision = precision;
-  layout::Layout& c = r.config;
-  c.tp = cfg.parallel.tp;
-  c.pp = cfg.parallel.pp;
-  c.dp = cfg.parallel.dp;
-  c.vp = cfg.parallel.vp;
-  c.micro_batch = cfg.train.micro_batch;
-  c.sequence_parallel = cfg.parallel.sequence_parallel;
-  c.zero = cfg.parallel.zero;
-  c.recompute = cfg.recompute();
+  r.config = cfg.parallel;
   Status s = validate(r.job);
-  if (auto k = schedule::parse_kind(cfg.parallel.schedule); k.ok()) {
-    c.schedule = k.value();
-  } else {
-    s.merge(k.status());
-  }
-  if (s.ok()) s.merge(validate(c, r.job));
+  if (s.ok()) s.merge(validate(r.config, r.job));
   if (!s.ok()) return s;
   return r;
 }

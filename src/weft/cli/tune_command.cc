@@ -364,7 +364,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   // bf16 mixed precision, which the planner then prices.
   const Precision precision = device_precision(o.device);
   const bool host = o.device == "cpu";
-  SpeedProbe speed(cfg.model, cfg.train.micro_batch, cfg.train.seq_len);
+  SpeedProbe speed(cfg.model, cfg.parallel.micro_batch, cfg.train.seq_len);
   // Memory is measured as `weft bench step` and `weft train` see it in a fresh process: the peak
   // above what the process held before anything of the run (MPI is up, no dataset, no model).
   // A baseline taken before each trial instead would leave out what the first trial leaves

@@ -26,7 +26,37 @@
 namespace weft::config {
 namespace {
 
-using FieldRef = std::variant<int*, int64_t*, double*, std::string*, bool*>;
+using FieldRef =
+    std::variant<int*, int64_t*, double*, std::string*, bool*, schedule::Kind*, model::Recompute*>;
+
+// The keys whose value is a name (a string in TOML), kept as its enum past parsing.
+std::string name_of(schedule::Kind k) { return std::string(schedule::kind_name(k)); }
+std::string name_of(model::Recompute r) { return std::string(model::recompute_name(r)); }
+bool parse_name(const std::string& name, schedule::Kind& out) {
+  auto k = schedule::parse_kind(name);
+  if (k.ok()) out = k.value();
+  return k.ok();
+}
+bool parse_name(const std::string& name, model::Recompute& out) {
+  const auto r = model::parse_recompute(name);
+  if (r) out = *r;
+  return r.has_value();
+}
+const char* choices(schedule::Kind) { return "gpipe, 1f1b, interleaved or zb-h1"; }
+const char* choices(model::Recompute) { return "none, selective or full"; }
+
+// One key's value from its TOML node: a type error to `types`; a name no enum has to `names`.
+template <class T>
+void read_key(const toml::node* node, const char* key, T& out, Status& types, Status& names) {
+  if constexpr (std::is_enum_v<T>) {
+    std::string name = name_of(out);
+    read_toml(node, key, name, types);
+    if (!parse_name(name, out))
+      names.add(fmt::format("{}='{}' must be {}", key, name, choices(out)));
+  } else {
+    read_toml(node, key, out, types);
+  }
+}
 
 // One key of [data], [train], [run] or [parallel]: where it lives in RunConfig and what it means.
 // [model] keys are GptConfig's and are parsed by model::parse_gpt_config.
@@ -47,7 +77,7 @@ const std::vector<Binding>& bindings() {
       {"data.tokenizer", WEFT_FIELD(data.tokenizer),
        "\"gpt2\", a tokenizer directory (encoder.json + vocab.bpe), or \"none\" (ids only)"},
       {"train.seq_len", WEFT_FIELD(train.seq_len), "sequence length T; 0: model.max_seq_len"},
-      {"train.micro_batch", WEFT_FIELD(train.micro_batch), "sequences per forward/backward"},
+      {"train.micro_batch", WEFT_FIELD(parallel.micro_batch), "sequences per forward/backward"},
       {"train.global_batch", WEFT_FIELD(train.global_batch),
        "sequences per optimizer step (gradient accumulation over global/micro microbatches); 0: "
        "micro_batch x dp"},
@@ -74,7 +104,7 @@ const std::vector<Binding>& bindings() {
       {"train.keep_last", WEFT_FIELD(train.keep_last), "checkpoints kept; 0: all"},
       {"train.seed", WEFT_FIELD(train.seed), "seed of the initialization and the data order"},
       {"train.threads", WEFT_FIELD(train.threads), "kernel threads; 0: every core"},
-      {"train.recompute", WEFT_FIELD(train.recompute),
+      {"train.recompute", WEFT_FIELD(parallel.recompute),
        "activation recomputation: none, selective or full"},
       {"train.log_every", WEFT_FIELD(train.log_every),
        "a log line every N steps when stderr is not a terminal"},
@@ -126,7 +156,10 @@ const std::vector<std::string> kSections = {"model", "data", "train", "run", "pa
 
 KeyType type_of(const FieldRef& f) {
   if (std::holds_alternative<double*>(f)) return KeyType::Float;
-  if (std::holds_alternative<std::string*>(f)) return KeyType::String;
+  if (std::holds_alternative<std::string*>(f) || std::holds_alternative<schedule::Kind*>(f) ||
+      std::holds_alternative<model::Recompute*>(f)) {
+    return KeyType::String;
+  }
   if (std::holds_alternative<bool*>(f)) return KeyType::Bool;
   return KeyType::Int;
 }
@@ -268,9 +301,6 @@ void parse_model(const toml::table& root, const std::string& origin, RunConfig& 
 
 }  // namespace
 
-model::Recompute RunConfig::recompute() const {
-  return model::parse_recompute(train.recompute).value_or(model::Recompute::None);
-}
 optim::AdamWConfig RunConfig::adamw() const {
   return {.beta1 = static_cast<float>(train.beta1),
           .beta2 = static_cast<float>(train.beta2),
@@ -293,7 +323,15 @@ nlohmann::json RunConfig::to_json() const {
     const std::string name = b.name;
     const auto dot = name.find('.');
     auto& slot = j[name.substr(0, dot)][name.substr(dot + 1)];
-    std::visit([&](auto* p) { slot = *p; }, b.field(copy));
+    std::visit(
+        [&](auto* p) {
+          if constexpr (std::is_enum_v<std::remove_pointer_t<decltype(p)>>) {
+            slot = name_of(*p);
+          } else {
+            slot = *p;
+          }
+        },
+        b.field(copy));
   }
   return j;
 }
@@ -310,7 +348,9 @@ const std::vector<KeyInfo>& run_config_keys() {
       std::string def = std::visit(
           [](auto* p) -> std::string {
             using T = std::remove_pointer_t<decltype(p)>;
-            if constexpr (std::is_same_v<T, std::string>) {
+            if constexpr (std::is_enum_v<T>) {
+              return "\"" + name_of(*p) + "\"";
+            } else if constexpr (std::is_same_v<T, std::string>) {
               return p->empty() ? "" : "\"" + *p + "\"";
             } else if constexpr (std::is_same_v<T, bool>) {
               return *p ? "true" : "false";
@@ -359,10 +399,11 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
 
   RunConfig c;
   c.origin = origin;
-  Status types;  // each "train.lr must be a number", from the file
+  Status types;    // each "train.lr must be a number", from the file
+  Status unnamed;  // each "parallel.schedule='2f2b' must be ...", reported with validate()'s
   for (const auto& b : bindings()) {
     const toml::node* node = root.at_path(b.name).node();
-    std::visit([&](auto* p) { read_toml(node, b.name, *p, types); }, b.field(c));
+    std::visit([&](auto* p) { read_key(node, b.name, *p, types, unnamed); }, b.field(c));
   }
   s.merge(types.prefixed(origin));
   parse_model(root, origin, c, s);
@@ -371,10 +412,10 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
   // Derived defaults.
   if (c.train.seq_len == 0) c.train.seq_len = c.model.max_seq_len;
   if (c.train.global_batch == 0) {
-    const int64_t one_each = int64_t{c.train.micro_batch} * c.parallel.dp;
+    const int64_t one_each = int64_t{c.parallel.micro_batch} * c.parallel.dp;
     if (one_each > std::numeric_limits<int>::max()) {
       s.add(fmt::format("{}: train.micro_batch={} x parallel.dp={} is too large", origin,
-                        c.train.micro_batch, c.parallel.dp));
+                        c.parallel.micro_batch, c.parallel.dp));
       return s;
     }
     c.train.global_batch = static_cast<int>(one_each);
@@ -382,7 +423,16 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
   if (c.run.out_dir.empty()) {
     c.run.out_dir = (std::filesystem::path("runs") / std::filesystem::path(origin).stem()).string();
   }
-  s.merge(validate(c));
+  s.merge(unnamed.prefixed(origin));
+  // An unknown schedule name is its own problem: the shape checks of the default schedule, which
+  // the config keeps in its place, would only confuse.
+  const bool schedule_named =
+      root.at_path("parallel.schedule").value<std::string>().value_or("1f1b") ==
+      name_of(c.parallel.schedule);
+  const Status checked = validate(c);
+  for (const std::string& problem : checked.problems()) {
+    if (schedule_named || problem.find("parallel.schedule='") == std::string::npos) s.add(problem);
+  }
   if (!s.ok()) return s;
   return c;
 }
@@ -439,9 +489,6 @@ Status validate(const RunConfig& c) {
     add(fmt::format("train.keep_last={} must be >= 0 (0: keep all)", t.keep_last));
   if (t.seed < 0) add(fmt::format("train.seed={} must be >= 0", t.seed));
   if (t.threads < 0) add(fmt::format("train.threads={} must be >= 0 (0: every core)", t.threads));
-  if (!model::parse_recompute(t.recompute)) {
-    add(fmt::format("train.recompute='{}' must be none, selective or full", t.recompute));
-  }
   if (t.log_every <= 0) add(fmt::format("train.log_every={} must be > 0", t.log_every));
   if (!(t.peak_gflops >= 0)) add(fmt::format("train.peak_gflops={} must be >= 0", t.peak_gflops));
   if (c.run.out_dir.empty()) add("run.out_dir is empty");
@@ -451,37 +498,14 @@ Status validate(const RunConfig& c) {
   return s;
 }
 
-layout::Layout to_layout(const RunConfig& c) {
-  // An unknown schedule name is validate_layout's own error; the rest is checked as under gpipe,
-  // which runs every pipeline shape with one chunk per rank.
-  const auto kind = schedule::parse_kind(c.parallel.schedule);
-  return {.tp = c.parallel.tp,
-          .pp = c.parallel.pp,
-          .dp = c.parallel.dp,
-          .vp = c.parallel.vp,
-          .micro_batch = c.train.micro_batch,
-          .schedule = kind.ok() ? kind.value() : schedule::Kind::GPipe,
-          .recompute = c.recompute(),
-          .sequence_parallel = c.parallel.sequence_parallel,
-          .zero = c.parallel.zero};
-}
-
 Status validate_layout(const RunConfig& c) {
-  Status s;
-  if (!schedule::parse_kind(c.parallel.schedule).ok()) {
-    s.add(fmt::format("{}: parallel.schedule='{}' must be gpipe, 1f1b, interleaved or zb-h1",
-                      c.origin, c.parallel.schedule));
-  }
-  const Status rules = layout::validate(
-      c.model, to_layout(c), {.global_batch = c.train.global_batch, .seq_len = c.train.seq_len});
-  for (const auto& problem : rules.problems()) {
-    s.add(fmt::format("{}: {}", c.origin, problem));
-  }
-  return s;
+  return layout::validate(c.model, c.parallel,
+                          {.global_batch = c.train.global_batch, .seq_len = c.train.seq_len})
+      .prefixed(c.origin);
 }
 
 Status validate_world(const RunConfig& c, int world_size) {
-  const parallel::GridShape grid{c.parallel.tp, c.parallel.pp, c.parallel.dp};
+  const parallel::GridShape grid = c.parallel.grid();
   const Status s = parallel::validate(grid, world_size);
   if (s.ok()) return s;
   return Status::error(s.message(fmt::format(
@@ -503,7 +527,7 @@ Status validate_data(const RunConfig& c, const data::TokenDataset& ds,
         c.data.train, ds.num_tokens(), split.windows, t.seq_len + 1, split.train,
         c.data.val_fraction, t.global_batch));
   }
-  const int64_t val_needed = int64_t{t.eval_batches} * t.micro_batch;
+  const int64_t val_needed = int64_t{t.eval_batches} * c.parallel.micro_batch;
   if (t.eval_every > 0 && split.val < val_needed) {
     s.add(
         fmt::format("{}: the validation split has {} windows (data.val_fraction={}), fewer than "

@@ -13,6 +13,7 @@
 
 #include "weft/core/status.h"
 #include "weft/data/token_dataset.h"
+#include "weft/layout/layout.h"
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/recompute.h"
@@ -33,7 +34,6 @@ struct RunConfig {
 
   struct Train {
     int seq_len = 0;       // T; 0: model.max_seq_len
-    int micro_batch = 4;   // sequences per forward/backward
     int global_batch = 0;  // sequences per optimizer step; 0: micro_batch x dp
     int steps = 0;         // optimizer steps of the whole run (required)
     double lr = 6e-4, min_lr = 6e-5;
@@ -45,7 +45,6 @@ struct RunConfig {
     int save_every = 1000, keep_last = 3;
     int64_t seed = 1234;
     int threads = 0;  // kernel threads; 0: every core
-    std::string recompute = "none";
     int log_every = 10;
     double peak_gflops = 0;  // spec peak for MFU; 0: report MFU against the GEMM ceiling only
   } train;
@@ -54,17 +53,11 @@ struct RunConfig {
     std::string out_dir;  // "": runs/<RUN.toml's stem>
   } run;
 
-  struct Parallel {
-    int tp = 1, pp = 1, dp = 1, vp = 1;
-    bool sequence_parallel = false;
-    std::string schedule = "1f1b";
-    int zero = 0;
-  } parallel;
+  // The layout: [parallel] and train.micro_batch, train.recompute (the keys keep their sections;
+  // the value is the one layout type the planner, the checkpoints and the runtime take).
+  layout::Layout parallel{.micro_batch = 4};
 
-  int microbatches() const {
-    return static_cast<int>(train.global_batch / (int64_t{train.micro_batch} * parallel.dp));
-  }
-  model::Recompute recompute() const;
+  int microbatches() const { return parallel.microbatches(train.global_batch); }
   optim::AdamWConfig adamw() const;     // train.beta1, beta2, eps, weight_decay
   std::string checkpoint_root() const;  // <out_dir>/checkpoints
   std::string metrics_path() const;     // <out_dir>/metrics.jsonl
@@ -94,10 +87,9 @@ Result<RunConfig> load_run_config(const std::string& path,
 // divisible by train.micro_batch=4").
 Status validate(const RunConfig& cfg);
 
-// The run's parallel layout ([parallel], train.micro_batch, global_batch, seq_len, recompute) as
-// layout/validate.h sees it, and the trainer's check of it: layout::validate, the one rule book
-// the planner applies too, for every device (validate() above runs it).
-layout::Layout to_layout(const RunConfig& c);
+// The trainer's check of the run's layout (`parallel`) with its batch (train.global_batch,
+// seq_len): layout::validate, the one rule book the planner applies too, for every device
+// (validate() above runs it).
 Status validate_layout(const RunConfig& c);
 
 // The process grid: parallel.tp * pp * dp must equal the number of processes started.

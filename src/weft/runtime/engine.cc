@@ -34,16 +34,14 @@ int concurrent_ranks(int world_size, int threads) {
 
 Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
   const auto& p = cfg.parallel;
-  auto kind = schedule::parse_kind(p.schedule);
-  if (!kind.ok()) return kind.status();
-  return runner_schedule(cfg.model, kind.value(), p.pp, p.vp, cfg.microbatches());
+  return runner_schedule(cfg.model, p.schedule, p.pp, p.vp, cfg.microbatches());
 }
 
 RankShape rank_shape(const config::RunConfig& cfg, int pp_rank) {
   const auto& p = cfg.parallel;
-  return {.B = cfg.train.micro_batch,
+  return {.B = p.micro_batch,
           .T = cfg.train.seq_len,
-          .recompute = cfg.recompute(),
+          .recompute = p.recompute,
           .pp_rank = pp_rank,
           .tp = {p.tp, p.sequence_parallel},
           .zero = {p.zero, p.dp}};
@@ -59,8 +57,8 @@ namespace {
 class OptimizerState final : public RankState {
  public:
   OptimizerState(std::span<model::Gpt* const> chunks,
-                 std::span<optim::DistributedOptimizer* const> opts,
-                 const config::RunConfig::Parallel& p, int dp_rank, int64_t staging_bytes)
+                 std::span<optim::DistributedOptimizer* const> opts, const layout::Layout& p,
+                 int dp_rank, int64_t staging_bytes)
       : chunks_(chunks),
         opts_(opts),
         zero_(p.zero),
@@ -156,7 +154,7 @@ std::string Engine::describe() const {
 }
 
 double Engine::gemm_ceiling(bool fresh) {
-  const int b = cfg_.train.micro_batch, T = cfg_.train.seq_len;
+  const int b = cfg_.parallel.micro_batch, T = cfg_.train.seq_len;
   if (device_ != nullptr) return device_gemm_ceiling(*device_, cfg_.model, b, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
   // The ceiling's operands and oneDNN's packing buffers for them are not training's memory: the
@@ -185,7 +183,7 @@ Engine::Memory Engine::memory() const {
 CheckpointJob Engine::checkpoint_job() {
   CheckpointJob job;
   job.model = cfg_.model;
-  job.layout = to_layout(cfg_);
+  job.layout = cfg_.parallel;
   job.tp_rank = me_.tp;
   job.dp_rank = me_.dp;
   job.pp_rank = me_.pp;

@@ -211,7 +211,7 @@ Result<TrainResult> Trainer::run() {
   if (Status s = config::validate_world(cfg_, run.world_size); !s.ok()) return s;
   if (Status s = config::validate_layout(cfg_); !s.ok()) return s;
   if (Status s = prepare_root(run.root, run.tokenizer, run.leader); !s.ok()) return s;
-  const parallel::Topology topo(config::to_layout(cfg_).grid());
+  const parallel::Topology topo(cfg_.parallel.grid());
   if (run.world != nullptr && run.world_size > 1) groups_ = parallel::make_groups(*run.world, topo);
   if (Status s = build(run, topo.coord(world_rank)); !s.ok()) return s;
   if (Status s = train(run); !s.ok()) return s;
@@ -235,7 +235,8 @@ Result<TrainResult> Trainer::run() {
 
 Status Trainer::build(Run& run, const parallel::Coord& me) {
   const auto& t = cfg_.train;
-  const int T = t.seq_len, b = t.micro_batch, m = cfg_.microbatches(), dp = cfg_.parallel.dp;
+  const int T = t.seq_len, b = cfg_.parallel.micro_batch, m = cfg_.microbatches(),
+            dp = cfg_.parallel.dp;
   kernels::set_num_threads(t.threads > 0 ? t.threads : threads_per_process(local_processes(1)));
   data::SamplerConfig scfg;
   scfg.seq_len = T;
@@ -345,7 +346,7 @@ Status Trainer::save(Run& run) {
 // The same eval_batches validation batches as one process would use, shared by the replicas.
 float Trainer::evaluate(Run& run) {
   const auto& t = cfg_.train;
-  const size_t block = static_cast<size_t>(t.micro_batch) * t.seq_len;
+  const size_t block = static_cast<size_t>(cfg_.parallel.micro_batch) * t.seq_len;
   const int mine = run.sampler->val_batches_of_replica(t.eval_batches);
   std::vector<int32_t> vt(block * mine), vy(vt.size());
   for (int k = 0; k < mine; ++k) {
@@ -357,7 +358,8 @@ float Trainer::evaluate(Run& run) {
 Status Trainer::train(Run& run) {
   const auto& t = cfg_.train;
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
-  std::vector<int32_t> tokens(static_cast<size_t>(cfg_.microbatches()) * t.micro_batch * t.seq_len),
+  std::vector<int32_t> tokens(static_cast<size_t>(cfg_.microbatches()) * cfg_.parallel.micro_batch *
+                              t.seq_len),
       targets(tokens.size());
   // A stop request reaches the ranks at different moments: they agree on it before each step,
   // so all of them stop after the same one.
