@@ -115,7 +115,7 @@ struct ReadPiece {
 struct Metadata {
   int version = kFormatVersion;
   model::GptConfig model;
-  layout::Layout parallel;  // the writer's; recorded: tp, pp, dp, vp and zero (layout::same_shards)
+  layout::Layout parallel;  // the writer's; recorded: tp, pp, dp, vp and zero (its shards)
   bool has_optimizer = false;
   optim::AdamWConfig adamw;
   int64_t optimizer_step = 0;

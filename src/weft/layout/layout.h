@@ -25,16 +25,9 @@ struct Layout {
   int zero = 0;  // ZeRO stage 0-3 over the dp group (Rajbhandari et al. 2020)
 
   parallel::GridShape grid() const { return {.tp = tp, .pp = pp, .dp = dp}; }
-  int world() const { return tp * pp * dp; }
   // m = B / (dp * b): microbatches per step on each pipeline, for a global batch of B sequences.
   int microbatches(int64_t global_batch) const {
     return static_cast<int>(global_batch / (int64_t{dp} * micro_batch));
-  }
-  // Whether a checkpoint written under one layout is laid out as under the other: the same model
-  // shards per rank and the same optimizer-state partition (the schedule, recomputation and
-  // microbatching do not change what a rank holds between steps).
-  bool same_shards(const Layout& o) const {
-    return tp == o.tp && pp == o.pp && dp == o.dp && vp == o.vp && zero == o.zero;
   }
   bool operator==(const Layout&) const = default;
 };
@@ -44,7 +37,7 @@ struct Layout {
 // missing ones keep their defaults; without dp, world / (tp*pp) when `world` > 0, else 1. Every
 // problem at once, with "did you mean" for a mistyped key.
 Result<Layout> parse(std::string_view text, int world = 0);
-// The same form, every key: parse(to_string(l), l.world()) == l.
+// The same form, every key: parse(to_string(l), tp * pp * dp) == l.
 std::string to_string(const Layout& l);
 // The short form used in tables: "tp8 pp8 dp16 vp2 mb1 interleaved full sp z1".
 std::string short_name(const Layout& l);

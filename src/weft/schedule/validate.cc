@@ -127,170 +127,217 @@ Status check_structure(const Schedule& schedule) {
   return problems.take();
 }
 
-Status validate(const Schedule& schedule) {
-  if (Status structure = check_structure(schedule); !structure.ok()) return structure;
-  Problems problems;
-  const Shape& shape = schedule.shape;
-  const int pp = shape.pp, stages = shape.num_stages(), m = shape.microbatches;
+namespace {
 
-  Index index(stages, m);
-  bool lowered = false;
-  std::vector<int> reduce_count(stages, 0), reduce_pos(stages, -1);
-  std::vector<int> step_count(pp, 0);
-  bool any_step_op = false;
-  for (int rank = 0; rank < pp; ++rank) {
-    const Program& program = schedule.programs[rank];
-    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
-      const Instr& in = program[i];
-      lowered = lowered || is_p2p(in.op);
-      if (in.op == Op::ReduceGrads) {
-        any_step_op = true;
-        if (reduce_count[in.stage]++ == 0) reduce_pos[in.stage] = i;
-        continue;
-      }
-      if (in.op == Op::OptimizerStep) {
-        any_step_op = true;
-        ++step_count[rank];
-        if (i + 1 != static_cast<int>(program.size())) {
-          problems.add("{}: OptimizerStep must be the rank's last instruction", at(rank, i, in));
+// validate()'s checks after the structure's, one method per invariant, over one pass's index of
+// the programs.
+class Checker {
+ public:
+  explicit Checker(const Schedule& schedule)
+      : schedule_(schedule),
+        shape_(schedule.shape),
+        pp_(shape_.pp),
+        stages_(shape_.num_stages()),
+        m_(shape_.microbatches),
+        index_(stages_, m_),
+        reduce_count_(stages_, 0),
+        reduce_pos_(stages_, -1),
+        step_count_(pp_, 0) {
+    scan();
+  }
+
+  Status run() {
+    check_once();
+    if (lowered_) check_pairs();
+    check_order();
+    if (any_step_op_) check_step_end();
+    check_running();
+    if (problems_.ok()) check_deadlock();
+    return problems_.take();
+  }
+
+ private:
+  void scan() {
+    for (int rank = 0; rank < pp_; ++rank) {
+      const Program& program = schedule_.programs[rank];
+      for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+        const Instr& in = program[i];
+        lowered_ = lowered_ || is_p2p(in.op);
+        if (in.op == Op::ReduceGrads) {
+          any_step_op_ = true;
+          if (reduce_count_[in.stage]++ == 0) reduce_pos_[in.stage] = i;
+          continue;
         }
-        continue;
+        if (in.op == Op::OptimizerStep) {
+          any_step_op_ = true;
+          ++step_count_[rank];
+          if (i + 1 != static_cast<int>(program.size())) {
+            problems_.add("{}: OptimizerStep must be the rank's last instruction", at(rank, i, in));
+          }
+          continue;
+        }
+        const int k = slot_of(in.op), key = in.stage * m_ + in.microbatch;
+        if (index_.count[k][key]++ == 0) index_.pos[k][key] = i;
       }
-      const int k = slot_of(in.op), key = in.stage * m + in.microbatch;
-      if (index.count[k][key]++ == 0) index.pos[k][key] = i;
     }
+  }
+
+  // An instruction as text, with the peer a send or receive of stage s must have.
+  std::string text(Op op, int s, int mb) const {
+    int peer = -1;
+    if (op == Op::SendAct || op == Op::RecvGrad) peer = shape_.rank_of(s + 1);
+    if (op == Op::RecvAct || op == Op::SendGrad) peer = shape_.rank_of(s - 1);
+    return instr_to_text({op, s, mb, peer});
+  }
+  // The stage's gradient pass of microbatch mb: B, or the I of a split backward.
+  Op grad_op(int s, int mb) const {
+    return index_.n(Op::Backward, s, mb) > 0 ? Op::Backward : Op::BackwardInput;
   }
 
   // Exactly once.
-  // An instruction as text, with the peer a send or receive of stage s must have.
-  auto text = [&](Op op, int s, int mb) {
-    int peer = -1;
-    if (op == Op::SendAct || op == Op::RecvGrad) peer = shape.rank_of(s + 1);
-    if (op == Op::RecvAct || op == Op::SendGrad) peer = shape.rank_of(s - 1);
-    return instr_to_text({op, s, mb, peer});
-  };
-  for (int s = 0; s < stages; ++s) {
-    for (int mb = 0; mb < m; ++mb) {
-      if (const int f = index.n(Op::Forward, s, mb); f != 1) {
-        problems.add("stage {} microbatch {}: {} forwards (needs exactly one {})", s, mb, f,
-                     text(Op::Forward, s, mb));
-      }
-      const int b = index.n(Op::Backward, s, mb), bi = index.n(Op::BackwardInput, s, mb),
-                bw = index.n(Op::BackwardWeight, s, mb);
-      if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1))) {
-        problems.add("stage {} microbatch {}: {} B, {} I, {} W (needs one B, or one I and one W)",
-                     s, mb, b, bi, bw);
+  void check_once() {
+    for (int s = 0; s < stages_; ++s) {
+      for (int mb = 0; mb < m_; ++mb) {
+        if (const int f = index_.n(Op::Forward, s, mb); f != 1) {
+          problems_.add("stage {} microbatch {}: {} forwards (needs exactly one {})", s, mb, f,
+                        text(Op::Forward, s, mb));
+        }
+        const int b = index_.n(Op::Backward, s, mb), bi = index_.n(Op::BackwardInput, s, mb),
+                  bw = index_.n(Op::BackwardWeight, s, mb);
+        if (!((b == 1 && bi == 0 && bw == 0) || (b == 0 && bi == 1 && bw == 1))) {
+          problems_.add(
+              "stage {} microbatch {}: {} B, {} I, {} W (needs one B, or one I and one W)", s, mb,
+              b, bi, bw);
+        }
       }
     }
   }
+
   // Every send has its receive: one pair per cross-rank edge, once the schedule is lowered.
-  auto pair = [&](Op send, int from, Op recv, int to, int mb) {
-    const int ns = index.n(send, from, mb), nr = index.n(recv, to, mb);
-    const int rf = shape.rank_of(from), rt = shape.rank_of(to);
-    const std::string st = text(send, from, mb), rc = text(recv, to, mb);
-    if (ns == 1 && nr == 1) return;
-    if (ns == 1 && nr == 0) {
-      problems.add("{} on rank {} has no matching receive {} on rank {}", st, rf, rc, rt);
-    } else if (ns == 0 && nr == 1) {
-      problems.add("{} on rank {} has no matching send {} on rank {}", rc, rt, st, rf);
-    } else if (ns == 0 && nr == 0) {
-      problems.add(
-          "stage {} microbatch {} needs stage {}'s output from rank {} but has no "
-          "message ({} / {})",
-          to, mb, from, rf, st, rc);
-    } else {
-      problems.add("{} sends {} and {} receives {} (needs one of each)", ns, st, nr, rc);
-    }
-  };
-  if (lowered) {
-    for (int s = 0; s + 1 < stages; ++s) {
-      for (int mb = 0; mb < m; ++mb) {
+  void check_pairs() {
+    for (int s = 0; s + 1 < stages_; ++s) {
+      for (int mb = 0; mb < m_; ++mb) {
         pair(Op::SendAct, s, Op::RecvAct, s + 1, mb);
         pair(Op::SendGrad, s + 1, Op::RecvGrad, s, mb);
       }
     }
   }
+  void pair(Op send, int from, Op recv, int to, int mb) {
+    const int ns = index_.n(send, from, mb), nr = index_.n(recv, to, mb);
+    const int rf = shape_.rank_of(from), rt = shape_.rank_of(to);
+    const std::string st = text(send, from, mb), rc = text(recv, to, mb);
+    if (ns == 1 && nr == 1) return;
+    if (ns == 1 && nr == 0) {
+      problems_.add("{} on rank {} has no matching receive {} on rank {}", st, rf, rc, rt);
+    } else if (ns == 0 && nr == 1) {
+      problems_.add("{} on rank {} has no matching send {} on rank {}", rc, rt, st, rf);
+    } else if (ns == 0 && nr == 0) {
+      problems_.add(
+          "stage {} microbatch {} needs stage {}'s output from rank {} but has no "
+          "message ({} / {})",
+          to, mb, from, rf, st, rc);
+    } else {
+      problems_.add("{} sends {} and {} receives {} (needs one of each)", ns, st, nr, rc);
+    }
+  }
 
   // Order on a rank, for the pairs that are present (absences were reported above).
-  auto before = [&](Op first, int s1, Op second, int s2, int mb, std::string_view why) {
-    const int p1 = index.where(first, s1, mb), p2 = index.where(second, s2, mb);
+  void before(Op first, int s1, Op second, int s2, int mb, std::string_view why) {
+    const int p1 = index_.where(first, s1, mb), p2 = index_.where(second, s2, mb);
     if (p1 < 0 || p2 < 0 || p1 < p2) return;
-    problems.add("rank {}: {} (#{}) runs before {} (#{}), {}", shape.rank_of(s2),
-                 text(second, s2, mb), p2, text(first, s1, mb), p1, why);
-  };
-  for (int s = 0; s < stages; ++s) {
-    for (int mb = 0; mb < m; ++mb) {
-      const Op grad = index.n(Op::Backward, s, mb) > 0 ? Op::Backward : Op::BackwardInput;
-      before(Op::Forward, s, grad, s, mb, "which it needs");
-      before(Op::BackwardInput, s, Op::BackwardWeight, s, mb, "which it needs");
-      if (pp == 1 && s > 0) before(Op::Forward, s - 1, Op::Forward, s, mb, "which it needs");
-      if (pp == 1 && s + 1 < stages) {
-        const Op next = index.n(Op::Backward, s + 1, mb) > 0 ? Op::Backward : Op::BackwardInput;
-        before(next, s + 1, grad, s, mb, "which it needs");
+    problems_.add("rank {}: {} (#{}) runs before {} (#{}), {}", shape_.rank_of(s2),
+                  text(second, s2, mb), p2, text(first, s1, mb), p1, why);
+  }
+  void check_order() {
+    for (int s = 0; s < stages_; ++s) {
+      for (int mb = 0; mb < m_; ++mb) {
+        const Op grad = grad_op(s, mb);
+        before(Op::Forward, s, grad, s, mb, "which it needs");
+        before(Op::BackwardInput, s, Op::BackwardWeight, s, mb, "which it needs");
+        if (pp_ == 1 && s > 0) before(Op::Forward, s - 1, Op::Forward, s, mb, "which it needs");
+        if (pp_ == 1 && s + 1 < stages_) {
+          before(grad_op(s + 1, mb), s + 1, grad, s, mb, "which it needs");
+        }
+        if (lowered_ && s > 0) before(Op::RecvAct, s, Op::Forward, s, mb, "its input");
+        if (lowered_ && s + 1 < stages_) {
+          before(Op::Forward, s, Op::SendAct, s, mb, "the activation it sends");
+          before(Op::RecvGrad, s, grad, s, mb, "its output gradient");
+        }
+        if (lowered_ && s > 0) before(grad, s, Op::SendGrad, s, mb, "the gradient it sends");
       }
-      if (lowered && s > 0) before(Op::RecvAct, s, Op::Forward, s, mb, "its input");
-      if (lowered && s + 1 < stages) {
-        before(Op::Forward, s, Op::SendAct, s, mb, "the activation it sends");
-        before(Op::RecvGrad, s, grad, s, mb, "its output gradient");
-      }
-      if (lowered && s > 0) before(grad, s, Op::SendGrad, s, mb, "the gradient it sends");
     }
   }
 
   // The end of the step: once any rank has one, every stage reduces once after its last
   // weight gradient, and every rank steps once, last.
-  if (any_step_op) {
-    for (int s = 0; s < stages; ++s) {
-      if (reduce_count[s] != 1) {
-        problems.add("stage {}: {} ReduceGrads (needs one, after its last weight gradient)", s,
-                     reduce_count[s]);
+  void check_step_end() {
+    for (int s = 0; s < stages_; ++s) {
+      if (reduce_count_[s] != 1) {
+        problems_.add("stage {}: {} ReduceGrads (needs one, after its last weight gradient)", s,
+                      reduce_count_[s]);
         continue;
       }
-      for (int mb = 0; mb < m; ++mb) {
+      for (int mb = 0; mb < m_; ++mb) {
         for (Op op : {Op::Backward, Op::BackwardWeight}) {
-          const int p = index.where(op, s, mb);
-          if (p > reduce_pos[s]) {
-            problems.add("rank {}: {} (#{}) runs before {} (#{}), whose gradient it reduces",
-                         shape.rank_of(s), text(Op::ReduceGrads, s, -1), reduce_pos[s],
-                         text(op, s, mb), p);
+          const int p = index_.where(op, s, mb);
+          if (p > reduce_pos_[s]) {
+            problems_.add("rank {}: {} (#{}) runs before {} (#{}), whose gradient it reduces",
+                          shape_.rank_of(s), text(Op::ReduceGrads, s, -1), reduce_pos_[s],
+                          text(op, s, mb), p);
           }
         }
       }
     }
-    for (int rank = 0; rank < pp; ++rank) {
-      if (step_count[rank] != 1) {
-        problems.add("rank {}: {} OptimizerStep (needs one, last)", rank, step_count[rank]);
+    for (int rank = 0; rank < pp_; ++rank) {
+      if (step_count_[rank] != 1) {
+        problems_.add("rank {}: {} OptimizerStep (needs one, last)", rank, step_count_[rank]);
       }
     }
   }
 
   // Running forwards minus backwards never negative on any rank.
-  for (int rank = 0; rank < pp; ++rank) {
-    const Program& program = schedule.programs[rank];
-    int running = 0;
-    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
-      const Op op = program[i].op;
-      running += op == Op::Forward ? 1 : (op == Op::Backward || op == Op::BackwardInput) ? -1 : 0;
-      if (running < 0) {
-        problems.add("{}: more backwards than forwards have run on this rank",
-                     at(rank, i, program[i]));
-        break;
+  void check_running() {
+    for (int rank = 0; rank < pp_; ++rank) {
+      const Program& program = schedule_.programs[rank];
+      int running = 0;
+      for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+        const Op op = program[i].op;
+        running += op == Op::Forward ? 1 : (op == Op::Backward || op == Op::BackwardInput) ? -1 : 0;
+        if (running < 0) {
+          problems_.add("{}: more backwards than forwards have run on this rank",
+                        at(rank, i, program[i]));
+          break;
+        }
       }
     }
   }
 
-  if (!problems.ok()) return problems.take();
-
   // Deadlock freedom: sends are eager, receives block (docs/schedules.md).
-  const Timeline timeline = simulate(schedule, unit_costs(shape));
-  if (timeline.deadlocked()) {
-    problems.add("deadlock: {} of {} ranks wait forever (sends eager, receives blocking)",
-                 timeline.blocked.size(), pp);
+  void check_deadlock() {
+    const Timeline timeline = simulate(schedule_, unit_costs(shape_));
+    if (!timeline.deadlocked()) return;
+    problems_.add("deadlock: {} of {} ranks wait forever (sends eager, receives blocking)",
+                  timeline.blocked.size(), pp_);
     for (const Blocked& b : timeline.blocked) {
-      problems.add("{} blocks: {}", at(b.rank, b.index, b.instr), b.waiting_for);
+      problems_.add("{} blocks: {}", at(b.rank, b.index, b.instr), b.waiting_for);
     }
   }
-  return problems.take();
+
+  const Schedule& schedule_;
+  const Shape& shape_;
+  const int pp_, stages_, m_;
+  Index index_;
+  std::vector<int> reduce_count_, reduce_pos_;  // per stage
+  std::vector<int> step_count_;                 // per rank
+  bool lowered_ = false, any_step_op_ = false;
+  Problems problems_;
+};
+
+}  // namespace
+
+Status validate(const Schedule& schedule) {
+  if (Status structure = check_structure(schedule); !structure.ok()) return structure;
+  return Checker(schedule).run();
 }
 
 std::vector<int> peak_in_flight(const Schedule& schedule) {
