@@ -64,7 +64,7 @@ TEST_F(StopSignalsTest, AListenerHearsTheFirstSignalAndTheSecondEndsTheProcess) 
       {
         route_stop_signals();
         std::atomic<bool> stop{false};
-        StopSignalListener listener(stop);
+        StopSignalListener listener(&stop);
         kill(getpid(), SIGTERM);
         if (!wait_for(stop) || listener.signal() != SIGTERM) std::_Exit(1);
         kill(getpid(), SIGINT);  // a second request: the user does not want to wait
@@ -80,7 +80,7 @@ TEST_F(StopSignalsTest, SigUsr1IsAStopRequestLikeSigTerm) {
       {
         route_stop_signals();
         std::atomic<bool> stop{false};
-        StopSignalListener listener(stop);
+        StopSignalListener listener(&stop);
         kill(getpid(), SIGUSR1);
         std::_Exit(wait_for(stop) && listener.signal() == SIGUSR1 ? 0 : 1);
       },
@@ -93,7 +93,7 @@ TEST_F(StopSignalsTest, WithoutAListenerASignalHasItsDefaultAction) {
         route_stop_signals();
         {
           std::atomic<bool> stop{false};
-          StopSignalListener listener(stop);
+          StopSignalListener listener(&stop);
         }  // the training loop is over
         kill(getpid(), SIGTERM);
         std::this_thread::sleep_for(std::chrono::seconds(10));

@@ -345,6 +345,21 @@ TEST_F(CliTrainTest, SigintStopsTheRunWithACheckpointAndExitsZero) {
   EXPECT_EQ(read_text(out("/checkpoints/latest")), fmt::format("step_{:08d}\n", steps));
 }
 
+// Slurm signals a step's tasks one after another. Here rank 1 hears SIGTERM as step 3 begins and
+// rank 0 only while it writes the checkpoint the ranks agreed on: both stop after step 3, the
+// checkpoint is complete, the job exits 0 and names the signal. (Rank 0 was killed by such a late
+// signal once, in the Slurm test's srun preemption, when it listened during the steps only.)
+TEST_F(CliTrainTest, AStopSignalThatReachesTheRanksAtDifferentMomentsStopsTheJobCleanly) {
+  const std::string run = write_run();
+  const auto r = weft_command("WEFT_FAULT=step:3:1:TERM,save:3:0:TERM " WEFT_MPIRUN
+                              " -n 2 " WEFT_BIN " train " +
+                              run + " --set parallel.dp=2 --set train.save_every=0");
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "stopped by SIGTERM after step 3/8");
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000003\n");
+  EXPECT_TRUE(fs::exists(out("/checkpoints/step_00000003/metadata.json")));
+}
+
 TEST_F(CliTrainTest, BadConfigsAreOneClearErrorNamingTheFile) {
   const std::string run = write_run("[parallel]\ntp = 2\n");
   auto r = weft("train " + run + " --set train.lrr=1 --set train.steps=x");

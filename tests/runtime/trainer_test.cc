@@ -195,6 +195,8 @@ TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt)
   ASSERT_TRUE(kSignalsRouted);
   Trainer* self = nullptr;
   TrainerOptions o = quiet();
+  const StopSignalListener signals;  // as the command holds it
+  o.signals = &signals;
   o.on_step = [&self](const StepRecord& r) {
     if (r.step != 3) return;
     kill(getpid(), SIGINT);  // to the process, as ^C: the signal thread takes it
@@ -225,7 +227,6 @@ TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt)
 TEST_F(TrainerTest, RequestStopFromTheStepCallbackStopsWithACheckpoint) {
   Trainer* self = nullptr;
   TrainerOptions o = quiet();
-  o.handle_signals = false;
   o.on_step = [&](const StepRecord& r) {
     if (r.step == 2) self->request_stop();
   };

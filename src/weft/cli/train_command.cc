@@ -24,6 +24,7 @@
 #include "weft/comm/mpi_communicator.h"
 #include "weft/config/run_config.h"
 #include "weft/core/node.h"
+#include "weft/core/stop_signals.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
@@ -87,7 +88,8 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
   return {std::move(cfg), std::move(dataset), identity, tokenizer_spec};
 }
 
-void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
+void train(const TrainOptions& o, Checked in, comm::Communicator* world,
+           const StopSignalListener& signals) {
   const config::RunConfig& cfg = in.cfg;
   const data::TokenDataset* dataset = in.dataset.get();
   const bool leader = world == nullptr || world->rank() == 0;
@@ -108,6 +110,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
   options.tokenizer_identity = in.identity;
   options.tokenizer_spec = in.tokenizer_spec;
   options.world = world;
+  options.signals = &signals;
   // The device's memory is taken before the first step: a CUDA arena of this rank's size.
   std::unique_ptr<kernels::Backend> device;
   if (o.device != "cpu") {
@@ -151,6 +154,9 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world) {
 }
 
 void run_train(const TrainOptions& o) {
+  // Listening until MPI_Finalize is over: a rank may hear the job's stop signal after the others
+  // agreed to stop (core/stop_signals.h).
+  const StopSignalListener signals;
   const JobWorld processes;
   comm::Communicator* world = processes.world();
   const bool leader = world == nullptr || world->rank() == 0;
@@ -165,11 +171,11 @@ void run_train(const TrainOptions& o) {
     throw ExitQuietly{1};
   }
   if (world == nullptr || world->size() == 1) {
-    train(o, std::move(*in), world);
+    train(o, std::move(*in), world, signals);
     return;
   }
   try {
-    train(o, std::move(*in), world);
+    train(o, std::move(*in), world, signals);
   } catch (const std::exception& e) {
     comm::abort_job(e.what());
   }

@@ -20,7 +20,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -188,7 +187,7 @@ TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* w
 planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunConfig& cfg,
                                const data::TokenDataset& dataset, comm::Communicator* world,
                                const planner::Job& job, const layout::Layout& c, int warmup,
-                               int steps, const std::atomic<bool>& stop_flag) {
+                               int steps, const StopSignalListener& signals) {
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = world ? world->rank() : 0;
   planner::TrialResult r;
@@ -230,7 +229,7 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunCo
     }
     error = agree_message(world, error);
     for (int k = 0; error.empty() && k < warmup + steps; ++k) {
-      if (any_rank(world, stop_flag.load())) {
+      if (any_rank(world, signals.heard())) {
         stopped = true;
         break;
       }
@@ -351,7 +350,7 @@ void write_refitted_preset(const std::string& target, const std::string& base,
   fmt::print("wrote the refitted preset {}\n", target);
 }
 
-void run_tune(const TuneOptions& o, comm::Communicator* world) {
+void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalListener& signals) {
   using namespace planner;
   const int world_size = world ? world->size() : 1;
   const bool leader = !world || world->rank() == 0;
@@ -492,8 +491,6 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
   Status data_ok = config::validate_data(checked, *dataset, "", 0);
   data_ok.merge(check_dataset_ids(cfg, *dataset, world));
   data_ok.throw_if_error(fmt::format("invalid run ({})", o.run));
-  std::atomic<bool> stop_flag{false};
-  StopSignalListener listener(stop_flag);
   const auto start = std::chrono::steady_clock::now();
   const ElapsedClock elapsed = [&] {
     double s = seconds_since(start);
@@ -505,7 +502,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
       host ? host_trial_engine(cfg, job, world, baseline) : device_trial_engine(o, world);
   const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
     const double speed_now = host ? speed.probe(world, cluster) : 0.0;
-    TrialResult r = run_trial(make, cfg, *dataset, world, job, c.config, warmup, steps, stop_flag);
+    TrialResult r = run_trial(make, cfg, *dataset, world, job, c.config, warmup, steps, signals);
     r.gemm_speed = speed_now;
     ++trial_no;
     if (r.stopped) {
@@ -522,8 +519,8 @@ void run_tune(const TuneOptions& o, comm::Communicator* world) {
     }
     return r;
   };
-  const TuneOutcome out =
-      successive_halving(ranked, h, trial, elapsed, [&] { return any_rank(world, stop_flag); });
+  const TuneOutcome out = successive_halving(ranked, h, trial, elapsed,
+                                             [&] { return any_rank(world, signals.heard()); });
   const double seconds = elapsed();
 
   // 3. The table, the winner, the files.
@@ -772,9 +769,11 @@ void add_tune_command(CLI::App& app) {
                   "the refit (repeatable)")
       ->check(CLI::ExistingFile);
   cmd->callback([o] {
+    // Listening until MPI_Finalize is over (core/stop_signals.h).
+    const StopSignalListener signals;
     const JobWorld processes;
     try {
-      run_tune(*o, processes.world());
+      run_tune(*o, processes.world(), signals);
     } catch (const Error&) {
       // Every rank reaches the same verdict (the checks before the trials read the same files;
       // the search's decisions are reduced): rank 0 says it once.

@@ -1,9 +1,13 @@
 #include "weft/core/fault.h"
 
-#include <csignal>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
-#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace weft {
 namespace {
@@ -12,20 +16,42 @@ struct Fault {
   std::string point;
   int64_t index = -1;
   int rank = -1;  // -1: any
+  int signal = SIGKILL;
 };
 
-std::optional<Fault> parse(const char* spec) {
-  if (spec == nullptr || *spec == '\0') return std::nullopt;
-  const std::string s = spec;
-  const size_t a = s.find(':');
-  if (a == std::string::npos) return std::nullopt;
-  const size_t b = s.find(':', a + 1);
-  Fault f;
-  f.point = s.substr(0, a);
-  f.index =
-      std::atoll(s.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1).c_str());
-  if (b != std::string::npos) f.rank = std::atoi(s.c_str() + b + 1);
-  return f;
+int signal_named(const std::string& name) {
+  if (name == "TERM") return SIGTERM;
+  if (name == "INT") return SIGINT;
+  if (name == "USR1") return SIGUSR1;
+  return SIGKILL;
+}
+
+// "<point>:<index>[:<rank>[:<signal>]]" separated by commas; malformed entries are ignored.
+std::vector<Fault> parse(const char* spec) {
+  std::vector<Fault> faults;
+  if (spec == nullptr) return faults;
+  const std::string all = spec;
+  for (size_t start = 0; start < all.size();) {
+    size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    std::vector<std::string> fields;
+    for (size_t a = start; a <= end;) {
+      size_t b = all.find(':', a);
+      if (b == std::string::npos || b > end) b = end;
+      fields.push_back(all.substr(a, b - a));
+      a = b + 1;
+    }
+    if (fields.size() >= 2) {
+      Fault f;
+      f.point = fields[0];
+      f.index = std::atoll(fields[1].c_str());
+      if (fields.size() > 2 && !fields[2].empty()) f.rank = std::atoi(fields[2].c_str());
+      if (fields.size() > 3) f.signal = signal_named(fields[3]);
+      faults.push_back(f);
+    }
+    start = end + 1;
+  }
+  return faults;
 }
 
 int world_rank() {
@@ -33,16 +59,38 @@ int world_rank() {
   return r != nullptr ? std::atoi(r) : 0;
 }
 
+const Fault* find(std::string_view point, int64_t index) {
+  static const std::vector<Fault> faults = parse(std::getenv("WEFT_FAULT"));
+  for (const Fault& f : faults) {
+    if (f.point == point && f.index == index && (f.rank < 0 || f.rank == world_rank())) return &f;
+  }
+  return nullptr;
+}
+
+// Until no thread has the signal pending: the thread that waits for it took it (stop_signals.cc),
+// then a moment for it to be handed on. At most 5 s.
+void wait_until_taken(int sig) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, sig) != 1 || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 }  // namespace
 
 bool fault_requested(std::string_view point, int64_t index) {
-  static const std::optional<Fault> fault = parse(std::getenv("WEFT_FAULT"));
-  if (!fault || fault->point != point || fault->index != index) return false;
-  return fault->rank < 0 || fault->rank == world_rank();
+  return find(point, index) != nullptr;
 }
 
 void fault_point(std::string_view point, int64_t index) {
-  if (fault_requested(point, index)) std::raise(SIGKILL);
+  const Fault* f = find(point, index);
+  if (f == nullptr) return;
+  ::kill(::getpid(), f->signal);
+  if (f->signal != SIGKILL) wait_until_taken(f->signal);
 }
 
 }  // namespace weft

@@ -46,7 +46,7 @@ void deliver_stop_signal(int sig) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_listener != nullptr && g_listener->signal_.load() == 0) {
     g_listener->signal_.store(sig);
-    g_listener->flag_.store(true);
+    if (g_listener->flag_ != nullptr) g_listener->flag_->store(true);
     return;
   }
   default_action(sig);
@@ -66,7 +66,7 @@ void route_stop_signals() {
 
 bool stop_signals_routed() { return g_routed.load(); }
 
-StopSignalListener::StopSignalListener(std::atomic<bool>& flag) : flag_(flag) {
+StopSignalListener::StopSignalListener(std::atomic<bool>* flag) : flag_(flag) {
   std::lock_guard<std::mutex> lock(g_mu);
   g_listener = this;
 }

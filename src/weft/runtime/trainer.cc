@@ -17,7 +17,6 @@
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
-#include "weft/core/stop_signals.h"
 #include "weft/data/bpe_tokenizer.h"
 #include "weft/data/sampler.h"
 #include "weft/kernels/kernels.h"
@@ -362,17 +361,17 @@ Status Trainer::train(Run& run) {
                               t.seq_len),
       targets(tokens.size());
   // A stop request reaches the ranks at different moments: they agree on it before each step,
-  // so all of them stop after the same one.
+  // so all of them stop after the same one, and on the signal (a number > 1) if any rank heard
+  // one, so the leader names it even when its own has not arrived yet.
+  int32_t stop = 0;
   auto all_ranks_stop = [&]() {
-    int32_t stop = stop_.load() ? 1 : 0;
+    const int heard = options_.signals != nullptr ? options_.signals->signal() : 0;
+    stop = heard != 0 ? heard : stop_.load() ? 1 : 0;
     if (run.world != nullptr && run.world_size > 1) {
       run.world->all_reduce(&stop, 1, comm::ReduceOp::Max);
     }
     return stop != 0;
   };
-  // SIGINT/SIGTERM set stop_ (when main() routed them: core/stop_signals.h).
-  std::optional<StopSignalListener> signals;
-  if (options_.handle_signals) signals.emplace(stop_);
   while (run.step < run.last && !all_ranks_stop()) {
     StepRecord r;
     r.lr = schedule.at(run.step);
@@ -403,7 +402,7 @@ Status Trainer::train(Run& run) {
   }
   if (run.step < run.last) {  // the loop ended early: a stop request
     run.result.stopped = true;
-    run.result.stop_signal = signals ? signals->signal() : 0;
+    run.result.stop_signal = stop > 1 ? stop : 0;
   }
   return {};
 }

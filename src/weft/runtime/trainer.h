@@ -19,6 +19,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/config/run_config.h"
 #include "weft/core/status.h"
+#include "weft/core/stop_signals.h"
 #include "weft/data/token_dataset.h"
 #include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
@@ -37,9 +38,10 @@ struct TrainerOptions {
   // Stop, with a checkpoint, once this many steps are complete (0: run to train.steps). The lr
   // schedule still spans train.steps, so a run split this way equals an uninterrupted one.
   int64_t stop_after = 0;
-  // SIGINT/SIGTERM -> finish the step, checkpoint, return. Needs weft::route_stop_signals() at
-  // the start of main() (core/stop_signals.h); without it the signals keep their default action.
-  bool handle_signals = true;
+  // The command's stop signals: the first SIGINT/SIGTERM/SIGUSR1 it hears finishes the step,
+  // checkpoints, returns. The command listens from before MPI starts until it ends, and main()
+  // routes the signals (core/stop_signals.h says why both). Null: no signal stops this run.
+  const StopSignalListener* signals = nullptr;
   bool measure_gemm_ceiling = true;  // for MFU against the GEMM ceiling
   // Measures the ceiling (FLOP/s) instead of the engine (Engine::gemm_ceiling's contract): for
   // tests of what the trainer does with a measurement.
@@ -91,7 +93,9 @@ class Trainer {
   void request_stop() { stop_.store(true); }
   // Whether a stop was requested (by request_stop() or a signal) and the loop will end after the
   // current step.
-  bool stop_requested() const { return stop_.load(); }
+  bool stop_requested() const {
+    return stop_.load() || (options_.signals != nullptr && options_.signals->heard());
+  }
 
   // After run(): this rank's engine as the run ended; its training state (parameters, AdamW's
   // moments, wherever they are) is engine()->checkpoint_job().state. Null before run() built it.
