@@ -1,23 +1,28 @@
 // weft bench step: time training steps (forward, backward, AdamW) of a model on random tokens and
-// report tokens/s, model FLOP/s against the GEMM ceiling measured in the same run, and predicted
-// versus measured peak memory. --precision bf16 runs the linear layers' GEMMs with bf16 inputs
-// (kernels.h, MatmulPrecision); the reported ceiling stays the fp32 one, with the bf16 ceiling on
-// the same shapes next to it.
+// report tokens/s, model FLOP/s against the GEMM ceiling measured in the same run (and the spec
+// peak, --peak-tflops), and predicted versus measured memory. The steps are `weft train`'s: the
+// engine runtime::make_engine builds for the run the options describe, stepped by the shared
+// runtime::StepLoop, on any backend (--device) and any layout (under `mpirun -n TP*PP*DP`).
 //
-// --device cuda|host-bf16 times the GPU trainer instead (cli/bench_device.cc).
+// On the CPU (fp32; --precision bf16 runs the linear layers' GEMMs with bf16 inputs, and the
+// reported ceiling stays the fp32 one with the bf16 ceiling on the same shapes next to it) the
+// ceiling is measured between the timed steps; each rank measures it at its own thread count at
+// the same moment and the job's ceiling is their sum. On a device (cuda, host-bf16: bf16 mixed
+// precision) the ceiling is the backend's forward GEMM shapes, the memory its allocated bytes, the
+// host waits per step are counted and --profile times one more step op by op.
 //
-// Under `mpirun -n N ... --tp N [--sequence-parallel]` every rank runs the tensor-parallel step and
-// rank 0 reports it, with the share of the step spent in the tp group's collectives (measured by
-// the Recording communicator: from each call until its wait returned). Each rank measures the
-// GEMM ceiling at its own thread count at the same moment; the job's ceiling is their sum.
+// Every rank runs the step and rank 0 reports it: with tp the share of the step spent in the tp
+// group's host collectives (the Recording communicator: from each call until its wait returned);
+// with pp the bubble, measured and simulated; with dp the reductions' time left exposed.
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -28,17 +33,18 @@
 #include "weft/cli/validators.h"
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
-#include "weft/core/clock.h"
-#include "weft/core/memory_usage.h"
+#include "weft/config/run_config.h"
 #include "weft/core/node.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/kernels.h"
+#include "weft/kernels/profiling_backend.h"
 #include "weft/model/flops.h"
 #include "weft/model/memory.h"
 #include "weft/parallel/groups.h"
-#include "weft/planner/memory_model.h"
+#include "weft/runtime/engine.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
+#include "weft/runtime/step_loop.h"
 #include "weft/schedule/schedule.h"
 #include "weft/schedule/simulate.h"
 
@@ -59,161 +65,59 @@ struct BenchOptions {
   bool profile = false;
 };
 
-double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+double mib(double bytes) { return bytes / (1 << 20); }
 
-void run_bench_step(const BenchOptions& o) {
-  auto recompute = model::parse_recompute(o.recompute);
+// The benchmark's n random tokens below `vocab`: a pure function of the index, like everything
+// random in weft, so every rank and every device times the same data.
+std::vector<int32_t> bench_tokens(int vocab, size_t n) {
+  std::vector<int32_t> tokens(n);
+  const uint64_t key = stream_key(7, "bench.tokens");
+  for (size_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int32_t>(uniform_at(key, i) * vocab) % vocab;
+  }
+  return tokens;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The run a benchmark times, as `weft train` would run it: the model at --batch x --seq, the
+// options' layout, --microbatches per replica; lr 3e-4 with clipping at 1 (the values do not
+// matter, only that every step does all of a step's work).
+config::RunConfig bench_run(const BenchOptions& o) {
+  const auto recompute = model::parse_recompute(o.recompute);
   if (!recompute) {
     throw Error("--recompute must be none, selective or full, not '" + o.recompute + "'");
   }
-  if (o.device != "cpu") {
-    if (o.tp * o.pp * o.dp != 1) {
-      throw Error(fmt::format(
-          "--device {} times one process with the whole model (no --tp/--pp/--dp); pipelines "
-          "and replicas on devices run under weft train",
-          o.device));
-    }
-    run_bench_step_on_device({.model_path = o.model_path,
-                              .device = o.device,
-                              .batch = o.batch,
-                              .seq = o.seq,
-                              .steps = o.steps,
-                              .warmup = o.warmup,
-                              .microbatches = o.microbatches,
-                              .recompute = *recompute,
-                              .peak_tflops = o.peak_tflops,
-                              .json = o.json,
-                              .profile = o.profile});
-    return;
-  }
-  const JobWorld processes;
-  comm::Communicator* world = processes.world();
-  const int world_size = world ? world->size() : 1;
-  const int ranks = o.tp * o.pp * o.dp;
-  if (ranks != world_size) {
-    throw Error(
-        fmt::format("--tp {} x --pp {} x --dp {} needs {} processes (mpirun -n {}); {} "
-                    "started",
-                    o.tp, o.pp, o.dp, ranks, ranks, world_size));
-  }
-  const bool leader = !world || world->rank() == 0;
-  const parallel::Topology topo({.tp = o.tp, .pp = o.pp, .dp = o.dp});
-  parallel::ProcessGroups groups;
-  if (world_size > 1) groups = parallel::make_groups(*world, topo);
-  const int threads =
-      o.threads > 0
-          ? o.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / world_size);
-  kernels::set_num_threads(threads);
-  const bool bf16 = o.precision == "bf16";
-  kernels::set_matmul_precision(bf16 ? kernels::MatmulPrecision::BF16
-                                     : kernels::MatmulPrecision::F32);
-  auto cfg = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
-  const int B = o.batch, T = o.seq, m = o.microbatches;
-  model::validate_for_run(cfg, T).throw_if_error("invalid run of '" + cfg.name + "'");
-  const schedule::Kind kind = schedule::parse_kind(o.schedule).value_or_throw("--schedule");
-  const schedule::Schedule sched =
-      runtime::runner_schedule(cfg, kind, o.pp, o.vp, m).value_or_throw("invalid pipeline");
+  config::RunConfig cfg;
+  cfg.origin = "weft bench step";
+  cfg.model_config = o.model_path;
+  cfg.model = model::load_gpt_config(o.model_path).value_or_throw("invalid model config");
+  model::validate_for_run(cfg.model, o.seq)
+      .throw_if_error("invalid run of '" + cfg.model.name + "'");
+  cfg.parallel = {.tp = o.tp,
+                  .pp = o.pp,
+                  .dp = o.dp,
+                  .vp = o.vp,
+                  .micro_batch = o.batch,
+                  .schedule = schedule::parse_kind(o.schedule).value_or_throw("--schedule"),
+                  .recompute = *recompute,
+                  .sequence_parallel = o.sequence_parallel && o.tp > 1,
+                  .zero = o.zero};
+  cfg.train.seq_len = o.seq;
+  cfg.train.global_batch = o.batch * o.microbatches * o.dp;
+  cfg.train.steps = o.warmup + o.steps;
+  cfg.train.lr = 3e-4;
+  cfg.train.clip = 1.0;
+  cfg.train.threads = o.threads;
+  return cfg;
+}
 
-  const bool sp = o.sequence_parallel && o.tp > 1;
-  // What this rank allocates, predicted by the planner's model of weft's trainer.
-  planner::Job job;
-  job.model = cfg;
-  job.seq_len = T;
-  job.global_batch = m * B * o.dp;
-  job.world = world_size;
-  job.precision = planner::Precision::FP32;
-  layout::Layout pc;
-  pc.tp = o.tp;
-  pc.pp = o.pp;
-  pc.dp = o.dp;
-  pc.vp = o.vp;
-  pc.micro_batch = B;
-  pc.schedule = kind;
-  pc.recompute = *recompute;
-  pc.sequence_parallel = sp;
-  pc.zero = o.zero;
-  check_host_memory({job, pc}, local_processes(world_size), "this benchmark", world)
-      .throw_if_error("cannot run");
-  // The GEMM ceiling's buffers come before the memory baseline: the model's memory is what follows.
-  const auto shapes = model::training_gemm_shapes(cfg, B, T);
-  runtime::GemmCeilingMeter meter(shapes);
-  const int64_t rss_before = current_resident_bytes();
-  const model::MemoryEstimate predicted =
-      planner::weft_rank_memory(job, pc, topo.coord(world ? world->rank() : 0).pp, threads,
-                                kernels::host_runtime_bytes());  // as the trainer prices it
-  runtime::PipelineOptions po =
-      runtime::pipeline_options(groups, {.B = B,
-                                         .T = T,
-                                         .recompute = *recompute,
-                                         .pp_rank = topo.coord(world ? world->rank() : 0).pp,
-                                         .tp = {o.tp, sp},
-                                         .zero = {o.zero, o.dp}});
-  // The tp group records its collectives' time: the communication share of the step.
-  auto recorder = std::make_shared<comm::CommRecorder>();
-  std::unique_ptr<comm::RecordingCommunicator> tp;
-  if (groups.tp) tp = std::make_unique<comm::RecordingCommunicator>(std::move(groups.tp), recorder);
-  po.tp.comm = tp.get();
-  runtime::PipelineRunner runner(cfg, sched, po);
-  runner.init(1234);
-
-  const std::vector<int32_t> tokens = bench_tokens(cfg.vocab_size, size_t(m) * B * T + 1);
-  // The ceiling is measured between the timed steps (ceiling, step, ceiling, ..., step, ceiling),
-  // and each step is compared with the mean of the two ceilings around it: on a shared machine the
-  // load drifts, and a ceiling measured once, at another moment, compared two different machines
-  // (a loaded step read 38% of an idle ceiling; an idle step 160% of a loaded one). The ranks'
-  // rates add up: sum their FLOPs, keep the slowest rank's time.
-  std::vector<runtime::GemmCeiling> ceilings;
-  int64_t peak = 0;  // the steps' peak resident memory, the ceilings' bursts set aside
-  auto measure_ceiling = [&] {
-    if (world) world->barrier();
-    peak = std::max(peak, peak_resident_bytes());
-    runtime::GemmCeiling c = meter.measure(2);
-    forget_burst();
-    if (world) {
-      world->all_reduce(&c.flops, 1);
-      world->all_reduce(&c.seconds, 1, comm::ReduceOp::Max);
-    }
-    ceilings.push_back(c);
-  };
-  std::vector<double> times;
-  runtime::StepStats last;
-  double comm_seconds = 0, waiting = 0, busy = 0;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
-    if (world) world->barrier();  // every rank starts the step together
-    recorder->clear();
-    if (s == o.warmup) {
-      for (optim::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
-    }
-    if (s >= o.warmup) {
-      measure_ceiling();
-      if (world) world->barrier();
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    last = runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
-    double dt = seconds_since(t0);
-    if (s >= o.warmup) {
-      times.push_back(dt);
-      comm_seconds += recorder->seconds();
-      waiting += runner.last_timing().waiting;
-      busy += runner.last_timing().seconds - runner.last_timing().waiting;
-    }
-  }
-  measure_ceiling();
-  // The slowest rank's time is the step's; the bubble is Narayanan et al.'s: total waiting over
-  // total busy time, summed over the ranks.
-  std::vector<double> waits(world_size, waiting), busies(world_size, busy);
-  if (world) {
-    world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
-    world->all_gather(waits.data(), &waiting, 1);
-    world->all_gather(busies.data(), &busy, 1);
-  }
-  const double total_time = std::accumulate(times.begin(), times.end(), 0.0);
-  const double comm_share = comm_seconds / total_time;
-  const double bubble = std::accumulate(waits.begin(), waits.end(), 0.0) /
-                        std::accumulate(busies.begin(), busies.end(), 0.0);
-  // The same schedule simulated with each stage's forward priced by its FLOPs per token (PTD-P
-  // appendix: 24h^2 + 4sh per layer, 2hV for the LM head), backward = 2 x forward, free messages.
+// The same schedule simulated with each stage's forward priced by its FLOPs per token (PTD-P
+// appendix: 24h^2 + 4sh per layer, 2hV for the LM head), backward = 2 x forward, free messages.
+double simulated_bubble(const model::GptConfig& cfg, const schedule::Schedule& sched, int T) {
   schedule::Costs costs = schedule::uniform_costs(sched.shape, {});
   for (int st = 0; st < sched.shape.num_stages(); ++st) {
     const model::StageSpec spec = model::pipeline_stage(cfg, st, sched.shape.num_stages());
@@ -222,154 +126,386 @@ void run_bench_step(const BenchOptions& o) {
                      (spec.head ? 2 * h * cfg.padded_vocab() : 0.0);
     costs.stages[st] = {f, 2 * f, f, f};
   }
-  const double bubble_simulated = schedule::simulate(sched, costs).bubble_fraction;
-  // Per rank: measured peak RSS above the start, over its prediction; the job's worst rank.
-  int64_t measured = std::max(peak, peak_resident_bytes()) - rss_before,
-          predicted_total = predicted.total();
-  // Data parallelism: the gradient reductions' time left exposed (waited for) per step, against
-  // the same reductions run alone: the rest was hidden under backward. Rank 0's view.
+  return schedule::simulate(sched, costs).bubble_fraction;
+}
+
+// Data parallelism: the gradient reductions' time left exposed (waited for) per step, against the
+// same reductions run alone (the median of three): the rest was hidden under backward.
+struct DpReductions {
   double exposed = 0, alone = 0;
-  if (o.dp > 1) {
-    for (optim::DistributedOptimizer* opt : runner.optimizers()) {
-      exposed += opt->reduction_wait_seconds() / o.steps;
-    }
-    std::vector<double> runs;
-    for (int k = 0; k < 3; ++k) {  // the median of three
-      double a = 0;
-      for (optim::DistributedOptimizer* opt : runner.optimizers()) {
-        a += opt->time_reductions_alone(m);
-      }
-      runs.push_back(a);
-    }
-    std::sort(runs.begin(), runs.end());
-    alone = runs[1];
+  double hidden() const { return alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0; }
+};
+DpReductions dp_reductions(runtime::PipelineRunner& runner, int steps, int microbatches) {
+  DpReductions d;
+  for (optim::DistributedOptimizer* opt : runner.optimizers()) {
+    d.exposed += opt->reduction_wait_seconds() / steps;
   }
-  const double hidden = alone > 0 ? std::clamp(1.0 - exposed / alone, 0.0, 1.0) : 0.0;
-  double mem_ratio = static_cast<double>(measured) / predicted_total;
+  std::vector<double> runs;
+  for (int k = 0; k < 3; ++k) {
+    double a = 0;
+    for (optim::DistributedOptimizer* opt : runner.optimizers()) {
+      a += opt->time_reductions_alone(microbatches);
+    }
+    runs.push_back(a);
+  }
+  d.alone = median(runs);
+  return d;
+}
+
+// The GEMM ceiling of a host benchmark, measured between the timed steps (ceiling, step,
+// ceiling, ..., step, ceiling), each step compared with the mean of the two ceilings around it:
+// on a shared machine the load drifts, and a ceiling measured once, at another moment, compared
+// two different machines (a loaded step read 38% of an idle ceiling; an idle step 160% of a
+// loaded one). The ranks' rates add up: their FLOPs summed, the slowest rank's time kept.
+class InterleavedCeiling {
+ public:
+  InterleavedCeiling(const model::GptConfig& cfg, int B, int T)
+      : meter_(model::training_gemm_shapes(cfg, B, T)) {}
+  void measure(runtime::Engine& engine, comm::Communicator* world) {
+    if (world) world->barrier();
+    runtime::GemmCeiling c;
+    engine.outside_training([&] { c = meter_.measure(2); });
+    if (world) {
+      world->all_reduce(&c.flops, 1);
+      world->all_reduce(&c.seconds, 1, comm::ReduceOp::Max);
+    }
+    rates_.push_back(c.rate());
+  }
+  // Step i's model FLOP/s over the ceilings around it, the median over the steps.
+  double median_ratio(double flops, const std::vector<double>& times) const {
+    std::vector<double> ratios;
+    for (size_t i = 0; i < times.size(); ++i) {
+      ratios.push_back(flops / times[i] / (0.5 * (rates_[i] + rates_[i + 1])));
+    }
+    return median(ratios);
+  }
+  double rate() const { return median(rates_); }
+  double spread() const {
+    return *std::max_element(rates_.begin(), rates_.end()) /
+           *std::min_element(rates_.begin(), rates_.end());
+  }
+  double bf16_rate() { return meter_.measure(5, kernels::MatmulPrecision::BF16).rate(); }
+
+ private:
+  runtime::GemmCeilingMeter meter_;
+  std::vector<double> rates_;
+};
+
+// One benchmark's job on this rank, as build_bench makes it: the run, its backend (a device on
+// the profiling wrapper, or the CPU), the groups (the tp group recording its collectives' time),
+// the host's interleaved ceiling and the engine. Members in the order they must outlive each
+// other: the engine is destroyed first.
+struct Bench {
+  config::RunConfig cfg;
+  comm::Communicator* world = nullptr;
+  int world_size = 1, threads = 1;
+  bool host = true, bf16 = false;
+  std::unique_ptr<kernels::Backend> device;
+  std::unique_ptr<kernels::ProfilingBackend> profiler;  // forwards untimed until --profile's step
+  parallel::ProcessGroups groups;
+  std::shared_ptr<comm::CommRecorder> recorder = std::make_shared<comm::CommRecorder>();
+  std::optional<InterleavedCeiling> ceiling;  // the host's
+  std::unique_ptr<runtime::Engine> engine;
+};
+
+void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
+  b.world = world;
+  b.world_size = world ? world->size() : 1;
+  b.host = o.device == "cpu";
+  b.cfg = bench_run(o);
+  const layout::Layout& L = b.cfg.parallel;
+  if (L.tp * L.pp * L.dp != b.world_size) {
+    throw Error(
+        fmt::format("--tp {} x --pp {} x --dp {} needs {} processes (mpirun -n {}); {} started",
+                    L.tp, L.pp, L.dp, L.tp * L.pp * L.dp, L.tp * L.pp * L.dp, b.world_size));
+  }
+  config::validate_layout(b.cfg).throw_if_error("invalid layout");
+  const parallel::Topology topo(L.grid());
+  b.threads =
+      o.threads > 0
+          ? o.threads
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / b.world_size);
+  kernels::set_num_threads(b.threads);
+  b.bf16 = b.host && o.precision == "bf16";
+  kernels::set_matmul_precision(b.bf16 ? kernels::MatmulPrecision::BF16
+                                       : kernels::MatmulPrecision::F32);
+  runtime::EngineDevice on;
+  if (b.host) {
+    check_host_memory(planned_run(b.cfg, b.world_size).value_or_throw("invalid run"),
+                      local_processes(b.world_size), "this benchmark", world)
+        .throw_if_error("cannot run");
+  } else {  // the arena sized as `weft train --device` sizes it
+    const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
+    b.device = make_device(
+        o.device, runtime::device_arena_bytes(
+                      b.cfg.model, runtime::run_schedule(b.cfg).value_or_throw("invalid pipeline"),
+                      runtime::rank_shape(b.cfg, pp_rank)));
+    b.profiler = std::make_unique<kernels::ProfilingBackend>(*b.device);
+    on = {.backend = b.profiler.get(), .group = device_group_maker(o.device, *b.device)};
+  }
+  if (b.world_size > 1) b.groups = parallel::make_groups(*world, topo);
+  if (b.groups.tp) {
+    b.groups.tp = std::make_unique<comm::RecordingCommunicator>(std::move(b.groups.tp), b.recorder);
+  }
+  // The ceiling's buffers come before the engine: the model's memory is what follows.
+  if (b.host) b.ceiling.emplace(b.cfg.model, L.micro_batch, b.cfg.train.seq_len);
+  b.engine = runtime::make_engine(b.cfg, b.groups, world, on).value_or_throw("cannot build");
+  b.engine->init(static_cast<uint64_t>(b.cfg.train.seed));
+}
+
+// What the timed steps measured on this rank.
+struct Timed {
+  std::vector<double> times;  // each timed step's seconds
+  runtime::StepRecord last;
+  double comm_seconds = 0, waiting = 0, busy = 0;
+  double host_waits = 0;  // per step: calls that made the host wait for the device (docs/cuda.md)
+  double profiled_seconds = 0;
+  std::vector<kernels::ProfilingBackend::OpTime> ops;  // --profile's step, op by op
+};
+
+Timed run_steps(Bench& b, const BenchOptions& o) {
+  const int m = o.microbatches;
+  const size_t n = size_t(m) * o.batch * o.seq;
+  const std::vector<int32_t> tokens = bench_tokens(b.cfg.model.vocab_size, n + 1);
+  runtime::StepLoop loop(
+      *b.engine, b.cfg,
+      [&](int32_t* x, int32_t* y) {
+        std::copy_n(tokens.data(), n, x);
+        std::copy_n(tokens.data() + 1, n, y);
+      },
+      b.world);
+  runtime::PipelineRunner& runner = b.engine->runner();
+  Timed t;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    b.recorder->clear();
+    if (s == o.warmup) {
+      for (optim::DistributedOptimizer* opt : runner.optimizers()) opt->reset_reduction_wait();
+      if (b.profiler) b.profiler->reset_host_waits();
+    }
+    if (s >= o.warmup && b.ceiling) b.ceiling->measure(*b.engine, b.world);
+    t.last = loop.step(b.cfg.train.lr, b.cfg.train.clip);
+    if (s >= o.warmup) {
+      t.times.push_back(t.last.step_seconds);
+      t.comm_seconds += b.recorder->seconds();
+      t.waiting += runner.last_timing().waiting;
+      t.busy += runner.last_timing().seconds - runner.last_timing().waiting;
+    }
+  }
+  if (b.ceiling) b.ceiling->measure(*b.engine, b.world);
+  if (b.profiler) {
+    t.host_waits = static_cast<double>(b.profiler->host_waits()) / o.steps;
+    if (o.profile) {  // one more step with every op timed on its own
+      b.profiler->set_enabled(true);
+      t.profiled_seconds = loop.step(b.cfg.train.lr, b.cfg.train.clip).step_seconds;
+      b.profiler->set_enabled(false);
+      t.ops = b.profiler->times();
+    }
+  }
+  return t;
+}
+
+// The job's figures from every rank's measurements (collective): the JSON line `--json` prints.
+nlohmann::json job_figures(Bench& b, const BenchOptions& o, Timed& t) {
+  comm::Communicator* world = b.world;
+  const layout::Layout& L = b.cfg.parallel;
+  const int B = o.batch, T = o.seq, m = o.microbatches, n = b.world_size;
+  // The slowest rank's time is the step's; the bubble is Narayanan et al.'s: total waiting over
+  // total busy time, summed over the ranks.
+  std::vector<double> waits(n, t.waiting), busies(n, t.busy);
+  if (world) {
+    world->all_reduce(t.times.data(), static_cast<int64_t>(t.times.size()), comm::ReduceOp::Max);
+    world->all_gather(waits.data(), &t.waiting, 1);
+    world->all_gather(busies.data(), &t.busy, 1);
+  }
+  std::vector<double> waiting_share(n);
+  for (int r = 0; r < n; ++r) waiting_share[r] = waits[r] / (waits[r] + busies[r]);
+  const double total_time = std::accumulate(t.times.begin(), t.times.end(), 0.0);
+  const double bubble = std::accumulate(waits.begin(), waits.end(), 0.0) /
+                        std::accumulate(busies.begin(), busies.end(), 0.0);
+  runtime::PipelineRunner& runner = b.engine->runner();
+  const DpReductions dp = L.dp > 1 ? dp_reductions(runner, o.steps, m) : DpReductions{};
+  // Per rank: measured memory (host: peak resident above the start, the ceilings' bursts set
+  // aside; a device: its allocated bytes) over its prediction; the job's worst rank.
+  const runtime::Engine::Memory mem = b.engine->memory();
+  double measured = mem.used, predicted = mem.predicted, mem_ratio = measured / predicted;
   if (world) {
     world->all_reduce(&measured, 1, comm::ReduceOp::Max);
-    world->all_reduce(&predicted_total, 1, comm::ReduceOp::Max);
+    world->all_reduce(&predicted, 1, comm::ReduceOp::Max);
     world->all_reduce(&mem_ratio, 1, comm::ReduceOp::Max);
   }
-  const double flops = model::model_flops_per_step(cfg, double(B) * m * o.dp, T);
-  // Step i against ceilings i and i + 1 (the slowest rank's step time: `times` is reduced above).
-  std::vector<double> pair_ratios, ceiling_rates;
-  for (size_t i = 0; i < times.size(); ++i) {
-    const double around = 0.5 * (ceilings[i].rate() + ceilings[i + 1].rate());
-    pair_ratios.push_back(flops / times[i] / around);
-  }
-  for (const auto& c : ceilings) ceiling_rates.push_back(c.rate());
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double ratio_to_ceiling = median(pair_ratios), ceiling_rate = median(ceiling_rates);
-  const double ceiling_spread = *std::max_element(ceiling_rates.begin(), ceiling_rates.end()) /
-                                *std::min_element(ceiling_rates.begin(), ceiling_rates.end());
-  std::sort(times.begin(), times.end());
-  const double step_s = times[times.size() / 2];
-  const double ceiling_bf16 = bf16 ? meter.measure(5, kernels::MatmulPrecision::BF16).rate() : 0.0;
+  const double flops = model::model_flops_per_step(b.cfg.model, double(B) * m * L.dp, T);
+  const double gemm_ratio = b.ceiling ? b.ceiling->median_ratio(flops, t.times) : 0.0;
+  std::sort(t.times.begin(), t.times.end());
+  const double step_s = t.times[t.times.size() / 2], achieved = flops / step_s;
+  // The reference lines: a host's interleaved ceiling (and its bf16 twin with --precision bf16),
+  // a device's forward GEMM shapes measured once; the spec peak when given.
+  const double ceiling = b.ceiling ? b.ceiling->rate() : b.engine->gemm_ceiling(true);
+  const double mfu_gemm = b.ceiling ? gemm_ratio : ceiling > 0 ? achieved / ceiling : 0.0;
+  const double ceiling_bf16 = b.bf16 ? b.ceiling->bf16_rate() : 0.0;
   kernels::set_matmul_precision(kernels::MatmulPrecision::F32);
-  const double achieved = flops / step_s;
-  const int64_t tokens_per_step = int64_t{m} * B * T * o.dp;
-
+  const double peak = o.peak_tflops * 1e12;
+  const auto or_null = [](bool known, double v) {
+    return known ? nlohmann::json(v) : nlohmann::json();
+  };
   nlohmann::json j = {
       {"name", "weft"},
-      {"model", cfg.name},
-      {"params", model::gpt_param_layout(cfg).count()},
+      {"device", b.host ? std::string("cpu") : b.device->name()},
+      {"model", b.cfg.model.name},
+      {"params", model::gpt_param_layout(b.cfg.model).count()},
       {"B", B},
       {"T", T},
       {"microbatches", m},
-      {"threads", threads},
-      {"ranks", world_size},
-      {"tp", o.tp},
-      {"pp", o.pp},
-      {"dp", o.dp},
-      {"vp", o.vp},
+      {"threads", b.threads},
+      {"ranks", n},
+      {"tp", L.tp},
+      {"pp", L.pp},
+      {"dp", L.dp},
+      {"vp", L.vp},
       {"schedule", o.schedule},
-      {"sequence_parallel", sp},
-      {"zero", o.zero},
-      {"dp_reduction_exposed_ms", exposed * 1e3},
-      {"dp_reduction_alone_ms", alone * 1e3},
-      {"dp_reduction_hidden", hidden},
-      {"comm_share", comm_share},
+      {"sequence_parallel", L.sequence_parallel},
+      {"zero", L.zero},
+      {"dp_reduction_exposed_ms", dp.exposed * 1e3},
+      {"dp_reduction_alone_ms", dp.alone * 1e3},
+      {"dp_reduction_hidden", dp.hidden()},
+      {"comm_share", t.comm_seconds / total_time},
       {"bubble_measured", bubble},
-      {"bubble_simulated", bubble_simulated},
-      {"waiting_share_per_rank",
-       [&] {
-         std::vector<double> share(world_size);
-         for (int r = 0; r < world_size; ++r) share[r] = waits[r] / (waits[r] + busies[r]);
-         return share;
-       }()},
+      {"bubble_simulated", simulated_bubble(b.cfg.model, b.engine->runner().schedule(), T)},
+      {"waiting_share_per_rank", waiting_share},
       {"recompute", o.recompute},
-      {"precision", o.precision},
+      {"precision", b.host ? o.precision : std::string("bf16-mixed")},
       {"ms_median", step_s * 1e3},
-      {"ms_min", times.front() * 1e3},
-      {"tokens_per_s", tokens_per_step / step_s},
+      {"ms_min", t.times.front() * 1e3},
+      {"tokens_per_s", double(m) * B * T * L.dp / step_s},
+      {"model_flops_per_step", flops},
       {"model_gflops", achieved / 1e9},
-      {"gemm_ceiling_gflops", ceiling_rate / 1e9},
-      {"ratio_to_gemm_ceiling", ratio_to_ceiling},
-      {"gemm_ceiling_spread", ceiling_spread},
-      {"gemm_ceiling_bf16_gflops", bf16 ? nlohmann::json(ceiling_bf16 / 1e9) : nlohmann::json()},
-      {"loss", last.loss},
-      {"mem_predicted_mib", mib(predicted_total)},
+      {"model_tflops", achieved / 1e12},
+      {"peak_tflops", o.peak_tflops},
+      {"mfu_spec", or_null(peak > 0, achieved / peak)},
+      {"gemm_ceiling_gflops", ceiling / 1e9},
+      {"gemm_ceiling_tflops", ceiling / 1e12},
+      {"ratio_to_gemm_ceiling", mfu_gemm},
+      {"mfu_gemm", or_null(ceiling > 0, mfu_gemm)},
+      {"gemm_ceiling_spread", or_null(b.host, b.ceiling ? b.ceiling->spread() : 0.0)},
+      {"gemm_ceiling_bf16_gflops", or_null(b.bf16, ceiling_bf16 / 1e9)},
+      {"host_waits_per_step", or_null(!b.host, t.host_waits)},
+      {"loss", t.last.loss},
+      {"mem_predicted_mib", mib(predicted)},
       {"mem_measured_mib", mib(measured)},
+      {"mem_allocated_mib", or_null(!b.host, mib(measured))},
       {"mem_measured_over_predicted", mem_ratio},
   };
-  if (!leader) return;
-  if (o.json) {
-    fmt::print("{}\n", j.dump());
-    return;
+  if (!t.ops.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& op : t.ops) {
+      rows.push_back({{"op", op.op}, {"calls", op.calls}, {"ms", op.seconds * 1e3}});
+    }
+    j["profile"] = {{"step_ms", t.profiled_seconds * 1e3}, {"ops", rows}};
   }
+  return j;
+}
+
+// The report a person reads: the figures of `j`, and this rank's predicted memory term by term.
+void print_report(const Bench& b, const BenchOptions& o, const nlohmann::json& j, const Timed& t) {
+  const layout::Layout& L = b.cfg.parallel;
+  const auto num = [&j](const char* key) { return j[key].get<double>(); };
+  const double step_ms = num("ms_median"), achieved = num("model_gflops") * 1e9;
+  // FLOP/s in the unit that reads: GFLOP/s on a CPU, TFLOP/s on a device.
+  const double unit = b.host ? 1e9 : 1e12;
   std::string layout;
-  if (o.tp > 1) layout += fmt::format(", tp={}{}", o.tp, sp ? " (sequence parallel)" : "");
-  if (o.pp > 1) layout += fmt::format(", pp={} vp={} {}", o.pp, o.vp, o.schedule);
-  if (o.dp > 1) layout += fmt::format(", dp={} zero={}", o.dp, o.zero);
-  fmt::print(
-      "weft bench step: {} ({} parameters), B={} T={} x {} microbatch(es), {} threads x {} "
-      "rank(s){}, recompute={}, precision={}\n",
-      cfg.name, model::gpt_param_layout(cfg).count(), B, T, m, threads, world_size, layout,
-      o.recompute, o.precision);
-  fmt::print("  step          {:9.1f} ms (median of {}; min {:.1f} ms)   loss {:.4f}\n",
-             step_s * 1e3, times.size(), times.front() * 1e3, last.loss);
-  fmt::print("  throughput    {:9.1f} tokens/s\n", tokens_per_step / step_s);
-  if (o.tp > 1) {
-    fmt::print("  tp collectives {:8.1f}% of the step (rank 0, from call to completion)\n",
-               100.0 * comm_share);
+  if (L.tp > 1) {
+    layout += fmt::format(", tp={}{}", L.tp, L.sequence_parallel ? " (sequence parallel)" : "");
   }
-  if (o.pp > 1) {
+  if (L.pp > 1) layout += fmt::format(", pp={} vp={} {}", L.pp, L.vp, o.schedule);
+  if (L.dp > 1) layout += fmt::format(", dp={} zero={}", L.dp, L.zero);
+  fmt::print(
+      "weft bench step: {} ({} parameters){}, B={} T={} x {} microbatch(es), {} rank(s){}, "
+      "recompute={}, precision={}\n",
+      b.cfg.model.name, model::gpt_param_layout(b.cfg.model).count(),
+      b.host ? fmt::format(", {} threads", b.threads) : " on " + b.device->name(), o.batch, o.seq,
+      o.microbatches, b.world_size, layout, o.recompute, b.host ? o.precision : "bf16 mixed");
+  fmt::print("  step          {:9.2f} ms (median of {}; min {:.2f} ms)   loss {:.4f}\n", step_ms,
+             t.times.size(), num("ms_min"), t.last.loss);
+  fmt::print("  throughput    {:9.1f} tokens/s\n", num("tokens_per_s"));
+  if (!b.host) {
+    fmt::print("  host waits    {:9.1f} per step (uploads, downloads, syncs, norms)\n",
+               t.host_waits);
+  }
+  if (L.tp > 1) {
+    fmt::print("  tp collectives {:8.1f}% of the step (rank 0, from call to completion)\n",
+               100.0 * num("comm_share"));
+  }
+  if (L.pp > 1) {
     fmt::print(
         "  bubble        {:9.3f} measured (waiting / busy, all ranks); {:.3f} simulated "
         "(stages priced by FLOPs, B = 2F, free messages)\n",
-        bubble, bubble_simulated);
+        num("bubble_measured"), num("bubble_simulated"));
   }
-  if (o.dp > 1) {
+  if (L.dp > 1) {
     fmt::print(
         "  dp reductions {:9.1f} ms exposed per step of {:.1f} ms alone -> {:.0f}% hidden under "
         "backward (rank 0)\n",
-        exposed * 1e3, alone * 1e3, 100.0 * hidden);
+        num("dp_reduction_exposed_ms"), num("dp_reduction_alone_ms"),
+        100.0 * num("dp_reduction_hidden"));
   }
-  fmt::print("  model FLOP/s  {:9.1f} GFLOP/s  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
-             achieved / 1e9, flops);
-  fmt::print(
-      "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured between the steps; "
-      "max/min {:.2f})  -> {:.1f}% (median of each step over the ceilings around it)\n",
-      ceiling_rate / 1e9, ceiling_spread, 100.0 * ratio_to_ceiling);
-  if (bf16) {
+  fmt::print("  model FLOP/s  {:9.2f} {}  (72BTLC^2(1+T/6C+V/12LC) = {:.3g} FLOP/step)\n",
+             achieved / unit, b.host ? "GFLOP/s" : "TFLOP/s", num("model_flops_per_step"));
+  if (o.peak_tflops > 0) {
+    fmt::print("  spec peak     {:9.1f} TFLOP/s  -> MFU {:.1f}%\n", o.peak_tflops,
+               100.0 * num("mfu_spec"));
+  }
+  if (b.ceiling) {
+    fmt::print(
+        "  GEMM ceiling  {:9.1f} GFLOP/s  (this step's GEMM shapes, measured between the steps; "
+        "max/min {:.2f})  -> {:.1f}% (median of each step over the ceilings around it)\n",
+        num("gemm_ceiling_gflops"), num("gemm_ceiling_spread"),
+        100.0 * num("ratio_to_gemm_ceiling"));
+  } else {
+    fmt::print(
+        "  GEMM ceiling  {:9.2f} TFLOP/s  (this model's forward GEMM shapes, measured now) -> "
+        "{:.1f}%\n",
+        num("gemm_ceiling_tflops"), 100.0 * num("ratio_to_gemm_ceiling"));
+  }
+  if (b.bf16) {
     fmt::print(
         "  bf16 ceiling  {:9.1f} GFLOP/s  (the same shapes through sgemm_bf16)     -> {:.1f}%\n",
-        ceiling_bf16 / 1e9, 100.0 * achieved / ceiling_bf16);
+        num("gemm_ceiling_bf16_gflops"), 100.0 * achieved / num("gemm_ceiling_bf16_gflops") / 1e9);
   }
+  const model::MemoryEstimate p = b.engine->runner().predicted_memory();
   fmt::print(
       "  memory        predicted {:.1f} MiB = params {:.1f} + grads {:.1f} + optimizer {:.1f} + "
       "activations {:.1f} + workspace {:.1f} + runtime {:.1f}\n",
-      mib(predicted.total()), mib(predicted.params), mib(predicted.grads), mib(predicted.optimizer),
-      mib(predicted.activations), mib(predicted.workspace), mib(predicted.runtime));
+      mib(p.total()), mib(p.params), mib(p.grads), mib(p.optimizer), mib(p.activations),
+      mib(p.workspace), mib(p.runtime));
   fmt::print(
-      "                measured  {:.1f} MiB (peak RSS above the {:.1f} MiB before the model)"
-      " -> {:.1f}% of predicted{}\n",
-      mib(measured), mib(rss_before), 100.0 * mem_ratio,
-      world_size > 1 ? " (each rank against its own prediction; the largest of each shown)" : "");
+      "                {} {:.1f} MiB -> {:.1f}% of predicted{}\n",
+      b.host ? "measured  (peak resident above the start)" : "allocated", num("mem_measured_mib"),
+      100.0 * num("mem_measured_over_predicted"),
+      b.world_size > 1 ? " (each rank against its own prediction; the largest of each shown)" : "");
+  if (t.ops.empty()) return;
+  double sum = 0;
+  for (const auto& op : t.ops) sum += op.seconds;
+  fmt::print(
+      "  profile       one step with each op timed alone: {:.2f} ms, {:.2f} ms of it in ops "
+      "(the rest: host work between them)\n",
+      t.profiled_seconds * 1e3, sum * 1e3);
+  for (const auto& op : t.ops) {
+    fmt::print("    {:>9.3f} ms {:5.1f}%  x{:<4} {}\n", op.seconds * 1e3,
+               100.0 * op.seconds / t.profiled_seconds, op.calls, op.op);
+  }
+}
+
+void run_bench_step(const BenchOptions& o) {
+  const JobWorld processes;
+  Bench b;
+  build_bench(b, o, processes.world());
+  Timed t = run_steps(b, o);
+  const nlohmann::json j = job_figures(b, o, t);
+  if (b.world != nullptr && b.world->rank() != 0) return;
+  if (o.json) {
+    fmt::print("{}\n", j.dump());
+  } else {
+    print_report(b, o, j, t);
+  }
 }
 
 }  // namespace
@@ -410,8 +546,8 @@ void add_bench_command(CLI::App& app) {
                  "with --tp > 1, split the LayerNorm and residual regions along the sequence");
   step->add_option("--device", o->device, kDeviceHelp);
   step->add_option("--peak-tflops", o->peak_tflops,
-                   "with --device: the device's spec peak (dense bf16) for MFU, e.g. 989.4 for an "
-                   "H100/H200 SXM (configs/clusters/h200.toml)");
+                   "the spec peak (dense, in the precision the steps run in) for MFU against it, "
+                   "e.g. 989.4 for an H100/H200 SXM in bf16 (configs/clusters/h200.toml)");
   step->add_flag("--profile", o->profile,
                  "with --device: one more step with every op timed alone (where the time goes)");
   step->callback([o] { run_bench_step(*o); });

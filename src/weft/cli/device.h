@@ -44,25 +44,7 @@ std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_g
 
 // The --device option's help text.
 inline constexpr const char* kDeviceHelp =
-    "cpu (fp32, any layout) | cuda[:N] (GPU, bf16 mixed precision, one process) | host-bf16 (the "
-    "GPU path emulated on the CPU, for checks)";
-
-// `weft bench step --device cuda|host-bf16` (bench_device.cc): time PipelineRunner steps on random
-// tokens; report tokens/s, model FLOP/s and MFU against the spec peak (--peak-tflops) and against
-// the backend's GEMM ceiling measured in the same run, and the device memory against its
-// prediction.
-struct DeviceBenchOptions {
-  std::string model_path, device;
-  int batch = 4, seq = 64, steps = 5, warmup = 1, microbatches = 1;
-  model::Recompute recompute = model::Recompute::None;
-  double peak_tflops = 0;  // 0: no MFU against the spec peak
-  bool json = false;
-  bool profile = false;  // one more step with every op timed (kernels/profiling_backend.h)
-};
-void run_bench_step_on_device(const DeviceBenchOptions& o);
-
-// The benchmarks' n random tokens below `vocab`: a pure function of the index, like everything
-// random in weft, so every rank and every device times the same data.
-std::vector<int32_t> bench_tokens(int vocab, size_t n);
+    "cpu (fp32) | cuda[:N] (GPU, bf16 mixed precision) | host-bf16 (the GPU path emulated on "
+    "the CPU, for checks); any layout under mpirun";
 
 }  // namespace weft::cli

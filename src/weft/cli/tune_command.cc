@@ -6,12 +6,13 @@
 //   mpirun -n 4 weft tune configs/runs/demo.toml --budget-minutes 4 --write tuned.toml
 //   mpirun -n 8 weft tune RUN.toml --device cuda --cluster configs/clusters/h200.toml
 //
-// Every rank runs every trial: the layout's process groups over the world, the run's model on them
-// where `weft train --device` would run it (the CPU's PipelineRunner in fp32, or a device's engine
-// in bf16 mixed precision: runtime::make_engine), the run's data through data::Sampler as `weft
-// train` reads it, warm-up and timed steps, then everything torn down. The planner prices the
-// layouts in the trainer's precision. The search's decisions are the same on every rank because
-// everything they read is reduced (step times, memory, failures) or broadcast (the clock).
+// Every rank runs every trial: the layout's process groups over the world, the engine `weft train
+// --device` builds for the run with the layout's keys (runtime::make_engine: the CPU in fp32, or a
+// device in bf16 mixed precision), the run's data through data::Sampler as `weft train` reads it,
+// warm-up and timed steps of the shared step loop (runtime::StepLoop), then everything torn down.
+// The planner prices the layouts in the trainer's precision. The search's decisions are the same on
+// every rank because everything they read is reduced (step times, memory, failures) or broadcast
+// (the clock).
 
 #include <fmt/core.h>
 #include <fmt/format.h>
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -53,6 +55,7 @@
 #include "weft/planner/tune.h"
 #include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
+#include "weft/runtime/step_loop.h"
 #include "weft/schedule/schedule.h"
 
 namespace weft::cli {
@@ -104,90 +107,44 @@ bool any_rank(comm::Communicator* world, bool mine) {
   return v != 0;
 }
 
-// What a trial times on this rank: one optimizer step of the layout, and once the steps are done
-// the memory it measured (bytes). Owns the trial's engine: destroyed, nothing of it remains.
+// A trial's engine on this rank: the one `weft train --device` builds (runtime::make_engine) for
+// the run config with the layout `c`, on the run's device (a backend whose arena is sized for the
+// layout, as the trainer sizes it; null on the CPU). Destroyed with the trial: nothing of it
+// remains.
 struct TrialEngine {
-  std::function<void(const int32_t* tokens, const int32_t* targets)> step;
-  std::function<int64_t()> peak_bytes;
+  config::RunConfig cfg;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<runtime::Engine> engine;  // declared after its backend: destroyed first
 };
-// Builds the trial's engine for `c` on the groups of `topo` (empty for one process).
-using TrialEngineMaker =
-    std::function<TrialEngine(const layout::Layout& c, const parallel::ProcessGroups& groups,
-                              const parallel::Topology& topo)>;
-
-// The CPU trainer's (fp32): a PipelineRunner; memory is the process's peak resident memory above
-// `baseline` (see run_tune).
-TrialEngineMaker host_trial_engine(const config::RunConfig& cfg, const planner::Job& job,
-                                   comm::Communicator* world, int64_t baseline) {
-  return
-      [&cfg, &job, world, baseline](const layout::Layout& c, const parallel::ProcessGroups& groups,
-                                    const parallel::Topology& topo) {
-        const int rank = world ? world->rank() : 0;
-        auto runner = std::make_shared<runtime::PipelineRunner>(
-            cfg.model,
-            runtime::runner_schedule(cfg.model, c.schedule, c.pp, c.vp,
-                                     c.microbatches(job.global_batch))
-                .value_or_throw("schedule"),
-            runtime::pipeline_options(groups,
-                                      {.B = c.micro_batch,
-                                       .T = job.seq_len,
-                                       .recompute = c.recompute,
-                                       .pp_rank = topo.coord(rank).pp,
-                                       .tp = {c.tp, c.sequence_parallel},
-                                       .zero = {c.zero, c.dp}},
-                                      cfg.adamw()));
-        runner->init(static_cast<uint64_t>(cfg.train.seed));
-        const auto lr = static_cast<float>(cfg.train.lr);
-        const double clip = cfg.train.clip;
-        return TrialEngine{[runner, lr, clip](const int32_t* tokens, const int32_t* targets) {
-                             runner->step(tokens, targets, lr, clip);
-                           },
-                           [baseline] { return peak_resident_bytes() - baseline; }};
-      };
-}
-
-// A device's (--device cuda[:N] | host-bf16; bf16 mixed precision): the engine `weft train
-// --device` builds for the run config with the layout's keys (runtime::make_engine), on a backend
-// whose arena is sized for the layout (device_arena_bytes); memory is what the engine took
-// from the backend, which the memory model predicts to the byte.
-TrialEngineMaker device_trial_engine(const TuneOptions& o, comm::Communicator* world) {
-  return [&o, world](const layout::Layout& c, const parallel::ProcessGroups& groups,
-                     const parallel::Topology& topo) {
-    std::vector<std::string> sets = o.overrides;
-    for (const auto& [section, kv] : planner::run_config_keys_of(c)) {
-      for (const auto& [k, v] : kv) sets.push_back(fmt::format("{}.{}={}", section, k, v));
-    }
-    const config::RunConfig cfg =
-        config::load_run_config(o.run, sets).value_or_throw("the layout's run config");
-    struct Owned {
-      std::unique_ptr<kernels::Backend> backend;
-      std::unique_ptr<runtime::Engine> engine;  // declared after its backend: destroyed first
-    };
-    auto owned = std::make_shared<Owned>();
+TrialEngine make_trial_engine(const config::RunConfig& run, const std::string& device,
+                              const layout::Layout& c, const parallel::ProcessGroups& groups,
+                              comm::Communicator* world) {
+  TrialEngine t;
+  t.cfg = run;
+  t.cfg.parallel = c;
+  runtime::EngineDevice on;
+  if (device != "cpu") {
+    const parallel::Topology topo(c.grid());
     const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
-    owned->backend =
-        make_device(o.device, runtime::device_arena_bytes(
-                                  cfg.model, runtime::run_schedule(cfg).value_or_throw("schedule"),
-                                  runtime::rank_shape(cfg, pp_rank)));
-    owned->engine = runtime::make_engine(cfg, groups, world,
-                                         {.backend = owned->backend.get(),
-                                          .group = device_group_maker(o.device, *owned->backend)})
-                        .value_or_throw("the layout's engine");
-    owned->engine->init(static_cast<uint64_t>(cfg.train.seed));
-    const auto lr = static_cast<float>(cfg.train.lr);
-    const double clip = cfg.train.clip;
-    return TrialEngine{[owned, lr, clip](const int32_t* tokens, const int32_t* targets) {
-                         owned->engine->step(tokens, targets, lr, clip);
-                       },
-                       [owned] { return owned->backend->allocated_bytes(); }};
-  };
+    t.backend = make_device(
+        device, runtime::device_arena_bytes(t.cfg.model,
+                                            runtime::run_schedule(t.cfg).value_or_throw("schedule"),
+                                            runtime::rank_shape(t.cfg, pp_rank)));
+    on = {.backend = t.backend.get(), .group = device_group_maker(device, *t.backend)};
+  }
+  t.engine = runtime::make_engine(t.cfg, groups, world, on).value_or_throw("the layout's engine");
+  t.engine->init(static_cast<uint64_t>(t.cfg.train.seed));
+  return t;
 }
 
-// One trial of `c` on every rank of `world`.
-planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunConfig& cfg,
+// One trial of `c` on every rank of `world`: warm-up and timed steps of the shared step loop
+// (runtime::StepLoop) on the run's data, the ranks starting each step together. Memory: on the
+// CPU the process's peak resident memory above `baseline` (see run_tune), on a device what the
+// engine took from the backend, which the memory model predicts to the byte.
+planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& device,
                                const data::TokenDataset& dataset, comm::Communicator* world,
-                               const planner::Job& job, const layout::Layout& c, int warmup,
-                               int steps, const StopSignalListener& signals) {
+                               const layout::Layout& c, int warmup, int steps, int64_t baseline,
+                               const StopSignalListener& signals) {
   const auto t0 = std::chrono::steady_clock::now();
   const int rank = world ? world->rank() : 0;
   planner::TrialResult r;
@@ -199,31 +156,30 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunCo
   {
     // Built and destroyed inside this scope: nothing of one trial outlives it.
     parallel::ProcessGroups groups;
-    TrialEngine engine;  // after `groups`: destroyed before them
-    std::vector<int32_t> tokens, targets;
+    std::optional<TrialEngine> trial;  // after `groups`: destroyed before them
     std::unique_ptr<data::Sampler> sampler;
+    std::unique_ptr<runtime::StepLoop> loop;
     if (world) world->barrier();
     // The last trial's freed memory back to the system, so that it does not count in this one's
     // peak; the peak then restarts from what is resident now.
     malloc_trim(0);
     reset_peak_resident();
     try {
-      const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
+      const parallel::Topology topo(c.grid());
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
-      const int m = c.microbatches(job.global_batch);
-      engine = make(c, groups, topo);
+      trial.emplace(make_trial_engine(cfg, device, c, groups, world));
       data::SamplerConfig s;
-      s.seq_len = job.seq_len;
+      s.seq_len = cfg.train.seq_len;
       s.micro_batch = c.micro_batch;
-      s.microbatches = m;
+      s.microbatches = trial->cfg.microbatches();
       s.val_fraction = cfg.data.val_fraction;
       s.seed = static_cast<uint64_t>(cfg.train.seed);
       s.dp_rank = topo.coord(rank).dp;
       s.dp_size = c.dp;
       sampler = std::make_unique<data::Sampler>(
           data::Sampler::create(dataset, s).value_or_throw("the run's data"));
-      tokens.resize(size_t(m) * c.micro_batch * job.seq_len);
-      targets.resize(tokens.size());
+      loop = std::make_unique<runtime::StepLoop>(*trial->engine, trial->cfg,
+                                                 runtime::batches_of(*sampler), world);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -236,18 +192,16 @@ planner::TrialResult run_trial(const TrialEngineMaker& make, const config::RunCo
       std::string mine;
       double dt = 0;
       try {
-        sampler->next_batch(tokens.data(), targets.data());
-        if (world) world->barrier();  // every rank starts the step together
-        const auto s0 = std::chrono::steady_clock::now();
-        engine.step(tokens.data(), targets.data());
-        dt = seconds_since(s0);
+        dt = loop->step(cfg.train.lr, cfg.train.clip).step_seconds;
       } catch (const std::exception& e) {
         mine = e.what();
       }
       error = agree_message(world, mine);
       times.push_back(dt);
     }
-    if (engine.peak_bytes) peak = engine.peak_bytes();
+    if (trial) {
+      peak = trial->backend ? trial->backend->allocated_bytes() : peak_resident_bytes() - baseline;
+    }
   }  // torn down
   malloc_trim(0);
   r.stopped = stopped;
@@ -350,27 +304,71 @@ void write_refitted_preset(const std::string& target, const std::string& base,
   fmt::print("wrote the refitted preset {}\n", target);
 }
 
-void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalListener& signals) {
-  using namespace planner;
-  const int world_size = world ? world->size() : 1;
-  const bool leader = !world || world->rank() == 0;
-  const auto say = [&](const std::string& s) {
+// One `weft tune`: what its parts share (the run, where its trials run, the cluster preset and how
+// this machine's speed compares with it, the job, the search), and the parts in order.
+class Tune {
+ public:
+  Tune(const TuneOptions& o, comm::Communicator* world, const StopSignalListener& signals);
+  void run();
+
+ private:
+  using TuneCandidate = planner::TuneCandidate;
+  using TuneOutcome = planner::TuneOutcome;
+  void say(const std::string& s) const {
     if (leader) fmt::print("{}", s);
-  };
-  const config::RunConfig cfg =
-      config::load_run_config(o.run, o.overrides).value_or_throw("invalid run config");
+  }
+  void check_machine();
+  std::vector<TuneCandidate> rank_layouts();
+  planner::HalvingOptions halving_options(const std::vector<TuneCandidate>& ranked);
+  TuneOutcome run_trials(const std::vector<TuneCandidate>& ranked,
+                         const planner::HalvingOptions& h);
+  nlohmann::json refit_from_trials(const TuneOutcome& out) const;
+  void write_files(const planner::HalvingOptions& h, const TuneOutcome& out,
+                   const std::string& table, const nlohmann::json& refit) const;
+  void report_winner(const TuneOutcome& out) const;
+
+  const TuneOptions& o;
+  comm::Communicator* world;
+  const StopSignalListener& signals;
+  int world_size = 1;
+  bool leader = true;
+  config::RunConfig cfg;
   // The trials run where `weft train --device` would: the CPU trainer in fp32, or a device's in
   // bf16 mixed precision, which the planner then prices.
-  const Precision precision = device_precision(o.device);
-  const bool host = o.device == "cpu";
-  SpeedProbe speed(cfg.model, cfg.parallel.micro_batch, cfg.train.seq_len);
+  Precision precision;
+  bool host;
+  SpeedProbe speed;
+  int64_t baseline = 0;  // resident memory before anything of the run (run_trial)
+  planner::Cluster cluster;
+  int threads = 1;
+  double relative = 1;   // the first probes' fastest speed over the preset's GEMM speed
+  bool foreign = false;  // the preset describes another machine, by that speed
+  planner::Job job;
+  std::vector<planner::TrialMeasurement> pooled;  // --refit-from's figures
+  double pooled_speed = 0;
+  planner::SearchResult sr;
+  int r0 = 0;          // the first round's candidates
+  double seconds = 0;  // the trials' wall time
+};
+
+Tune::Tune(const TuneOptions& options, comm::Communicator* w, const StopSignalListener& s)
+    : o(options),
+      world(w),
+      signals(s),
+      world_size(w ? w->size() : 1),
+      leader(!w || w->rank() == 0),
+      cfg(config::load_run_config(o.run, o.overrides).value_or_throw("invalid run config")),
+      precision(device_precision(o.device)),
+      host(o.device == "cpu"),
+      speed(cfg.model, cfg.parallel.micro_batch, cfg.train.seq_len) {
+  using namespace planner;
   // Memory is measured as `weft bench step` and `weft train` see it in a fresh process: the peak
   // above what the process held before anything of the run (MPI is up, no dataset, no model).
   // A baseline taken before each trial instead would leave out what the first trial leaves
   // resident for the rest (the kernels' threads and their packing buffers, MPI's lazily made
   // buffers, the dataset's pages): tiny's first trial measured 8.2 MiB, the next ones 0.8.
-  const int64_t baseline = current_resident_bytes();
-  const Cluster cluster = load_cluster(o.cluster).value_or_throw("invalid cluster preset");
+  baseline = current_resident_bytes();
+  cluster = load_cluster(o.cluster).value_or_throw("invalid cluster preset");
   if (compute_peak(cluster, precision) <= 0) {
     throw Error(
         host ? fmt::format("{} has no peak rate for fp32, the precision of weft's CPU trainer: add "
@@ -385,24 +383,40 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
   // A device the process cannot reach (no GPU visible, a weft built without CUDA) is one error
   // now, not the same failure once per trial: the backend is made and dropped, as a trial would.
   if (!host) make_device(o.device, 1 << 20);
-  const int threads =
+  threads =
       cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
   kernels::set_num_threads(threads);
-  // Is the preset this machine's? Three probes now, then one before each trial. (The probe times
-  // the host's GEMMs: not a device's.)
+  check_machine();
+  job.model = cfg.model;
+  job.seq_len = cfg.train.seq_len;
+  job.global_batch = cfg.train.global_batch;
+  job.world = world_size;
+  job.precision = precision;
+  validate(job).throw_if_error("invalid job");
+  // Earlier tunes' figures for the refit, read before any trial: a wrong file fails now.
+  for (const std::string& path : o.refit_from) {
+    const TuneFigures more = read_tune_figures(path, job, threads);
+    pooled.insert(pooled.end(), more.layouts.begin(), more.layouts.end());
+    pooled_speed = std::max(pooled_speed, more.gemm_speed);
+  }
+}
+
+// Is the preset this machine's? Three probes now, then one before each trial. (The probe times
+// the host's GEMMs: not a device's.)
+void Tune::check_machine() {
+  using planner::kForeignPresetSpeed;
   if (host) {
     for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
   }
   const double reference = cluster.gemm_speed > 0 ? cluster.gemm_speed : 1.0;
-  const double relative = speed.fastest() / reference;
+  relative = speed.fastest() / reference;
   if (host) {
     say(fmt::format(
         "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
         "at{})\n",
         speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
   }
-  const bool foreign =
-      host && (relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed);
+  foreign = host && (relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed);
   if (foreign) {
     say(fmt::format(
         "warning: this machine runs the run's GEMMs at {:.2f}x the speed {} was calibrated and "
@@ -411,24 +425,12 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
         "--update-calibration refits it)\n",
         relative, o.cluster, o.cluster));
   }
-  Job job;
-  job.model = cfg.model;
-  job.seq_len = cfg.train.seq_len;
-  job.global_batch = cfg.train.global_batch;
-  job.world = world_size;
-  job.precision = precision;
-  validate(job).throw_if_error("invalid job");
-  // Earlier tunes' figures for the refit, read before any trial: a wrong file fails now.
-  std::vector<TrialMeasurement> pooled;
-  double pooled_speed = 0;
-  for (const std::string& path : o.refit_from) {
-    const TuneFigures more = read_tune_figures(path, job, threads);
-    pooled.insert(pooled.end(), more.layouts.begin(), more.layouts.end());
-    pooled_speed = std::max(pooled_speed, more.gemm_speed);
-  }
+}
 
-  // 1. Every layout, priced; all of the feasible ones ranked (keep = every candidate).
-  const SearchResult sr = search(cluster, job, SearchSpace{}, 1 << 20);
+// 1. Every layout, priced; all of the feasible ones ranked (keep = every candidate).
+std::vector<planner::TuneCandidate> Tune::rank_layouts() {
+  using namespace planner;
+  sr = search(cluster, job, SearchSpace{}, 1 << 20);
   say(
       fmt::format("weft tune: {} on {} process(es), global batch {} x {} tokens, {} ({})\n"
                   "{} layouts: {} infeasible, {} feasible\n",
@@ -454,8 +456,12 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
     c.predicted_rank = static_cast<int>(ranked.size()) + 1;
     ranked.push_back(c);
   }
+  return ranked;
+}
 
-  // 2. The budget, checked before any trial.
+// 2. The budget, checked before any trial.
+planner::HalvingOptions Tune::halving_options(const std::vector<TuneCandidate>& ranked) {
+  using namespace planner;
   HalvingOptions h;
   h.initial = o.top;
   h.warmup = o.warmup;
@@ -473,7 +479,7 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
         "--budget-trials K",
         h.max_seconds / 60, h.warmup, h.first_steps, first_trial, first_trial / 60 * 1.5));
   }
-  const int r0 = initial_candidates(static_cast<int>(ranked.size()), h);
+  r0 = initial_candidates(static_cast<int>(ranked.size()), h);
   say(fmt::format("{}: the {} best-predicted layouts, {} warm-up + {} timed steps{}; budget {}\n\n",
                   o.grid ? "grid" : "successive halving", r0, h.warmup,
                   o.grid ? final_round_steps(r0, h.first_steps) : h.first_steps,
@@ -481,11 +487,17 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
                          : std::string(" first, doubled each round"),
                   h.max_trials > 0 ? fmt::format("{} trials", h.max_trials)
                                    : fmt::format("{:.3g} minutes", h.max_seconds / 60)));
+  return h;
+}
 
+// The trials, by successive halving (or the grid) within the budget, on the run's data: checked
+// first as `weft train` checks it against the model, since an id beyond the vocabulary would be a
+// wrong answer, not a slow one. (The tokenizer's identity is not compared, nor the validation
+// split's size: the trials neither generate nor evaluate.)
+planner::TuneOutcome Tune::run_trials(const std::vector<TuneCandidate>& ranked,
+                                      const planner::HalvingOptions& h) {
+  using namespace planner;
   auto dataset = data::open_token_dataset(cfg.data.train).value_or_throw("the run's data");
-  // The checks `weft train` makes of the data against the model, before any trial: an id beyond
-  // the vocabulary would be a wrong answer, not a slow one. (The tokenizer's identity is not
-  // compared, nor the validation split's size: the trials neither generate nor evaluate.)
   config::RunConfig checked = cfg;
   checked.train.eval_every = 0;
   Status data_ok = config::validate_data(checked, *dataset, "", 0);
@@ -498,11 +510,10 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
     return s;
   };
   int trial_no = 0;
-  const TrialEngineMaker make =
-      host ? host_trial_engine(cfg, job, world, baseline) : device_trial_engine(o, world);
   const TrialRunner trial = [&](const TuneCandidate& c, int warmup, int steps) {
     const double speed_now = host ? speed.probe(world, cluster) : 0.0;
-    TrialResult r = run_trial(make, cfg, *dataset, world, job, c.config, warmup, steps, signals);
+    TrialResult r =
+        run_trial(cfg, o.device, *dataset, world, c.config, warmup, steps, baseline, signals);
     r.gemm_speed = speed_now;
     ++trial_no;
     if (r.stopped) {
@@ -521,14 +532,14 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
   };
   const TuneOutcome out = successive_halving(ranked, h, trial, elapsed,
                                              [&] { return any_rank(world, signals.heard()); });
-  const double seconds = elapsed();
+  seconds = elapsed();
+  return out;
+}
 
-  // 3. The table, the winner, the files.
-  const std::string table = markdown_table(out);
-  say(fmt::format("\n{}\n{} trials ({} steps) in {} round(s), {:.1f} s{}{}\n", table, out.trials,
-                  out.steps, out.rounds, seconds, out.budget_spent ? "; the budget ended it" : "",
-                  out.stopped ? "; stopped by a signal: the table so far" : ""));
-  // 4. The refit, from each layout's figure (the median of its timed steps).
+// 4. The refit, from each layout's figure (the median of its timed steps): its record for
+// tune.json (null when nothing was measured), and the refitted preset where the options ask.
+nlohmann::json Tune::refit_from_trials(const TuneOutcome& out) const {
+  using namespace planner;
   std::vector<TrialMeasurement> measured;
   nlohmann::json measured_layouts = nlohmann::json::array();  // the refit's errors, in order
   for (const CandidateRecord& r : out.records) {
@@ -543,171 +554,185 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
   // trials are timed on the device.
   const std::string refusal =
       host ? refit_refusal(local_processes(world_size), threads, node_cores()) : "";
-  if (!measured.empty()) {
-    try {
-      // Weighted by each trial's timed steps, as the refit weighs them: a 3-step first-round
-      // trial is a noisier measurement than a 24-step final one.
-      const auto mean_abs = [&](const std::vector<double>& v) {
-        double s = 0, w = 0;
-        for (size_t i = 0; i < v.size(); ++i) {
-          s += measured[i].timed_steps * std::abs(v[i]);
-          w += measured[i].timed_steps;
-        }
-        return w > 0 ? s / w : 0.0;
-      };
-      const std::vector<double> before = step_time_errors(cluster, measured);
-      // This tune's own layouts first; the pooled ones join the refit only.
-      const size_t own = measured.size();
-      std::vector<TrialMeasurement> all = measured;
-      all.insert(all.end(), pooled.begin(), pooled.end());
-      refit = {{"layouts", measured_layouts},
-               {"pooled_layouts", pooled.size()},
-               {"pooled_from", o.refit_from},
-               {"errors_before", before},
-               {"mean_abs_error_before", mean_abs(before)}};
-      if (!refusal.empty()) {
-        refit["refused"] = refusal;
-        say(fmt::format(
-            "refit refused: {}{}\n", refusal,
-            o.update_calibration || !o.calibrate_out.empty() ? "; no preset written" : ""));
-      } else {
-        // The factors hold at the speed the trials ran at, the fastest probe's.
-        Cluster base = cluster;
-        base.gemm_speed = std::max(speed.fastest(), pooled_speed);
-        const Cluster fitted = refit_cluster(base, all);
-        const std::vector<double> after = step_time_errors(fitted, measured);
-        refit.update({{"errors_after", after},
-                      {"mean_abs_error_after", mean_abs(after)},
-                      {"compute_scale", fitted.compute_scale},
-                      {"weight_passes", fitted.weight_passes},
-                      {"step_overhead_ms", fitted.step_overhead * 1e3},
-                      {"tp_collective_overhead_us", fitted.tp_collective_overhead * 1e6},
-                      {"note", fitted.calibration_note}});
-        say(fmt::format(
-            "refit{}: the planner's step time error on these {} layouts, mean |predicted/measured "
-            "- 1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
-            pooled.empty() ? ""
-                           : fmt::format(" with {} layouts' figures from {} earlier tune(s)",
-                                         pooled.size(), o.refit_from.size()),
-            own, 100 * mean_abs(before), 100 * mean_abs(after), fitted.calibration_note));
-        std::string target = o.calibrate_out;
-        if (target.empty() && o.update_calibration) target = o.cluster;
-        if (!target.empty() && leader) {
-          write_refitted_preset(
-              target, o.cluster, fitted,
-              fmt::format("refitted by weft tune {} on {} measured layouts{}", o.run, all.size(),
-                          pooled.empty() ? ""
-                                         : fmt::format(" ({} from {})", pooled.size(),
-                                                       fmt::join(o.refit_from, ", "))));
-        } else if (target.empty()) {
-          say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
-              o.cluster + ")\n");
-        }
+  if (measured.empty()) return refit;
+  try {
+    // Weighted by each trial's timed steps, as the refit weighs them: a 3-step first-round
+    // trial is a noisier measurement than a 24-step final one.
+    const auto mean_abs = [&](const std::vector<double>& v) {
+      double s = 0, w = 0;
+      for (size_t i = 0; i < v.size(); ++i) {
+        s += measured[i].timed_steps * std::abs(v[i]);
+        w += measured[i].timed_steps;
       }
-    } catch (const Error& e) {
-      say(fmt::format("refit skipped: {}\n", e.what()));
+      return w > 0 ? s / w : 0.0;
+    };
+    const std::vector<double> before = step_time_errors(cluster, measured);
+    // This tune's own layouts first; the pooled ones join the refit only.
+    const size_t own = measured.size();
+    std::vector<TrialMeasurement> all = measured;
+    all.insert(all.end(), pooled.begin(), pooled.end());
+    refit = {{"layouts", measured_layouts},
+             {"pooled_layouts", pooled.size()},
+             {"pooled_from", o.refit_from},
+             {"errors_before", before},
+             {"mean_abs_error_before", mean_abs(before)}};
+    if (!refusal.empty()) {
+      refit["refused"] = refusal;
+      say(fmt::format(
+          "refit refused: {}{}\n", refusal,
+          o.update_calibration || !o.calibrate_out.empty() ? "; no preset written" : ""));
+    } else {
+      // The factors hold at the speed the trials ran at, the fastest probe's.
+      Cluster base = cluster;
+      base.gemm_speed = std::max(speed.fastest(), pooled_speed);
+      const Cluster fitted = refit_cluster(base, all);
+      const std::vector<double> after = step_time_errors(fitted, measured);
+      refit.update({{"errors_after", after},
+                    {"mean_abs_error_after", mean_abs(after)},
+                    {"compute_scale", fitted.compute_scale},
+                    {"weight_passes", fitted.weight_passes},
+                    {"step_overhead_ms", fitted.step_overhead * 1e3},
+                    {"tp_collective_overhead_us", fitted.tp_collective_overhead * 1e6},
+                    {"note", fitted.calibration_note}});
+      say(fmt::format(
+          "refit{}: the planner's step time error on these {} layouts, mean |predicted/measured "
+          "- 1| weighted by timed steps: {:.1f}% before, {:.1f}% after\n  {}\n",
+          pooled.empty() ? ""
+                         : fmt::format(" with {} layouts' figures from {} earlier tune(s)",
+                                       pooled.size(), o.refit_from.size()),
+          own, 100 * mean_abs(before), 100 * mean_abs(after), fitted.calibration_note));
+      std::string target = o.calibrate_out;
+      if (target.empty() && o.update_calibration) target = o.cluster;
+      if (!target.empty() && leader) {
+        write_refitted_preset(
+            target, o.cluster, fitted,
+            fmt::format("refitted by weft tune {} on {} measured layouts{}", o.run, all.size(),
+                        pooled.empty() ? ""
+                                       : fmt::format(" ({} from {})", pooled.size(),
+                                                     fmt::join(o.refit_from, ", "))));
+      } else if (target.empty()) {
+        say("  (--calibrate-out PATH writes the refitted preset; --update-calibration rewrites " +
+            o.cluster + ")\n");
+      }
     }
+  } catch (const Error& e) {
+    say(fmt::format("refit skipped: {}\n", e.what()));
   }
+  return refit;
+}
+
+// Each tried layout's trials and figures, as tune.json lists them.
+nlohmann::json layouts_json(const planner::TuneOutcome& out) {
+  using namespace planner;
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const CandidateRecord& r : out.records) {
+    if (r.trials.empty()) continue;
+    nlohmann::json trials = nlohmann::json::array();
+    for (const TrialResult& t : r.trials) {
+      trials.push_back({{"ok", t.ok},
+                        {"stopped", t.stopped},
+                        {"error", t.error},
+                        {"steps", t.steps},
+                        {"step_ms", t.step_seconds * 1e3},
+                        {"fastest_step_ms", t.fastest_seconds * 1e3},
+                        {"peak_mib", mib(t.peak_bytes)},
+                        {"rank0_mib", mib(t.rank0_bytes)},
+                        {"wall_s", t.wall_seconds},
+                        {"gemm_speed", t.gemm_speed},
+                        {"step_series_ms", milliseconds(t.step_series_seconds)}});
+    }
+    const double figure = r.figure();
+    const bool has_figure = figure > 0;
+    const CandidateRecord::Memory mem = r.least_memory();
+    const TuneCandidate& c = r.candidate;
+    layouts.push_back(
+        {{"layout", to_string(c.config)},
+         {"short", short_name(c.config)},
+         {"planner_rank", c.predicted_rank},
+         {"predicted_ms", c.predicted_seconds * 1e3},
+         {"predicted_mib", mib(c.predicted_bytes)},
+         {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
+         {"measured_ms", has_figure ? nlohmann::json(figure * 1e3) : nlohmann::json()},
+         {"measured_fastest_ms", has_figure ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
+         {"measured_mib", has_figure ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
+         {"measured_rank0_mib",
+          has_figure ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
+         {"timed_steps", r.timed_steps()},
+         {"failed", r.failed},
+         {"last_round", r.last_round},
+         {"trials", trials}});
+  }
+  return layouts;
+}
+
+// 3. The table, the winner and the search in files: tune.json, tune.md, tune.svg (rank 0).
+void Tune::write_files(const planner::HalvingOptions& h, const TuneOutcome& out,
+                       const std::string& table, const nlohmann::json& refit) const {
+  using namespace planner;
   const std::string dir =
       o.out.empty() ? (std::filesystem::path(cfg.run.out_dir) / "tune").string() : o.out;
-  if (leader) {
-    nlohmann::json layouts = nlohmann::json::array();
-    for (const CandidateRecord& r : out.records) {
-      if (r.trials.empty()) continue;
-      nlohmann::json trials = nlohmann::json::array();
-      for (const TrialResult& t : r.trials) {
-        trials.push_back({{"ok", t.ok},
-                          {"stopped", t.stopped},
-                          {"error", t.error},
-                          {"steps", t.steps},
-                          {"step_ms", t.step_seconds * 1e3},
-                          {"fastest_step_ms", t.fastest_seconds * 1e3},
-                          {"peak_mib", mib(t.peak_bytes)},
-                          {"rank0_mib", mib(t.rank0_bytes)},
-                          {"wall_s", t.wall_seconds},
-                          {"gemm_speed", t.gemm_speed},
-                          {"step_series_ms", milliseconds(t.step_series_seconds)}});
-      }
-      const double figure = r.figure();
-      const bool has_figure = figure > 0;
-      const CandidateRecord::Memory mem = r.least_memory();
-      const TuneCandidate& c = r.candidate;
-      layouts.push_back(
-          {{"layout", to_string(c.config)},
-           {"short", short_name(c.config)},
-           {"planner_rank", c.predicted_rank},
-           {"predicted_ms", c.predicted_seconds * 1e3},
-           {"predicted_mib", mib(c.predicted_bytes)},
-           {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
-           {"measured_ms", has_figure ? nlohmann::json(figure * 1e3) : nlohmann::json()},
-           {"measured_fastest_ms",
-            has_figure ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
-           {"measured_mib", has_figure ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
-           {"measured_rank0_mib",
-            has_figure ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
-           {"timed_steps", r.timed_steps()},
-           {"failed", r.failed},
-           {"last_round", r.last_round},
-           {"trials", trials}});
-    }
-    nlohmann::json j = {
-        {"run", o.run},
-        {"model", cfg.model.name},
-        {"world", world_size},
-        {"threads", threads},
-        {"global_batch", job.global_batch},
-        {"seq_len", job.seq_len},
-        {"device", o.device},
-        // What "measured_ms" is (planner::CandidateRecord::figure); --refit-from checks it.
-        {"figure", "median step"},
-        {"precision", precision_name(precision)},
-        {"cluster", o.cluster},
-        // fastest: over every probe; relative (to the preset's) and foreign: from the three before
-        // the search, which the warning was given on.
-        {"gemm_speed",
-         {{"fastest", speed.fastest()},
-          {"probes", speed.probes()},
-          {"preset", cluster.gemm_speed},
-          {"relative", relative},
-          {"foreign", foreign}}},
-        {"candidates", sr.candidates},
-        {"infeasible", sr.infeasible.size()},
-        {"infeasible_reasons", sr.reason_counts},
-        {"feasible", sr.feasible},
-        {"mode", o.grid ? "grid" : "halving"},
-        {"passes", o.grid ? o.passes : 1},
-        {"initial", r0},
-        {"warmup", h.warmup},
-        {"first_steps", h.first_steps},
-        {"budget_trials", h.max_trials},
-        {"budget_minutes", h.max_seconds / 60},
-        {"trials", out.trials},
-        {"steps", out.steps},
-        {"rounds", out.rounds},
-        {"budget_spent", out.budget_spent},
-        {"stopped", out.stopped},
-        {"seconds", seconds},
-        {"winner", out.winner ? nlohmann::json(to_string(out.records[*out.winner].candidate.config))
-                              : nlohmann::json()},
-        {"winner_planner_rank", out.winner ? out.records[*out.winner].candidate.predicted_rank : 0},
-        {"layouts", layouts},
-        {"refit", refit},
-    };
-    std::filesystem::create_directories(dir);
-    write_file_atomic(dir + "/tune.json", j.dump(2) + "\n").throw_if_error("weft tune");
-    const std::string title =
-        fmt::format("weft tune: {} on {} process(es), predicted vs measured step time",
-                    cfg.model.name, world_size);
-    write_file_atomic(dir + "/tune.svg", render_tune_svg(out, title)).throw_if_error("weft tune");
-    std::string md = fmt::format("# {}\n\n{}\n", title, table);
-    if (out.winner) {
-      md += fmt::format("Winner: `{}`\n\n```toml\n{}```\n",
-                        to_string(out.records[*out.winner].candidate.config),
-                        keys_text(out.records[*out.winner].candidate.config));
-    }
-    write_file_atomic(dir + "/tune.md", md).throw_if_error("weft tune");
-    fmt::print("wrote {}/tune.json, tune.md, tune.svg\n", dir);
+  const nlohmann::json layouts = layouts_json(out);
+  nlohmann::json j = {
+      {"run", o.run},
+      {"model", cfg.model.name},
+      {"world", world_size},
+      {"threads", threads},
+      {"global_batch", job.global_batch},
+      {"seq_len", job.seq_len},
+      {"device", o.device},
+      // What "measured_ms" is (planner::CandidateRecord::figure); --refit-from checks it.
+      {"figure", "median step"},
+      {"precision", precision_name(precision)},
+      {"cluster", o.cluster},
+      // fastest: over every probe; relative (to the preset's) and foreign: from the three before
+      // the search, which the warning was given on.
+      {"gemm_speed",
+       {{"fastest", speed.fastest()},
+        {"probes", speed.probes()},
+        {"preset", cluster.gemm_speed},
+        {"relative", relative},
+        {"foreign", foreign}}},
+      {"candidates", sr.candidates},
+      {"infeasible", sr.infeasible.size()},
+      {"infeasible_reasons", sr.reason_counts},
+      {"feasible", sr.feasible},
+      {"mode", o.grid ? "grid" : "halving"},
+      {"passes", o.grid ? o.passes : 1},
+      {"initial", r0},
+      {"warmup", h.warmup},
+      {"first_steps", h.first_steps},
+      {"budget_trials", h.max_trials},
+      {"budget_minutes", h.max_seconds / 60},
+      {"trials", out.trials},
+      {"steps", out.steps},
+      {"rounds", out.rounds},
+      {"budget_spent", out.budget_spent},
+      {"stopped", out.stopped},
+      {"seconds", seconds},
+      {"winner", out.winner ? nlohmann::json(to_string(out.records[*out.winner].candidate.config))
+                            : nlohmann::json()},
+      {"winner_planner_rank", out.winner ? out.records[*out.winner].candidate.predicted_rank : 0},
+      {"layouts", layouts},
+      {"refit", refit},
+  };
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir + "/tune.json", j.dump(2) + "\n").throw_if_error("weft tune");
+  const std::string title =
+      fmt::format("weft tune: {} on {} process(es), predicted vs measured step time",
+                  cfg.model.name, world_size);
+  write_file_atomic(dir + "/tune.svg", render_tune_svg(out, title)).throw_if_error("weft tune");
+  std::string md = fmt::format("# {}\n\n{}\n", title, table);
+  if (out.winner) {
+    md += fmt::format("Winner: `{}`\n\n```toml\n{}```\n",
+                      to_string(out.records[*out.winner].candidate.config),
+                      keys_text(out.records[*out.winner].candidate.config));
   }
+  write_file_atomic(dir + "/tune.md", md).throw_if_error("weft tune");
+  fmt::print("wrote {}/tune.json, tune.md, tune.svg\n", dir);
+}
+
+void Tune::report_winner(const TuneOutcome& out) const {
+  using namespace planner;
   if (!out.winner) {
     throw Error(
         "no layout completed a trial: see each one's error above (a larger --budget-minutes or "
@@ -724,6 +749,19 @@ void run_tune(const TuneOptions& o, comm::Communicator* world, const StopSignalL
         .throw_if_error("cannot write " + o.write);
     fmt::print("\nwrote {} ({} with the winner's keys)\n", o.write, o.run);
   }
+}
+
+void Tune::run() {
+  const std::vector<TuneCandidate> ranked = rank_layouts();
+  const planner::HalvingOptions h = halving_options(ranked);
+  const TuneOutcome out = run_trials(ranked, h);
+  const std::string table = markdown_table(out);
+  say(fmt::format("\n{}\n{} trials ({} steps) in {} round(s), {:.1f} s{}{}\n", table, out.trials,
+                  out.steps, out.rounds, seconds, out.budget_spent ? "; the budget ended it" : "",
+                  out.stopped ? "; stopped by a signal: the table so far" : ""));
+  const nlohmann::json refit = refit_from_trials(out);
+  if (leader) write_files(h, out, table, refit);
+  report_winner(out);
 }
 
 }  // namespace
@@ -773,7 +811,7 @@ void add_tune_command(CLI::App& app) {
     const StopSignalListener signals;
     const JobWorld processes;
     try {
-      run_tune(*o, processes.world(), signals);
+      Tune(*o, processes.world(), signals).run();
     } catch (const Error&) {
       // Every rank reaches the same verdict (the checks before the trials read the same files;
       // the search's decisions are reduced): rank 0 says it once.

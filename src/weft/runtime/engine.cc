@@ -157,16 +157,21 @@ double Engine::gemm_ceiling(bool fresh) {
   const int b = cfg_.parallel.micro_batch, T = cfg_.train.seq_len;
   if (device_ != nullptr) return device_gemm_ceiling(*device_, cfg_.model, b, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
-  // The ceiling's operands and oneDNN's packing buffers for them are not training's memory: the
-  // peak before each measurement is kept, and the measurement's burst forgotten.
-  peak_before_ceilings_ = std::max(peak_before_ceilings_, peak_resident_bytes());
-  const double mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T), 3,
-                                                   kernels::matmul_precision())
-                                  .rate()
-                            : cached_gemm_ceiling(cfg_.model, b, T);
-  forget_burst();
+  double mine = 0;
+  outside_training([&] {
+    mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T), 3,
+                                        kernels::matmul_precision())
+                       .rate()
+                 : cached_gemm_ceiling(cfg_.model, b, T);
+  });
   return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
                                  kernels::num_threads());
+}
+
+void Engine::outside_training(const std::function<void()>& measure) {
+  peak_before_ceilings_ = std::max(peak_before_ceilings_, peak_resident_bytes());
+  measure();
+  forget_burst();
 }
 
 Engine::Memory Engine::memory() const {

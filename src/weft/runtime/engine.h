@@ -72,10 +72,17 @@ class Engine {
     double used = 0, predicted = 0;
   };
   Memory memory() const;
+  // Runs `measure`, work that is not training (a GEMM ceiling: its operands and packing buffers),
+  // with the resident memory it bursts to left out of memory()'s peak.
+  void outside_training(const std::function<void()>& measure);
 
   // This rank's training state for checkpoints (runtime/checkpointing.h), where the optimizer
   // holds it: a save streams it from there, a load into it.
   CheckpointJob checkpoint_job();
+
+  // The pipeline runner itself, for what benchmarks read of it (its optimizers' reduction times,
+  // the time it waited on other stages, its memory prediction term by term).
+  PipelineRunner& runner() { return *runner_; }
 
  private:
   const config::RunConfig cfg_;

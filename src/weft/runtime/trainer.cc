@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -13,7 +12,6 @@
 #include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
-#include "weft/core/clock.h"
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -27,6 +25,7 @@
 #include "weft/runtime/checkpointing.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
+#include "weft/runtime/step_loop.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/schedule.h"
 
@@ -357,9 +356,7 @@ float Trainer::evaluate(Run& run) {
 Status Trainer::train(Run& run) {
   const auto& t = cfg_.train;
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
-  std::vector<int32_t> tokens(static_cast<size_t>(cfg_.microbatches()) * cfg_.parallel.micro_batch *
-                              t.seq_len),
-      targets(tokens.size());
+  StepLoop loop(*engine_, cfg_, batches_of(*run.sampler), nullptr, run.step);
   // A stop request reaches the ranks at different moments: they agree on it before each step,
   // so all of them stop after the same one, and on the signal (a number > 1) if any rank heard
   // one, so the leader names it even when its own has not arrived yet.
@@ -373,25 +370,15 @@ Status Trainer::train(Run& run) {
     return stop != 0;
   };
   while (run.step < run.last && !all_ranks_stop()) {
-    StepRecord r;
-    r.lr = schedule.at(run.step);
-    r.epoch = run.sampler->state().epoch;
-    run.sampler->next_batch(tokens.data(), targets.data());
-    fault_point("step", run.step + 1);  // crash tests (core/fault.h)
-    const auto t0 = std::chrono::steady_clock::now();
-    const StepStats stats =
-        engine_->step(tokens.data(), targets.data(), static_cast<float>(r.lr), t.clip);
-    r.step_seconds = seconds_since(t0);
-    r.step = ++run.step;
+    fault_point("step", run.step + 1);                 // crash tests (core/fault.h)
+    const int64_t epoch = run.sampler->state().epoch;  // of this step's first sequence
+    StepRecord r = loop.step(schedule.at(run.step), t.clip);
+    r.epoch = epoch;
+    run.step = r.step;
     if (fault_requested("nan", run.step)) {  // crash tests: one parameter of this rank goes bad
       const float nan = std::nanf("");
       engine_->checkpoint_job().state->write(0, 0, 0, 1, &nan);
     }
-    r.loss = stats.loss;
-    r.grad_norm = stats.grad_norm;
-    r.skipped = stats.skipped;
-    r.tokens_per_s = static_cast<double>(t.global_batch) * t.seq_len / r.step_seconds;
-    r.tokens = run.step * t.global_batch * t.seq_len;
     run.mfu->record(r, r.step_seconds, run.step);
     if (t.eval_every > 0 && (run.step % t.eval_every == 0 || run.step == t.steps)) {
       r.val_loss = evaluate(run);

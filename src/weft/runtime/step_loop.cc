@@ -1,0 +1,44 @@
+#include "weft/runtime/step_loop.h"
+
+#include <chrono>
+#include <utility>
+
+#include "weft/core/clock.h"
+
+namespace weft::runtime {
+
+StepLoop::StepLoop(Engine& engine, const config::RunConfig& cfg, NextBatch next,
+                   comm::Communicator* together, int64_t steps_done)
+    : engine_(engine),
+      next_(std::move(next)),
+      together_(together),
+      steps_done_(steps_done),
+      tokens_per_step_(int64_t{cfg.train.global_batch} * cfg.train.seq_len) {
+  tokens_.resize(static_cast<size_t>(cfg.microbatches()) * cfg.parallel.micro_batch *
+                 cfg.train.seq_len);
+  targets_.resize(tokens_.size());
+}
+
+StepRecord StepLoop::step(double lr, double clip) {
+  StepRecord r;
+  r.lr = lr;
+  next_(tokens_.data(), targets_.data());
+  if (together_ != nullptr && together_->size() > 1) together_->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepStats stats =
+      engine_.step(tokens_.data(), targets_.data(), static_cast<float>(lr), clip);
+  r.step_seconds = seconds_since(t0);
+  r.step = ++steps_done_;
+  r.loss = stats.loss;
+  r.grad_norm = stats.grad_norm;
+  r.skipped = stats.skipped;
+  r.tokens_per_s = static_cast<double>(tokens_per_step_) / r.step_seconds;
+  r.tokens = steps_done_ * tokens_per_step_;
+  return r;
+}
+
+StepLoop::NextBatch batches_of(data::Sampler& sampler) {
+  return [&sampler](int32_t* tokens, int32_t* targets) { sampler.next_batch(tokens, targets); };
+}
+
+}  // namespace weft::runtime
