@@ -187,6 +187,11 @@ zero = 5
        }) {
     EXPECT_HAS(p, expected);
   }
+  // An unknown name is its own problem, without the checks of the default kept in its place (1f1b
+  // would not take vp=2).
+  const std::string unnamed = problems(run_toml(), {"parallel.vp=2", "parallel.schedule=\"2f2b\""});
+  EXPECT_HAS(unnamed, "parallel.schedule='2f2b' must be gpipe, 1f1b, interleaved or zb-h1");
+  EXPECT_EQ(unnamed.find("parallel.schedule='1f1b'"), std::string::npos) << unnamed;
   EXPECT_HAS(problems(run_toml("micro_batch = 4\nglobal_batch = 10\n")),
              "train.global_batch=10 is not divisible by train.micro_batch=4");
   EXPECT_HAS(problems(run_toml("micro_batch = 2\nglobal_batch = 12\n"), {"parallel.dp=4"}),

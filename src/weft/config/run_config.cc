@@ -45,14 +45,18 @@ bool parse_name(const std::string& name, model::Recompute& out) {
 const char* choices(schedule::Kind) { return "gpipe, 1f1b, interleaved or zb-h1"; }
 const char* choices(model::Recompute) { return "none, selective or full"; }
 
-// One key's value from its TOML node: a type error to `types`; a name no enum has to `names`.
+// One key's value from its TOML node: a type error to `types`; a name no enum has to `names`,
+// and the key to `unnamed`.
 template <class T>
-void read_key(const toml::node* node, const char* key, T& out, Status& types, Status& names) {
+void read_key(const toml::node* node, const char* key, T& out, Status& types, Status& names,
+              std::vector<std::string>& unnamed) {
   if constexpr (std::is_enum_v<T>) {
     std::string name = name_of(out);
     read_toml(node, key, name, types);
-    if (!parse_name(name, out))
+    if (!parse_name(name, out)) {
       names.add(fmt::format("{}='{}' must be {}", key, name, choices(out)));
+      unnamed.emplace_back(key);
+    }
   } else {
     read_toml(node, key, out, types);
   }
@@ -399,11 +403,12 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
 
   RunConfig c;
   c.origin = origin;
-  Status types;    // each "train.lr must be a number", from the file
-  Status unnamed;  // each "parallel.schedule='2f2b' must be ...", reported with validate()'s
+  Status types;      // each "train.lr must be a number", from the file
+  Status bad_names;  // each "parallel.schedule='2f2b' must be ...", reported with validate()'s
+  std::vector<std::string> unnamed;  // those keys
   for (const auto& b : bindings()) {
     const toml::node* node = root.at_path(b.name).node();
-    std::visit([&](auto* p) { read_key(node, b.name, *p, types, unnamed); }, b.field(c));
+    std::visit([&](auto* p) { read_key(node, b.name, *p, types, bad_names, unnamed); }, b.field(c));
   }
   s.merge(types.prefixed(origin));
   parse_model(root, origin, c, s);
@@ -423,15 +428,15 @@ Result<RunConfig> parse_run_config(const std::string& toml_text, const std::stri
   if (c.run.out_dir.empty()) {
     c.run.out_dir = (std::filesystem::path("runs") / std::filesystem::path(origin).stem()).string();
   }
-  s.merge(unnamed.prefixed(origin));
-  // An unknown schedule name is its own problem: the shape checks of the default schedule, which
-  // the config keeps in its place, would only confuse.
-  const bool schedule_named =
-      root.at_path("parallel.schedule").value<std::string>().value_or("1f1b") ==
-      name_of(c.parallel.schedule);
+  s.merge(bad_names.prefixed(origin));
+  // An unknown name is its own problem: the checks of the default the config keeps in its place
+  // (validate() names the key and its value: "parallel.schedule='1f1b' ...") would only confuse.
   const Status checked = validate(c);
   for (const std::string& problem : checked.problems()) {
-    if (schedule_named || problem.find("parallel.schedule='") == std::string::npos) s.add(problem);
+    const bool of_unnamed = std::any_of(unnamed.begin(), unnamed.end(), [&](const std::string& k) {
+      return problem.find(k + "='") != std::string::npos;
+    });
+    if (!of_unnamed) s.add(problem);
   }
   if (!s.ok()) return s;
   return c;
