@@ -114,7 +114,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world,
   // The device's memory is taken before the first step: a CUDA arena of this rank's size.
   std::unique_ptr<kernels::Backend> device;
   if (o.device != "cpu") {
-    const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
+    const parallel::Topology topo(cfg.parallel.grid());
     const int pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
     device = make_device(
         o.device, runtime::device_arena_bytes(

@@ -93,7 +93,7 @@ GroupLink link_of(const Cluster& cl, const std::vector<int>& ranks, int size) {
 }  // namespace
 
 Placement place(const Cluster& cl, const layout::Layout& c) {
-  const parallel::Topology topo({.tp = c.tp, .pp = c.pp, .dp = c.dp});
+  const parallel::Topology topo(c.grid());
   Placement p;
   // Groups are regular under Megatron's order, so rank 0's are representative.
   p.tp = link_of(cl, topo.tp_group(0), c.tp);

@@ -217,7 +217,7 @@ double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
 Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
                                             const parallel::ProcessGroups& groups,
                                             comm::Communicator* world, const EngineDevice& device) {
-  const parallel::Topology topo({cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp});
+  const parallel::Topology topo(cfg.parallel.grid());
   const parallel::Coord me = topo.coord(world != nullptr ? world->rank() : 0);
   auto program = run_schedule(cfg);
   if (!program.ok()) return program.status();
