@@ -823,9 +823,11 @@ TEST_P(Conformance, ATimedOutOrDroppedReceiveIsCancelledAndTheNextOneGetsTheMess
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       EXPECT_GE(took, 0.2);
       EXPECT_LT(took, 1.2);
-      EXPECT_EQ(std::string(e.what()), where("recv", *lonely) +
-                                           " timed out after 0.2 s (1 f32 from rank " +
-                                           std::to_string(prev) + ", tag 77)");
+      // What every communicator says; MPI goes on with the world ranks and hosts.
+      EXPECT_TRUE(std::string(e.what()).starts_with(where("recv", *lonely) +
+                                                    " timed out after 0.2 s (1 f32 from rank " +
+                                                    std::to_string(prev) + ", tag 77)"))
+          << e.what();
     }
     lonely->set_timeout_seconds(10);
     float* stale = m.put(std::vector<float>{-1.0f});

@@ -37,18 +37,6 @@ using test::weft_command;
 
 class CliTrainTest : public test::CliFixture {
  protected:
-  std::string write_run(const std::string& extra = "") {
-    const std::string path = dir_ + "/run.toml";
-    std::ofstream(path) << "[model]\nconfig = \"" WEFT_SOURCE_DIR "/configs/models/tiny.toml\"\n"
-                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
-                        << "tokenizer = \"none\"\n"
-                        << "[train]\nmicro_batch = 2\nglobal_batch = 4\nsteps = 8\nlr = 1e-2\n"
-                        << "eval_every = 4\neval_batches = 2\nsave_every = 4\nthreads = 1\n"
-                        << "[run]\nout_dir = \"" << dir_ << "/out\"\n"
-                        << extra;
-    return path;
-  }
-
   // The run in out() against the uninterrupted run in DIR/serial: every step's loss and gradient
   // norm (relative), and the final parameters (relative L2), within the given bounds.
   void expect_follows_serial(double loss, double grad_norm, test::ParamTolerance params) {

@@ -158,6 +158,20 @@ class CliFixture : public ::testing::Test {
   // The default output directory of the tests' run configs, or a path under it.
   std::string out(const std::string& rel = "") const { return dir_ + "/out" + rel; }
 
+  // DIR/run.toml: the tiny model on syn.bin, 8 steps of 4 sequences (micro_batch 2), validation
+  // and a checkpoint every 4 steps, into out(); `extra` appended.
+  std::string write_run(const std::string& extra = "") {
+    const std::string path = dir_ + "/run.toml";
+    std::ofstream(path) << "[model]\nconfig = \"" WEFT_SOURCE_DIR "/configs/models/tiny.toml\"\n"
+                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
+                        << "tokenizer = \"none\"\n"
+                        << "[train]\nmicro_batch = 2\nglobal_batch = 4\nsteps = 8\nlr = 1e-2\n"
+                        << "eval_every = 4\neval_batches = 2\nsave_every = 4\nthreads = 1\n"
+                        << "[run]\nout_dir = \"" << dir_ << "/out\"\n"
+                        << extra;
+    return path;
+  }
+
   std::string dir_;
 };
 

@@ -13,7 +13,7 @@ class JobWorld {
  public:
   explicit JobWorld(bool use_mpi = comm::launched_by_mpi()) {
     if (!use_mpi) return;
-    mpi_.emplace();
+    mpi_.emplace(/*roll_call=*/true);  // a timeout ends the job: name who did not arrive
     world_ = mpi_->world();
   }
   comm::Communicator* world() const { return world_.get(); }

@@ -1,6 +1,7 @@
 #include "weft/comm/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -103,6 +104,15 @@ std::string_view reduce_op_name(ReduceOp op) {
   }
   WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
 }
+
+namespace {
+
+std::atomic<int64_t> g_current_step{0};
+
+}  // namespace
+
+void set_current_step(int64_t step) { g_current_step.store(step, std::memory_order_relaxed); }
+int64_t current_step() { return g_current_step.load(std::memory_order_relaxed); }
 
 namespace {
 

@@ -25,6 +25,11 @@
 
 namespace weft::comm {
 
+// The training step this process is in (1 for the first, 0 outside training), set by the step
+// loop: a wait that gives up names it (comm/mpi_communicator.cc, "Who did not arrive").
+void set_current_step(int64_t step);
+int64_t current_step();
+
 // BF16 elements are weft::BF16 (core/dtype.h); U8 is moved but not reduced.
 //
 // bf16 is reduced in bf16, as Megatron-LM and NCCL sum tensor-parallel activations: each pairwise

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,6 +36,8 @@ using Clock = SteadyClock;
 constexpr int64_t kRingMinBytes = int64_t{64} << 10;
 // After a timeout, how long a cancelled point-to-point request may take to finish cancelling.
 constexpr auto kCancelGrace = std::chrono::milliseconds(100);
+// How long a wait runs before it also listens for a roll call (below).
+constexpr auto kRollCallAfter = std::chrono::milliseconds(20);
 
 bool mpi_live() {
   int initialized = 0, finalized = 0;
@@ -83,7 +86,101 @@ MPI_Op mpi_op(ReduceOp op) {
 struct Group {
   std::string name;
   int rank = 0, size = 1;
+  std::vector<int> world_ranks;  // of each rank of the group
 };
+
+// ---- Who did not arrive ----
+// A rank that stops (SIGSTOP, a stuck kernel, a GPU fault, a partitioned network) is seen by its
+// peers as a wait that times out, in a group whose rank numbers are its own. So the job names
+// ranks by world rank and host, and after a timeout holds a roll call: the rank that gave up sends
+// a note to every other rank on a communicator of the roll call's own; every rank that is waiting
+// (any wait of any group) notices it, sends its own note to every rank and gives up too; after a
+// grace period each of them names the ranks it heard nothing from. Every rank that can still
+// report then names the same missing ranks, with the op, group and step it was in. Only in a job
+// that ends on a timeout (MpiSession's roll_call: the CLI's commands), not in tests that time out
+// on purpose and go on.
+struct World {
+  MPI_Comm roll_call = MPI_COMM_NULL;  // a duplicate of MPI_COMM_WORLD (MpiSession)
+  int rank = 0, size = 1;
+  std::vector<std::string> hosts;  // of each world rank (MPI_Get_processor_name)
+  bool called = false;             // this process held or answered a roll call
+};
+World g_world;
+constexpr int kRollCallTag = 1;
+
+// "world rank 3 on node7"
+std::string world_rank_name(int world_rank) {
+  if (world_rank < 0 || world_rank >= static_cast<int>(g_world.hosts.size())) {
+    return fmt::format("world rank {}", world_rank);
+  }
+  return fmt::format("world rank {} on {}", world_rank, g_world.hosts[world_rank]);
+}
+
+// Whether another rank has called the roll (a note waits on the roll call's communicator).
+bool roll_called() {
+  if (g_world.roll_call == MPI_COMM_NULL || g_world.called) return false;
+  int flag = 0;
+  MPI_Iprobe(MPI_ANY_SOURCE, kRollCallTag, g_world.roll_call, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+// The roll call, once per process: this rank's note (its step) to every other rank, then the
+// notes of the others for `grace_s`. Returns what it found: who called it, and the ranks that did
+// not answer. The notes to a stopped rank are small (sent eagerly) and never waited for.
+std::string roll_call(double grace_s) {
+  if (g_world.roll_call == MPI_COMM_NULL || g_world.called || g_world.size < 2) return "";
+  g_world.called = true;
+  const int n = g_world.size, me = g_world.rank;
+  static int64_t note;  // outlives the sends, which are never completed here
+  note = current_step();
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    MPI_Request req;
+    if (MPI_Isend(&note, 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
+      MPI_Request_free(&req);
+    }
+  }
+  std::vector<int64_t> steps(static_cast<size_t>(n), -1);
+  std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
+  std::vector<bool> heard(static_cast<size_t>(n), false);
+  heard[me] = true;
+  for (int r = 0; r < n; ++r) {
+    if (r != me) MPI_Irecv(&steps[r], 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &reqs[r]);
+  }
+  poll_until(grace_s, [&] {
+    bool all = true;
+    for (int r = 0; r < n; ++r) {
+      if (heard[r]) continue;
+      int done = 0;
+      if (MPI_Test(&reqs[r], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) reqs[r] = MPI_REQUEST_NULL;
+      heard[r] = done != 0;
+      all = all && heard[r];
+    }
+    return all;
+  });
+  std::vector<std::string> missing;
+  for (int r = 0; r < n; ++r) {
+    if (heard[r]) continue;
+    missing.push_back(world_rank_name(r));
+    if (reqs[r] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&reqs[r]);
+      MPI_Request_free(&reqs[r]);
+    }
+  }
+  if (missing.empty()) {
+    return fmt::format("; every rank answered the roll call within {:g} s", grace_s);
+  }
+  return fmt::format(
+      "; {} did not answer the roll call within {:g} s (stopped, hung, cut off, or computing for "
+      "longer): the rank{} the job waits for",
+      fmt::join(missing, ", "), grace_s, missing.size() > 1 ? "s" : "");
+}
+
+// How long a roll call waits for the answers: a tenth of the timeout, at least 2 s and at most
+// the timeout itself (a rank that computes for longer than this is named too; it says so).
+double roll_call_grace(double timeout_s) {
+  return std::min(timeout_s, std::clamp(timeout_s / 10, 2.0, 30.0));
+}
 
 // One operation: what it is (for messages) and its request while in flight.
 struct Op {
@@ -108,6 +205,24 @@ struct Op {
     return fmt::format(" ({} {} {} rank {}, tag {})", n, dtype_name(dtype),
                        w == "send" ? "to" : "from", peer, tag);
   }
+  // "; world rank 0 on node7, waiting for world rank 2 on node7": the job's numbers, which a
+  // group's are not
+  std::string world_names() const {
+    std::string s = "; " + world_rank_name(world_rank(group->rank));
+    if (point_to_point()) {
+      s += fmt::format(", {} {}", std::string_view(what) == "send" ? "sending to" : "waiting for",
+                       world_rank_name(world_rank(peer)));
+    }
+    return s;
+  }
+  int world_rank(int r) const {
+    return r < static_cast<int>(group->world_ranks.size()) ? group->world_ranks[r] : -1;
+  }
+  // " at step 7" while training
+  static std::string at_step() {
+    const int64_t step = current_step();
+    return step > 0 ? fmt::format(" at step {}", step) : "";
+  }
   void check(int rc) const {
     if (rc != MPI_SUCCESS) throw Error(where() + " failed: " + mpi_error_string(rc) + detail());
   }
@@ -121,11 +236,25 @@ class Pending {
   Pending& operator=(const Pending&) = delete;
   MPI_Request* request() { return &req_; }
 
-  // Polls until the request completes; throws weft::Error on an MPI error or after the timeout.
+  // Polls until the request completes; throws weft::Error on an MPI error, after the timeout, or
+  // when another rank calls the roll (then the job is ending: this rank says what it was waiting
+  // for and whom nobody heard from).
   void wait() {
-    if (poll_until(timeout_s_, [&] { return test(); })) return;
-    if (give_up()) return;  // it completed while being cancelled
-    throw Error(fmt::format("{} timed out after {:g} s{}", op_.where(), timeout_s_, op_.detail()));
+    const auto start = Clock::now();
+    bool called = false;
+    const auto done = [&] {
+      if (test()) return true;
+      // A probe costs about a microsecond: not while the op is likely to finish at once.
+      called = Clock::now() - start > kRollCallAfter && roll_called();
+      return called;
+    };
+    if (poll_until(timeout_s_, done) && !called) return;
+    if (!called && give_up()) return;  // it completed while being cancelled
+    const double grace = roll_call_grace(timeout_s_);
+    throw Error(fmt::format("{}{} {}{}{}{}", op_.where(), Op::at_step(),
+                            called ? "gave up: another rank timed out and called the roll"
+                                   : fmt::format("timed out after {:g} s", timeout_s_),
+                            op_.detail(), op_.world_names(), roll_call(grace)));
   }
 
   // Whether the request has completed (MPI_Test, which also progresses it); never blocks.
@@ -436,6 +565,19 @@ class Ring {
   std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
 };
 
+// The world rank of each rank of `comm`.
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
+  for (int r = 0; r < size; ++r) mine[r] = r;
+  MPI_Group group, world_group;
+  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return world;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Group_translate_ranks(group, size, mine.data(), world_group, world.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world_group);
+  return world;
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (MPI_Comm_free) when `owned`; MPI_COMM_WORLD is not owned.
@@ -444,6 +586,7 @@ class MpiCommunicator final : public Communicator {
     g->name = std::move(name);
     MPI_Comm_rank(comm_, &g->rank);
     MPI_Comm_size(comm_, &g->size);
+    g->world_ranks = world_ranks_of(comm_, g->size);
     group_ = std::move(g);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
@@ -610,7 +753,7 @@ bool launched_by_mpi() {
   return false;
 }
 
-MpiSession::MpiSession() {
+MpiSession::MpiSession(bool roll_call) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
@@ -628,10 +771,28 @@ MpiSession::MpiSession() {
     throw Error(fmt::format("MPI provides thread level {}, below MPI_THREAD_FUNNELED", provided));
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // Each world rank's host, and the roll call's communicator (Who did not arrive, above).
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_world.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world.size);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  std::vector<char> all(static_cast<size_t>(g_world.size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < g_world.size; ++r) {
+    g_world.hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  }
+  if (roll_call) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_world.roll_call);
+    MPI_Comm_set_errhandler(g_world.roll_call, MPI_ERRORS_RETURN);
+  }
 }
 
 MpiSession::~MpiSession() {
-  if (mpi_live()) MPI_Finalize();
+  if (!mpi_live()) return;
+  if (g_world.roll_call != MPI_COMM_NULL) MPI_Comm_free(&g_world.roll_call);
+  MPI_Finalize();
 }
 
 std::unique_ptr<Communicator> MpiSession::world() const {
@@ -654,7 +815,13 @@ void abort_job(const std::string& message, int exit_code) {
   const bool live = mpi_live();
   int rank = 0;
   if (live) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const std::string prefix = live ? fmt::format("[rank {}] error: ", rank) : "error: ";
+  // "[rank 1] error: " (on node7 when the job spans hosts)
+  const bool hosts = std::adjacent_find(g_world.hosts.begin(), g_world.hosts.end(),
+                                        std::not_equal_to<>()) != g_world.hosts.end();
+  const std::string prefix =
+      !live   ? "error: "
+      : hosts ? fmt::format("[rank {} on {}] error: ", rank, g_world.hosts.at(rank))
+              : fmt::format("[rank {}] error: ", rank);
   std::fflush(stdout);
   std::fprintf(stderr, "%s%s\n", prefix.c_str(), message.c_str());
   std::fflush(stderr);

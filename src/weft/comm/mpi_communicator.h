@@ -15,9 +15,12 @@ namespace weft::comm {
 bool launched_by_mpi();
 
 // Owns MPI_Init/MPI_Finalize for the life of the process's parallel work. One per process.
+// `roll_call`: a wait that times out calls the roll and names the ranks that did not answer, and
+// every wait answers a roll call and gives up (mpi_communicator.cc, "Who did not arrive"): for a
+// job that ends on a timeout, not for one that times out on purpose and goes on (the tests).
 class MpiSession {
  public:
-  MpiSession();
+  explicit MpiSession(bool roll_call = false);
   ~MpiSession();
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;

@@ -114,6 +114,9 @@ const std::vector<Binding>& bindings() {
        "a log line every N steps when stderr is not a terminal"},
       {"train.peak_gflops", WEFT_FIELD(train.peak_gflops),
        "the machine's spec peak (GFLOP/s) for MFU; 0: MFU against the measured GEMM ceiling only"},
+      {"train.comm_timeout", WEFT_FIELD(train.comm_timeout),
+       "seconds a rank waits for its peers before it ends the job, naming the rank that did not "
+       "arrive; 0: WEFT_COMM_TIMEOUT, else 300"},
       {"run.out_dir", WEFT_FIELD(run.out_dir),
        "where metrics.jsonl, loss.svg and checkpoints/ go; default runs/<RUN.toml's stem>"},
       {"parallel.tp", WEFT_FIELD(parallel.tp),
@@ -496,6 +499,9 @@ Status validate(const RunConfig& c) {
   if (t.threads < 0) add(fmt::format("train.threads={} must be >= 0 (0: every core)", t.threads));
   if (t.log_every <= 0) add(fmt::format("train.log_every={} must be > 0", t.log_every));
   if (!(t.peak_gflops >= 0)) add(fmt::format("train.peak_gflops={} must be >= 0", t.peak_gflops));
+  if (!(t.comm_timeout >= 0)) {
+    add(fmt::format("train.comm_timeout={} must be >= 0", t.comm_timeout));
+  }
   if (c.run.out_dir.empty()) add("run.out_dir is empty");
 
   // The layout (micro_batch and global_batch included): the one rule book.

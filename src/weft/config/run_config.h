@@ -47,6 +47,9 @@ struct RunConfig {
     int threads = 0;  // kernel threads; 0: every core
     int log_every = 10;
     double peak_gflops = 0;  // spec peak for MFU; 0: report MFU against the GEMM ceiling only
+    // Seconds a wait for the other ranks may take (comm::Communicator::timeout_seconds); 0: the
+    // default (WEFT_COMM_TIMEOUT, else 300).
+    double comm_timeout = 0;
   } train;
 
   struct Run {

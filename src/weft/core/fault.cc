@@ -23,6 +23,7 @@ int signal_named(const std::string& name) {
   if (name == "TERM") return SIGTERM;
   if (name == "INT") return SIGINT;
   if (name == "USR1") return SIGUSR1;
+  if (name == "STOP") return SIGSTOP;
   return SIGKILL;
 }
 
@@ -90,7 +91,7 @@ void fault_point(std::string_view point, int64_t index) {
   const Fault* f = find(point, index);
   if (f == nullptr) return;
   ::kill(::getpid(), f->signal);
-  if (f->signal != SIGKILL) wait_until_taken(f->signal);
+  if (f->signal != SIGKILL && f->signal != SIGSTOP) wait_until_taken(f->signal);
 }
 
 }  // namespace weft

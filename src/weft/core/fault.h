@@ -8,7 +8,8 @@
 //                         SIGTERM to rank 1 as step 3 begins, and to rank 0 only while it saves:
 //                         one stop signal that reaches a job's ranks at different moments
 // A signal other than KILL (TERM, INT, USR1) goes to the process, as a launcher sends it, and the
-// point waits until the process has taken it (core/stop_signals.h) before it goes on.
+// point waits until the process has taken it (core/stop_signals.h) before it goes on. STOP stops
+// the process where it is, as a hung rank: "step:5:3:STOP".
 // Other faults are acted out by the code that asks fault_requested(): "nan:<step>[:<rank>]"
 // poisons a parameter of that rank after the step (runtime/trainer.cc).
 // The rank is the launcher's (OMPI_COMM_WORLD_RANK; 0 without mpirun); without it every rank

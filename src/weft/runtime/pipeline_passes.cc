@@ -180,8 +180,17 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
   // earlier in that order.
   const int64_t block = int64_t{o_.B} * o_.T;
   const schedule::Shape& sh = schedule_.shape;
+  // ZeRO 3 gathers each unit's parameters over the replicas in every forward, so every replica
+  // runs as many passes as the one with the most batches (the sampler deals them round-robin:
+  // replica 0), the extra ones on a block of zeros whose loss is not counted. (With 2 batches
+  // over 4 replicas, replicas 2 and 3 ran none, and the others' gathers met their loss sum.)
+  const int dp = dp_size();
+  const int passes = o_.zero == 3 && dp > 1 ? (total + dp - 1) / dp : batches;
+  const std::vector<int32_t> zeros(passes > batches ? static_cast<size_t>(block) : 0, 0);
   double loss = 0;
-  for (int k = 0; k < batches; ++k) {
+  for (int k = 0; k < passes; ++k) {
+    const int32_t* x = k < batches ? tokens + k * block : zeros.data();
+    const int32_t* y = k < batches ? targets + k * block : zeros.data();
     for (int s = 0; s < S_; ++s) {
       if (!on_this_rank(s)) continue;
       Chunk& c = chunk(s);
@@ -192,9 +201,8 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
         recv_rows(c.model->stage_input(0), sh.rank_of(s - 1), tag(s, k % m_, false));
       }
       kernels::Act* output = s < S_ - 1 ? acts_out_.take(s, k) : nullptr;
-      const float l = c.model->forward(tokens + k * block, targets + k * block, o_.B, o_.T, 0, 0.0f,
-                                       {.output = output});
-      if (s == S_ - 1) loss += l;
+      const float l = c.model->forward(x, y, o_.B, o_.T, 0, 0.0f, {.output = output});
+      if (s == S_ - 1 && k < batches) loss += l;
       if (s < S_ - 1 && !on_this_rank(s + 1)) {
         acts_out_.sending(s, k, send_rows(output, sh.rank_of(s + 1), tag(s + 1, k % m_, false)));
       }

@@ -22,6 +22,7 @@ StepLoop::StepLoop(Engine& engine, const config::RunConfig& cfg, NextBatch next,
 StepRecord StepLoop::step(double lr, double clip) {
   StepRecord r;
   r.lr = lr;
+  comm::set_current_step(steps_done_ + 1);  // named by a wait that gives up
   next_(tokens_.data(), targets_.data());
   if (together_ != nullptr && together_->size() > 1) together_->barrier();
   const auto t0 = std::chrono::steady_clock::now();

@@ -210,6 +210,10 @@ Result<TrainResult> Trainer::run() {
   if (Status s = config::validate_layout(cfg_); !s.ok()) return s;
   if (Status s = prepare_root(run.root, run.tokenizer, run.leader); !s.ok()) return s;
   const parallel::Topology topo(cfg_.parallel.grid());
+  // The groups split from the world inherit its timeout.
+  if (run.world != nullptr && cfg_.train.comm_timeout > 0) {
+    run.world->set_timeout_seconds(cfg_.train.comm_timeout);
+  }
   if (run.world != nullptr && run.world_size > 1) groups_ = parallel::make_groups(*run.world, topo);
   if (Status s = build(run, topo.coord(world_rank)); !s.ok()) return s;
   if (Status s = train(run); !s.ok()) return s;
