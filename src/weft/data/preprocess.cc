@@ -470,6 +470,190 @@ Status check_options(const PreprocessOptions& o) {
   return invalid;
 }
 
+// The stages of preprocess() and what they share. The reader (the calling thread) cuts the input
+// into items, `workers` threads encode them, one thread writes them in input order. Items in
+// flight (queued, encoding, or encoded and waiting for their turn to be written) are bounded: a
+// few per worker keeps every worker busy while bounding memory.
+class EncodePipeline {
+ public:
+  EncodePipeline(const PreprocessOptions& o, const TextEncoder& encoder, Format format, int workers,
+                 IndexedDatasetWriter& writer, PreprocessStats& stats, Progress& progress)
+      : o_(o),
+        encoder_(encoder),
+        format_(format),
+        workers_(workers),
+        max_in_flight_(2 * int64_t{workers} + 2),
+        writer_(writer),
+        stats_(stats),
+        progress_(progress) {}
+
+  // Runs every stage until the input ends or one stage fails; returns the first problem.
+  Status run(int fd) {
+    std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(workers_) + 1);
+    for (int i = 0; i < workers_; ++i) threads.emplace_back([this] { encode_items(); });
+    threads.emplace_back([this] { write_items(); });
+    read_input(fd);
+    {
+      std::lock_guard lock(mu_);
+      total_items_ = next_index_;
+      work_cv_.notify_all();
+      done_cv_.notify_all();
+    }
+    for (auto& t : threads) t.join();
+    return error_;
+  }
+
+ private:
+  void fail(Status s) {  // with mu_ held
+    if (error_.ok()) error_ = std::move(s);
+    aborted_ = true;
+    work_cv_.notify_all();
+    done_cv_.notify_all();
+    space_cv_.notify_all();
+  }
+
+  // The reader: blocks from the file, cut into items, handed over when there is room.
+  void read_input(int fd) {
+    Chunker chunker(format_, static_cast<size_t>(o_.piece_bytes),
+                    [this](WorkItem&& item) { hand_over(std::move(item)); });
+    try {
+      std::vector<char> block(std::min<size_t>(static_cast<size_t>(o_.piece_bytes), 1 << 20));
+      for (;;) {
+        {
+          std::lock_guard lock(mu_);
+          if (aborted_) break;
+        }
+        const ssize_t r = ::read(fd, block.data(), block.size());
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+          std::lock_guard lock(mu_);
+          fail(Status::error(o_.input + ": read failed: " + errno_text()));
+          break;
+        }
+        if (r == 0) {
+          chunker.finish();
+          break;
+        }
+        stats_.input_bytes += r;
+        chunker.feed(std::string_view(block.data(), static_cast<size_t>(r)));
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      fail(Status::error(fmt::format("{}: {}", o_.input, e.what())));
+    }
+  }
+
+  void hand_over(WorkItem&& item) {
+    std::unique_lock lock(mu_);
+    space_cv_.wait(lock, [&] { return aborted_ || in_flight_ < max_in_flight_; });
+    if (aborted_) return;
+    item.index = next_index_++;
+    ++in_flight_;
+    queue_.push_back(std::move(item));
+    work_cv_.notify_one();
+  }
+
+  // A worker: encodes items as they come, in any order.
+  void encode_items() {
+    for (;;) {
+      WorkItem item;
+      {
+        std::unique_lock lock(mu_);
+        work_cv_.wait(lock, [&] { return aborted_ || !queue_.empty() || total_items_ >= 0; });
+        if (aborted_ || queue_.empty()) return;
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Encoded encoded;
+      try {
+        encoded = encode_item(item, format_, encoder_, o_.input, o_.json_key);
+      } catch (const std::exception& e) {
+        encoded.status = Status::error(fmt::format("{}: encoding failed: {}", o_.input, e.what()));
+      }
+      std::lock_guard lock(mu_);
+      done_.emplace(item.index, std::move(encoded));
+      done_cv_.notify_all();
+    }
+  }
+
+  void write_items() {
+    try {
+      write_in_order();
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      fail(Status::error(fmt::format("{}: writing failed: {}", o_.output, e.what())));
+    }
+  }
+
+  // The writer: each encoded item in input order, as soon as it and those before it are done.
+  void write_in_order() {
+    int64_t document_tokens = 0;  // tokens of the document being written so far
+    int64_t bytes_done = 0;
+    for (int64_t index = 0;; ++index) {
+      Encoded e;
+      {
+        std::unique_lock lock(mu_);
+        done_cv_.wait(lock,
+                      [&] { return aborted_ || done_.count(index) || index == total_items_; });
+        if (aborted_ || index == total_items_) return;
+        auto node = done_.extract(index);
+        e = std::move(node.mapped());
+      }
+      Status s = e.status;
+      if (s.ok()) s = append_pieces(e, document_tokens);
+      bytes_done += e.input_bytes;
+      if (s.ok())
+        progress_.update(bytes_done, writer_.num_tokens(), writer_.num_documents(), false);
+      std::lock_guard lock(mu_);
+      if (!s.ok()) return fail(std::move(s));
+      --in_flight_;
+      space_cv_.notify_one();
+    }
+  }
+
+  // An item's pieces; each that ends a document is followed by the end-of-text token, unless the
+  // document has no tokens at all (it is counted instead).
+  Status append_pieces(const Encoded& e, int64_t& document_tokens) {
+    Status s;
+    size_t offset = 0;
+    for (const auto& [count, ends_document] : e.pieces) {
+      if (!s.ok()) break;
+      s = writer_.append(std::span(e.tokens).subspan(offset, static_cast<size_t>(count)));
+      offset += static_cast<size_t>(count);
+      document_tokens += count;
+      if (s.ok() && ends_document) {
+        if (document_tokens == 0) {
+          ++stats_.empty_documents;
+        } else {
+          const int32_t eod = encoder_.eod;
+          s = writer_.append(std::span(&eod, 1));
+          if (s.ok()) s = writer_.end_document();
+        }
+        document_tokens = 0;
+      }
+    }
+    return s;
+  }
+
+  const PreprocessOptions& o_;
+  const TextEncoder& encoder_;
+  const Format format_;
+  const int workers_;
+  const int64_t max_in_flight_;
+  IndexedDatasetWriter& writer_;
+  PreprocessStats& stats_;
+  Progress& progress_;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_, space_cv_;
+  std::deque<WorkItem> queue_;
+  std::map<int64_t, Encoded> done_;
+  int64_t in_flight_ = 0, next_index_ = 0, total_items_ = -1;
+  bool aborted_ = false;
+  Status error_;
+};
+
 }  // namespace
 
 Result<PreprocessStats> preprocess(const PreprocessOptions& o, const TextEncoder& encoder) {
@@ -498,148 +682,12 @@ Result<PreprocessStats> preprocess(const PreprocessOptions& o, const TextEncoder
   const int workers = o.workers > 0
                           ? o.workers
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  // Items in flight (queued, encoding, or encoded and waiting for their turn to be written): a
-  // few per worker keeps every worker busy while bounding memory.
-  const int64_t max_in_flight = 2 * int64_t{workers} + 2;
-
-  std::mutex mu;
-  std::condition_variable work_cv, done_cv, space_cv;
-  std::deque<WorkItem> queue;
-  std::map<int64_t, Encoded> done;
-  int64_t in_flight = 0, next_index = 0, total_items = -1;
-  bool aborted = false;
-  Status error;
-  auto fail = [&](Status s) {  // with mu held
-    if (error.ok()) error = std::move(s);
-    aborted = true;
-    work_cv.notify_all();
-    done_cv.notify_all();
-    space_cv.notify_all();
-  };
-
   PreprocessStats stats;
   Progress progress(o.progress, total_bytes);
-
-  auto worker_main = [&] {
-    for (;;) {
-      WorkItem item;
-      {
-        std::unique_lock lock(mu);
-        work_cv.wait(lock, [&] { return aborted || !queue.empty() || total_items >= 0; });
-        if (aborted || queue.empty()) return;
-        item = std::move(queue.front());
-        queue.pop_front();
-      }
-      Encoded encoded;
-      try {
-        encoded = encode_item(item, format, encoder, o.input, o.json_key);
-      } catch (const std::exception& e) {
-        encoded.status = Status::error(fmt::format("{}: encoding failed: {}", o.input, e.what()));
-      }
-      std::lock_guard lock(mu);
-      done.emplace(item.index, std::move(encoded));
-      done_cv.notify_all();
-    }
-  };
-
-  auto writer_loop = [&] {
-    int64_t document_tokens = 0;  // tokens of the document being written so far
-    int64_t bytes_done = 0;
-    for (int64_t index = 0;; ++index) {
-      Encoded e;
-      {
-        std::unique_lock lock(mu);
-        done_cv.wait(lock, [&] { return aborted || done.count(index) || index == total_items; });
-        if (aborted || index == total_items) return;
-        auto node = done.extract(index);
-        e = std::move(node.mapped());
-      }
-      Status s = e.status;
-      size_t offset = 0;
-      for (const auto& [count, ends_document] : e.pieces) {
-        if (!s.ok()) break;
-        s = writer.append(std::span(e.tokens).subspan(offset, static_cast<size_t>(count)));
-        offset += static_cast<size_t>(count);
-        document_tokens += count;
-        if (s.ok() && ends_document) {
-          if (document_tokens == 0) {
-            ++stats.empty_documents;
-          } else {
-            const int32_t eod = encoder.eod;
-            s = writer.append(std::span(&eod, 1));
-            if (s.ok()) s = writer.end_document();
-          }
-          document_tokens = 0;
-        }
-      }
-      bytes_done += e.input_bytes;
-      if (s.ok()) progress.update(bytes_done, writer.num_tokens(), writer.num_documents(), false);
-      std::lock_guard lock(mu);
-      if (!s.ok()) return fail(std::move(s));
-      --in_flight;
-      space_cv.notify_one();
-    }
-  };
-
-  auto writer_main = [&] {
-    try {
-      writer_loop();
-    } catch (const std::exception& e) {
-      std::lock_guard lock(mu);
-      fail(Status::error(fmt::format("{}: writing failed: {}", o.output, e.what())));
-    }
-  };
-
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(workers) + 1);
-  for (int i = 0; i < workers; ++i) threads.emplace_back(worker_main);
-  threads.emplace_back(writer_main);
-
-  // The reader runs here: blocks from the file, cut into items, handed over when there is room.
-  Chunker chunker(format, static_cast<size_t>(o.piece_bytes), [&](WorkItem&& item) {
-    std::unique_lock lock(mu);
-    space_cv.wait(lock, [&] { return aborted || in_flight < max_in_flight; });
-    if (aborted) return;
-    item.index = next_index++;
-    ++in_flight;
-    queue.push_back(std::move(item));
-    work_cv.notify_one();
-  });
-  try {
-    std::vector<char> block(std::min<size_t>(static_cast<size_t>(o.piece_bytes), 1 << 20));
-    for (;;) {
-      {
-        std::lock_guard lock(mu);
-        if (aborted) break;
-      }
-      const ssize_t r = ::read(in.fd, block.data(), block.size());
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        std::lock_guard lock(mu);
-        fail(Status::error(o.input + ": read failed: " + errno_text()));
-        break;
-      }
-      if (r == 0) {
-        chunker.finish();
-        break;
-      }
-      stats.input_bytes += r;
-      chunker.feed(std::string_view(block.data(), static_cast<size_t>(r)));
-    }
-  } catch (const std::exception& e) {
-    std::lock_guard lock(mu);
-    fail(Status::error(fmt::format("{}: {}", o.input, e.what())));
-  }
-  {
-    std::lock_guard lock(mu);
-    total_items = next_index;
-    work_cv.notify_all();
-    done_cv.notify_all();
-  }
-  for (auto& t : threads) t.join();
-  if (!error.ok()) {
+  if (Status s = EncodePipeline(o, encoder, format, workers, writer, stats, progress).run(in.fd);
+      !s.ok()) {
     progress.abandon();
-    return error;  // the writer's destructor removes every temporary
+    return s;  // the writer's destructor removes every temporary
   }
 
   progress.update(stats.input_bytes, writer.num_tokens(), writer.num_documents(), true);

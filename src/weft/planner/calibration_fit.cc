@@ -152,57 +152,61 @@ double residual_spread(const std::vector<double>& x, const std::vector<std::vect
   return 2 * std::sqrt(var / w);
 }
 
-}  // namespace
-
-std::string refit_refusal(int processes, int threads, int cores) {
-  if (int64_t{processes} * threads <= cores) return "";
-  return fmt::format(
-      "{} process(es) x {} thread(s) share this node's {} core(s): the ranks take turns on the "
-      "cores, so the trials measure the sharing, not the machine; refit from a tune whose "
-      "processes x threads fit the cores (fewer ranks, or train.threads)",
-      processes, threads, cores);
+double sum_of_squares(const std::vector<double>& r) {
+  double s = 0;
+  for (double x : r) s += x * x;
+  return s;
 }
 
-Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials) {
-  check_trials(trials);
-  ScheduleCache cache;
-  const size_t n = trials.size();
-  double mean_measured = 0, mean_steps = 0;
-  for (const auto& t : trials) {
-    mean_measured += t.step_seconds / n;
-    mean_steps += std::max(1, t.timed_steps) / static_cast<double>(n);
+// The refit as weighted least squares over Factors: residual i is log(measured / predicted) of
+// trial i, scaled by sqrt(w_i), w_i = timed steps / their mean.
+struct RefitProblem {
+  RefitProblem(const Cluster& base, const std::vector<TrialMeasurement>& trials)
+      : base(base), trials(trials), n(trials.size()), sqrt_w(n) {
+    double mean_steps = 0;
+    for (const auto& t : trials) {
+      mean_measured += t.step_seconds / n;
+      mean_steps += std::max(1, t.timed_steps) / static_cast<double>(n);
+    }
+    for (size_t i = 0; i < n; ++i)
+      sqrt_w[i] = std::sqrt(std::max(1, trials[i].timed_steps) / mean_steps);
   }
-  // Weighted least squares: residual i scaled by sqrt(w_i), w_i = timed steps / their mean.
-  std::vector<double> sqrt_w(n);
-  for (size_t i = 0; i < n; ++i)
-    sqrt_w[i] = std::sqrt(std::max(1, trials[i].timed_steps) / mean_steps);
-  auto residuals = [&](const Factors& f) {
+
+  std::vector<double> residuals(const Factors& f) {
     const std::vector<double> p =
         predicted_times(with_factors(base, f, mean_measured), trials, cache);
     std::vector<double> r(n);
     for (size_t i = 0; i < n; ++i) r[i] = sqrt_w[i] * std::log(trials[i].step_seconds / p[i]);
     return r;
-  };
-  auto sse = [](const std::vector<double>& r) {
-    double s = 0;
-    for (double x : r) s += x * x;
-    return s;
-  };
+  }
 
-  // Start: the kernel constants as calibrated (factors 1, 0 and 0: whatever the preset held, so
-  // a refit of a refit does not compound), the scale that centres the log errors.
-  const std::vector<double> r0 = residuals({});
-  std::vector<double> before, log_predicted, inverse_predicted;
-  for (size_t i = 0; i < n; ++i) {
-    const double p = trials[i].step_seconds / std::exp(r0[i] / sqrt_w[i]);
+  const Cluster& base;
+  const std::vector<TrialMeasurement>& trials;
+  const size_t n;
+  double mean_measured = 0;
+  std::vector<double> sqrt_w;
+  ScheduleCache cache;
+};
+
+// The parameters besides the scale that the trials can identify.
+struct Identified {
+  bool passes = false, overhead = false, tp = false;
+};
+
+// r0 and p0: the residuals and the predicted step times at the start (every factor at zero).
+Identified identify(RefitProblem& pb, const std::vector<double>& r0,
+                    const std::vector<double>& p0) {
+  const size_t n = pb.n;
+  std::vector<double> log_predicted, inverse_predicted;
+  for (double p : p0) {
     log_predicted.push_back(std::log(p));
     inverse_predicted.push_back(1 / p);  // what a fixed cost per step changes log(p) by, per s
-    before.push_back(p / trials[i].step_seconds - 1);
   }
   const std::vector<double> ones(n, 1.0);  // what the log scale changes log(p) by
+  Identified fit;
   // The overhead is told apart from the scale by steps of different lengths.
-  const bool fit_overhead =
-      n >= 2 && residual_spread(log_predicted, {ones}, sqrt_w) >= std::log(kMinSpreadForOverhead);
+  fit.overhead = n >= 2 && residual_spread(log_predicted, {ones}, pb.sqrt_w) >=
+                               std::log(kMinSpreadForOverhead);
   // What one weight pass would add to each trial, as a share of its step (what it changes
   // log(p) by): the passes are told apart from the scale, and from the overhead when it is
   // fitted, only by trials whose shares differ beyond what those two can express (their
@@ -210,45 +214,53 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
   // the same in every step, a fixed cost like the overhead).
   // The share of each trial's predicted step that one unit of a parameter adds (1 - p0 / p1).
   auto share_of = [&](const Factors& unit) {
-    const std::vector<double> r1 = residuals(unit);
+    const std::vector<double> r1 = pb.residuals(unit);
     std::vector<double> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = 1 - std::exp((r1[i] - r0[i]) / sqrt_w[i]);
+    for (size_t i = 0; i < n; ++i) out[i] = 1 - std::exp((r1[i] - r0[i]) / pb.sqrt_w[i]);
     return out;
   };
   const std::vector<double> share = share_of({.weight_passes = 1});
   std::vector<std::vector<double>> others = {ones};
-  if (fit_overhead) others.push_back(inverse_predicted);
-  const bool fit_passes =
-      n >= 2 && residual_spread(share, others, sqrt_w) >= kMinShareSpreadForWeightPasses;
-  if (fit_passes) others.push_back(share);
+  if (fit.overhead) others.push_back(inverse_predicted);
+  fit.passes =
+      n >= 2 && residual_spread(share, others, pb.sqrt_w) >= kMinShareSpreadForWeightPasses;
+  if (fit.passes) others.push_back(share);
   // The tensor-parallel collectives' cost: told apart by trials whose steps meet the other ranks
   // of a tensor-parallel group a different number of times per unit of step (tp = 1 against
   // tp > 1, sequence parallelism's four collectives per pass against two).
-  const bool fit_tp =
-      n >= 2 && residual_spread(share_of({.tp = 1}), others, sqrt_w) >= kMinShareSpreadForTp;
-  std::vector<int> active = {0};  // indices into Factors (param())
-  if (fit_passes) active.push_back(1);
-  if (fit_overhead) active.push_back(2);
-  if (fit_tp) active.push_back(3);
-  const int dims = static_cast<int>(active.size());
+  fit.tp =
+      n >= 2 && residual_spread(share_of({.tp = 1}), others, pb.sqrt_w) >= kMinShareSpreadForTp;
+  return fit;
+}
 
-  // A parameter the trials cannot identify keeps the preset's value, and the others are fitted
-  // with it (so a second refit gives the same values): trials that all ran one microbatch count
-  // (once the planner knows the passes, its best-ranked layouts are all of large mb) must not
-  // make the preset forget the passes that earlier trials measured.
+// A parameter the trials cannot identify keeps the preset's value, and the others are fitted
+// with it (so a second refit gives the same values): trials that all ran one microbatch count
+// (once the planner knows the passes, its best-ranked layouts are all of large mb) must not
+// make the preset forget the passes that earlier trials measured. The scale starts where it
+// centres the log errors.
+Factors start_factors(RefitProblem& pb, const Identified& fit) {
   Factors x;
-  if (!fit_passes) x.weight_passes = base.weight_passes;
-  if (!fit_overhead) x.overhead = base.step_overhead / mean_measured;
-  if (!fit_tp) x.tp = base.tp_collective_overhead / mean_measured * 100;
-  {
-    const std::vector<double> r_held = residuals(x);
-    for (size_t i = 0; i < n; ++i) x.log_scale += sqrt_w[i] * r_held[i] / n;  // weighted mean log
-  }
-  std::vector<double> r = residuals(x);
-  double err = sse(r);
+  if (!fit.passes) x.weight_passes = pb.base.weight_passes;
+  if (!fit.overhead) x.overhead = pb.base.step_overhead / pb.mean_measured;
+  if (!fit.tp) x.tp = pb.base.tp_collective_overhead / pb.mean_measured * 100;
+  const std::vector<double> r_held = pb.residuals(x);
+  for (size_t i = 0; i < pb.n; ++i)
+    x.log_scale += pb.sqrt_w[i] * r_held[i] / pb.n;  // weighted mean log
+  return x;
+}
 
-  // Levenberg-Marquardt on the active parameters, numerical Jacobian; the weight passes and the
-  // overhead kept >= 0 (a negative cost per call or per step would make short steps negative).
+// Levenberg-Marquardt on the identified parameters from x, numerical Jacobian; the weight passes
+// and the overhead kept >= 0 (a negative cost per call or per step would make short steps
+// negative). Leaves the fit in x and returns its residuals.
+std::vector<double> levenberg_marquardt(RefitProblem& pb, const Identified& fit, Factors& x) {
+  std::vector<int> active = {0};  // indices into Factors (param())
+  if (fit.passes) active.push_back(1);
+  if (fit.overhead) active.push_back(2);
+  if (fit.tp) active.push_back(3);
+  const int dims = static_cast<int>(active.size());
+  const size_t n = pb.n;
+  std::vector<double> r = pb.residuals(x);
+  double err = sum_of_squares(r);
   double lambda = 1e-3;
   constexpr double kStep = 1e-6;
   for (int it = 0; it < 100 && err > 0; ++it) {
@@ -256,7 +268,7 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     for (int k = 0; k < dims; ++k) {
       Factors xh = x;
       param(xh, active[k]) += kStep;
-      const std::vector<double> rh = residuals(xh);
+      const std::vector<double> rh = pb.residuals(xh);
       J[k].resize(n);
       for (size_t i = 0; i < n; ++i) J[k][i] = (rh[i] - r[i]) / kStep;
     }
@@ -289,8 +301,8 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
         lambda *= 4;
         continue;
       }
-      const std::vector<double> rn = residuals(xn);
-      const double en = sse(rn);
+      const std::vector<double> rn = pb.residuals(xn);
+      const double en = sum_of_squares(rn);
       if (std::isfinite(en) && en < err) {
         const bool converged = err - en < 1e-14 * (1 + err);
         x = xn;
@@ -305,35 +317,70 @@ Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& 
     }
     if (!improved) break;
   }
+  return r;
+}
 
-  // What the solver leaves of a cost the trials do not carry (1e-13 of the unit: 4e-11 us on
-  // trials with none) is none.
-  if (x.tp < 1e-9) x.tp = 0;
-  Cluster fitted = with_factors(base, x, mean_measured);
-  std::vector<double> after;
-  for (size_t i = 0; i < n; ++i) after.push_back(std::exp(-r[i] / sqrt_w[i]) - 1);
-  fitted.calibration_note = fmt::format(
+// What a refit changed, and the planner's step-time errors (mean of |predicted/measured - 1|)
+// before and after it.
+std::string refit_note(const Cluster& fitted, size_t n, const Identified& fit, double before,
+                       double after) {
+  return fmt::format(
       "refitted from {} measured trials: compute_scale {:.4g} (kernels inside a step vs "
       "calibrated alone), weight_passes {}, step_overhead {}, tp_collective_overhead {}; planner "
       "step-time error, mean of |predicted/measured - 1|: {:.1f}% before, {:.1f}% after{}",
       n, fitted.compute_scale,
-      fit_passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
+      fit.passes ? fmt::format("{:.4g} (per GEMM call, so per microbatch)", fitted.weight_passes)
                  : fmt::format("not fitted, kept at {:.4g} (one pass is too alike a share of "
                                "every trial's step)",
                                fitted.weight_passes),
-      fit_overhead ? fmt::format("{:.4g} ms per step", fitted.step_overhead * 1e3)
+      fit.overhead ? fmt::format("{:.4g} ms per step", fitted.step_overhead * 1e3)
                    : fmt::format("not fitted, kept at {:.4g} ms (the trials' steps are too alike "
                                  "in length)",
                                  fitted.step_overhead * 1e3),
-      fit_tp ? fmt::format("{:.4g} us per tensor-parallel collective",
+      fit.tp ? fmt::format("{:.4g} us per tensor-parallel collective",
                            fitted.tp_collective_overhead * 1e6)
              : fmt::format("not fitted, kept at {:.4g} us (the trials meet their tensor-parallel "
                            "ranks alike often per step)",
                            fitted.tp_collective_overhead * 1e6),
-      100 * mean_abs(before), 100 * mean_abs(after),
+      100 * before, 100 * after,
       fitted.gemm_speed > 0
           ? fmt::format("; the machine's GEMMs ran at {:.3g}x the GEMM model", fitted.gemm_speed)
           : "");
+}
+
+}  // namespace
+
+std::string refit_refusal(int processes, int threads, int cores) {
+  if (int64_t{processes} * threads <= cores) return "";
+  return fmt::format(
+      "{} process(es) x {} thread(s) share this node's {} core(s): the ranks take turns on the "
+      "cores, so the trials measure the sharing, not the machine; refit from a tune whose "
+      "processes x threads fit the cores (fewer ranks, or train.threads)",
+      processes, threads, cores);
+}
+
+Cluster refit_cluster(const Cluster& base, const std::vector<TrialMeasurement>& trials) {
+  check_trials(trials);
+  RefitProblem pb(base, trials);
+  // Start: the kernel constants as calibrated (factors 1, 0 and 0: whatever the preset held, so
+  // a refit of a refit does not compound).
+  const std::vector<double> r0 = pb.residuals({});
+  std::vector<double> p0, before;
+  for (size_t i = 0; i < pb.n; ++i) {
+    p0.push_back(trials[i].step_seconds / std::exp(r0[i] / pb.sqrt_w[i]));
+    before.push_back(p0[i] / trials[i].step_seconds - 1);
+  }
+  const Identified fit = identify(pb, r0, p0);
+  Factors x = start_factors(pb, fit);
+  const std::vector<double> r = levenberg_marquardt(pb, fit, x);
+
+  // What the solver leaves of a cost the trials do not carry (1e-13 of the unit: 4e-11 us on
+  // trials with none) is none.
+  if (x.tp < 1e-9) x.tp = 0;
+  Cluster fitted = with_factors(base, x, pb.mean_measured);
+  std::vector<double> after;
+  for (size_t i = 0; i < pb.n; ++i) after.push_back(std::exp(-r[i] / pb.sqrt_w[i]) - 1);
+  fitted.calibration_note = refit_note(fitted, pb.n, fit, mean_abs(before), mean_abs(after));
   return fitted;
 }
 

@@ -37,6 +37,142 @@ double optimizer_bytes_per_param(Precision p) {
   return p == Precision::FP32 ? 4 + 4 + 8 + 4 + 8 : 4 + 12 + 12 + 2;
 }
 
+// The data-parallel reduction of one step (of every stage together) on the rank that holds the
+// most parameters (`params`).
+double dp_step_time(const Job& job, const layout::Layout& c, const Placement& placement,
+                    int64_t params) {
+  const PrecisionBytes pb = precision_bytes(job.precision);
+  double dp_step = 0;
+  // ZeRO 0 all-reduces once per step, ZeRO 1 reduce-scatters once and gathers the updated
+  // parameters, ZeRO 2 only gathers (its reduce-scatters run per microbatch: stage_costs.cc), and
+  // ZeRO 3 does everything per microbatch.
+  if (c.zero == 0) {
+    dp_step = collective_time(placement.dp, Collective::AllReduce, params * pb.grad);
+  } else if (c.zero <= 2) {
+    dp_step =
+        (c.zero == 1 ? collective_time(placement.dp, Collective::ReduceScatter, params * pb.grad)
+                     : 0) +
+        collective_time(placement.dp, Collective::AllGather, params * pb.weight);
+  }
+  if (c.pp > 1) {  // tied embedding: first and last pipeline ranks, over the pp link
+    GroupLink pair = placement.pp;
+    pair.size = 2;
+    dp_step += collective_time(
+        pair, Collective::AllReduce,
+        static_cast<double>(job.model.padded_vocab()) / c.tp * job.model.n_embd * pb.grad);
+  }
+  return dp_step;
+}
+
+// What each instruction of the schedule takes on the cluster: a stage's passes, a pipeline
+// message, a stage's data-parallel reduction, the optimizer step.
+schedule::Costs instr_costs(const Cluster& cl, const Job& job, const layout::Layout& c,
+                            const Placement& placement, const std::vector<StageCost>& stages,
+                            const Options& options) {
+  schedule::Costs costs;
+  costs.stages.resize(stages.size());
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageCost& sc = stages[s];
+    PassCost input = sc.recompute;
+    input += sc.backward_input;
+    costs.stages[s] = {.forward = sc.forward.total(),
+                       .backward = sc.backward().total(),
+                       .backward_input = input.total(),
+                       .backward_weight = sc.backward_weight.total()};
+  }
+  const PrecisionBytes pb = precision_bytes(job.precision);
+  const double message = static_cast<double>(c.micro_batch) * job.seq_len * job.model.n_embd *
+                         pb.activation / (c.sequence_parallel ? c.tp : 1);
+  costs.p2p = p2p_time(placement.pp, message);
+  if (options.pp_scatter_gather && c.tp > 1 && !c.sequence_parallel) {
+    costs.p2p = p2p_time(placement.pp, message / c.tp) +
+                collective_time(placement.tp, Collective::AllGather, message);
+  }
+
+  // The data-parallel reduction, per ReduceGrads (one per stage): the largest rank's share.
+  int64_t params = 0;
+  for (int r = 0; r < c.pp; ++r) params = std::max(params, local_parameters(job.model, c, r));
+  const double dp_chunk = dp_step_time(job, c, placement, params) / c.vp;
+  costs.reduce_grads = dp_chunk;
+  if (options.overlap_dp && dp_chunk > 0) {  // buckets go out while the last backward runs
+    const double layers = static_cast<double>(job.model.n_layer) / (c.pp * c.vp);
+    const double backward = stages[c.pp * c.vp / 2].backward().total();
+    costs.reduce_grads = exposed_reduction(dp_chunk, backward, layers);
+  }
+  const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
+  // The calibration's per-step overhead (hardware.h) runs where every rank's step ends.
+  costs.optimizer_step =
+      optimizer_time(cl, shard * optimizer_bytes_per_param(job.precision)) + cl.step_overhead;
+  return costs;
+}
+
+// Each rank runs m forwards and backwards of each of its vp stages, their reductions and the
+// optimizer step; the busiest one's sum bounds the makespan from below.
+double busiest_stream(const layout::Layout& c, int m, const schedule::Costs& costs) {
+  double bound = 0;
+  for (int r = 0; r < c.pp; ++r) {
+    double busy = costs.optimizer_step;
+    for (int s = r; s < c.pp * c.vp; s += c.pp) {
+      busy += m * (costs.stages[s].forward + costs.stages[s].backward) + costs.reduce_grads;
+    }
+    bound = std::max(bound, busy);
+  }
+  return bound;
+}
+
+// Where the step's time goes on the busiest rank: what its own stream did, and what it waited
+// for. split_pp: simulate again with free messages to tell exposed messages from the bubble.
+StepBreakdown break_down(const schedule::Timeline& timeline, const std::vector<StageCost>& stages,
+                         const ScheduleCache::Entry& entry, const schedule::Costs& costs,
+                         bool split_pp) {
+  const int rank = static_cast<int>(std::max_element(timeline.busy.begin(), timeline.busy.end()) -
+                                    timeline.busy.begin());
+  StepBreakdown t;
+  t.total = timeline.makespan;
+  for (const schedule::Slot& slot : timeline.ranks[rank]) {
+    const schedule::Instr& i = slot.instr;
+    PassCost pass;
+    switch (i.op) {
+      case schedule::Op::Forward:
+        pass = stages[i.stage].forward;
+        break;
+      case schedule::Op::Backward:
+        pass = stages[i.stage].backward();
+        break;
+      case schedule::Op::BackwardInput:
+        pass = stages[i.stage].recompute;
+        pass += stages[i.stage].backward_input;
+        break;
+      case schedule::Op::BackwardWeight:
+        pass = stages[i.stage].backward_weight;
+        break;
+      case schedule::Op::ReduceGrads:
+        t.dp_comm += slot.end - slot.start;
+        break;
+      case schedule::Op::OptimizerStep:
+        t.optimizer += slot.end - slot.start;
+        break;
+      case schedule::Op::SendAct:
+      case schedule::Op::SendGrad:
+      case schedule::Op::RecvAct:
+      case schedule::Op::RecvGrad:
+        break;
+    }
+    t.compute += pass.compute;
+    t.tp_comm += pass.tp_comm;
+    t.dp_comm += pass.dp_comm;
+  }
+  const double idle = t.total - timeline.busy[rank];
+  if (split_pp) {
+    schedule::Costs free = costs;
+    free.p2p = 0;
+    const double ideal = schedule::simulate_checked(entry.schedule, free, entry.buffers).makespan;
+    t.pp_comm = std::clamp(t.total - ideal, 0.0, idle);
+  }
+  t.bubble = std::max(0.0, idle - t.pp_comm);
+  return t;
+}
+
 }  // namespace
 
 Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layout& c,
@@ -81,71 +217,9 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
                            .placement = &p.placement,
                            .overlap_dp = options.overlap_dp};
   sim.stages = stage_costs(in);
-
-  schedule::Costs costs;
-  costs.stages.resize(sim.stages.size());
-  for (size_t s = 0; s < sim.stages.size(); ++s) {
-    const StageCost& sc = sim.stages[s];
-    PassCost input = sc.recompute;
-    input += sc.backward_input;
-    costs.stages[s] = {.forward = sc.forward.total(),
-                       .backward = sc.backward().total(),
-                       .backward_input = input.total(),
-                       .backward_weight = sc.backward_weight.total()};
-  }
-  const PrecisionBytes pb = precision_bytes(job.precision);
-  const double message = static_cast<double>(c.micro_batch) * job.seq_len * job.model.n_embd *
-                         pb.activation / (c.sequence_parallel ? c.tp : 1);
-  costs.p2p = p2p_time(p.placement.pp, message);
-  if (options.pp_scatter_gather && c.tp > 1 && !c.sequence_parallel) {
-    costs.p2p = p2p_time(p.placement.pp, message / c.tp) +
-                collective_time(p.placement.tp, Collective::AllGather, message);
-  }
-
-  // The data-parallel reduction, per ReduceGrads (one per stage): the largest rank's share.
-  int64_t params = 0;
-  for (int r = 0; r < c.pp; ++r) params = std::max(params, local_parameters(job.model, c, r));
-  double dp_step = 0;
-  // ZeRO 0 all-reduces once per step, ZeRO 1 reduce-scatters once and gathers the updated
-  // parameters, ZeRO 2 only gathers (its reduce-scatters run per microbatch: stage_costs.cc), and
-  // ZeRO 3 does everything per microbatch.
-  if (c.zero == 0) {
-    dp_step = collective_time(p.placement.dp, Collective::AllReduce, params * pb.grad);
-  } else if (c.zero <= 2) {
-    dp_step =
-        (c.zero == 1 ? collective_time(p.placement.dp, Collective::ReduceScatter, params * pb.grad)
-                     : 0) +
-        collective_time(p.placement.dp, Collective::AllGather, params * pb.weight);
-  }
-  if (c.pp > 1) {  // tied embedding: first and last pipeline ranks, over the pp link
-    GroupLink pair = p.placement.pp;
-    pair.size = 2;
-    dp_step += collective_time(
-        pair, Collective::AllReduce,
-        static_cast<double>(job.model.padded_vocab()) / c.tp * job.model.n_embd * pb.grad);
-  }
-  const double dp_chunk = dp_step / c.vp;
-  costs.reduce_grads = dp_chunk;
-  if (options.overlap_dp && dp_chunk > 0) {  // buckets go out while the last backward runs
-    const double layers = static_cast<double>(job.model.n_layer) / (c.pp * c.vp);
-    const double backward = sim.stages[c.pp * c.vp / 2].backward().total();
-    costs.reduce_grads = exposed_reduction(dp_chunk, backward, layers);
-  }
-  const double shard = static_cast<double>(params) / (c.zero >= 1 ? c.dp : 1);
-  // The calibration's per-step overhead (hardware.h) runs where every rank's step ends.
-  costs.optimizer_step =
-      optimizer_time(cl, shard * optimizer_bytes_per_param(job.precision)) + cl.step_overhead;
-
+  const schedule::Costs costs = instr_costs(cl, job, c, p.placement, sim.stages, options);
   if (options.bound_only) {
-    // Each rank runs m forwards and backwards of each of its vp stages, their reductions and the
-    // optimizer step; the busiest one's sum bounds the makespan from below.
-    for (int r = 0; r < c.pp; ++r) {
-      double busy = costs.optimizer_step;
-      for (int s = r; s < c.pp * c.vp; s += c.pp) {
-        busy += m * (costs.stages[s].forward + costs.stages[s].backward) + costs.reduce_grads;
-      }
-      p.time.total = std::max(p.time.total, busy);
-    }
+    p.time.total = busiest_stream(c, m, costs);
     return sim;
   }
   sim.schedule = entry.schedule;
@@ -157,53 +231,9 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
     p.reasons.push_back("the schedule deadlocks");
     return sim;
   }
-
-  // Breakdown on the busiest rank: what its own stream did, and what it waited for.
-  const int rank = static_cast<int>(std::max_element(timeline.busy.begin(), timeline.busy.end()) -
-                                    timeline.busy.begin());
-  StepBreakdown& t = p.time;
-  t.total = timeline.makespan;
-  for (const schedule::Slot& slot : timeline.ranks[rank]) {
-    const schedule::Instr& i = slot.instr;
-    PassCost pass;
-    switch (i.op) {
-      case schedule::Op::Forward:
-        pass = sim.stages[i.stage].forward;
-        break;
-      case schedule::Op::Backward:
-        pass = sim.stages[i.stage].backward();
-        break;
-      case schedule::Op::BackwardInput:
-        pass = sim.stages[i.stage].recompute;
-        pass += sim.stages[i.stage].backward_input;
-        break;
-      case schedule::Op::BackwardWeight:
-        pass = sim.stages[i.stage].backward_weight;
-        break;
-      case schedule::Op::ReduceGrads:
-        t.dp_comm += slot.end - slot.start;
-        break;
-      case schedule::Op::OptimizerStep:
-        t.optimizer += slot.end - slot.start;
-        break;
-      case schedule::Op::SendAct:
-      case schedule::Op::SendGrad:
-      case schedule::Op::RecvAct:
-      case schedule::Op::RecvGrad:
-        break;
-    }
-    t.compute += pass.compute;
-    t.tp_comm += pass.tp_comm;
-    t.dp_comm += pass.dp_comm;
-  }
-  const double idle = t.total - timeline.busy[rank];
-  if (options.detailed && c.pp > 1 && costs.p2p > 0) {
-    schedule::Costs free = costs;
-    free.p2p = 0;
-    const double ideal = schedule::simulate_checked(entry.schedule, free, entry.buffers).makespan;
-    t.pp_comm = std::clamp(t.total - ideal, 0.0, idle);
-  }
-  t.bubble = std::max(0.0, idle - t.pp_comm);
+  p.time =
+      break_down(timeline, sim.stages, entry, costs, options.detailed && c.pp > 1 && costs.p2p > 0);
+  const StepBreakdown& t = p.time;
   if (options.keep_timeline) sim.timeline = std::move(timeline);
 
   const double tokens = static_cast<double>(job.global_batch) * job.seq_len;
