@@ -153,7 +153,7 @@ void run_bench_step(const BenchOptions& o) {
   auto recorder = std::make_shared<comm::CommRecorder>();
   std::unique_ptr<comm::RecordingCommunicator> tp;
   if (groups.tp) tp = std::make_unique<comm::RecordingCommunicator>(std::move(groups.tp), recorder);
-  po.tp.comm = tp.get();
+  po.tp = tp.get();
   runtime::PipelineRunner runner(cfg, sched, po);
   runner.init(1234);
 
