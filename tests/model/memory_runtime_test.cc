@@ -46,7 +46,7 @@ TEST(GemmPacking, ResidentPerThreadAfterTheSplit) {
   // 32 tokens: too few rows for oneDNN to pack.
   EXPECT_EQ(gemm_packing_resident(cfg, 2, 16, {}, 1, {}), 0);
   // Part of every rank's estimate, with the process's runtime code.
-  const MemoryEstimate m = estimate_training_memory(cfg, 4, 128, Recompute::None, 1);
+  const MemoryEstimate m = estimate_rank_memory(cfg, {.B = 4, .T = 128}, {});
   EXPECT_EQ(m.runtime, kDefaultRuntimeBytes + 4 * (512 + 4096) * 256);
 }
 
@@ -67,7 +67,7 @@ TEST(TpCollectives, HoldLibnbcsMeasuredTemporary) {
   cfg.max_seq_len = 64;
   for (const bool sp : {false, true}) {
     const TpShape tp{2, sp};
-    const MemoryEstimate m = estimate_training_memory(cfg, 8, 64, Recompute::None, 1, tp);
+    const MemoryEstimate m = estimate_rank_memory(cfg, {.B = 8, .T = 64, .tp = tp}, {});
     // The workspace's two host blocks as they are resident (whole huge pages from 2 MiB on), and
     // the runtime's sum of the step's losses (one double).
     const ActivationLayout w = gpt_workspace_layout(cfg, 8, 64, Recompute::None, tp);

@@ -82,7 +82,7 @@ TEST(ActivationLayout, FlashAttentionKeepsOnlyLogsumexpsAndSelectiveDropsNothing
 }
 
 TEST(MemoryEstimate, CountsParamsGradsAndTwoMoments) {
-  auto m = estimate_training_memory(tiny(), 2, 8, Recompute::None, 2);
+  auto m = estimate_rank_memory(tiny(), {.B = 2, .T = 8}, {}, {.threads = 2});
   EXPECT_EQ(m.grads, m.params);
   EXPECT_EQ(m.optimizer, 2 * m.params);
   EXPECT_GT(m.activations, 0);

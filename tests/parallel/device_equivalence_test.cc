@@ -51,7 +51,7 @@ constexpr int kB = 2, kT = 32, kSteps = 10, kM = 4;  // kM microbatches per repl
 
 // A backend for a rank of `schedule` in `shape` (its arena sized for exactly that on a GPU).
 std::unique_ptr<kernels::Backend> make_backend(const schedule::Schedule& schedule,
-                                               const runtime::RankShape& shape) {
+                                               const model::RankShape& shape) {
 #ifdef WEFT_TEST_CUDA
   return kernels::cuda::make_mixed_backend(
       runtime::device_arena_bytes(small_gpt(), schedule, shape));
@@ -102,9 +102,7 @@ const Run& one_rank(int dp) {
   static std::map<int, Run> cache;
   auto it = cache.find(dp);
   if (it != cache.end()) return it->second;
-  runtime::RankShape shape;  // one process: the whole model
-  shape.B = kB;
-  shape.T = kT;
+  const model::RankShape shape{.B = kB, .T = kT};  // one process: the whole model
   const schedule::Schedule program =
       runtime::runner_schedule(small_gpt(), schedule::Kind::OneFOneB, 1, 1, kM * dp).value();
   const auto backend = make_backend(program, shape);
@@ -197,7 +195,7 @@ RankRun run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Coord me = topo.coord(world.rank());
   // The groups on the backend's memory, in the same order on every rank (splits are collective).
   std::vector<std::unique_ptr<comm::Communicator>> owned;
-  const runtime::RankShape shape{
+  const model::RankShape shape{
       .B = kB, .T = kT, .pp_rank = me.pp, .tp = {l.tp, l.sp}, .zero = {l.zero, l.dp}};
   const schedule::Schedule program =
       runtime::runner_schedule(small_gpt(), l.kind, l.pp, l.vp, kM).value();

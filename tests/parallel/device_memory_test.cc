@@ -62,12 +62,12 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
   const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const parallel::Coord me = topo.coord(world.rank());
-  const runtime::RankShape shape{.B = kB,
-                                 .T = kT,
-                                 .recompute = l.recompute,
-                                 .pp_rank = me.pp,
-                                 .tp = {l.tp, l.sp},
-                                 .zero = {l.zero, l.dp}};
+  const model::RankShape shape{.B = kB,
+                               .T = kT,
+                               .recompute = l.recompute,
+                               .pp_rank = me.pp,
+                               .tp = {l.tp, l.sp},
+                               .zero = {l.zero, l.dp}};
 
   RankMemory r;
   r.pp_rank = me.pp;
@@ -230,8 +230,9 @@ TEST(HostUnitPool, HoldsWhatTheModelCounts) {
           Held h;
           for (int64_t bytes : runner.unit_pool().sizes())
             h.pool += kernels::host_resident_bytes(bytes);
-          h.model = model::zero_pool_bytes(cfg, {}, layout::rank_program(cfg, program, pp_rank),
-                                           {l.zero, l.dp}, Precision::FP32);
+          h.model =
+              model::zero_pool_bytes(cfg, {.zero = {l.zero, l.dp}},
+                                     layout::rank_program(cfg, program, pp_rank), Precision::FP32);
           return h;
         });
     for (int r = 0; r < l.world(); ++r) {
@@ -259,12 +260,12 @@ Held run_many(const Layout& l, Precision precision, comm::Communicator& world) {
   const parallel::Topology topo({.tp = l.tp, .pp = l.pp, .dp = l.dp});
   parallel::ProcessGroups groups = parallel::make_groups(world, topo);
   const int pp_rank = topo.coord(world.rank()).pp;
-  const runtime::RankShape shape{.B = kB,
-                                 .T = kT,
-                                 .recompute = l.recompute,
-                                 .pp_rank = pp_rank,
-                                 .tp = {l.tp, l.sp},
-                                 .zero = {l.zero, l.dp}};
+  const model::RankShape shape{.B = kB,
+                               .T = kT,
+                               .recompute = l.recompute,
+                               .pp_rank = pp_rank,
+                               .tp = {l.tp, l.sp},
+                               .zero = {l.zero, l.dp}};
   const model::GptConfig cfg = small_gpt();
   const schedule::Schedule program =
       runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
@@ -272,9 +273,11 @@ Held run_many(const Layout& l, Precision precision, comm::Communicator& world) {
   Held h;
   h.pp_rank = pp_rank;
   h.slots = rank.slots;
-  h.predicted = model::estimate_rank_memory(cfg, kB, kT, l.recompute, 1, shape.tp, rank, shape.zero,
-                                            0, precision, model::Counted::Backend)
-                    .total();
+  h.predicted =
+      model::estimate_rank_memory(
+          cfg, shape, rank,
+          {.precision = precision, .runtime_bytes = 0, .counted = model::Counted::Backend})
+          .total();
   for (size_t p = 0; p < rank.slots.size(); ++p) {
     const auto c = std::find_if(rank.chunks.begin(), rank.chunks.end(),
                                 [&](const model::ChunkMemory& c) { return c.pool == int(p); });

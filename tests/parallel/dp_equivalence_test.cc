@@ -105,16 +105,13 @@ void expect_equals_serial(const Layout& l) {
   const schedule::Schedule s = schedule::add_optimizer_step(schedule::add_communication(
       schedule::make_schedule(l.kind, {.pp = l.pp, .vp = l.vp, .microbatches = kM})
           .value_or_throw("")));
-  runtime::PipelineOptions o;
-  o.B = kB;
-  o.T = kT;
-  o.tp = {groups.tp.get(), l.sequence_parallel()};
-  o.pp = groups.pp.get();
-  o.dp = groups.dp.get();
-  o.pp_rank = me.pp;
-  o.zero = l.zero;
-  o.groups = {groups.model.get(), groups.embedding.get()};
-  runtime::PipelineRunner runner(tiny(), s, o);
+  runtime::PipelineRunner runner(
+      tiny(), s,
+      runtime::pipeline_options(groups, {.B = kB,
+                                         .T = kT,
+                                         .pp_rank = me.pp,
+                                         .tp = {l.tp, l.sequence_parallel()},
+                                         .zero = {l.zero, l.dp}}));
   runner.init(4);
   // This replica's kM microbatches of each global batch.
   const auto mine = [&](int step) {

@@ -82,14 +82,15 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   const auto backend = kernels::make_host_backend(precision);
   runtime::PipelineOptions o;
   o.backend = backend.get();
-  o.B = B;
-  o.T = T;
-  o.recompute = recompute;
-  o.tp = {tp_comm.get(), sp};
+  o.shape = {.B = B,
+             .T = T,
+             .recompute = recompute,
+             .pp_rank = topo.coord(world.rank()).pp,
+             .tp = {tp, sp},
+             .zero = {zero, dp}};
+  o.tp = tp_comm.get();
   o.pp = pp_comm.get();
   o.dp = dp_comm.get();
-  o.zero = zero;
-  o.pp_rank = topo.coord(world.rank()).pp;
   o.groups = {groups.model.get(), emb.get()};
   runtime::PipelineRunner runner(tiny(), s, o);
   runner.init(3);
@@ -115,12 +116,13 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   c.recompute = recompute;
   c.sequence_parallel = sp;
   const planner::StepVolume v =
-      planner::step_volume(job, c, o.pp_rank, topo.coord(world.rank()).dp);
+      planner::step_volume(job, c, o.shape.pp_rank, topo.coord(world.rank()).dp);
   const std::string what =
       "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " sp=" + std::to_string(sp) +
       " recompute=" + std::string(model::recompute_name(recompute)) + " vp=" + std::to_string(vp) +
       " dp=" + std::to_string(dp) + " zero=" + std::to_string(zero) + " " +
-      std::string(planner::precision_name(precision)) + " pp rank " + std::to_string(o.pp_rank);
+      std::string(planner::precision_name(precision)) + " pp rank " +
+      std::to_string(o.shape.pp_rank);
   EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp))) << what << " (tp)";
   EXPECT_EQ(show(recorded(*rec, "pp")), show(predicted(v.pp))) << what << " (pp)";
   EXPECT_EQ(show(recorded(*rec, "embedding")), show(predicted(v.embedding)))
@@ -142,7 +144,7 @@ void expect_device_tp_volume(int tp, int dp) {
                                 backend.get(), [](comm::Communicator& host) { return &host; });
   auto rec = std::make_shared<comm::CommRecorder>();
   comm::RecordingCommunicator tp_comm(std::move(groups.tp), rec);
-  o.tp.comm = &tp_comm;
+  o.tp = &tp_comm;
   runtime::PipelineRunner trainer(
       tiny(), runtime::runner_schedule(tiny(), schedule::Kind::OneFOneB, 1, 1, m).value(), o);
   trainer.init(3);

@@ -101,11 +101,9 @@ void expect_pipeline_equals_serial(int pp, bool sequence_parallel) {
           schedule::add_optimizer_step(schedule::add_communication(std::move(made).value()));
       ASSERT_TRUE(schedule::validate(s).ok()) << schedule::validate(s).message();
       runtime::PipelineOptions o;
-      o.B = kB;
-      o.T = kT;
-      o.tp = {groups.tp.get(), sequence_parallel};
+      o.shape = {.B = kB, .T = kT, .pp_rank = pp_rank, .tp = {tp, sequence_parallel}};
+      o.tp = groups.tp.get();
       o.pp = groups.pp.get();
-      o.pp_rank = pp_rank;
       o.groups = {groups.model.get(), groups.embedding.get()};
       runtime::PipelineRunner runner(tiny(), s, o);
       runner.init(99);

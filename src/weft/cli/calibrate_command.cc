@@ -260,9 +260,7 @@ RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
   reset_peak_resident();
   RuntimeMeasure r;
   {
-    runtime::PipelineOptions po;
-    po.B = kB;
-    po.T = kT;
+    const runtime::PipelineOptions po{.shape = {.B = kB, .T = kT}};
     runtime::PipelineRunner runner(
         cfg,
         schedule::add_optimizer_step(schedule::add_communication(

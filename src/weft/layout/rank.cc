@@ -8,6 +8,15 @@
 
 namespace weft::layout {
 
+model::RankShape rank_shape(const Layout& l, int seq_len, int pp_rank) {
+  return {.B = l.micro_batch,
+          .T = seq_len,
+          .recompute = l.recompute,
+          .pp_rank = pp_rank,
+          .tp = {l.tp, l.sequence_parallel},
+          .zero = {l.zero, l.dp}};
+}
+
 std::vector<int> slot_pools(const schedule::Shape& shape, int pp_rank) {
   std::vector<int> pool(shape.vp);
   int body = -1, head = -1, pools = 0;
@@ -33,17 +42,17 @@ model::RankProgram rank_program(const model::GptConfig& cfg, schedule::Kind kind
   WEFT_CHECK(pp_rank >= 0 && pp_rank < shape.pp && static_cast<int>(slots.size()) == count,
              "rank_program: rank ", pp_rank, " of ", shape.pp, " with slots for ", slots.size(),
              " of its ", count, " slot pools");
-  model::RankProgram rank;
+  model::RankProgram rank{.chunks = {},
+                          .slots = {},
+                          .act_buffers = buffers.activations,
+                          .grad_buffers = buffers.gradients,
+                          .pipelined = shape.pp > 1,
+                          .deferred_weight_grads = kind == schedule::Kind::ZeroBubbleH1};
   for (int j = 0; j < shape.vp; ++j) {
     rank.chunks.push_back(
         {model::pipeline_stage(cfg, shape.stage_of(pp_rank, j), shape.num_stages()), pools[j]});
   }
-  rank.slots.clear();
   for (const int s : slots) rank.slots.push_back(std::max(1, s));
-  rank.act_buffers = buffers.activations;
-  rank.grad_buffers = buffers.gradients;
-  rank.pipelined = shape.pp > 1;
-  rank.deferred_weight_grads = kind == schedule::Kind::ZeroBubbleH1;
   return rank;
 }
 

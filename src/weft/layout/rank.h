@@ -14,12 +14,17 @@
 #include <span>
 #include <vector>
 
+#include "weft/layout/layout.h"
 #include "weft/model/gpt_config.h"
 #include "weft/model/memory.h"
 #include "weft/schedule/instr.h"
 #include "weft/schedule/simulate.h"
 
 namespace weft::layout {
+
+// Pipeline rank `pp_rank`'s part of `l` at sequence length `seq_len`, as the memory model and the
+// runtime take it (the trainer's runner, a device's arena, the planner's memory).
+model::RankShape rank_shape(const Layout& l, int seq_len, int pp_rank);
 
 // Chunk j's slot pool on `pp_rank`, pools numbered in order of their first chunk.
 std::vector<int> slot_pools(const schedule::Shape& shape, int pp_rank);

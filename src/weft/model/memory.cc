@@ -231,8 +231,11 @@ void add_model_state(MemoryEstimate& m, const ParamLayout& layout, ZeroSharding 
 // The bytes of a stage's activation (per slot) or workspace layout (activation_layout.h: the
 // model allocates exactly these), remembered per shape: the planner prices tens of thousands of
 // layouts whose stages repeat a few hundred shapes, and building a layout names every slice.
-int64_t layout_bytes(bool workspace, const GptConfig& cfg, int B, int T, Recompute mode, TpShape tp,
-                     const StageSpec& stage, Precision precision, Counted counted) {
+int64_t layout_bytes(bool workspace, const GptConfig& cfg, const RankShape& shape,
+                     const StageSpec& stage, const MemoryCounting& counting) {
+  const auto& [B, T, mode, pp_rank, tp, zero] = shape;
+  const Precision precision = counting.precision;
+  const Counted counted = counting.counted;
   // The numbers a layout depends on (not the model's name: string keys cost the planner 12%).
   using Key = std::tuple<bool, int, int, int, int64_t, int, int, int, int, bool, int, int, bool,
                          bool, int, int>;
@@ -338,14 +341,16 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
   return total;
 }
 
-int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& rank,
-                        ZeroSharding zero, Precision precision) {
+int64_t zero_pool_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank,
+                        Precision precision) {
+  const ZeroSharding zero = shape.zero;
   if (zero.stage < 2) return 0;
   PoolHeld pool;
   std::map<int64_t, int> heap;  // not asked for here
   for (const ChunkMemory& c : rank.chunks) {
-    run_passes(stage_param_layout(cfg, tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp)),
-               c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
+    run_passes(
+        stage_param_layout(cfg, shape.tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp)),
+        c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
   }
   return pool.held(precision);
 }
@@ -354,9 +359,11 @@ int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& ran
 // lives in the memory counted. The host engine's is the process's: MPI's temporaries, the kernels'
 // scratch and the process's runtime beside its buffers; the device engine's is the backend's
 // arena, where only the buffers are.
-MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
-                                    TpShape tp, const RankProgram& rank, ZeroSharding zero,
-                                    int64_t runtime_bytes, Precision precision, Counted counted) {
+MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape,
+                                    const RankProgram& rank, const MemoryCounting& counting) {
+  const auto& [B, T, mode, pp_rank, tp, zero] = shape;
+  const Precision precision = counting.precision;
+  const Counted counted = counting.counted;
   // The host process's own memory beside its buffers (MPI, kernel scratch, runtime) counts.
   const bool host = precision == Precision::FP32 && counted == Counted::Process;
   const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp, a = act_bytes(precision);
@@ -380,12 +387,14 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
           run_passes(layout, c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
       mapped = zero.stage <= 1 ? mapped + busiest : std::max(mapped, busiest);
     }
-    m.workspace += layout_bytes(true, cfg, B, T, mode, tp, c.stage, precision, counted);
+    m.workspace += layout_bytes(true, cfg, shape, c.stage, counting);
     const int slots = rank.slots.at(c.pool);
     if (rank.deferred_weight_grads) {  // each slot's block, taken at its first I pass
       m.workspace += slots * block(deferred_grad_elements(cfg, B, T, tp, c.stage) * a);
     }
-    if (host) packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, threads, c.stage));
+    if (host) {
+      packing = std::max(packing, gemm_packing_resident(cfg, B, T, tp, counting.threads, c.stage));
+    }
     if (c.stage.head) m.workspace += block(sizeof(double));  // the step's loss (pipeline_runner)
   }
   // Each slot pool's activations, in the layout of its chunks (the same for all of them).
@@ -393,8 +402,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
     const auto c = std::find_if(rank.chunks.begin(), rank.chunks.end(),
                                 [&](const ChunkMemory& c) { return c.pool == p; });
     WEFT_CHECK(c != rank.chunks.end(), "slot pool ", p, " has no chunk");
-    m.activations +=
-        rank.slots[p] * layout_bytes(false, cfg, B, T, mode, tp, c->stage, precision, counted);
+    m.activations += rank.slots[p] * layout_bytes(false, cfg, shape, c->stage, counting);
   }
   m.grads += pool.held(precision, counted);  // ZeRO-3: and the gathered parameters
   m.workspace += (rank.act_buffers + rank.grad_buffers) * block(boundary);
@@ -404,14 +412,9 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recomput
   m.workspace += mapped;
   for (const auto& [bytes, k] : heap) m.workspace += k * bytes;
   m.workspace += tp_collective_temporaries(N * C * a, tp);
-  m.workspace += int64_t{threads} * T * T * 4;  // attention backward: a T x T block per thread
-  m.runtime = runtime_bytes + packing;
+  m.workspace += int64_t{counting.threads} * T * T * 4;  // attention backward: T x T per thread
+  m.runtime = counting.runtime_bytes + packing;
   return m;
-}
-
-MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
-                                        int threads, TpShape tp) {
-  return estimate_rank_memory(cfg, B, T, mode, threads, tp, RankProgram{.chunks = {ChunkMemory{}}});
 }
 
 }  // namespace weft::model

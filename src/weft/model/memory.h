@@ -35,6 +35,17 @@ struct ZeroSharding {
   int dp = 1;
 };
 
+// A rank's part of a layout as the memory model sees it: [B, T] microbatches, tp.tp and zero.dp the
+// sizes of its tp and dp groups, pp_rank whose RankProgram it runs (layout::rank_program). Known
+// before any group exists, so a device's arena is sized from it (runtime::device_arena_bytes).
+struct RankShape {
+  int B = 1, T = 1;
+  Recompute recompute = Recompute::None;
+  int pp_rank = 0;
+  TpShape tp = {};  // (= {}: designated initializers may leave it out)
+  ZeroSharding zero = {};
+};
+
 // `runtime`: what the process holds for running any model at all, not for this one's tensors: the
 // GEMM library's generated and loaded code and its operand-packing buffers (see below).
 struct MemoryEstimate {
@@ -84,9 +95,6 @@ int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b);
 int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, int threads,
                               const StageSpec& stage);
 
-MemoryEstimate estimate_training_memory(const GptConfig& cfg, int B, int T, Recompute mode,
-                                        int threads, TpShape tp = {});
-
 // One model chunk of a pipeline rank, as the runtime builds it (runtime/pipeline_runner.h).
 struct ChunkMemory {
   StageSpec stage;
@@ -95,8 +103,9 @@ struct ChunkMemory {
 
 // What a pipeline rank's program keeps, from its schedule (layout::rank_program computes it, for
 // the runtime and the planner alike): nothing here counts microbatches, only what is in flight.
+// The default: one process with the whole model (one chunk, one slot, no pipeline).
 struct RankProgram {
-  std::vector<ChunkMemory> chunks;  // chunk j: stage Shape::stage_of(rank, j)
+  std::vector<ChunkMemory> chunks = {ChunkMemory{}};  // chunk j: stage Shape::stage_of(rank, j)
   // Per pool, its activation slots: the most microbatches its chunks keep in flight at once
   // (schedule::peak_in_flight_per_group). Chunks of one slot layout share a pool.
   std::vector<int> slots = {1};
@@ -108,13 +117,28 @@ struct RankProgram {
   bool deferred_weight_grads = false;  // zb-h1's W passes
 };
 
-// What a pipeline rank of weft's trainer allocates for its chunks, exactly.
+// How a rank's memory is counted besides its shape: the engine's precision; the host kernels'
+// `threads` (their GEMM packing buffers and attention scratch); `runtime_bytes`, the process's own
+// (kernels::host_runtime_bytes() on the host; 0 for a device's arena); and `counted` (FP32 only; a
+// BF16Mixed rank is always counted as its backend's): Process, the host process's resident memory
+// as below; Backend, only what the buffers take from their backend, as Backend::allocated_bytes()
+// counts it (each block in 256 bytes, nothing else), which the tests compare with a host fp32
+// backend's own count.
+enum class Counted { Process, Backend };
+struct MemoryCounting {
+  Precision precision = Precision::FP32;
+  int threads = 1;
+  int64_t runtime_bytes = kDefaultRuntimeBytes;
+  Counted counted = Counted::Process;
+};
+
+// What a pipeline rank of weft's trainer allocates for its chunks (`rank`: the program of
+// shape.pp_rank), exactly.
 //
 // Precision::FP32 (the host engine): per chunk the parameters, gradients and both AdamW moments
 // and a backward workspace; per slot pool its slots of its chunks' activation layout; the rank's
-// send buffers
-// (RankProgram, a boundary [Ns,C] each); the scatter/gather receive buffer (tp > 1 without
-// sequence parallelism, pp > 1); the tensor-parallel collectives' MPI temporary
+// send buffers (RankProgram, a boundary [Ns,C] each); the scatter/gather receive buffer (tp > 1
+// without sequence parallelism, pp > 1); the tensor-parallel collectives' MPI temporary
 // (tp_collective_temporaries); with deferred weight gradients (ZB-H1) the kept output gradients
 // of every slot; and the attention backward's T x T row block per thread. With ZeRO
 // (optim/distributed_optimizer.h), per chunk and with S its shard (1/dp of every unit, padded),
@@ -140,22 +164,13 @@ struct RankProgram {
 // `pipelined` with tp > 1 and no sequence parallelism adds scatter/gather's receive buffer (1/tp
 // of a boundary). ZeRO as for FP32, in the backend's blocks and without the MPI temporaries
 // (host memory, not the device's); ZeRO 1 on keeps a bf16 copy of the master shard beside it.
-//
-// `counted` (FP32 only; a BF16Mixed rank is always counted as its backend's): Process, the host
-// process's resident memory as above; Backend, only what the buffers take from their backend, as
-// Backend::allocated_bytes() counts it (each block in 256 bytes, nothing else), which the tests
-// compare with a host fp32 backend's own count.
-enum class Counted { Process, Backend };
-MemoryEstimate estimate_rank_memory(const GptConfig& cfg, int B, int T, Recompute mode, int threads,
-                                    TpShape tp, const RankProgram& rank, ZeroSharding zero = {},
-                                    int64_t runtime_bytes = kDefaultRuntimeBytes,
-                                    Precision precision = Precision::FP32,
-                                    Counted counted = Counted::Process);
+MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape,
+                                    const RankProgram& rank, const MemoryCounting& counting = {});
 
 // ZeRO 2/3: what a rank's unit pool (optim/unit_pool.h) holds once its chunks have run a step, in
 // the backend's blocks: per size asked for, the most buffers in use at once over their passes
 // (estimate_rank_memory counts it under grads). 0 below ZeRO 2.
-int64_t zero_pool_bytes(const GptConfig& cfg, TpShape tp, const RankProgram& rank,
-                        ZeroSharding zero, Precision precision);
+int64_t zero_pool_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank,
+                        Precision precision);
 
 }  // namespace weft::model

@@ -61,7 +61,7 @@ struct Cluster {
   double reserved_bytes = 0;    // per device: runtime context, allocator slack (not usable)
   // [memory] runtime_mib: what one of weft's CPU training processes holds beyond its model's
   // buffers (code pages, JIT-generated GEMM kernels, the libraries' heap temporaries), as
-  // model::estimate_rank_memory's `runtime_bytes`; `weft calibrate` measures it on its machine.
+  // model::MemoryCounting's `runtime_bytes`; `weft calibrate` measures it on its machine.
   // Absent: model::kDefaultRuntimeBytes.
   int64_t runtime_bytes = model::kDefaultRuntimeBytes;
   double memory_bandwidth = 0;   // bytes/s per device, spec

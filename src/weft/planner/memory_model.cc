@@ -27,9 +27,11 @@ model::MemoryEstimate rank_memory(const Job& job, const layout::Layout& c,
                                   schedule::SendBuffers buffers, int pp_rank, int threads,
                                   int64_t runtime_bytes) {
   return model::estimate_rank_memory(
-      job.model, c.micro_batch, job.seq_len, c.recompute, threads, {c.tp, c.sequence_parallel},
-      layout::rank_program(job.model, c.schedule, shape, pp_rank, slots, buffers), {c.zero, c.dp},
-      runtime_bytes, model_precision(job.precision));
+      job.model, layout::rank_shape(c, job.seq_len, pp_rank),
+      layout::rank_program(job.model, c.schedule, shape, pp_rank, slots, buffers),
+      {.precision = model_precision(job.precision),
+       .threads = threads,
+       .runtime_bytes = runtime_bytes});
 }
 
 }  // namespace

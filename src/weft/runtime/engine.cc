@@ -13,6 +13,7 @@
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
 #include "weft/kernels/kernels.h"
+#include "weft/layout/rank.h"
 #include "weft/model/flops.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/gemm_ceiling.h"
@@ -37,14 +38,8 @@ Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
   return runner_schedule(cfg.model, p.schedule, p.pp, p.vp, cfg.microbatches());
 }
 
-RankShape rank_shape(const config::RunConfig& cfg, int pp_rank) {
-  const auto& p = cfg.parallel;
-  return {.B = p.micro_batch,
-          .T = cfg.train.seq_len,
-          .recompute = p.recompute,
-          .pp_rank = pp_rank,
-          .tp = {p.tp, p.sequence_parallel},
-          .zero = {p.zero, p.dp}};
+model::RankShape rank_shape(const config::RunConfig& cfg, int pp_rank) {
+  return layout::rank_shape(cfg.parallel, cfg.train.seq_len, pp_rank);
 }
 
 namespace {

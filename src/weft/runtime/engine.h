@@ -108,7 +108,7 @@ Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
 // what its runner is built from on either engine, and what sizes a device's arena before any
 // group exists (`weft train --device`).
 Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg);
-RankShape rank_shape(const config::RunConfig& cfg, int pp_rank);
+model::RankShape rank_shape(const config::RunConfig& cfg, int pp_rank);
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
 // machine, measured on the first call for a shape and remembered for the process.

@@ -30,7 +30,7 @@ class ScopedSeconds {
 
 PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
   WEFT_CHECK(stage >= 0 && stage < S_ && on_this_rank(stage), "stage ", stage,
-             " is not on pipeline rank ", o_.pp_rank);
+             " is not on pipeline rank ", o_.shape.pp_rank);
   return *chunks_.at(schedule_.shape.chunk_of(stage));
 }
 
@@ -42,8 +42,8 @@ double PipelineRunner::replica_sum(double loss) const {
 }
 
 int64_t PipelineRunner::boundary_elements() const {
-  const int64_t N = int64_t{o_.B} * o_.T, tp = o_.tp.size();
-  return (o_.tp.sequence_parallel && tp > 1 ? N / tp : N) * cfg_.n_embd;
+  const int64_t N = int64_t{o_.shape.B} * o_.shape.T, tp = o_.shape.tp.tp;
+  return (o_.shape.tp.sequence_parallel && tp > 1 ? N / tp : N) * cfg_.n_embd;
 }
 
 int PipelineRunner::tag(int stage, int mb, bool grad) const {
@@ -60,7 +60,7 @@ comm::Work PipelineRunner::send_rows(const kernels::Act* full, int peer, int tag
   if (part_ != nullptr) {
     const comm::Payload part = payload(part_elements_);
     return boundary_->send_async(
-        kernels::act_offset(full, o_.tp.rank() * part_elements_, act_bytes_), part.count, part.type,
+        kernels::act_offset(full, tp().rank() * part_elements_, act_bytes_), part.count, part.type,
         peer, tag);
   }
   const comm::Payload whole = payload(boundary_elements());
@@ -72,7 +72,7 @@ void PipelineRunner::recv_rows(kernels::Act* full, int peer, int tag) {
   if (part_ != nullptr) {
     const comm::Payload part = payload(part_elements_);
     boundary_->recv_async(part_, part.count, part.type, peer, tag).order();
-    o_.tp.comm->all_gather_async(full, part_, part.count, part.type).order();
+    o_.tp->all_gather_async(full, part_, part.count, part.type).order();
     return;
   }
   const comm::Payload whole = payload(boundary_elements());
@@ -88,8 +88,9 @@ void PipelineRunner::forward(int stage, int mb) {
     acts_out_.read(stage - 1, mb);
   }
   kernels::Act* output = stage < S_ - 1 ? acts_out_.take(stage, mb) : nullptr;
-  const int64_t block = int64_t{o_.B} * o_.T;
-  c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.B, o_.T, slot, loss_scale(),
+  const int64_t block = int64_t{o_.shape.B} * o_.shape.T;
+  c.model->forward(tokens_ + mb * block, targets_ + mb * block, o_.shape.B, o_.shape.T, slot,
+                   loss_scale(),
                    {.output = output, .loss_sum = stage == S_ - 1 ? step_loss_ : nullptr});
 }
 
@@ -178,14 +179,14 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
   // (asynchronously, from a send buffer), so every rank walks the stages in the same order without
   // waiting in a cycle; a send buffer's next turn waits only for a send whose receiver comes
   // earlier in that order.
-  const int64_t block = int64_t{o_.B} * o_.T;
+  const int64_t block = int64_t{o_.shape.B} * o_.shape.T;
   const schedule::Shape& sh = schedule_.shape;
   // ZeRO 3 gathers each unit's parameters over the replicas in every forward, so every replica
   // runs as many passes as the one with the most batches (the sampler deals them round-robin:
   // replica 0), the extra ones on a block of zeros whose loss is not counted. (With 2 batches
   // over 4 replicas, replicas 2 and 3 ran none, and the others' gathers met their loss sum.)
   const int dp = dp_size();
-  const int passes = o_.zero == 3 && dp > 1 ? (total + dp - 1) / dp : batches;
+  const int passes = o_.shape.zero.stage == 3 && dp > 1 ? (total + dp - 1) / dp : batches;
   const std::vector<int32_t> zeros(passes > batches ? static_cast<size_t>(block) : 0, 0);
   double loss = 0;
   for (int k = 0; k < passes; ++k) {
@@ -201,7 +202,7 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
         recv_rows(c.model->stage_input(0), sh.rank_of(s - 1), tag(s, k % m_, false));
       }
       kernels::Act* output = s < S_ - 1 ? acts_out_.take(s, k) : nullptr;
-      const float l = c.model->forward(x, y, o_.B, o_.T, 0, 0.0f, {.output = output});
+      const float l = c.model->forward(x, y, o_.shape.B, o_.shape.T, 0, 0.0f, {.output = output});
       if (s == S_ - 1 && k < batches) loss += l;
       if (s < S_ - 1 && !on_this_rank(s + 1)) {
         acts_out_.sending(s, k, send_rows(output, sh.rank_of(s + 1), tag(s + 1, k % m_, false)));

@@ -19,14 +19,6 @@ schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microba
   return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
       .value_or_throw("invalid one-process pipeline");
 }
-// The one process's shape: the whole model, no tensor parallelism, no ZeRO.
-RankShape one_process_shape(int B, int T, model::Recompute recompute) {
-  RankShape s;
-  s.B = B;
-  s.T = T;
-  s.recompute = recompute;
-  return s;
-}
 // ZeRO 0's whole state of a chunk: the elements of each of its groups (params, m, v).
 int64_t whole_state_elements(const optim::DistributedOptimizer& o, const model::Gpt& chunk) {
   WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
@@ -43,24 +35,13 @@ Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule
   return schedule::add_optimizer_step(schedule::add_communication(std::move(made).value()));
 }
 
-PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
-                                 optim::AdamWConfig adamw, kernels::Backend* backend,
-                                 const DataGroups& data) {
-  PipelineOptions o;
-  o.backend = backend;
-  o.B = shape.B;
-  o.T = shape.T;
-  o.recompute = shape.recompute;
-  o.pp_rank = shape.pp_rank;
-  o.zero = shape.zero.stage;
-  o.adamw = adamw;
-  const bool sp = shape.tp.sequence_parallel && shape.tp.tp > 1;
-  const auto size = [](comm::Communicator* g) { return g != nullptr ? g->size() : 1; };
-  WEFT_CHECK(size(groups.tp.get()) == shape.tp.tp && size(groups.dp.get()) == shape.zero.dp,
-             "tp = ", shape.tp.tp, " and dp = ", shape.zero.dp, " but the groups have ",
-             size(groups.tp.get()), " and ", size(groups.dp.get()), " ranks");
+PipelineOptions pipeline_options(const parallel::ProcessGroups& groups,
+                                 const model::RankShape& shape, optim::AdamWConfig adamw,
+                                 kernels::Backend* backend, const DataGroups& data) {
+  PipelineOptions o{.backend = backend, .shape = shape, .adamw = adamw};
+  o.shape.tp.sequence_parallel = shape.tp.sequence_parallel && shape.tp.tp > 1;
   if (!data) {  // the host groups carry the data
-    o.tp = {groups.tp.get(), sp};
+    o.tp = groups.tp.get();
     o.pp = groups.pp.get();
     o.dp = groups.dp.get();
     o.groups = {groups.model.get(), groups.embedding.get()};
@@ -70,7 +51,7 @@ PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const Ra
   // group). The data groups are asked for in one order on every rank: tp, pp, dp, embedding.
   auto host = [](comm::Communicator* g) { return g != nullptr && g->size() > 1 ? g : nullptr; };
   auto on_backend = [&](comm::Communicator* g) { return host(g) != nullptr ? data(*g) : nullptr; };
-  o.tp = {on_backend(groups.tp.get()), sp};
+  o.tp = on_backend(groups.tp.get());
   o.pp = host(groups.pp.get());
   o.dp = host(groups.dp.get());
   o.pp_data = on_backend(o.pp);
@@ -92,13 +73,18 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   const schedule::Shape& sh = schedule_.shape;
   S_ = sh.num_stages();
   m_ = sh.microbatches;
-  WEFT_CHECK(o_.pp_rank >= 0 && o_.pp_rank < sh.pp, "pp rank ", o_.pp_rank, " of ", sh.pp);
+  const model::RankShape& r = o_.shape;
+  WEFT_CHECK(r.pp_rank >= 0 && r.pp_rank < sh.pp, "pp rank ", r.pp_rank, " of ", sh.pp);
+  const auto size = [](comm::Communicator* g) { return g != nullptr ? g->size() : 1; };
+  WEFT_CHECK(size(o_.tp) == r.tp.tp && size(o_.dp) == r.zero.dp, "tp = ", r.tp.tp,
+             " and dp = ", r.zero.dp, " but the groups have ", size(o_.tp), " and ", size(o_.dp),
+             " ranks");
   WEFT_CHECK(sh.pp == 1 || (boundary_ != nullptr && boundary_->size() == sh.pp &&
                             o_.pp != nullptr && o_.pp->size() == sh.pp),
              "a pipeline of ", sh.pp, " ranks needs its pp groups");
   o_.groups.replicas = o_.dp;
   o_.groups.boundary = boundary_;
-  rank_ = layout::rank_program(cfg_, schedule_, o_.pp_rank);
+  rank_ = layout::rank_program(cfg_, schedule_, r.pp_rank);
   for (int p = 0; p < static_cast<int>(rank_.slots.size()); ++p) {
     pools_.emplace_back(sh.vp, m_, rank_.slots[p], p);
   }
@@ -107,21 +93,21 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   grads_out_ = SendPool(backend_, rank_.grad_buffers, boundary_bytes());
   if (on_this_rank(S_ - 1)) step_loss_ = backend_.allocate<double>(1);
 
-  optim::ParamStorage storage = optim::DistributedOptimizer::storage(o_.zero, dp_size());
+  optim::ParamStorage storage = optim::DistributedOptimizer::storage(r.zero.stage, r.zero.dp);
   storage.deferred_weight_grads = schedule_.kind == schedule::Kind::ZeroBubbleH1;
-  const int tp = o_.tp.size();
   for (int j = 0; j < num_chunks(); ++j) {
     auto c = std::make_unique<Chunk>();
     c->index = j;
-    c->stage = sh.stage_of(o_.pp_rank, j);
+    c->stage = sh.stage_of(r.pp_rank, j);
     c->slots = &pools_.at(rank_.chunks.at(j).pool);
     c->model = std::make_unique<model::Gpt>(
-        cfg_, o_.B, o_.T, o_.recompute, o_.tp, model::pipeline_stage(cfg_, c->stage, S_),
+        cfg_, r.B, r.T, r.recompute, tp(), model::pipeline_stage(cfg_, c->stage, S_),
         rank_.slots.at(rank_.chunks.at(j).pool), storage, &backend_, slot_owner(j));
     c->opt = std::make_unique<optim::DistributedOptimizer>(
-        *c->model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, o_.zero, o_.adamw, unit_pool_.get());
-    if (j == 0 && tp > 1 && !o_.tp.sequence_parallel && sh.pp > 1) {
-      part_elements_ = boundary_elements() / tp;
+        *c->model, o_.dp_data != nullptr ? o_.dp_data : o_.dp, r.zero.stage, o_.adamw,
+        unit_pool_.get());
+    if (j == 0 && r.tp.tp > 1 && !r.tp.sequence_parallel && sh.pp > 1) {
+      part_elements_ = boundary_elements() / r.tp.tp;
       part_ = static_cast<kernels::Act*>(backend_.allocate(part_elements_ * act_bytes_));
     }
     models_.push_back(c->model.get());
@@ -133,8 +119,9 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
 PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
                                int microbatches, optim::AdamWConfig adamw,
                                model::Recompute recompute)
-    : PipelineRunner(cfg, one_process_schedule(cfg, microbatches),
-                     pipeline_options({}, one_process_shape(B, T, recompute), adamw, &backend)) {}
+    : PipelineRunner(
+          cfg, one_process_schedule(cfg, microbatches),
+          pipeline_options({}, {.B = B, .T = T, .recompute = recompute}, adamw, &backend)) {}
 
 PipelineRunner::~PipelineRunner() {
   // Sends still in flight read the send buffers: let them finish. Not while an error unwinds
@@ -166,19 +153,20 @@ void PipelineRunner::upload_state(int j, const float* params, const float* m, co
 }
 
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                   const RankShape& shape) {
+                                   const model::RankShape& shape) {
   // The one memory model, as the runner predicts itself (rank_memory), in the arena's units.
-  return rank_memory(cfg, schedule, shape, Precision::BF16Mixed, 1, 0);
+  return rank_memory(cfg, schedule, shape,
+                     {.precision = Precision::BF16Mixed, .threads = 1, .runtime_bytes = 0});
 }
 
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
                                    model::Recompute recompute) {
   return device_bytes(cfg, one_process_schedule(cfg, microbatches),
-                      one_process_shape(B, T, recompute));
+                      {.B = B, .T = T, .recompute = recompute});
 }
 
 int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                           const RankShape& shape) {
+                           const model::RankShape& shape) {
   int64_t gemm = 0;  // bf16 input, weight and output of the largest forward GEMM
   for (const model::GemmShape& g : model::training_gemm_shapes(cfg, shape.B, shape.T)) {
     gemm = std::max<int64_t>(gemm, 2 * (g.M * g.K + g.N * g.K + g.M * g.N) + 3 * 256);
@@ -189,7 +177,7 @@ int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule
 int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
                            model::Recompute recompute) {
   return device_arena_bytes(cfg, one_process_schedule(cfg, microbatches),
-                            one_process_shape(B, T, recompute));
+                            {.B = B, .T = T, .recompute = recompute});
 }
 
 double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
@@ -206,22 +194,17 @@ double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cf
 }
 
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                  const RankShape& shape, Precision precision, int threads,
-                                  int64_t runtime_bytes) {
-  return model::estimate_rank_memory(cfg, shape.B, shape.T, shape.recompute, threads, shape.tp,
-                                     layout::rank_program(cfg, schedule, shape.pp_rank), shape.zero,
-                                     runtime_bytes, precision);
+                                  const model::RankShape& shape,
+                                  const model::MemoryCounting& counting) {
+  return model::estimate_rank_memory(cfg, shape, layout::rank_program(cfg, schedule, shape.pp_rank),
+                                     counting);
 }
 
 model::MemoryEstimate PipelineRunner::predicted_memory() const {
-  return rank_memory(cfg_, schedule_,
-                     {.B = o_.B,
-                      .T = o_.T,
-                      .recompute = o_.recompute,
-                      .pp_rank = o_.pp_rank,
-                      .tp = {o_.tp.size(), o_.tp.sequence_parallel},
-                      .zero = {o_.zero, dp_size()}},
-                     backend().precision(), kernels::num_threads(), kernels::host_runtime_bytes());
+  return rank_memory(cfg_, schedule_, o_.shape,
+                     {.precision = backend().precision(),
+                      .threads = kernels::num_threads(),
+                      .runtime_bytes = kernels::host_runtime_bytes()});
 }
 
 void PipelineRunner::init(uint64_t seed) {
@@ -243,7 +226,7 @@ StepStats PipelineRunner::step(const int32_t* tokens, const int32_t* targets, fl
     c->model->zero_grad();
     c->weight_passes = 0;
   }
-  execute(schedule_.programs.at(o_.pp_rank), *this);
+  execute(schedule_.programs.at(o_.shape.pp_rank), *this);
   timing_.seconds = seconds_since(t0);
   return stats_;
 }

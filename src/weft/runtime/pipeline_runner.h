@@ -62,38 +62,24 @@ struct PipelineOptions {
   // Where the chunks live and compute (it must outlive the runner); null: a host FP32 backend of
   // the runner's own.
   kernels::Backend* backend = nullptr;
-  int B = 1, T = 1;
-  model::Recompute recompute = model::Recompute::None;
-  parallel::TensorParallel tp;
+  // B, T, recompute, pp_rank, and the tp and dp sizes the groups below have (the runner checks).
+  model::RankShape shape = {};
+  comm::Communicator* tp = nullptr;  // the tensor-parallel group; null when tp = 1
   comm::Communicator* pp = nullptr;  // the pipeline group (ranks in pp order); null when pp = 1
   comm::Communicator* dp = nullptr;  // the data-parallel replicas; null when dp = 1
   // The same two groups on the backend's memory, where it is not host memory (null: pp and dp
   // carry the data too). `tp` and groups.embedding are on the backend's memory.
   comm::Communicator* pp_data = nullptr;
   comm::Communicator* dp_data = nullptr;
-  int pp_rank = 0;
-  int zero = 0;        // ZeRO stage over dp
-  ModelGroups groups;  // for finish_step
-  optim::AdamWConfig adamw;
+  ModelGroups groups = {};  // for finish_step
+  optim::AdamWConfig adamw = {};
 };
 
-// The numbers a pipeline rank's memory depends on besides the model and the schedule: all known
-// before any group exists, so a device's arena is sized from them (device_arena_bytes).
-struct RankShape {
-  int B = 1, T = 1;
-  model::Recompute recompute = model::Recompute::None;
-  int pp_rank = 0;
-  model::TpShape tp;
-  model::ZeroSharding zero;  // the stage and the replicas it shards over
-};
 // What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
-// layout::rank_program): its predicted_memory(), and device_bytes before the runner
-// exists.
-// `threads`: the host kernels' (the GEMM packing buffers); `runtime_bytes`: the process's own
-// (kernels::host_runtime_bytes() on the host; 0 for a device's arena).
+// layout::rank_program): its predicted_memory(), and device_bytes before the runner exists.
 model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                  const RankShape& shape, Precision precision, int threads,
-                                  int64_t runtime_bytes);
+                                  const model::RankShape& shape,
+                                  const model::MemoryCounting& counting);
 
 // The program every rank of a pipeline runs: `kind` over pp ranks of vp chunks each, `microbatches`
 // per step, checked against the model (model::validate_pipeline) and lowered with its
@@ -111,9 +97,9 @@ using DataGroups = std::function<comm::Communicator*(comm::Communicator&)>;
 // trials and the tests. `backend` null: the runner's own host fp32 backend, whose memory the host
 // groups reach; else `data` gives the groups on its memory (the tensor group, the pipeline's
 // boundaries, the replicas' reductions, the tied embedding).
-PipelineOptions pipeline_options(const parallel::ProcessGroups& groups, const RankShape& shape,
-                                 optim::AdamWConfig adamw = {}, kernels::Backend* backend = nullptr,
-                                 const DataGroups& data = {});
+PipelineOptions pipeline_options(const parallel::ProcessGroups& groups,
+                                 const model::RankShape& shape, optim::AdamWConfig adamw = {},
+                                 kernels::Backend* backend = nullptr, const DataGroups& data = {});
 
 class PipelineRunner : public StageRunner {
  public:
@@ -197,7 +183,7 @@ class PipelineRunner : public StageRunner {
     void release(int mb) { slots->release(index, mb); }
   };
   Chunk& chunk(int stage);
-  bool on_this_rank(int stage) const { return schedule_.shape.rank_of(stage) == o_.pp_rank; }
+  bool on_this_rank(int stage) const { return schedule_.shape.rank_of(stage) == o_.shape.pp_rank; }
   // The model of the chunk before j that holds the slots of j's pool (j's model shares them:
   // model::Gpt's `share_slots`), or null when j is the pool's first.
   const model::Gpt* slot_owner(int j) const;
@@ -211,7 +197,9 @@ class PipelineRunner : public StageRunner {
   int64_t boundary_bytes() const { return boundary_elements() * act_bytes_; }
   // How `elements` activations go to a communicator (comm::payload_of).
   comm::Payload payload(int64_t elements) const { return comm::payload_of(elements, act_bytes_); }
-  int dp_size() const { return o_.dp != nullptr ? o_.dp->size() : 1; }
+  int dp_size() const { return o_.shape.zero.dp; }
+  // The tensor-parallel group as the model takes it (its size is o_.shape.tp.tp).
+  parallel::TensorParallel tp() const { return {o_.tp, o_.shape.tp.sequence_parallel}; }
   // d(loss)/d(logits) scale of each forward: the mean over every replica's microbatches (the
   // optimizers sum the replicas' gradients).
   float loss_scale() const { return 1.0f / static_cast<float>(m_ * dp_size()); }
@@ -256,14 +244,14 @@ class PipelineRunner : public StageRunner {
 // unit pool): rank_memory under Precision::BF16Mixed, the runner's own predicted_memory() before
 // it exists. The second: one process with the whole model.
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                   const RankShape& shape);
+                                   const model::RankShape& shape);
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
                                    model::Recompute recompute = model::Recompute::None);
 // What a backend arena needs for device_bytes and for device_gemm_ceiling's largest GEMM (its
 // buffers are taken and given back while the model exists), plus 64 MiB for alignment and small
 // plans.
 int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                           const RankShape& shape);
+                           const model::RankShape& shape);
 int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
                            model::Recompute recompute = model::Recompute::None);
 
