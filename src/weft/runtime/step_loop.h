@@ -35,7 +35,6 @@ class StepLoop {
   // One optimizer step at `lr`, clipping the gradient norm at `clip` (0: off). The record's step,
   // lr, loss, grad_norm, skipped, step_seconds, tokens_per_s and tokens; the rest is the caller's.
   StepRecord step(double lr, double clip);
-  int64_t steps_done() const { return steps_done_; }
 
  private:
   Engine& engine_;
