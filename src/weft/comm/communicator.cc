@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 
 namespace weft::comm {
 
@@ -113,6 +114,33 @@ std::atomic<int64_t> g_current_step{0};
 
 void set_current_step(int64_t step) { g_current_step.store(step, std::memory_order_relaxed); }
 int64_t current_step() { return g_current_step.load(std::memory_order_relaxed); }
+
+namespace {
+std::atomic<int64_t> g_waiting_ns{0};
+thread_local int t_wait_depth = 0;  // a wrapper's wait calls its inner one's: count the outer
+}  // namespace
+
+double waiting_seconds() { return static_cast<double>(g_waiting_ns.load()) * 1e-9; }
+
+void timed_wait(const std::function<void()>& wait) {
+  if (t_wait_depth > 0) {
+    wait();
+    return;
+  }
+  struct Depth {
+    Depth() { ++t_wait_depth; }
+    ~Depth() { --t_wait_depth; }
+  } depth;
+  const auto t0 = SteadyClock::now();
+  struct Add {
+    std::chrono::steady_clock::time_point t0;
+    ~Add() {
+      g_waiting_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0).count();
+    }
+  } add{t0};
+  wait();
+}
 
 namespace {
 

@@ -30,6 +30,12 @@ namespace weft::comm {
 void set_current_step(int64_t step);
 int64_t current_step();
 
+// Seconds this process has spent blocked in Work::wait() and Work::order() (the outermost one
+// where a communicator wraps another): the exposed communication the trainer reports per rank.
+double waiting_seconds();
+// Runs `wait` (a Work's), adding the time it blocks to waiting_seconds().
+void timed_wait(const std::function<void()>& wait);
+
 // BF16 elements are weft::BF16 (core/dtype.h); U8 is moved but not reduced.
 //
 // bf16 is reduced in bf16, as Megatron-LM and NCCL sum tensor-parallel activations: each pairwise
@@ -138,7 +144,7 @@ class Work {
     wait_ = nullptr;
     test_ = nullptr;
     order_ = nullptr;
-    f();
+    timed_wait(f);
   }
 
   std::function<void()> wait_;

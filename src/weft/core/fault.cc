@@ -60,10 +60,14 @@ int world_rank() {
   return r != nullptr ? std::atoi(r) : 0;
 }
 
+// This rank's fault at `point` (at `index`, unless it is -1).
 const Fault* find(std::string_view point, int64_t index) {
   static const std::vector<Fault> faults = parse(std::getenv("WEFT_FAULT"));
   for (const Fault& f : faults) {
-    if (f.point == point && f.index == index && (f.rank < 0 || f.rank == world_rank())) return &f;
+    if (f.point == point && (index < 0 || f.index == index) &&
+        (f.rank < 0 || f.rank == world_rank())) {
+      return &f;
+    }
   }
   return nullptr;
 }
@@ -84,11 +88,16 @@ void wait_until_taken(int sig) {
 }  // namespace
 
 bool fault_requested(std::string_view point, int64_t index) {
-  return find(point, index) != nullptr;
+  return index >= 0 && find(point, index) != nullptr;
+}
+
+int64_t fault_value(std::string_view point) {
+  const Fault* f = find(point, -1);
+  return f != nullptr ? f->index : -1;
 }
 
 void fault_point(std::string_view point, int64_t index) {
-  const Fault* f = find(point, index);
+  const Fault* f = index >= 0 ? find(point, index) : nullptr;
   if (f == nullptr) return;
   ::kill(::getpid(), f->signal);
   if (f->signal != SIGKILL && f->signal != SIGSTOP) wait_until_taken(f->signal);

@@ -22,5 +22,8 @@ namespace weft {
 
 void fault_point(std::string_view point, int64_t index);
 bool fault_requested(std::string_view point, int64_t index);
+// The index of this rank's fault at `point`, or -1: a value rather than a moment, as in
+// "slow:30:1" (world rank 1 spends 30 ms more in each step: runtime/step_loop.cc).
+int64_t fault_value(std::string_view point);
 
 }  // namespace weft

@@ -31,6 +31,10 @@ nlohmann::json to_json(const StepRecord& r) {
   j["skipped"] = r.skipped;
   j["epoch"] = r.epoch;
   j["tokens"] = r.tokens;
+  if (!r.rank_compute_ms.empty()) {
+    j["rank_compute_ms"] = r.rank_compute_ms;
+    j["rank_comm_ms"] = r.rank_comm_ms;
+  }
   return j;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,12 +30,17 @@ struct StepRecord {
   int64_t peak_mem_bytes = 0;      // peak resident memory of the process so far
   bool skipped = false;            // non-finite loss or gradient: no update was made
   int64_t epoch = 0;
-  int64_t tokens = 0;  // training tokens consumed so far
+  int64_t tokens = 0;       // training tokens consumed so far
+  double comm_seconds = 0;  // of step_seconds, this rank blocked in communication
+  // At the end of each log interval: every rank's mean compute time (step_ms - comm) and exposed
+  // communication per step over the interval, by world rank (Trainer: stragglers).
+  std::vector<double> rank_compute_ms, rank_comm_ms;
 };
 
 // {"step":..,"loss":..,"val_loss":..(eval steps only),"lr":..,"grad_norm":..,"step_ms":..,
 //  "tokens_per_s":..,"mfu_spec":..(when a peak is given),"mfu_gemm":..,"peak_mem_mib":..,
-//  "skipped":..,"epoch":..,"tokens":..}; a non-finite number is written as null.
+//  "skipped":..,"epoch":..,"tokens":..,"rank_compute_ms":[..],"rank_comm_ms":[..] (at the end of
+//  a log interval)}; a non-finite number is written as null.
 nlohmann::json to_json(const StepRecord& r);
 
 class MetricsWriter {

@@ -1,9 +1,11 @@
 #include "weft/runtime/step_loop.h"
 
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "weft/core/clock.h"
+#include "weft/core/fault.h"
 
 namespace weft::runtime {
 
@@ -26,9 +28,14 @@ StepRecord StepLoop::step(double lr, double clip) {
   next_(tokens_.data(), targets_.data());
   if (together_ != nullptr && together_->size() > 1) together_->barrier();
   const auto t0 = std::chrono::steady_clock::now();
+  const double waited = comm::waiting_seconds();
+  // Tests of stragglers: WEFT_FAULT=slow:<ms>:<rank> makes that rank compute longer (core/fault.h).
+  static const int64_t slow_ms = fault_value("slow");
+  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   const StepStats stats =
       engine_.step(tokens_.data(), targets_.data(), static_cast<float>(lr), clip);
   r.step_seconds = seconds_since(t0);
+  r.comm_seconds = comm::waiting_seconds() - waited;
   r.step = ++steps_done_;
   r.loss = stats.loss;
   r.grad_norm = stats.grad_norm;

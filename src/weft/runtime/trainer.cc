@@ -26,6 +26,7 @@
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/lr_schedule.h"
 #include "weft/runtime/step_loop.h"
+#include "weft/runtime/stragglers.h"
 #include "weft/runtime/train_step.h"
 #include "weft/schedule/schedule.h"
 
@@ -188,6 +189,7 @@ struct Trainer::Run {
   std::optional<Progress> progress;
   std::optional<MfuReference> mfu;
   std::optional<MetricsWriter> metrics;
+  std::optional<StragglerWatch> stragglers;
   int64_t step = 0, last = 0, saved_step = -1;
   int skipped_in_a_row = 0;
   TrainResult result;
@@ -216,6 +218,9 @@ Result<TrainResult> Trainer::run() {
   }
   if (run.world != nullptr && run.world_size > 1) groups_ = parallel::make_groups(*run.world, topo);
   if (Status s = build(run, topo.coord(world_rank)); !s.ok()) return s;
+  std::vector<std::string> rank_names;
+  for (int r = 0; r < run.world_size; ++r) rank_names.push_back(topo.name(r));
+  run.stragglers.emplace(run.world, std::move(rank_names));
   if (Status s = train(run); !s.ok()) return s;
 
   run.progress->finish();
@@ -379,6 +384,12 @@ Status Trainer::train(Run& run) {
     StepRecord r = loop.step(schedule.at(run.step), t.clip);
     r.epoch = epoch;
     run.step = r.step;
+    run.stragglers->add(r);
+    if (run.step % t.log_every == 0) {  // every rank at the same steps: it gathers
+      if (const std::string w = run.stragglers->end_interval(r); !w.empty()) {
+        run.progress->message(w);
+      }
+    }
     if (fault_requested("nan", run.step)) {  // crash tests: one parameter of this rank goes bad
       const float nan = std::nanf("");
       engine_->checkpoint_job().state->write(0, 0, 0, 1, &nan);
