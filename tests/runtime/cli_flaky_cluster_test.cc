@@ -98,8 +98,15 @@ TEST_F(StragglerTest, ARankThatComputesSlowerIsNamedAndMetricsShowEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Layouts, FlakyClusterTest,
                          ::testing::Values("--set parallel.tp=2 --set parallel.pp=2",
                                            "--set parallel.dp=4 --set parallel.zero=3 "
-                                           "--set train.global_batch=8"),
-                         [](const auto& info) { return info.index == 0 ? "tp2pp2" : "dp4zero3"; });
+                                           "--set train.global_batch=8",
+                                           // the device path, on its host emulation
+                                           "--set parallel.tp=2 --set parallel.pp=2 "
+                                           "--device host-bf16"),
+                         [](const auto& info) {
+                           return std::string(info.index == 0   ? "tp2pp2"
+                                              : info.index == 1 ? "dp4zero3"
+                                                                : "tp2pp2_host_bf16");
+                         });
 
 }  // namespace
 }  // namespace weft
