@@ -140,7 +140,10 @@ std::string roll_call(double grace_s) {
       MPI_Request_free(&req);
     }
   }
-  std::vector<int64_t> steps(static_cast<size_t>(n), -1);
+  // Static, as the note: a receive cancelled after the grace may still be matched later, and its
+  // buffer must not be freed under it (the process is about to end anyway).
+  static std::vector<int64_t> steps;
+  steps.assign(static_cast<size_t>(n), -1);
   std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
   std::vector<bool> heard(static_cast<size_t>(n), false);
   heard[me] = true;
