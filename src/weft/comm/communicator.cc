@@ -109,16 +109,13 @@ std::string_view reduce_op_name(ReduceOp op) {
 namespace {
 
 std::atomic<int64_t> g_current_step{0};
+std::atomic<int64_t> g_waiting_ns{0};
+thread_local int t_wait_depth = 0;  // a wrapper's wait calls its inner one's: count the outer
 
 }  // namespace
 
 void set_current_step(int64_t step) { g_current_step.store(step, std::memory_order_relaxed); }
 int64_t current_step() { return g_current_step.load(std::memory_order_relaxed); }
-
-namespace {
-std::atomic<int64_t> g_waiting_ns{0};
-thread_local int t_wait_depth = 0;  // a wrapper's wait calls its inner one's: count the outer
-}  // namespace
 
 double waiting_seconds() { return static_cast<double>(g_waiting_ns.load()) * 1e-9; }
 
@@ -127,18 +124,16 @@ void timed_wait(const std::function<void()>& wait) {
     wait();
     return;
   }
-  struct Depth {
-    Depth() { ++t_wait_depth; }
-    ~Depth() { --t_wait_depth; }
-  } depth;
-  const auto t0 = SteadyClock::now();
-  struct Add {
-    std::chrono::steady_clock::time_point t0;
-    ~Add() {
+  // Counted when the wait returns or throws.
+  struct Timed {
+    SteadyClock::time_point t0 = SteadyClock::now();
+    Timed() { ++t_wait_depth; }
+    ~Timed() {
+      --t_wait_depth;
       g_waiting_ns +=
           std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - t0).count();
     }
-  } add{t0};
+  } timed;
   wait();
 }
 
@@ -249,6 +244,13 @@ std::vector<std::string> all_gather_strings(Communicator* world, const std::stri
     out.emplace_back(p, static_cast<size_t>(lens[static_cast<size_t>(r)]));
   }
   return out;
+}
+
+std::vector<double> all_gather_values(Communicator* group, std::span<const double> mine) {
+  if (group == nullptr || group->size() == 1) return {mine.begin(), mine.end()};
+  std::vector<double> all(mine.size() * static_cast<size_t>(group->size()));
+  group->all_gather(all.data(), mine.data(), static_cast<int64_t>(mine.size()));
+  return all;
 }
 
 }  // namespace weft::comm

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -225,5 +226,9 @@ std::unique_ptr<Communicator> make_local_communicator(const std::string& name = 
 // Every rank's string, in rank order, on every rank (one process, or no group: just its own).
 // Collective: two all-gathers (the lengths, then the strings padded to the longest).
 std::vector<std::string> all_gather_strings(Communicator* group, const std::string& mine);
+
+// Every rank's `mine` (the same count on each), concatenated in rank order, on every rank (one
+// process, or no group: just its own). Collective.
+std::vector<double> all_gather_values(Communicator* group, std::span<const double> mine);
 
 }  // namespace weft::comm

@@ -124,31 +124,26 @@ bool roll_called() {
   return flag != 0;
 }
 
-// The roll call, once per process: this rank's note (its step) to every other rank, then the
-// notes of the others for `grace_s`. Returns what it found: who called it, and the ranks that did
-// not answer. The notes to a stopped rank are small (sent eagerly) and never waited for.
+// The roll call, once per process: an empty note to every other rank, then the others' notes for
+// `grace_s`. Returns the ranks that did not answer, as a message's tail. The notes carry nothing
+// (count 0), so no buffer has to outlive a send to a stopped rank, which is never completed, or a
+// receive cancelled after the grace.
 std::string roll_call(double grace_s) {
   if (g_world.roll_call == MPI_COMM_NULL || g_world.called || g_world.size < 2) return "";
   g_world.called = true;
   const int n = g_world.size, me = g_world.rank;
-  static int64_t note;  // outlives the sends, which are never completed here
-  note = current_step();
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     MPI_Request req;
-    if (MPI_Isend(&note, 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
+    if (MPI_Isend(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
       MPI_Request_free(&req);
     }
   }
-  // Static, as the note: a receive cancelled after the grace may still be matched later, and its
-  // buffer must not be freed under it (the process is about to end anyway).
-  static std::vector<int64_t> steps;
-  steps.assign(static_cast<size_t>(n), -1);
   std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
   std::vector<bool> heard(static_cast<size_t>(n), false);
   heard[me] = true;
   for (int r = 0; r < n; ++r) {
-    if (r != me) MPI_Irecv(&steps[r], 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &reqs[r]);
+    if (r != me) MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
   }
   poll_until(grace_s, [&] {
     bool all = true;

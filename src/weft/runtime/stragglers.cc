@@ -22,12 +22,7 @@ std::string StragglerWatch::end_interval(StepRecord& r) {
   const double mine[2] = {compute_ * per_step, comm_ * per_step};
   compute_ = comm_ = 0;
   steps_ = 0;
-  std::vector<double> all(2 * static_cast<size_t>(n));
-  if (world_ != nullptr && n > 1) {
-    world_->all_gather(all.data(), mine, 2);
-  } else {
-    std::copy_n(mine, 2, all.data());
-  }
+  const std::vector<double> all = comm::all_gather_values(world_, mine);
   r.rank_compute_ms.resize(n);
   r.rank_comm_ms.resize(n);
   for (int k = 0; k < n; ++k) {

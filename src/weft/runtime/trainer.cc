@@ -53,12 +53,7 @@ void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
   const Engine::Memory mem = engine_->memory();
   const double mine[2] = {mem.used, mem.predicted};
   const int n = world != nullptr ? world->size() : 1;
-  std::vector<double> all(2 * n);
-  if (world != nullptr && n > 1) {
-    world->all_gather(all.data(), mine, 2);
-  } else {
-    std::copy_n(mine, 2, all.data());
-  }
+  const std::vector<double> all = comm::all_gather_values(world, mine);
   std::vector<std::string> ranks;
   for (int r = 0; r < n; ++r) {
     ranks.push_back(fmt::format("{} {:.1f} / {:.1f} MiB ({:.0f}%)", topo.name(r),
