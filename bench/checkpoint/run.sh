@@ -11,7 +11,8 @@
 #   the time a crash costs, 4 ranks dp=4 zero=1: save_every=K, WEFT_FAULT=step:N:1 SIGKILLs rank 1
 #   as step N begins; (a) kill to the job's exit, (b) `--resume` to training back at step N-1,
 #   and the steps redone (N-1-K).
-# Save = the collective save on rank 0 ("weft train: checkpoint DIR (MB in s, GB/s)"); 2 steps
+# Save = the collective save on rank 0 ("weft train: checkpoint DIR (MB in s, GB/s)"), in the
+# foreground (train.async_checkpoint=false: bench/checkpoint/async.sh measures the background); 2 steps
 # with save_every=1, both saves reported (the first also faults in the page cache's pages). Load =
 # the "resuming at step N from DIR (MB in s, GB/s)" of a `--resume --stop-after` run. Every run's
 # launch to its start line is also kept (startup: data, model init, load, GEMM ceiling). Writes
@@ -51,6 +52,7 @@ steps = 100
 eval_every = 0
 save_every = 1
 keep_last = 2
+async_checkpoint = false
 threads = 1
 log_every = 1
 [run]

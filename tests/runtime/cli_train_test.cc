@@ -223,7 +223,8 @@ TEST_F(CliTrainTest, ReplicasEvaluateTheSerialValidationWindows) {
 
 // A rank killed as a step begins, and rank 0 killed halfway through writing a checkpoint
 // (core/fault.h), each end the job with a non-zero exit at once; the last complete checkpoint
-// loads and the run finishes with the uninterrupted run's losses.
+// loads and the run finishes with the uninterrupted run's losses. Saves in the foreground, so the
+// last complete checkpoint is the last one started (the next test: in the background).
 TEST_F(CliTrainTest, AKilledRankEndsTheJobAndTheRunResumesFromTheLastCompleteCheckpoint) {
   const std::string run = write_run("");
   auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
@@ -231,7 +232,9 @@ TEST_F(CliTrainTest, AKilledRankEndsTheJobAndTheRunResumesFromTheLastCompleteChe
   ASSERT_EQ(losses(dir_ + "/serial/metrics.jsonl").size(), 8u);
 
   const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
-  const std::string layout = " --set parallel.dp=2 --set parallel.zero=1 --set train.save_every=2";
+  const std::string layout =
+      " --set parallel.dp=2 --set parallel.zero=1 --set train.save_every=2 "
+      "--set train.async_checkpoint=false";
   auto t0 = std::chrono::steady_clock::now();
   r = weft_command("WEFT_FAULT=step:5:1 " + mpirun + "train " + run + layout);
   EXPECT_NE(r.rc, 0) << r.text;
@@ -250,6 +253,34 @@ TEST_F(CliTrainTest, AKilledRankEndsTheJobAndTheRunResumesFromTheLastCompleteChe
   EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000008\n");
   // Bounds about 10x the differences measured: loss 6.9e-8, grad_norm 1.0e-7, parameters 4.9e-8
   // in all and 2.4e-7 in the worst tensor (h.0.attn.proj.bias).
+  expect_follows_serial(1e-6, 1e-6, {.all = 5e-7, .per_tensor = 2.4e-6});
+}
+
+// A save in the background (train.async_checkpoint) lets training go on while it drains, and a
+// rank killed during the drain leaves the previous checkpoint as `latest`, with no part of the
+// unfinished one visible; the resumed run ends with the uninterrupted run's losses. Rank 1's
+// writer takes 1.5 s longer (WEFT_FAULT slow_save) and dies once its files of step 4 are written.
+TEST_F(CliTrainTest, ARankKilledWhileABackgroundSaveDrainsLeavesThePreviousCheckpoint) {
+  const std::string run = write_run("");
+  auto r = weft("train " + run + " --set run.out_dir=" + dir_ + "/serial");
+  ASSERT_EQ(r.rc, 0) << r.text;
+
+  const std::string mpirun = WEFT_MPIRUN " -n 2 " WEFT_BIN " ";
+  const std::string layout = " --set parallel.dp=2 --set parallel.zero=1 --set train.save_every=2";
+  r = weft_command("WEFT_FAULT=slow_save:1500:1,save:4:1 " + mpirun + "train " + run + layout);
+  EXPECT_NE(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "checkpoint " + out("/checkpoints/step_00000002"));
+  EXPECT_HAS(r.text, "in the background, training held");
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000002\n");
+  EXPECT_FALSE(fs::exists(out("/checkpoints/step_00000004")));
+  // Training went on while step 4's save drained: step 5 was logged before rank 1 died.
+  EXPECT_GE(losses(out("/metrics.jsonl")).size(), 5u) << r.text;
+
+  r = weft_command(mpirun + "train " + run + " --resume" + layout);
+  ASSERT_EQ(r.rc, 0) << r.text;
+  EXPECT_HAS(r.text, "resuming at step 2");
+  EXPECT_HAS(r.text, "removed " + out("/checkpoints/step_00000004.tmp-"));
+  EXPECT_EQ(read_text(out("/checkpoints/latest")), "step_00000008\n");
   expect_follows_serial(1e-6, 1e-6, {.all = 5e-7, .per_tensor = 2.4e-6});
 }
 

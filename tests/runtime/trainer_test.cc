@@ -191,6 +191,41 @@ TEST_F(TrainerTest, TenStepsResumedForTenMoreEqualTwentyStepsBitForBit) {
   EXPECT_EQ(expect_step, 21);
 }
 
+// A save in the background writes what a save in the foreground does, byte for byte: the
+// snapshot is the state of the step it was taken at (not of the steps trained while it drains),
+// and so is the optimizer step recorded with it.
+TEST_F(TrainerTest, BackgroundSavesWriteTheCheckpointsForegroundSavesWrite) {
+  const std::vector<std::string> saves = {"train.save_every=3", "train.keep_last=0",
+                                          "train.steps=10"};
+  std::vector<std::string> sync = saves, async = saves;
+  sync.push_back("train.async_checkpoint=false");
+  async.push_back("train.async_checkpoint=true");
+  Trainer foreground(config("sync", sync), data_, quiet());
+  const TrainResult f = foreground.run().value_or_throw("foreground saves");
+  Trainer background(config("async", async), data_, quiet());
+  const TrainResult b = background.run().value_or_throw("background saves");
+  EXPECT_EQ(b.checkpoint, base_ + "/async/checkpoints/step_00000010");
+  for (const int step : {3, 6, 9, 10}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const std::string name = checkpoint::step_dir_name(step);
+    const auto mf = checkpoint::read_metadata(base_ + "/sync/checkpoints/" + name);
+    const auto mb = checkpoint::read_metadata(base_ + "/async/checkpoints/" + name);
+    ASSERT_TRUE(mf.ok() && mb.ok()) << mf.status().message() << mb.status().message();
+    EXPECT_EQ(mb.value().optimizer_step, mf.value().optimizer_step);
+    EXPECT_EQ(mb.value().train.sampler_position, mf.value().train.sampler_position);
+    ASSERT_EQ(mb.value().shards.size(), mf.value().shards.size());
+    for (size_t i = 0; i < mf.value().shards.size(); ++i) {
+      EXPECT_EQ(mb.value().shards[i].file, mf.value().shards[i].file);
+      EXPECT_EQ(mb.value().shards[i].xxh3, mf.value().shards[i].xxh3) << mf.value().shards[i].file;
+    }
+  }
+  // The background saves' records say what they held training for.
+  int saves_logged = 0;
+  for (const nlohmann::json& line : metrics("async"))
+    saves_logged += line.contains("checkpoint_ms");
+  EXPECT_GE(saves_logged, 3);
+}
+
 TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt) {
   ASSERT_TRUE(kSignalsRouted);
   Trainer* self = nullptr;

@@ -19,6 +19,7 @@ Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precisio
   r.job.global_batch = cfg.train.global_batch;
   r.job.world = world;
   r.job.precision = precision;
+  r.job.checkpoint_snapshot = cfg.keeps_snapshot();
   r.config = cfg.parallel;
   Status s = validate(r.job);
   if (s.ok()) s.merge(validate(r.config, r.job));
@@ -41,13 +42,15 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
   if (m.total() <= each) return {};
   return Status::error(fmt::format(
       "{} does not fit in this machine's memory: the busiest process needs {} = weights {} + "
-      "grads {} + optimizer {} + activations {} + buffers {} (the planner's breakdown, as "
+      "grads {} + optimizer {} + activations {} + buffers {}{} (the planner's breakdown, as "
       "`weft plan --check` prints it); the machine has {} available, {} for each of its {} "
       "processes. Choose a smaller model or micro_batch, more pipeline or tensor parallelism, "
-      "ZeRO, or recomputation.",
+      "ZeRO, or recomputation{}.",
       what, format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.grads),
       format_bytes(m.optimizer), format_bytes(m.activations), format_bytes(m.buffers),
-      format_bytes(available), format_bytes(each), local));
+      m.snapshot > 0 ? fmt::format(" + checkpoint snapshot {}", format_bytes(m.snapshot)) : "",
+      format_bytes(available), format_bytes(each), local,
+      m.snapshot > 0 ? ", or set train.async_checkpoint=false" : ""));
 }
 
 Status check_dataset_ids(const config::RunConfig& cfg, const data::TokenDataset& dataset,

@@ -106,6 +106,9 @@ const std::vector<Binding>& bindings() {
       {"train.save_every", WEFT_FIELD(train.save_every),
        "checkpoint every N steps (always at the end and on SIGINT/SIGTERM); 0: only then"},
       {"train.keep_last", WEFT_FIELD(train.keep_last), "checkpoints kept; 0: all"},
+      {"train.async_checkpoint", WEFT_FIELD(train.async_checkpoint),
+       "periodic checkpoints written in the background from a copy in host memory (12 bytes per "
+       "parameter a rank holds) while training goes on; false: training waits for each write"},
       {"train.seed", WEFT_FIELD(train.seed), "seed of the initialization and the data order"},
       {"train.threads", WEFT_FIELD(train.threads), "kernel threads; 0: every core"},
       {"train.recompute", WEFT_FIELD(parallel.recompute),

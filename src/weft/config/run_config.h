@@ -43,6 +43,11 @@ struct RunConfig {
     int max_skipped_steps = 10;  // consecutive non-finite steps before the run gives up; 0: never
     int eval_every = 100, eval_batches = 10;
     int save_every = 1000, keep_last = 3;
+    // Periodic saves write in the background from a snapshot in host memory (runtime/
+    // checkpointing.h CheckpointSaver): on, since a save then holds training for a copy, not for
+    // the write (minutes at 175B-1T); its cost is host memory for the rank's fp32 state, 12 bytes
+    // per parameter it holds, which the memory model and the launch gate count.
+    bool async_checkpoint = true;
     int64_t seed = 1234;
     int threads = 0;  // kernel threads; 0: every core
     int log_every = 10;
@@ -61,6 +66,11 @@ struct RunConfig {
   layout::Layout parallel{.micro_batch = 4};
 
   int microbatches() const { return parallel.microbatches(train.global_batch); }
+  // Whether each rank keeps a snapshot of its state for asynchronous saves: periodic ones before
+  // the last step (the last save and a stop's are written at once: the run waits for them).
+  bool keeps_snapshot() const {
+    return train.async_checkpoint && train.save_every > 0 && train.save_every < train.steps;
+  }
   optim::AdamWConfig adamw() const;     // train.beta1, beta2, eps, weight_decay
   std::string checkpoint_root() const;  // <out_dir>/checkpoints
   std::string metrics_path() const;     // <out_dir>/metrics.jsonl

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <span>
 #include <string>
 
@@ -105,6 +106,24 @@ class Backend {
   // tokens, so that a step's microbatches cost no host wait on a device: the CUDA backend stages
   // them through pinned host memory).
   virtual void upload_async(void* dst, const void* host_src, int64_t bytes) = 0;
+  // Snapshots for asynchronous checkpoints (runtime/checkpointing.h): host memory to hold a copy
+  // of the training state, page-locked on CUDA so that a download runs at the link's bandwidth
+  // (ordinary host memory on the host backends); freed when the last owner lets go.
+  virtual std::shared_ptr<void> allocate_host(int64_t bytes) {
+    constexpr std::align_val_t kAlign{64};
+    return {::operator new(static_cast<size_t>(bytes), kAlign),
+            [](void* p) { ::operator delete(p, kAlign); }};
+  }
+  // A backend -> host copy that does not make the host wait: it reads src after the ops queued
+  // before it and beside the ops queued after it (CUDA: on a side stream), and is complete once
+  // wait_downloads() returns. An op that overwrites src must be queued after
+  // order_after_downloads() (the optimizer's update: the snapshot holds the step it was taken at).
+  // The host backends copy at once, so both waits are free.
+  virtual void download_async(void* host_dst, const void* src, int64_t bytes) {
+    download(host_dst, src, bytes);
+  }
+  virtual void wait_downloads() {}
+  virtual void order_after_downloads() {}
   virtual void zero(void* p, int64_t bytes) = 0;
   // Within the backend's memory, in order with the ops.
   virtual void copy(void* dst, const void* src, int64_t bytes) = 0;

@@ -54,6 +54,9 @@ void ProfilingBackend::download(void* dst, const void* src, int64_t bytes) {
 void ProfilingBackend::upload_async(void* dst, const void* src, int64_t bytes) {
   timed("upload_async", [&] { inner_.upload_async(dst, src, bytes); });
 }
+void ProfilingBackend::download_async(void* dst, const void* src, int64_t bytes) {
+  timed("download_async", [&] { inner_.download_async(dst, src, bytes); });
+}
 void ProfilingBackend::zero(void* p, int64_t bytes) {
   timed("zero", [&] { inner_.zero(p, bytes); });
 }

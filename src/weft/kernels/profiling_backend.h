@@ -54,6 +54,15 @@ class ProfilingBackend final : public Backend {
   void upload(void* dst, const void* src, int64_t bytes) override;
   void download(void* dst, const void* src, int64_t bytes) override;
   void upload_async(void* dst, const void* src, int64_t bytes) override;
+  std::shared_ptr<void> allocate_host(int64_t bytes) override {
+    return inner_.allocate_host(bytes);
+  }
+  void download_async(void* dst, const void* src, int64_t bytes) override;
+  void wait_downloads() override {
+    ++host_waits_;
+    inner_.wait_downloads();
+  }
+  void order_after_downloads() override { inner_.order_after_downloads(); }
   void zero(void* p, int64_t bytes) override;
   void copy(void* dst, const void* src, int64_t bytes) override;
   void synchronize() override {

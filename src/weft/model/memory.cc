@@ -382,6 +382,12 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape
     const ParamLayout& layout =
         stage_param_layout(cfg, tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, precision, counted);
+    if (host && counting.snapshot) {  // params (or the master shard), m and v, each whole
+      const int64_t group = zero.stage == 0
+                                ? layout.buffer.total()
+                                : optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
+      m.snapshot += 3 * group * kFloat;
+    }
     if (host || zero.stage >= 2) {
       const int64_t busiest =
           run_passes(layout, c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);

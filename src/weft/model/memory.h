@@ -48,9 +48,13 @@ struct RankShape {
 
 // `runtime`: what the process holds for running any model at all, not for this one's tensors: the
 // GEMM library's generated and loaded code and its operand-packing buffers (see below).
+// `snapshot`: an asynchronous checkpoint's copy of the rank's state (MemoryCounting::snapshot).
 struct MemoryEstimate {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0, runtime = 0;  // B
-  int64_t total() const { return params + grads + optimizer + activations + workspace + runtime; }
+  int64_t snapshot = 0;
+  int64_t total() const {
+    return params + grads + optimizer + activations + workspace + runtime + snapshot;
+  }
 };
 
 // What a training process holds once it runs its first step beyond its model's buffers, measured on
@@ -125,11 +129,16 @@ struct RankProgram {
 // counts it (each block in 256 bytes, nothing else), which the tests compare with a host fp32
 // backend's own count.
 enum class Counted { Process, Backend };
+// `snapshot`: the rank keeps a copy of its training state for asynchronous checkpoints
+// (runtime::CheckpointSaver: every state group it writes part of, whole, fp32; a ZeRO-0 replica
+// other than dp rank 0 writes nothing and keeps none). In host memory: counted for the host
+// process (FP32, Process) only; a device's snapshot is outside its backend's memory.
 struct MemoryCounting {
   Precision precision = Precision::FP32;
   int threads = 1;
   int64_t runtime_bytes = kDefaultRuntimeBytes;
   Counted counted = Counted::Process;
+  bool snapshot = false;
 };
 
 // What a pipeline rank of weft's trainer allocates for its chunks (`rank`: the program of

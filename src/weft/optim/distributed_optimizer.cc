@@ -276,6 +276,7 @@ void DistributedOptimizer::gather_all() {
 
 void DistributedOptimizer::step(float lr, float grad_scale) {
   ++t_;
+  be_.order_after_downloads();  // a checkpoint's snapshot of the state in flight (snapshot_state)
   adam_->step(lr, cfg_.beta1, cfg_.beta2, cfg_.eps, t_, grad_scale);
   if (zero_ == 1 || zero_ == 2) gather_all();
   // Accumulated afresh over the next step's microbatches: each unit's first reduction overwrites
@@ -292,15 +293,23 @@ float* DistributedOptimizer::state_group(int group) {
   return zero_ == 0 ? model_.params().data() : master_;
 }
 
+int64_t DistributedOptimizer::state_floats() const {
+  return zero_ == 0 ? model_.param_layout().buffer.total() : shard_elements_;
+}
+
+void DistributedOptimizer::snapshot_state(int group, float* out) {
+  be_.download_async(out, state_group(group), state_floats() * 4);
+}
+
 void DistributedOptimizer::read_state(int group, int64_t at, int64_t n, float* out) {
-  const int64_t size = zero_ == 0 ? model_.param_layout().buffer.total() : shard_elements_;
+  const int64_t size = state_floats();
   WEFT_CHECK(at >= 0 && n >= 0 && at + n <= size, "read_state: group ", group, " elements [", at,
              ", ", at + n, ") of ", size);
   be_.download(out, state_group(group) + at, n * 4);
 }
 
 void DistributedOptimizer::write_state(int group, int64_t at, int64_t n, const float* in) {
-  const int64_t size = zero_ == 0 ? model_.param_layout().buffer.total() : shard_elements_;
+  const int64_t size = state_floats();
   WEFT_CHECK(at >= 0 && n >= 0 && at + n <= size, "write_state: group ", group, " elements [", at,
              ", ", at + n, ") of ", size);
   be_.upload(state_group(group) + at, in, n * 4);

@@ -129,6 +129,12 @@ class DistributedOptimizer final : public ParamHooks {
   // Elements [at, at + n) of a group, to or from host memory (through the backend's copies).
   void read_state(int group, int64_t at, int64_t n, float* out);
   void write_state(int group, int64_t at, int64_t n, const float* in);
+  // The floats of each group (ZeRO 0: the chunk's buffer; else the shard).
+  int64_t state_floats() const;
+  // A copy of a whole group into host memory `out` (state_floats() floats) for an asynchronous
+  // checkpoint: a device's copy does not make the host wait (complete after the backend's
+  // wait_downloads()), and the next step's update is ordered after it.
+  void snapshot_state(int group, float* out);
   // After a checkpoint was loaded into the state, on every dp rank: sets the step count, rounds
   // the weights' bf16 copy (BF16Mixed) and rebuilds the model's weights from the shards (ZeRO 1/2:
   // an all-gather; ZeRO 3: dropped, gathered when used).

@@ -41,6 +41,9 @@ struct Job {
   int world = 0;         // devices
   Precision precision = Precision::BF16Mixed;
   double tokens = 0;  // tokens to train on (0: no time-to-train)
+  // The trainer keeps a snapshot of each rank's state for asynchronous checkpoints
+  // (RunConfig::keeps_snapshot; model::MemoryCounting::snapshot).
+  bool checkpoint_snapshot = false;
 };
 
 Status validate(const Job& job);

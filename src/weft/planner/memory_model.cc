@@ -31,7 +31,8 @@ model::MemoryEstimate rank_memory(const Job& job, const layout::Layout& c,
       layout::rank_program(job.model, c.schedule, shape, pp_rank, slots, buffers),
       {.precision = model_precision(job.precision),
        .threads = threads,
-       .runtime_bytes = runtime_bytes});
+       .runtime_bytes = runtime_bytes,
+       .snapshot = job.checkpoint_snapshot});
 }
 
 }  // namespace
@@ -66,6 +67,7 @@ MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, const sched
     mem.optimizer = static_cast<double>(w.optimizer);
     mem.activations = static_cast<double>(w.activations);
     mem.buffers = static_cast<double>(w.workspace + w.runtime);
+    mem.snapshot = static_cast<double>(w.snapshot);
     if (mem.total() > best.total()) best = mem;
   }
   return best;

@@ -16,9 +16,11 @@
 
 namespace weft::planner {
 
+// `snapshot`: an asynchronous checkpoint's copy of the state (Job::checkpoint_snapshot).
 struct MemoryBreakdown {
   double weights = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;  // bytes
-  double total() const { return weights + grads + optimizer + activations + buffers; }
+  double snapshot = 0;
+  double total() const { return weights + grads + optimizer + activations + buffers + snapshot; }
 };
 
 // The memory model's policy for a number format.

@@ -104,10 +104,11 @@ std::string format_prediction(const Prediction& p, const Cluster& cluster, const
   }
   const MemoryBreakdown& m = p.memory;
   out += fmt::format(
-      "memory/device   {} = weights {} + grads {} + optimizer {} + activations {} + buffers {}"
+      "memory/device   {} = weights {} + grads {} + optimizer {} + activations {} + buffers {}{}"
       " (capacity {}, {} usable)\n",
       format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.grads),
       format_bytes(m.optimizer), format_bytes(m.activations), format_bytes(m.buffers),
+      m.snapshot > 0 ? " + checkpoint snapshot " + format_bytes(m.snapshot) : "",
       format_bytes(cluster.memory_bytes), format_bytes(cluster.usable_memory()));
   if (!p.in_flight.empty()) {
     std::string list;

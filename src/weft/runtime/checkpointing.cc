@@ -1,6 +1,7 @@
 #include "weft/runtime/checkpointing.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "weft/core/clock.h"
@@ -80,40 +82,54 @@ std::vector<checkpoint::ReadPiece> read_pieces(RankState& st, bool moments) {
 }  // namespace
 
 std::string CheckpointIo::summary() const {
-  return fmt::format("{:.1f} MB in {:.2f} s, {:.2f} GB/s", bytes / 1e6, seconds,
-                     seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+  std::string text = fmt::format("{:.1f} MB in {:.2f} s, {:.2f} GB/s", bytes / 1e6, seconds,
+                                 seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+  if (background) text += fmt::format("; in the background, training held {:.2f} s", held);
+  return text;
 }
 
-Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
-                                     const checkpoint::TrainState& state, int keep_last) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+// A save's three parts: rank 0 makes the temporary directory, named after its process
+// (collective); every rank writes its files there (local: the writer thread of an asynchronous
+// save); rank 0 commits what every rank wrote (collective).
+Result<std::string> begin_save(const CheckpointJob& job, const std::string& root, int64_t step) {
   comm::Communicator* world = job.world;
   const bool leader = world == nullptr || world->rank() == 0;
-  const std::string who = rank_name(job);
-
-  // 1. Rank 0 makes the temporary directory, named after its process.
   int64_t token = ::getpid();
   if (world != nullptr) world->broadcast(&token, 1, 0);
   Result<std::string> tmp = std::string();
-  if (leader) tmp = checkpoint::begin_save(root, state.step, token);
-  Status s = agree(world, tmp.ok() ? Status() : tmp.status(), who);
+  if (leader) tmp = checkpoint::begin_save(root, step, token);
+  Status s = agree(world, tmp.ok() ? Status() : tmp.status(), rank_name(job));
   if (!s.ok()) return s;
-  const std::string tmp_dir =
-      fmt::format("{}/{}.tmp-{}", root, checkpoint::step_dir_name(state.step), token);
+  return fmt::format("{}/{}.tmp-{}", root, checkpoint::step_dir_name(step), token);
+}
 
-  // 2. Every rank writes its part, straight from its buffers or through its staging buffer.
-  const auto pieces = write_pieces(*job.state);
+Result<checkpoint::RankFiles> write_files(const CheckpointJob& job, const std::string& tmp_dir,
+                                          std::span<const checkpoint::WritePiece> pieces,
+                                          int64_t step) {
   const auto names =
       checkpoint::rank_file_names(job.layout.zero, job.tp_rank, job.dp_rank, job.pp_rank);
   auto files = checkpoint::write_rank_files(tmp_dir, names, pieces, job.state->staging());
-  fault_point("save", state.step);  // crash tests: this rank's files written, no metadata yet
-  s = agree(world, files.ok() ? Status() : files.status(), who);
+  fault_point("save", step);  // crash tests: this rank's files written, no metadata yet
+  return files;
+}
+
+// Returns the checkpoint's bytes (every rank's files). `optimizer_step`: the state's, as it was
+// when the files' data was taken (an asynchronous save commits steps later).
+Result<int64_t> commit_save(const CheckpointJob& job, const std::string& root,
+                            const std::string& tmp_dir, const Result<checkpoint::RankFiles>& files,
+                            const checkpoint::TrainState& state, int64_t optimizer_step,
+                            int keep_last) {
+  comm::Communicator* world = job.world;
+  const bool leader = world == nullptr || world->rank() == 0;
+  const std::string who = rank_name(job);
+  Status s = agree(world, files.ok() ? Status() : files.status(), who);
   if (!s.ok()) {
     if (leader) checkpoint::abort_save(tmp_dir);
     return s;
   }
-
-  // 3. Every rank learns what every rank wrote (for the size); rank 0 commits it.
+  // Every rank learns what every rank wrote (for the size); rank 0 commits it.
   checkpoint::Metadata m;
   Status parsed;
   for (const std::string& text :
@@ -134,7 +150,7 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
     m.parallel = job.layout;
     m.has_optimizer = true;
     m.adamw = job.state->adamw();
-    m.optimizer_step = job.state->step_count();
+    m.optimizer_step = optimizer_step;
     m.train = state;
     if (parsed.ok()) {
       dir = checkpoint::commit_save(root, tmp_dir, m, keep_last);
@@ -145,9 +161,128 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
   }
   s = agree(world, dir.ok() ? Status() : dir.status(), who);
   if (!s.ok()) return s;
+  return bytes;
+}
+
+std::string step_dir(const std::string& root, int64_t step) {
+  return (std::filesystem::path(root) / checkpoint::step_dir_name(step)).string();
+}
+
+// The writer thread yields the cores to training: it mostly waits on the disk, and its
+// checksums and copies should take what the kernels leave (a Linux thread's own nice value).
+void lower_this_threads_priority() { (void)::setpriority(PRIO_PROCESS, ::gettid(), 10); }
+
+}  // namespace
+
+Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
+                                     const checkpoint::TrainState& state, int keep_last) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto tmp = begin_save(job, root, state.step);
+  if (!tmp.ok()) return tmp.status();
+  // Every rank writes its part, straight from its buffers or through its staging buffer.
+  const auto files = write_files(job, tmp.value(), write_pieces(*job.state), state.step);
+  auto bytes =
+      commit_save(job, root, tmp.value(), files, state, job.state->step_count(), keep_last);
+  if (!bytes.ok()) return bytes.status();
+  const double seconds = seconds_since(t0);
   return CheckpointIo{
-      (std::filesystem::path(root) / checkpoint::step_dir_name(state.step)).string(), bytes,
-      seconds_since(t0)};
+      step_dir(root, state.step), bytes.value(), seconds, false, seconds, state.step};
+}
+
+CheckpointSaver::CheckpointSaver(const CheckpointJob& job, std::string root, int keep_last)
+    : job_(job), root_(std::move(root)), keep_last_(keep_last) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (writer_.joinable()) writer_.join();
+}
+
+Status CheckpointSaver::save(const checkpoint::TrainState& state) {
+  if (Status s = finish(); !s.ok()) return s;
+  auto io = save_checkpoint(job_, root_, state, keep_last_);
+  if (!io.ok()) return io.status();
+  committed_.push_back(std::move(io).value());
+  return {};
+}
+
+Status CheckpointSaver::save_async(const checkpoint::TrainState& state) {
+  if (Status s = finish(); !s.ok()) return s;
+  started_ = std::chrono::steady_clock::now();
+  auto tmp = begin_save(job_, root_, state.step);
+  if (!tmp.ok()) return tmp.status();
+  // The snapshot: every group this rank writes part of, whole, one after the other; the pieces
+  // point into it at their groups' offsets.
+  RankState& st = *job_.state;
+  std::vector<std::pair<checkpoint::StatePiece, int64_t>> planned;  // and its snapshot offset
+  std::vector<std::pair<int64_t, int>> groups;  // (snapshot offset, chunk * 3 + group)
+  int64_t floats = 0;
+  for (int j = 0; j < st.num_chunks(); ++j) {
+    int64_t at[3] = {-1, -1, -1};
+    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
+      if (at[p.group] < 0) {
+        at[p.group] = floats;
+        groups.emplace_back(floats, j * 3 + p.group);
+        floats += st.group_floats(j);
+      }
+      const int64_t offset = at[p.group] + p.at;
+      planned.emplace_back(std::move(p), offset);
+    }
+  }
+  if (floats > snapshot_floats_) {
+    snapshot_.reset();  // freed before the larger one is taken
+    snapshot_ = st.allocate_host(floats * int64_t{sizeof(float)});
+    snapshot_floats_ = floats;
+  }
+  float* const base = static_cast<float*>(snapshot_.get());
+  for (const auto& [offset, g] : groups) st.snapshot(g / 3, g % 3, base + offset);
+  std::vector<checkpoint::WritePiece> pieces;
+  for (auto& [p, offset] : planned) pieces.push_back({std::move(p.tensor), base + offset, {}});
+  state_ = state;
+  optimizer_step_ = st.step_count();
+  tmp_dir_ = tmp.value();
+  written_.store(false);
+  writer_ = std::thread([this, pieces = std::move(pieces)] {
+    lower_this_threads_priority();
+    // Tests of a kill during the drain: WEFT_FAULT=slow_save:<ms>[:<rank>] (core/fault.h).
+    if (const int64_t ms = fault_value("slow_save"); ms > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    }
+    try {
+      job_.state->wait_snapshot();
+      files_ = write_files(job_, tmp_dir_, pieces, state_.step);
+    } catch (const std::exception& e) {
+      files_ = Status::error(
+          fmt::format("writing the checkpoint of step {}: {}", state_.step, e.what()));
+    }
+    drained_ = seconds_since(started_);
+    written_.store(true);
+  });
+  held_ = seconds_since(started_);
+  return {};
+}
+
+Status CheckpointSaver::poll() {
+  if (!in_flight()) return {};
+  int32_t writing = written_.load() ? 0 : 1;  // on any rank
+  if (job_.world != nullptr && job_.world->size() > 1) {
+    job_.world->all_reduce(&writing, 1, comm::ReduceOp::Max);
+  }
+  return writing == 0 ? commit_in_flight() : Status();
+}
+
+Status CheckpointSaver::finish() { return in_flight() ? commit_in_flight() : Status(); }
+
+Status CheckpointSaver::commit_in_flight() {
+  const auto t0 = std::chrono::steady_clock::now();
+  writer_.join();
+  auto bytes = commit_save(job_, root_, tmp_dir_, files_, state_, optimizer_step_, keep_last_);
+  if (!bytes.ok()) return bytes.status();
+  committed_.push_back(CheckpointIo{step_dir(root_, state_.step), bytes.value(), drained_, true,
+                                    held_ + seconds_since(t0), state_.step});
+  return {};
+}
+
+std::vector<CheckpointIo> CheckpointSaver::take_committed() {
+  return std::exchange(committed_, {});
 }
 
 Status check_parameters_finite(const CheckpointJob& job) {

@@ -13,9 +13,14 @@
 // measures it). The format is the same either way, so checkpoints of either engine load on the
 // other under any layout.
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/checkpoint/placement.h"
@@ -43,6 +48,14 @@ class RankState {
   // The bounded host buffer a state outside host memory goes through (on CUDA it would be pinned,
   // for the copy engines' full bandwidth); empty when every group has a host_buffer.
   virtual std::span<float> staging() = 0;
+  // Asynchronous saves: the floats of each of chunk j's groups (the whole buffer read() indexes),
+  // a copy of a whole group into host memory (group_floats(j) floats; a device's copy is complete
+  // after wait_snapshot(), and the next step's update is ordered after it), and host memory for
+  // such copies (page-locked on CUDA).
+  virtual int64_t group_floats(int j) const = 0;
+  virtual void snapshot(int j, int group, float* out) = 0;
+  virtual void wait_snapshot() = 0;
+  virtual std::shared_ptr<void> allocate_host(int64_t bytes) = 0;
   virtual int step_count() const = 0;
   virtual optim::AdamWConfig adamw() const = 0;
   // After a checkpoint was loaded into the state, on every rank: the step count, and whatever the
@@ -59,12 +72,19 @@ struct CheckpointJob {
 };
 
 // A checkpoint written or read: its directory, its files' bytes (every rank's) and the seconds
-// the collective took on this rank.
+// the collective took on this rank. An asynchronous save's seconds run from its start to the
+// moment every rank's files were written, and `held` is what it cost the training thread (the
+// snapshot, and the start and commit collectives).
 struct CheckpointIo {
   std::string dir;
   int64_t bytes = 0;
   double seconds = 0;
-  std::string summary() const;  // "497.8 MB in 1.23 s, 0.40 GB/s"
+  bool background = false;
+  double held = 0;
+  int64_t step = -1;  // a save's
+  // "497.8 MB in 1.23 s, 0.40 GB/s"; in the background: "...; in the background, training held
+  // 0.05 s"
+  std::string summary() const;
 };
 
 // Writes ROOT/step_<state.step> (checkpoint::begin_save .. commit_save over the ranks). A failure
@@ -72,6 +92,58 @@ struct CheckpointIo {
 // that rank's message; the temporary is removed.
 Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
                                      const checkpoint::TrainState& state, int keep_last);
+
+// A run's saves, synchronous or asynchronous (train.async_checkpoint). An asynchronous save
+// copies the rank's state into host memory (RankState::snapshot: one buffer, kept for the next
+// save) and a thread writes the rank's files from that copy while training goes on; the first
+// poll() after every rank's writer is done commits it (rank 0: metadata, rename, `latest`), so
+// until then `latest` names the previous checkpoint and a crash leaves only a temporary, which the
+// next run removes (checkpoint::prepare_root). At most one save is in flight: the next save and
+// finish() wait for it. Every call is collective: the ranks make the same calls at the same steps.
+class CheckpointSaver {
+ public:
+  CheckpointSaver(const CheckpointJob& job, std::string root, int keep_last);
+  // Waits for a writer in flight and commits nothing: a commit takes every rank, and this runs
+  // when the run ends in an error.
+  ~CheckpointSaver();
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  // Writes `state`'s checkpoint now (save_checkpoint), after the save in flight is committed.
+  Status save(const checkpoint::TrainState& state);
+  // Starts the asynchronous save of `state`, after the save in flight is committed.
+  Status save_async(const checkpoint::TrainState& state);
+  // Commits the save in flight if every rank's files are written; returns at once otherwise.
+  Status poll();
+  // Waits for the save in flight and commits it.
+  Status finish();
+  bool in_flight() const { return writer_.joinable(); }
+  // The saves committed since the last call, oldest first.
+  std::vector<CheckpointIo> take_committed();
+
+  // The host memory an asynchronous save's snapshot takes on this rank (0 before the first).
+  int64_t snapshot_bytes() const { return snapshot_floats_ * int64_t{sizeof(float)}; }
+
+ private:
+  Status commit_in_flight();
+
+  CheckpointJob job_;
+  std::string root_;
+  int keep_last_;
+  std::shared_ptr<void> snapshot_;
+  int64_t snapshot_floats_ = 0;
+  // The save in flight: its state, temporary directory, start, time held so far, and what the
+  // writer thread wrote (read once `written_`).
+  checkpoint::TrainState state_;
+  int64_t optimizer_step_ = 0;
+  std::string tmp_dir_;
+  std::chrono::steady_clock::time_point started_;
+  double held_ = 0, drained_ = 0;
+  Result<checkpoint::RankFiles> files_ = checkpoint::RankFiles{};
+  std::atomic<bool> written_{false};
+  std::thread writer_;
+  std::vector<CheckpointIo> committed_;
+};
 
 // Loads DIR into the chunks' parameters and optimizer state, resharding as needed, and sets
 // `state` to the trainer's. Fails on every rank when any rank's part fails to load.

@@ -81,6 +81,12 @@ class OptimizerState final : public RankState {
     if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
     return staging_;
   }
+  int64_t group_floats(int j) const override { return opts_[j]->state_floats(); }
+  void snapshot(int j, int group, float* out) override { opts_[j]->snapshot_state(group, out); }
+  void wait_snapshot() override { opts_[0]->backend().wait_downloads(); }
+  std::shared_ptr<void> allocate_host(int64_t bytes) override {
+    return opts_[0]->backend().allocate_host(bytes);
+  }
   int step_count() const override { return opts_[0]->step_count(); }
   optim::AdamWConfig adamw() const override { return opts_[0]->config(); }
   void loaded(int step_count) override {
@@ -170,7 +176,9 @@ void Engine::outside_training(const std::function<void()>& measure) {
 }
 
 Engine::Memory Engine::memory() const {
-  const auto predicted = static_cast<double>(runner_->predicted_memory().total());
+  // A ZeRO-0 replica other than dp rank 0 writes no part of a checkpoint, so keeps no snapshot.
+  const bool snapshot = cfg_.keeps_snapshot() && (cfg_.parallel.zero > 0 || me_.dp == 0);
+  const auto predicted = static_cast<double>(runner_->predicted_memory(snapshot).total());
   if (device_ != nullptr) {
     return {device_->name() + " memory per rank, allocated / predicted",
             static_cast<double>(device_->allocated_bytes()), predicted};

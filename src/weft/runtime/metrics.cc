@@ -31,6 +31,7 @@ nlohmann::json to_json(const StepRecord& r) {
   j["skipped"] = r.skipped;
   j["epoch"] = r.epoch;
   j["tokens"] = r.tokens;
+  if (r.checkpoint_seconds > 0) j["checkpoint_ms"] = r.checkpoint_seconds * 1e3;
   if (!r.rank_compute_ms.empty()) {
     j["rank_compute_ms"] = r.rank_compute_ms;
     j["rank_comm_ms"] = r.rank_comm_ms;

@@ -32,6 +32,9 @@ struct StepRecord {
   int64_t epoch = 0;
   int64_t tokens = 0;       // training tokens consumed so far
   double comm_seconds = 0;  // of step_seconds, this rank blocked in communication
+  // After the step, what checkpoints held training: a save started (in the background: its
+  // snapshot) or written, or one in flight committed; 0 when none was.
+  double checkpoint_seconds = 0;
   // At the end of each log interval: every rank's mean compute time (step_ms - comm) and exposed
   // communication per step over the interval, by world rank (Trainer: stragglers).
   std::vector<double> rank_compute_ms, rank_comm_ms;
@@ -39,8 +42,9 @@ struct StepRecord {
 
 // {"step":..,"loss":..,"val_loss":..(eval steps only),"lr":..,"grad_norm":..,"step_ms":..,
 //  "tokens_per_s":..,"mfu_spec":..(when a peak is given),"mfu_gemm":..,"peak_mem_mib":..,
-//  "skipped":..,"epoch":..,"tokens":..,"rank_compute_ms":[..],"rank_comm_ms":[..] (at the end of
-//  a log interval)}; a non-finite number is written as null.
+//  "skipped":..,"epoch":..,"tokens":..,"checkpoint_ms":..(steps with a save started or
+//  committed),"rank_compute_ms":[..],"rank_comm_ms":[..] (at the end of a log interval)}; a
+//  non-finite number is written as null.
 nlohmann::json to_json(const StepRecord& r);
 
 class MetricsWriter {

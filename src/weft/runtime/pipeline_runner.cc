@@ -200,11 +200,12 @@ model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::S
                                      counting);
 }
 
-model::MemoryEstimate PipelineRunner::predicted_memory() const {
+model::MemoryEstimate PipelineRunner::predicted_memory(bool snapshot) const {
   return rank_memory(cfg_, schedule_, o_.shape,
                      {.precision = backend().precision(),
                       .threads = kernels::num_threads(),
-                      .runtime_bytes = kernels::host_runtime_bytes()});
+                      .runtime_bytes = kernels::host_runtime_bytes(),
+                      .snapshot = snapshot});
 }
 
 void PipelineRunner::init(uint64_t seed) {

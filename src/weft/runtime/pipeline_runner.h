@@ -148,8 +148,9 @@ class PipelineRunner : public StageRunner {
 
   // What this rank allocates for its chunks, by model::estimate_rank_memory from the chunks as
   // built (stages, activation slots, ZeRO): the prediction `weft train` and `weft bench step`
-  // print next to the measured peak.
-  model::MemoryEstimate predicted_memory() const;
+  // print next to the measured peak. `snapshot`: the rank keeps an asynchronous checkpoint's copy
+  // of its state (model::MemoryCounting::snapshot).
+  model::MemoryEstimate predicted_memory(bool snapshot = false) const;
 
   // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
   // also sets the step count and rounds the weights' bf16 copy.

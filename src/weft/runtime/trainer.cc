@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/clock.h"
 #include "weft/core/fault.h"
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -185,7 +187,10 @@ struct Trainer::Run {
   std::optional<MfuReference> mfu;
   std::optional<MetricsWriter> metrics;
   std::optional<StragglerWatch> stragglers;
-  int64_t step = 0, last = 0, saved_step = -1;
+  std::optional<CheckpointSaver> saver;
+  // The last step whose save was started (or loaded), and the last committed: an asynchronous
+  // save is committed a step or more after it started.
+  int64_t step = 0, last = 0, saved_step = -1, committed_step = -1;
   int skipped_in_a_row = 0;
   TrainResult result;
 };
@@ -220,7 +225,7 @@ Result<TrainResult> Trainer::run() {
 
   run.progress->finish();
   report_memory(*run.progress, topo, run.world);
-  if (Status s = save(run); !s.ok()) return s;
+  if (Status s = save(run, false); !s.ok()) return s;
   TrainResult& result = run.result;
   if (result.stopped) {
     run.progress->message(fmt::format(
@@ -273,6 +278,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
     if (!s.ok()) return Status::error(fmt::format("{}: {}", run.resume_dir, s.message()));
     run.step = state.step;
     run.saved_step = state.step;
+    run.committed_step = state.step;
     run.result.resumed_from = run.resume_dir;
     if (const auto changed = changed_since(cfg_, state); !changed.empty()) {
       run.progress->message(fmt::format(
@@ -280,6 +286,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
           fmt::join(changed, ", "), run.resume_dir));
     }
   }
+  run.saver.emplace(engine_->checkpoint_job(), run.root, t.keep_last);
   run.result.first_step = run.step;
   run.result.last_step = run.step;
   run.last = options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
@@ -321,28 +328,37 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
   return {};
 }
 
-Status Trainer::save(Run& run) {
-  if (run.saved_step == run.step) return {};
-  const auto& t = cfg_.train;
-  checkpoint::TrainState state;
-  state.step = run.step;
-  state.seed = static_cast<uint64_t>(t.seed);
-  state.sampler_epoch = run.sampler->state().epoch;
-  state.sampler_position = run.sampler->state().position;
-  state.lr_schedule = {"warmup_cosine", t.lr, t.min_lr, t.warmup_steps, t.steps};
-  state.tokenizer = run.tokenizer;
-  state.tokenizer_identity = options_.tokenizer_identity;
-  state.data_path = cfg_.data.train;
-  state.run_config = cfg_.to_json();
-  auto saved = save_checkpoint(engine_->checkpoint_job(), run.root, state, t.keep_last);
-  if (!saved.ok()) return saved.status();
-  run.result.checkpoint = saved.value().dir;
-  run.saved_step = run.step;
-  run.progress->message(fmt::format("weft train: checkpoint {} ({})", run.result.checkpoint,
-                                    saved.value().summary()));
-  // The gathered copies are gone: measure training's own peak from here on.
-  reset_peak_resident();
-  return {};
+Status Trainer::save(Run& run, bool background) {
+  Status s;
+  if (run.saved_step == run.step) {
+    s = run.saver->finish();  // the end of the run: a save in flight is committed
+  } else {
+    const auto& t = cfg_.train;
+    checkpoint::TrainState state;
+    state.step = run.step;
+    state.seed = static_cast<uint64_t>(t.seed);
+    state.sampler_epoch = run.sampler->state().epoch;
+    state.sampler_position = run.sampler->state().position;
+    state.lr_schedule = {"warmup_cosine", t.lr, t.min_lr, t.warmup_steps, t.steps};
+    state.tokenizer = run.tokenizer;
+    state.tokenizer_identity = options_.tokenizer_identity;
+    state.data_path = cfg_.data.train;
+    state.run_config = cfg_.to_json();
+    s = background ? run.saver->save_async(state) : run.saver->save(state);
+    if (s.ok()) run.saved_step = run.step;
+  }
+  report_saves(run);
+  return s;
+}
+
+void Trainer::report_saves(Run& run) {
+  for (const CheckpointIo& io : run.saver->take_committed()) {
+    run.result.checkpoint = io.dir;
+    run.committed_step = io.step;
+    run.progress->message(fmt::format("weft train: checkpoint {} ({})", io.dir, io.summary()));
+    // The gathered copies are gone: measure training's own peak from here on.
+    reset_peak_resident();
+  }
 }
 
 // The same eval_batches validation batches as one process would use, shared by the replicas.
@@ -404,47 +420,70 @@ Status Trainer::train(Run& run) {
   return {};
 }
 
-Status Trainer::after_step(Run& run, const StepRecord& r) {
+Status Trainer::after_step(Run& run, StepRecord& r) {
   const auto& t = cfg_.train;
-  const std::string last_checkpoint =
-      run.saved_step >= 0 ? fmt::format("The last checkpoint is from step {}. ", run.saved_step)
-                          : std::string();
   run.skipped_in_a_row = r.skipped ? run.skipped_in_a_row + 1 : 0;
   if (r.skipped) {
     // Skipping helps against a bad batch or a spike, not against a corrupt state.
     Status finite = check_parameters_finite(engine_->checkpoint_job());
     if (!finite.ok()) {
-      run.progress->finish();
-      return Status::error(fmt::format(
-          "step {}: {}; the state is corrupt (a memory error or a bug), so the run stops. {}",
-          r.step, finite.message(),
-          run.saved_step >= 0 ? fmt::format("The last checkpoint is from step {}.", run.saved_step)
-                              : std::string("No checkpoint was written.")));
+      return give_up(run, fmt::format("step {}: {}; the state is corrupt (a memory error or a "
+                                      "bug), so the run stops.",
+                                      r.step, finite.message()));
     }
     run.progress->message(fmt::format(
         "weft train: warning: step {}: non-finite loss ({}) or gradient norm ({}); the update "
         "was skipped",
         r.step, r.loss, r.grad_norm));
   }
+  // The same on every rank (the loss and norm are): all stop after this step, and nothing more
+  // is saved, so the last checkpoint is the last good state.
+  const bool giving_up = t.max_skipped_steps > 0 && run.skipped_in_a_row >= t.max_skipped_steps;
+  // Checkpoints (every rank at the same steps): a save in flight is committed once every rank has
+  // written its part; a periodic save before the last step goes to the background
+  // (train.async_checkpoint), the last one is written at once after the loop.
+  const auto t0 = std::chrono::steady_clock::now();
+  Status saved = run.saver->poll();
+  const bool saving = saved.ok() && !giving_up && t.save_every > 0 && run.step % t.save_every == 0;
+  const int64_t committed = run.committed_step;
+  if (saving) {
+    saved = save(run, t.async_checkpoint && run.step < run.last);
+  } else {
+    report_saves(run);
+  }
+  if (saving || run.committed_step != committed) r.checkpoint_seconds = seconds_since(t0);
   if (run.metrics) {
     if (Status s = run.metrics->write(r); !s.ok()) return s;
   }
   run.progress->update(r);
   run.result.records.push_back(r);
   run.result.last_step = run.step;
-  if (t.max_skipped_steps > 0 && run.skipped_in_a_row >= t.max_skipped_steps) {
-    // The same on every rank (the loss and norm are): all stop here, nothing more is saved, so
-    // the last checkpoint is the last good state.
-    run.progress->finish();
-    return Status::error(fmt::format(
-        "{} consecutive steps (through step {}) had a non-finite loss or gradient norm and made "
-        "no update (train.max_skipped_steps={}); stopping. {}Lower train.lr or raise "
-        "train.warmup_steps, check the data, or resume from a checkpoint.",
-        run.skipped_in_a_row, r.step, t.max_skipped_steps, last_checkpoint));
+  if (!saved.ok()) return saved;
+  if (giving_up) {
+    return give_up(run,
+                   fmt::format("{} consecutive steps (through step {}) had a non-finite loss or "
+                               "gradient norm and made no update (train.max_skipped_steps={}); "
+                               "stopping.",
+                               run.skipped_in_a_row, r.step, t.max_skipped_steps),
+                   "Lower train.lr or raise train.warmup_steps, check the data, or resume from a "
+                   "checkpoint.");
   }
   if (options_.on_step) options_.on_step(r);
-  if (t.save_every > 0 && run.step % t.save_every == 0) return save(run);
   return {};
+}
+
+Status Trainer::give_up(Run& run, const std::string& why, const std::string& advice) {
+  // The save in flight holds an earlier, good state: committed first, it is the one named.
+  Status drained = run.saver->finish();
+  report_saves(run);
+  run.progress->finish();
+  std::string text = why + " ";
+  if (!drained.ok()) text += "The save in flight failed: " + drained.message() + " ";
+  text += run.committed_step >= 0
+              ? fmt::format("The last checkpoint is from step {}.", run.committed_step)
+              : std::string("No checkpoint was written.");
+  if (!advice.empty()) text += " " + advice;
+  return Status::error(text);
 }
 
 }  // namespace weft::runtime

@@ -109,9 +109,15 @@ class Trainer {
   // rules, a periodic save).
   Status build(Run& run, const parallel::Coord& me);
   Status train(Run& run);
-  Status save(Run& run);
+  // A checkpoint of the current step, written now or in the background; also commits a save in
+  // flight (finished first) and reports what was committed (report_saves).
+  Status save(Run& run, bool background);
+  void report_saves(Run& run);
   float evaluate(Run& run);
-  Status after_step(Run& run, const StepRecord& r);
+  Status after_step(Run& run, StepRecord& r);
+  // A collective error that ends the run (the same on every rank): `why`, then the last
+  // checkpoint, then `advice`.
+  Status give_up(Run& run, const std::string& why, const std::string& advice = "");
   void report_memory(Progress& progress, const parallel::Topology& topo,
                      comm::Communicator* world) const;
 

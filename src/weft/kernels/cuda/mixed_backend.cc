@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -146,6 +147,38 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     WEFT_CUDA_CHECK(
         cudaMemcpyAsync(dst, s.data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
     WEFT_CUDA_CHECK(cudaEventRecord(s.done, stream_));
+  }
+  std::shared_ptr<void> allocate_host(int64_t bytes) override {
+    WEFT_CHECK(bytes >= 0, "negative host allocation of ", bytes, " bytes");
+    void* p = nullptr;
+    WEFT_CUDA_CHECK(cudaMallocHost(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1))));
+    return {p, [](void* q) { (void)cudaFreeHost(q); }};
+  }
+  // On the side stream, after the ops queued so far on the backend's stream, so the next step's
+  // forward and backward run beside the copy; the optimizer's update waits for it
+  // (order_after_downloads).
+  void download_async(void* host_dst, const void* src, int64_t bytes) override {
+    WEFT_CHECK(bytes >= 0, "negative download of ", bytes, " bytes");
+    if (bytes == 0) return;
+    if (side_ == nullptr) {
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&queued_, cudaEventDisableTiming));
+      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&downloaded_, cudaEventDisableTiming));
+    }
+    WEFT_CUDA_CHECK(cudaEventRecord(queued_, stream_));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(side_, queued_, 0));
+    WEFT_CUDA_CHECK(
+        cudaMemcpyAsync(host_dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, side_));
+    WEFT_CUDA_CHECK(cudaEventRecord(downloaded_, side_));
+    downloads_pending_ = true;
+  }
+  void wait_downloads() override {
+    if (side_ != nullptr) WEFT_CUDA_CHECK(cudaStreamSynchronize(side_));
+  }
+  void order_after_downloads() override {
+    if (!downloads_pending_) return;
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream_, downloaded_, 0));
+    downloads_pending_ = false;
   }
   void download(void* host_dst, const void* src, int64_t bytes) override {
     WEFT_CHECK(bytes >= 0, "negative download of ", bytes, " bytes");
@@ -342,6 +375,13 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
       if (s.data != nullptr) (void)cudaFreeHost(s.data);
       s = {};
     }
+    if (side_ != nullptr) {
+      (void)cudaStreamSynchronize(side_);
+      (void)cudaEventDestroy(queued_);
+      (void)cudaEventDestroy(downloaded_);
+      (void)cudaStreamDestroy(side_);
+      side_ = nullptr;
+    }
     ctx_.reset();
     arena_.reset();
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
@@ -362,7 +402,11 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
   };
   Staging staging_[kStagingBlocks];
   int64_t next_staging_ = 0;
-  size_t base_ = 0;  // the arena's top after the backend's own blocks
+  // download_async's side stream, the event it starts after and the one after its last copy.
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t queued_ = nullptr, downloaded_ = nullptr;
+  bool downloads_pending_ = false;  // a copy the next order_after_downloads() must wait for
+  size_t base_ = 0;                 // the arena's top after the backend's own blocks
 };
 
 }  // namespace
