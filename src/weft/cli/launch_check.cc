@@ -37,8 +37,19 @@ Status check_host_memory(const PlannedRun& run, int local, const std::string& wh
     available = -least;
   }
   if (available <= 0) return {};  // nothing to compare with: the launch goes ahead
-  const MemoryBreakdown m = peak_memory(run.job, run.config);
   const double each = available / local;
+  if (run.job.precision != Precision::FP32) {  // a device's run: on the host, its snapshots
+    const double snapshot = snapshot_memory(run.job, run.config);
+    if (snapshot <= each) return {};
+    return Status::error(fmt::format(
+        "{} does not fit in this machine's memory: each process keeps a copy of its training "
+        "state in host memory for checkpoints in the background, {} for the busiest; the "
+        "machine has {} available, {} for each of its {} processes. Set "
+        "train.async_checkpoint=false (training then waits for each save), or use more "
+        "processes per model (ZeRO, tensor or pipeline parallelism).",
+        what, format_bytes(snapshot), format_bytes(available), format_bytes(each), local));
+  }
+  const MemoryBreakdown m = peak_memory(run.job, run.config);
   if (m.total() <= each) return {};
   return Status::error(fmt::format(
       "{} does not fit in this machine's memory: the busiest process needs {} = weights {} + "

@@ -28,7 +28,9 @@ Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world,
 // An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
 // weft's trainer, exactly what model::estimate_rank_memory says the runner allocates) needs more
 // than this node's available memory (core/memory_usage.h) divided among its `local` processes
-// (core/node.h: local_processes).
+// (core/node.h: local_processes). A device's run (job.precision BF16Mixed) keeps its state in the
+// device's memory, checked as its arena is made: here only its checkpoint snapshots count
+// (planner::snapshot_memory).
 // With `world`, the ranks first agree on the least memory any of them sees (a collective), so
 // every rank reaches the same verdict. `what` names the run in the message.
 Status check_host_memory(const PlannedRun& run, int local, const std::string& what,

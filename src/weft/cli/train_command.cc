@@ -58,14 +58,13 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
   config::validate_world(cfg, world_size)
       .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
-  // The GPU trainer keeps its state in the device's arena, sized and checked as it is made.
-  if (o.device == "cpu") {
-    const PlannedRun run =
-        planned_run(cfg, world_size).value_or_throw(fmt::format("invalid run ({})", o.run_path));
-    check_host_memory(run, local_processes(world_size), fmt::format("the run {}", o.run_path),
-                      world)
-        .throw_if_error("cannot launch");
-  }
+  // The GPU trainer keeps its state in the device's arena, sized and checked as it is made; on
+  // the host it needs room for its checkpoint snapshots (check_host_memory).
+  const PlannedRun run =
+      planned_run(cfg, world_size, o.device == "cpu" ? Precision::FP32 : Precision::BF16Mixed)
+          .value_or_throw(fmt::format("invalid run ({})", o.run_path));
+  check_host_memory(run, local_processes(world_size), fmt::format("the run {}", o.run_path), world)
+      .throw_if_error("cannot launch");
   auto dataset = data::open_token_dataset(cfg.data.train)
                      .value_or_throw(fmt::format("cannot read data.train ({})", o.run_path));
   std::string identity, tokenizer_spec = cfg.data.tokenizer;

@@ -355,6 +355,20 @@ int64_t zero_pool_bytes(const GptConfig& cfg, const RankShape& shape, const Rank
   return pool.held(precision);
 }
 
+int64_t snapshot_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank) {
+  const ZeroSharding zero = shape.zero;
+  int64_t bytes = 0;
+  for (const ChunkMemory& c : rank.chunks) {
+    const ParamLayout& layout =
+        stage_param_layout(cfg, shape.tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp));
+    const int64_t group = zero.stage == 0
+                              ? layout.buffer.total()
+                              : optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
+    bytes += 3 * group * kFloat;  // params (or the master shard), m and v
+  }
+  return bytes;
+}
+
 // One body for both engines: they run the same model and runtime, and differ only in what else
 // lives in the memory counted. The host engine's is the process's: MPI's temporaries, the kernels'
 // scratch and the process's runtime beside its buffers; the device engine's is the backend's
@@ -382,12 +396,6 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape
     const ParamLayout& layout =
         stage_param_layout(cfg, tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp));
     add_model_state(m, layout, zero, precision, counted);
-    if (host && counting.snapshot) {  // params (or the master shard), m and v, each whole
-      const int64_t group = zero.stage == 0
-                                ? layout.buffer.total()
-                                : optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
-      m.snapshot += 3 * group * kFloat;
-    }
     if (host || zero.stage >= 2) {
       const int64_t busiest =
           run_passes(layout, c.stage, zero, rank.deferred_weight_grads, precision, heap, pool);
@@ -410,6 +418,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape
     WEFT_CHECK(c != rank.chunks.end(), "slot pool ", p, " has no chunk");
     m.activations += rank.slots[p] * layout_bytes(false, cfg, shape, c->stage, counting);
   }
+  if (host && counting.snapshot) m.snapshot = snapshot_bytes(cfg, shape, rank);
   m.grads += pool.held(precision, counted);  // ZeRO-3: and the gathered parameters
   m.workspace += (rank.act_buffers + rank.grad_buffers) * block(boundary);
   // Scatter/gather (tp > 1 without sequence parallelism): the 1/tp part a boundary arrives in.

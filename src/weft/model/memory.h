@@ -176,6 +176,11 @@ struct MemoryCounting {
 MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape,
                                     const RankProgram& rank, const MemoryCounting& counting = {});
 
+// The host memory a rank keeps for asynchronous checkpoints (MemoryCounting::snapshot), whatever
+// its precision: per chunk its fp32 parameters (from ZeRO 1 on, the master shard) and AdamW's two
+// moments, each whole.
+int64_t snapshot_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank);
+
 // ZeRO 2/3: what a rank's unit pool (optim/unit_pool.h) holds once its chunks have run a step, in
 // the backend's blocks: per size asked for, the most buffers in use at once over their passes
 // (estimate_rank_memory counts it under grads). 0 below ZeRO 2.

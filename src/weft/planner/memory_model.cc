@@ -77,6 +77,17 @@ MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, int64_t run
   return peak_memory(job, c, make(job, c), runtime_bytes);
 }
 
+double snapshot_memory(const Job& job, const layout::Layout& c) {
+  if (!job.checkpoint_snapshot) return 0;
+  const schedule::Schedule s = make(job, c);
+  int64_t most = 0;
+  for (int r = 0; r < c.pp; ++r) {
+    most = std::max(most, model::snapshot_bytes(job.model, layout::rank_shape(c, job.seq_len, r),
+                                                layout::rank_program(job.model, s, r)));
+  }
+  return static_cast<double>(most);
+}
+
 model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c,
                                        const schedule::Schedule& s, int pp_rank, int threads,
                                        int64_t runtime_bytes) {

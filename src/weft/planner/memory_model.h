@@ -43,6 +43,10 @@ MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c, const sched
 // The same, making the configuration's schedule.
 MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c,
                             int64_t runtime_bytes = model::kDefaultRuntimeBytes);
+// The host memory the busiest rank keeps for asynchronous checkpoints (model::snapshot_bytes),
+// whatever the precision; 0 unless job.checkpoint_snapshot. For a device's job, which
+// peak_memory prices in the device's memory, this is what its host must hold per rank.
+double snapshot_memory(const Job& job, const layout::Layout& c);
 
 // Exactly what pipeline rank `pp_rank` of weft's trainer for the job's precision allocates
 // (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
