@@ -11,7 +11,10 @@
 #      --signal=B:USR1@N would) and `scancel --signal=TERM` of an srun job (the ranks are the
 #      job's step) make every rank stop after the same step, write a checkpoint and exit 0, so
 #      the job COMPLETES with exit code 0:0; the same job submitted again with --resume auto
-#      finishes the run, and its metrics.jsonl is the uninterrupted run's, bit for bit.
+#      finishes the run, and its metrics.jsonl is the uninterrupted run's, bit for bit;
+#   4. nodes lost: the 4-task job stopped after step 4 and submitted again with 2 tasks and
+#      `--resume auto --set parallel.auto=true` takes a layout for 2 ranks (parallel.auto,
+#      docs/training.md), reshards the checkpoint into it and ends with the 4-rank run's losses.
 # The cluster is torn down on exit, always. Exit 77 (ctest: skipped) with a "slurm-skip:" line
 # where Slurm cannot run here: not root, the packages cannot be installed, the daemons do not
 # start. docs/slurm.md explains the choices (why SIGUSR1 for mpirun).
@@ -113,11 +116,13 @@ mpirun_train() {  # N DIR [weft train options...]
     return 1
   }
 }
-# Submits train.sbatch with WEFT_LAUNCHER=$1 into DIR; prints the job id.
+# Submits train.sbatch with WEFT_LAUNCHER=$1 into DIR; prints the job id. WEFT_NTASKS=N: N tasks
+# instead of the script's 4.
 submit() {  # LAUNCHER DIR [weft train options...]
   local launcher=$1 dir=$2
   shift 2
-  WEFT_LAUNCHER=$launcher sbatch --parsable --chdir="$scratch" --output="$scratch/$dir.out" \
+  WEFT_LAUNCHER=$launcher sbatch --parsable ${WEFT_NTASKS:+--ntasks=$WEFT_NTASKS} \
+    --chdir="$scratch" --output="$scratch/$dir.out" \
     "$src/tests/slurm/train.sbatch" run.toml --set run.out_dir="$scratch/$dir" "$@"
 }
 # Field F of `scontrol show job ID` (JobState, ExitCode, ...).
@@ -158,6 +163,23 @@ $(diff <(echo "$a") <(echo "$b") | head -10)"
   fi
   say "$1: $(echo "$a" | wc -l) steps, loss and grad_norm equal to the reference bit for bit" \
     "(last: $(echo "$a" | tail -1))"
+}
+# Fails unless run B's losses are run A's within a relative TOL at every step, LINES of them.
+close_losses() {  # WHAT A/metrics.jsonl B/metrics.jsonl TOL LINES
+  local a b worst
+  a=$(curve "$2" | cut -d' ' -f1) b=$(curve "$3" | cut -d' ' -f1)
+  if [ "$(echo "$b" | grep -c .)" != "$5" ] || [ "$(echo "$a" | grep -c .)" != "$5" ]; then
+    fail "$1: $(echo "$b" | grep -c .) steps in $3 and $(echo "$a" | grep -c .) in $2, expected $5"
+    return 1
+  fi
+  worst=$(paste -d' ' <(echo "$a") <(echo "$b") |
+    awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > w) w = d } END { printf "%.2g", w }')
+  if awk -v w="$worst" -v t="$4" 'BEGIN { exit !(w > t) }'; then
+    fail "$1: losses differ from the reference's by $worst relative (more than $4):
+$(paste -d' ' <(echo "$a") <(echo "$b") | head -10)"
+    return 1
+  fi
+  say "$1: $5 steps, losses within $worst relative of the reference's"
 }
 
 # 1. sbatch + mpirun inside the allocation, against mpirun -n 4 outside it.
@@ -248,6 +270,37 @@ if mpirun_train 4 ref-long --set train.steps=$steps; then
   fi
 fi
 say "3. preemption: $(($(date +%s) - t0)) s"
+
+# 4. Nodes lost: the 4-task job stops after step 4 with its checkpoint (as a preempted or failed
+# one leaves it); submitted again with 2 tasks and parallel.auto, it takes the planner's layout for
+# 2 ranks, reshards the checkpoint into it and finishes: steps 1-4 are ref4's (the same layout),
+# steps 5-8 within 1e-5 of its losses (fp32 summed in another order).
+t0=$(date +%s)
+if [ -s ref4/metrics.jsonl ]; then
+  id=$(submit mpirun relayout --stop-after 4)
+  result=$(wait_job "$id" 180)
+  if [ "$result" != "COMPLETED 0:0" ]; then
+    fail "sbatch job $id (4 tasks, --stop-after 4): $result, not COMPLETED 0:0:
+$(tail -15 "$scratch/relayout.out")"
+  else
+    id2=$(WEFT_NTASKS=2 submit mpirun relayout --resume auto --set parallel.auto=true)
+    result=$(wait_job "$id2" 180)
+    chose=$(grep "parallel.auto chose" "$scratch/relayout.out")
+    if [ "$result" != "COMPLETED 0:0" ]; then
+      fail "job $id2 (2 tasks, parallel.auto): $result, not COMPLETED 0:0:
+$(grep -v '^step' "$scratch/relayout.out" | tail -15)"
+    elif ! grep -q " for 2 ranks: predicted " <<<"$chose"; then
+      fail "job $id2 chose no layout for its 2 ranks: $(grep -v '^step' relayout.out | head -5)"
+    elif ! grep -q "resuming at step 4 " "$scratch/relayout.out"; then
+      fail "job $id2 did not resume at step 4: $(grep -v '^step' relayout.out | head -5)"
+    else
+      say "4. job $id2: ${chose#weft train: }"
+      close_losses "4 tasks, then 2 with parallel.auto (jobs $id, $id2)" ref4/metrics.jsonl \
+        relayout/metrics.jsonl 1e-5 8
+    fi
+  fi
+fi
+say "4. resubmitted with fewer tasks: $(($(date +%s) - t0)) s"
 
 say "total $(($(date +%s) - t_start)) s, $failures failure(s)"
 [ $failures = 0 ]

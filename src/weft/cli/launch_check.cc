@@ -11,15 +11,21 @@
 
 namespace weft::cli {
 
+planner::Job planned_job(const config::RunConfig& cfg, int world, Precision precision) {
+  planner::Job job;
+  job.model = cfg.model;
+  job.seq_len = cfg.train.seq_len;
+  job.global_batch = cfg.train.global_batch;
+  job.world = world;
+  job.precision = precision;
+  job.checkpoint_snapshot = cfg.keeps_snapshot();
+  return job;
+}
+
 Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precision precision) {
   using namespace planner;
   PlannedRun r;
-  r.job.model = cfg.model;
-  r.job.seq_len = cfg.train.seq_len;
-  r.job.global_batch = cfg.train.global_batch;
-  r.job.world = world;
-  r.job.precision = precision;
-  r.job.checkpoint_snapshot = cfg.keeps_snapshot();
+  r.job = planned_job(cfg, world, precision);
   r.config = cfg.parallel;
   Status s = validate(r.job);
   if (s.ok()) s.merge(validate(r.config, r.job));
@@ -27,15 +33,20 @@ Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precisio
   return r;
 }
 
-Status check_host_memory(const PlannedRun& run, int local, const std::string& what,
-                         comm::Communicator* world) {
-  using namespace planner;
+double least_available_memory(comm::Communicator* world) {
   double available = static_cast<double>(available_memory_bytes());
   if (world != nullptr && world->size() > 1) {
     double least = -available;  // the least of them, as the largest negation
     world->all_reduce(&least, 1, comm::ReduceOp::Max);
     available = -least;
   }
+  return available;
+}
+
+Status check_host_memory(const PlannedRun& run, int local, const std::string& what,
+                         comm::Communicator* world) {
+  using namespace planner;
+  const double available = least_available_memory(world);
   if (available <= 0) return {};  // nothing to compare with: the launch goes ahead
   const double each = available / local;
   if (run.job.precision != Precision::FP32) {  // a device's run: on the host, its snapshots

@@ -19,11 +19,20 @@ struct PlannedRun {
   layout::Layout config;
 };
 
+// RUN.toml's model, sequence length and global batch as the planner's job on `world` processes of
+// weft's trainer in `precision`.
+planner::Job planned_job(const config::RunConfig& cfg, int world, Precision precision);
+
 // RUN.toml's model, sequence length, global batch and [parallel] keys as the planner sees them, on
 // `world` processes of weft's trainer in `precision` (FP32: the CPU's; BF16Mixed: a device's);
 // every problem of the layout at once.
 Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world,
                                Precision precision = Precision::FP32);
+
+// The memory (bytes) this process could still allocate (core/memory_usage.h); with `world`, the
+// least any of its ranks sees (a collective), so that every rank decides on the same figure. <= 0
+// when it cannot be read.
+double least_available_memory(comm::Communicator* world);
 
 // An error naming the breakdown when the busiest process of `run` (planner::peak_memory: for
 // weft's trainer, exactly what model::estimate_rank_memory says the runner allocates) needs more

@@ -1,7 +1,9 @@
-// weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]:
+// weft train RUN.toml [--set section.key=value]... [--resume [DIR|auto]] [--stop-after N]
+// [--device D] [--cluster PRESET]:
 // the training loop (runtime/trainer.h) on a run config (config/run_config.h), as one process or
 // as every rank of `mpirun -n N weft train ...`; --device cuda trains on the GPU (cli/device.h).
-// Everything that can be checked before allocating is: the config, the dataset, the tokenizer, and
+// Everything that can be checked before allocating is: the config (with parallel.auto, the layout
+// the planner chooses for the ranks started: cli/auto_layout.h), the dataset, the tokenizer, and
 // that the three agree on the vocabulary. Those checks reach the same verdict on every rank, so
 // rank 0 alone reports a problem and every rank exits 1. A failure later, while ranks depend on
 // each other, ends the whole job with that rank's message (comm::abort_job), so no rank waits
@@ -16,6 +18,7 @@
 #include <memory>
 #include <optional>
 
+#include "weft/cli/auto_layout.h"
 #include "weft/cli/commands.h"
 #include "weft/cli/device.h"
 #include "weft/cli/job_world.h"
@@ -44,6 +47,7 @@ struct TrainOptions {
   std::string resume;
   int64_t stop_after = 0;
   std::string device = "cpu";
+  std::string cluster = kAutoLayoutCluster;
 };
 
 struct Checked {
@@ -56,6 +60,7 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
   const int world_size = world != nullptr ? world->size() : 1;
   auto cfg = config::load_run_config(o.run_path, o.sets)
                  .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
+  apply_parallel_auto(cfg, world_size, o.device, o.cluster, world);
   config::validate_world(cfg, world_size)
       .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
   // The GPU trainer keeps its state in the device's arena, sized and checked as it is made; on
@@ -199,6 +204,9 @@ void add_train_command(CLI::App& app) {
                   "spans train.steps)")
       ->check(kNonNegative);
   cmd->add_option("--device", o->device, kDeviceHelp);
+  cmd->add_option("--cluster", o->cluster,
+                  "cluster preset parallel.auto prices layouts with (docs/training.md)")
+      ->capture_default_str();
   cmd->callback([o] { run_train(*o); });
 }
 

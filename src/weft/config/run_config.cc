@@ -137,6 +137,9 @@ const std::vector<Binding>& bindings() {
       {"parallel.zero", WEFT_FIELD(parallel.zero),
        "ZeRO stage over the dp replicas: 0 (none), 1 (optimizer state sharded), 2 (+ gradients), 3 "
        "(+ parameters)"},
+      {"parallel.auto", WEFT_FIELD(auto_layout),
+       "when tp*pp*dp is not the number of ranks started: the planner's fastest layout for them "
+       "instead (same model, global batch, seq_len, micro_batch and recompute)"},
   };
   return b;
 }

@@ -64,6 +64,10 @@ struct RunConfig {
   // The layout: [parallel] and train.micro_batch, train.recompute (the keys keep their sections;
   // the value is the one layout type the planner, the checkpoints and the runtime take).
   layout::Layout parallel{.micro_batch = 4};
+  // parallel.auto: when `parallel` is for another number of ranks than the job was started with,
+  // `weft train` replaces it by the planner's fastest layout for those ranks (cli/auto_layout.h).
+  // Not part of the layout: it says how the layout is chosen, not what it is.
+  bool auto_layout = false;
 
   int microbatches() const { return parallel.microbatches(train.global_batch); }
   // Whether each rank keeps a snapshot of its state for asynchronous saves: periodic ones before

@@ -1,0 +1,125 @@
+#include "weft/cli/auto_layout.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+
+#include "weft/cli/device.h"
+#include "weft/cli/launch_check.h"
+#include "weft/core/node.h"
+#include "weft/planner/auto_layout.h"
+#include "weft/planner/stage_costs.h"
+#include "weft/schedule/schedule.h"
+
+namespace weft::cli {
+namespace {
+
+// "tp=1 pp=2 dp=3 zero=1 micro_batch=2 1f1b": what the choice line names, every key that differs
+// between layouts of one run.
+std::string describe(const layout::Layout& l) {
+  std::string out = fmt::format("tp={} pp={} dp={}", l.tp, l.pp, l.dp);
+  if (l.vp > 1) out += fmt::format(" vp={}", l.vp);
+  if (l.sequence_parallel) out += " sequence_parallel";
+  out += fmt::format(" zero={} micro_batch={} {}", l.zero, l.micro_batch,
+                     schedule::kind_name(l.schedule));
+  if (l.recompute != model::Recompute::None) {
+    out += fmt::format(" recompute={}", model::recompute_name(l.recompute));
+  }
+  return out;
+}
+
+struct Choice {
+  planner::Prediction best;
+  std::string cluster;  // the preset's name
+};
+
+// Rank 0's search. `per_process` > 0: the bytes a process of the CPU engine may take (the
+// preset's device memory is then the host's share, not a device's).
+Choice search_layout(const config::RunConfig& cfg, int world_size, const std::string& device,
+                     const std::string& cluster_path, double per_process) {
+  using namespace planner;
+  const Precision precision = device_precision(device);
+  Cluster cluster =
+      load_cluster(cluster_path).value_or_throw("parallel.auto: invalid cluster preset");
+  if (compute_peak(cluster, precision) <= 0) {
+    throw Error(fmt::format(
+        "parallel.auto: cluster preset {} has no peak rate for {}, the precision of --device {}: "
+        "give `weft train --cluster` a preset of the device (configs/clusters/*.toml)",
+        cluster_path, precision_name(precision), device));
+  }
+  if (per_process > 0) {
+    cluster.memory_bytes = std::min(cluster.usable_memory(), per_process);
+    cluster.reserved_bytes = 0;
+  }
+  const Job job = planned_job(cfg, world_size, precision);
+  auto best = auto_layout(cluster, job, cfg.parallel);
+  best.status().throw_if_error(fmt::format(
+      "parallel.auto: no layout of {} runs on {} ranks with train.global_batch={}, "
+      "train.seq_len={}, train.micro_batch={} and train.recompute='{}' in {} per rank (cluster "
+      "{}); for each process grid, why not:",
+      cfg.model.name, world_size, job.global_batch, job.seq_len, cfg.parallel.micro_batch,
+      model::recompute_name(cfg.parallel.recompute), format_bytes(cluster.usable_memory()),
+      cluster.name));
+  return {std::move(best).value(), cluster.name};
+}
+
+}  // namespace
+
+void apply_parallel_auto(config::RunConfig& cfg, int world_size, const std::string& device,
+                         const std::string& cluster_path, comm::Communicator* world) {
+  if (!cfg.auto_layout) return;
+  const bool leader = world == nullptr || world->rank() == 0;
+  const layout::Layout given = cfg.parallel;
+  if (given.grid().world() == world_size) {
+    if (leader) {
+      fmt::print(stderr,
+                 "weft train: parallel.auto: the run config's {} takes the {} ranks: kept\n",
+                 describe(given), world_size);
+    }
+    return;
+  }
+  // The CPU engine's state lives in host memory, which the node's processes share.
+  const bool host = device == "cpu" || device == "host-bf16";
+  const double per_process =
+      host ? least_available_memory(world) / local_processes(world_size) : 0.0;
+  std::optional<Choice> choice;
+  std::string why;
+  if (leader) {
+    try {
+      choice = search_layout(cfg, world_size, device, cluster_path, per_process);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  // Rank 0's verdict for every rank: found, tp, pp, dp, vp, schedule, zero, sequence parallelism.
+  std::array<int64_t, 8> c{};
+  if (choice) {
+    const layout::Layout& l = choice->best.config;
+    const auto kind = static_cast<int64_t>(l.schedule);
+    c = {1, l.tp, l.pp, l.dp, l.vp, kind, l.zero, l.sequence_parallel};
+  }
+  if (world != nullptr && world->size() > 1) world->broadcast(c.data(), c.size(), 0);
+  if (c[0] == 0) throw Error(leader ? why : "parallel.auto found no layout (rank 0 says why)");
+  layout::Layout& l = cfg.parallel;
+  l.tp = static_cast<int>(c[1]);
+  l.pp = static_cast<int>(c[2]);
+  l.dp = static_cast<int>(c[3]);
+  l.vp = static_cast<int>(c[4]);
+  l.schedule = static_cast<schedule::Kind>(c[5]);
+  l.zero = static_cast<int>(c[6]);
+  l.sequence_parallel = c[7] != 0;
+  if (!leader) return;
+  const planner::Prediction& p = choice->best;
+  fmt::print(stderr,
+             "weft train: parallel.auto chose {} for {} ranks: predicted {:.3g} s/step, {} on the "
+             "busiest rank (cluster {}); it replaces the run config's tp={} pp={} dp={}, which "
+             "takes {} rank{}\n",
+             describe(l), world_size, p.time.total, planner::format_bytes(p.memory.total()),
+             choice->cluster, given.tp, given.pp, given.dp, given.grid().world(),
+             given.grid().world() == 1 ? "" : "s");
+}
+
+}  // namespace weft::cli
