@@ -15,10 +15,6 @@
 namespace weft::runtime {
 
 namespace {
-schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microbatches) {
-  return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
-      .value_or_throw("invalid one-process pipeline");
-}
 // ZeRO 0's whole state of a chunk: the elements of each of its groups (params, m, v).
 int64_t whole_state_elements(const optim::DistributedOptimizer& o, const model::Gpt& chunk) {
   WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
@@ -116,13 +112,6 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   }
 }
 
-PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                               int microbatches, optim::AdamWConfig adamw,
-                               model::Recompute recompute)
-    : PipelineRunner(
-          cfg, one_process_schedule(cfg, microbatches),
-          pipeline_options({}, {.B = B, .T = T, .recompute = recompute}, adamw, &backend)) {}
-
 PipelineRunner::~PipelineRunner() {
   // Sends still in flight read the send buffers: let them finish. Not while an error unwinds
   // (the peer may never receive; the job is ending) and never by throwing from here.
@@ -159,12 +148,6 @@ model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::
                      {.precision = Precision::BF16Mixed, .threads = 1, .runtime_bytes = 0});
 }
 
-model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
-                                   model::Recompute recompute) {
-  return device_bytes(cfg, one_process_schedule(cfg, microbatches),
-                      {.B = B, .T = T, .recompute = recompute});
-}
-
 int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                            const model::RankShape& shape) {
   int64_t gemm = 0;  // bf16 input, weight and output of the largest forward GEMM
@@ -172,12 +155,6 @@ int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule
     gemm = std::max<int64_t>(gemm, 2 * (g.M * g.K + g.N * g.K + g.M * g.N) + 3 * 256);
   }
   return device_bytes(cfg, schedule, shape).total() + gemm + (int64_t{64} << 20);
-}
-
-int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
-                           model::Recompute recompute) {
-  return device_arena_bytes(cfg, one_process_schedule(cfg, microbatches),
-                            {.B = B, .T = T, .recompute = recompute});
 }
 
 double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
