@@ -191,10 +191,17 @@ TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
     a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   }
   const int64_t total = a.model().param_layout().buffer.total();
+  // The whole state of the one chunk (ZeRO 0), through the optimizer's calls checkpoints use.
   std::vector<float> p(total), m(total), v(total);
-  a.download_state(0, p.data(), m.data(), v.data());
+  float* const state[] = {p.data(), m.data(), v.data()};
+  for (int group = 0; group < 3; ++group) {
+    a.optimizers()[0]->read_state(group, 0, total, state[group]);
+  }
   runtime::PipelineRunner b(cfg_, one_process(cfg_), on(*backend_));
-  b.upload_state(0, p.data(), m.data(), v.data(), a.step_count());
+  for (int group = 0; group < 3; ++group) {
+    b.optimizers()[0]->write_state(group, 0, total, state[group]);
+  }
+  b.optimizers()[0]->state_loaded(a.step_count());
   const auto t = batch(9, n + 1, cfg_.vocab_size);
   const runtime::StepStats sa = a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   const runtime::StepStats sb = b.step(t.data(), t.data() + 1, 1e-3f, 1.0);

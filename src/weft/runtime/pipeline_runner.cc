@@ -14,14 +14,6 @@
 
 namespace weft::runtime {
 
-namespace {
-// ZeRO 0's whole state of a chunk: the elements of each of its groups (params, m, v).
-int64_t whole_state_elements(const optim::DistributedOptimizer& o, const model::Gpt& chunk) {
-  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
-  return chunk.param_layout().buffer.total();
-}
-}  // namespace
-
 Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
                                            int vp, int microbatches) {
   const Status valid = model::validate_pipeline(cfg, pp, vp);
@@ -125,20 +117,6 @@ const model::Gpt* PipelineRunner::slot_owner(int j) const {
     if (rank_.chunks.at(k).pool == rank_.chunks.at(j).pool) return chunks_.at(k)->model.get();
   }
   return nullptr;
-}
-
-void PipelineRunner::download_state(int j, float* params, float* m, float* v) const {
-  float* const out[] = {params, m, v};
-  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
-  for (int group = 0; group < 3; ++group) opts_[j]->read_state(group, 0, n, out[group]);
-}
-
-void PipelineRunner::upload_state(int j, const float* params, const float* m, const float* v,
-                                  int step_count) {
-  const float* const in[] = {params, m, v};
-  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
-  for (int group = 0; group < 3; ++group) opts_[j]->write_state(group, 0, n, in[group]);
-  opts_[j]->state_loaded(step_count);
 }
 
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,

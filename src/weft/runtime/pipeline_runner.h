@@ -145,11 +145,6 @@ class PipelineRunner : public StageRunner {
   // print next to the measured peak.
   model::MemoryEstimate predicted_memory() const;
 
-  // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
-  // also sets the step count and rounds the weights' bf16 copy.
-  void download_state(int j, float* params, float* m, float* v) const;
-  void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
-
   // StageRunner: what each instruction of the program does (pipeline_passes.cc).
   void forward(int stage, int microbatch) override;
   void backward(int stage, int microbatch) override;
