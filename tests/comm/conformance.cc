@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "comm/bf16_sums.h"
+#include "support/thread_communicator.h"
 #include "weft/comm/recording_communicator.h"
-#include "weft/comm/thread_communicator.h"
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
 #include "weft/parallel/topology.h"

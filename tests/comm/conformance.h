@@ -129,7 +129,7 @@ std::string kind_name(const testing::TestParamInfo<KindFactory>& info);
 // gtest prints the kind's name where a test fails ("where GetParam() = Thread").
 inline void PrintTo(const KindFactory& kind, std::ostream* os) { *os << kind.name; }
 
-// Ranks as threads of this process (comm/thread_communicator.h), on host memory: sizes 1 to 4.
+// Ranks as threads of this process (support/thread_communicator.h), on host memory: sizes 1 to 4.
 // Each rank's communicator waits at most 10 s, so a bug that hangs fails instead.
 Kind thread_kind();
 // The same at sizes 1 and 4, each rank's communicator wrapped by `wrap`: for the communicators

@@ -1,11 +1,11 @@
-// The ordering checker (comm/ordering_checker.h) over thread communicators: correct use (every op,
-// the in-place forms, several ops in flight, a receive posted before the matching send on both
+// The ordering checker (support/ordering_checker.h) over thread communicators: correct use (every
+// op, the in-place forms, several ops in flight, a receive posted before the matching send on both
 // ranks, finished by wait() or by order()) gives the wrapped communicator's results; the output
 // reads as poison (NaN, -1) until the Work is finished; writing a pending op's input or output,
 // and dropping an unfinished Work, fail with the op and group named, on the checker and on its
 // splits.
 
-#include "weft/comm/ordering_checker.h"
+#include "support/ordering_checker.h"
 
 #include <gtest/gtest.h>
 

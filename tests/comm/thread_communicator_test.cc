@@ -4,7 +4,7 @@
 // collectives, the errors every rank gets, and the process groups of parallel::make_groups over
 // a thread world.
 
-#include "weft/comm/thread_communicator.h"
+#include "support/thread_communicator.h"
 
 #include <gtest/gtest.h>
 

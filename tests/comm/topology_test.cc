@@ -3,6 +3,8 @@
 
 #include "weft/parallel/topology.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "support/golden.h"
@@ -138,6 +140,17 @@ TEST(Validate, ReportsAGridThatDoesNotFillTheWorldInTheUsersTerms) {
 }
 
 // --- The golden rank table (DESIGN.md §6: goldens are text; a mismatch prints a diff). ---
+
+// The whole table, one line per rank ("rank  3  tp1-dp1-pp0  tp group [2 3] ...").
+std::string format_table(const Topology& topo) {
+  const GridShape& s = topo.shape();
+  std::string out = fmt::format("grid tp={} pp={} dp={} world={}\n", s.tp, s.pp, s.dp, s.world());
+  for (int r = 0; r < topo.world(); ++r) {
+    out += fmt::format("rank {:>3}  {:<14} tp group {}  dp group {}  pp group {}\n", r,
+                       topo.name(r), topo.tp_group(r), topo.dp_group(r), topo.pp_group(r));
+  }
+  return out;
+}
 
 TEST(FormatTable, Tp2Pp4Dp2MatchesTheGolden) {
   test::expect_golden("topology/tp2-pp4-dp2.txt",

@@ -1,5 +1,5 @@
 // 16-bit storage types: bf16 and f16 conversions round to nearest even, keep NaN a NaN, saturate to
-// infinity on overflow and (f16) handle subnormals; dtype names parse back.
+// infinity on overflow and (f16) handle subnormals.
 
 #include "weft/core/dtype.h"
 
@@ -20,29 +20,6 @@ float bf16_value(uint16_t b) { return BF16{b}.to_float(); }
 float f16_value(uint16_t b) { return F16{b}.to_float(); }
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-TEST(DType, NamesParseBack) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::U16}) {
-    auto parsed = parse_dtype(dtype_name(t));
-    ASSERT_TRUE(parsed.has_value()) << dtype_name(t);
-    EXPECT_EQ(*parsed, t);
-  }
-  EXPECT_EQ(parse_dtype("bf16"), DType::BF16);
-}
-
-TEST(DType, UnknownNamesDoNotParse) {
-  EXPECT_FALSE(parse_dtype("fp32").has_value());
-  EXPECT_FALSE(parse_dtype("").has_value());
-  EXPECT_FALSE(parse_dtype("F32").has_value());
-}
-
-TEST(DType, SizesAreInBytes) {
-  EXPECT_EQ(dtype_size(DType::F32), 4);
-  EXPECT_EQ(dtype_size(DType::I32), 4);
-  EXPECT_EQ(dtype_size(DType::BF16), 2);
-  EXPECT_EQ(dtype_size(DType::F16), 2);
-  EXPECT_EQ(dtype_size(DType::U16), 2);
-}
 
 TEST(BF16, IsTheTopHalfOfAFloat) {
   EXPECT_EQ(bf16_bits(1.0f), 0x3F80);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "data/temp_dir.h"
+#include "support/llmc_file.h"
 #include "weft/data/token_dataset.h"
 
 namespace weft::data {

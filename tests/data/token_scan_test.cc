@@ -10,6 +10,7 @@
 #include <fstream>
 #include <vector>
 
+#include "support/llmc_file.h"
 #include "temp_dir.h"
 #include "weft/data/indexed_dataset.h"
 #include "weft/data/llmc_dataset.h"

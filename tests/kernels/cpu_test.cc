@@ -357,25 +357,16 @@ TEST_P(CpuKernelsMatchTheReference, GeluBackwardWritesItsGradientAlsoInPlace) {
   EXPECT_TRUE(bit_identical(in_place, dinp.zero));
 }
 
-TEST_P(CpuKernelsMatchTheReference, ResidualForwardAndBackwardWritesItsGradients) {
+TEST_P(CpuKernelsMatchTheReference, ResidualForward) {
   const int64_t n = elementwise_n(GetParam());
-  const Floats a = random_floats(n, 37), b = random_floats(n, 38), dout = random_floats(n, 39);
+  const Floats a = random_floats(n, 37), b = random_floats(n, 38);
   Floats out(a.size());
   cpu::residual_forward(out.data(), a.data(), b.data(), n);
-  const Doubles a_d = to_double(a), b_d = to_double(b), dout_d = to_double(dout);
+  const Doubles a_d = to_double(a), b_d = to_double(b);
   Doubles ref_out(out.size());
   ref::residual_forward(ref_out.data(), a_d.data(), b_d.data(), n);
   // Single additions: exact up to one rounding.
   EXPECT_LT(max_abs_error(out, ref_out), 1e-6);
-  Grad da = Grad::written(n), db = Grad::written(n);
-  cpu::residual_backward(da.zero.data(), db.zero.data(), dout.data(), n);
-  cpu::residual_backward(da.filled.data(), db.filled.data(), dout.data(), n);
-  Doubles ref_da = da.ref(), ref_db = db.ref();
-  ref::residual_backward(ref_da.data(), ref_db.data(), dout_d.data(), n);
-  EXPECT_LT(max_abs_error(da.zero, ref_da), 1e-6);
-  EXPECT_LT(max_abs_error(db.zero, ref_db), 1e-6);
-  EXPECT_WRITTEN(da);
-  EXPECT_WRITTEN(db);
 }
 
 // ---- softmax + cross-entropy ---------------------------------------------------------------
@@ -395,21 +386,6 @@ Floats random_logits(const Shape& s, uint32_t seed) {
     for (int j = s.V; j < s.Vp; ++j) logits[int64_t{n} * s.Vp + j] = 1000.f;
   }
   return logits;
-}
-
-TEST_P(CpuKernelsMatchTheReference, SoftmaxCrossEntropyForwardIgnoresPaddingAndNegativeTargets) {
-  const Shape s = GetParam();
-  const auto targets = targets_with_ignored(s.N(), s.V, 42);
-  const Floats logits = random_logits(s, 43);
-  Floats losses(s.N(), -1.f);
-  cpu::softmax_cross_entropy_forward(losses.data(), logits.data(), targets.data(), s.N(), s.V,
-                                     s.Vp);
-  Doubles ref_losses(losses.size());
-  const Doubles logits_d = to_double(logits);
-  ref::softmax_cross_entropy_forward(ref_losses.data(), logits_d.data(), targets.data(), s.N(), s.V,
-                                     s.Vp);
-  EXPECT_CLOSE(losses, ref_losses);
-  for (int n = 0; n < s.N(); n += 3) EXPECT_EQ(losses[n], 0.f) << "ignored row " << n;
 }
 
 TEST_P(CpuKernelsMatchTheReference, SoftmaxCrossEntropyFusedWritesExactZerosInPaddingColumns) {
@@ -462,17 +438,13 @@ TEST_P(CpuKernelsMatchTheReference, AdamwUpdate) {
   EXPECT_LT(max_abs_error(params, ref_params), 1e-6);
 }
 
-TEST_P(CpuKernelsMatchTheReference, SumSquaresAndScale) {
+TEST_P(CpuKernelsMatchTheReference, SumSquares) {
   const int64_t n = elementwise_n(GetParam()) * 3;  // several sum_squares chunks at medium size
   Floats x = random_floats(n, 50);
   const Doubles x_d = to_double(x);
   const double ss = cpu::sum_squares(x.data(), n);
   const double ref_ss = ref::sum_squares(x_d.data(), n);
   EXPECT_NEAR(ss, ref_ss, 1e-12 * ref_ss);
-  cpu::scale(x.data(), 0.37f, n);
-  Doubles ref_x = x_d;
-  ref::scale(ref_x.data(), double{0.37f}, n);
-  EXPECT_LT(max_abs_error(x, ref_x), 1e-6);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, CpuKernelsMatchTheReference, ::testing::Values(kOdd, kMedium),

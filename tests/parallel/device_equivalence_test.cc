@@ -4,7 +4,7 @@
 // replicas' all-reduce and the tied embedding's sum) and at the end (every parameter). Pipelines,
 // replicas and tensor parallelism each have their own bounds, about 10x what they measured (so
 // that a planted bug can break them). The ranks are threads of this process
-// (comm/thread_communicator.h), so the test needs no mpirun: built twice, as
+// (support/thread_communicator.h), so the test needs no mpirun: built twice, as
 // device_equivalence_test on the host emulation of the kernels (the host bf16 backend; the groups
 // of the backend's memory are OrderingCheckers over host groups, which fail a missing wait) and as
 // gpu_equivalence_test (WEFT_TEST_CUDA) on one GPU shared by the ranks, each with its own backend,
@@ -23,11 +23,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/ordering_checker.h"
 #include "support/param_compare.h"
 #include "support/shards.h"
+#include "support/thread_communicator.h"
 #include "support/tiny_gpt.h"
-#include "weft/comm/ordering_checker.h"
-#include "weft/comm/thread_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
@@ -65,7 +65,7 @@ std::unique_ptr<kernels::Backend> make_backend(const schedule::Schedule& schedul
 // A group's communicator for the backend's memory: the staged one over a split of it on the GPU,
 // its copies on the backend's stream (Backend::cuda_stream: the legacy default one raced with the
 // backend's non-blocking stream);
-// on the host, the OrderingChecker over a split (comm/ordering_checker.h), so that a Work the
+// on the host, the OrderingChecker over a split (support/ordering_checker.h), so that a Work the
 // runtime does not finish (wait or order) before its buffers are used, or a buffer it writes while
 // an operation on it is in flight, fails the run, as it would race between a GPU's streams.
 std::unique_ptr<comm::Communicator> data_group(comm::Communicator& host,

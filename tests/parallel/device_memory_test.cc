@@ -1,5 +1,5 @@
 // The one memory model (model/memory.h) is what the device engine allocates (issue #19): for each
-// layout, every rank (a thread of this process, comm/thread_communicator.h) builds a
+// layout, every rank (a thread of this process, support/thread_communicator.h) builds a
 // runtime::PipelineRunner on the host-bf16 backend (kernels/backend.h, which counts its blocks as
 // the CUDA arena does) and the backend's allocated_bytes() must equal, to the byte,
 //   - device_bytes, which sizes the CUDA arena and is the trainer's reported prediction;

@@ -21,6 +21,7 @@
 #include "weft/optim/distributed_optimizer.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/train_step.h"
+#include "weft/schedule/schedule.h"
 #ifdef WEFT_TEST_CUDA
 #include "weft/kernels/cuda/arena.h"
 #include "weft/kernels/cuda/mixed_backend.h"
@@ -33,9 +34,20 @@ namespace {
 model::GptConfig small_gpt() { return test::small_gpt_hs64(2, 64); }
 constexpr int kB = 2, kT = 48;
 
+// One process with the whole model: a step is `microbatches` [kB,kT] microbatches.
+schedule::Schedule one_process(const model::GptConfig& cfg, int microbatches = 1) {
+  return runtime::runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
+      .value_or_throw("one-process pipeline");
+}
+runtime::PipelineOptions on(kernels::Backend& backend,
+                            model::Recompute recompute = model::Recompute::None) {
+  return runtime::pipeline_options({}, {.B = kB, .T = kT, .recompute = recompute}, {}, &backend);
+}
+
 std::unique_ptr<kernels::Backend> make_backend(const model::GptConfig& cfg) {
 #ifdef WEFT_TEST_CUDA
-  return kernels::cuda::make_mixed_backend(runtime::device_arena_bytes(cfg, kB, kT));
+  return kernels::cuda::make_mixed_backend(
+      runtime::device_arena_bytes(cfg, one_process(cfg), {.B = kB, .T = kT}));
 #else
   (void)cfg;
   return kernels::make_host_backend(Precision::BF16Mixed);
@@ -134,7 +146,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
   model::Gpt ref(cfg_, kB, kT);
   ref.init(3);
   optim::DistributedOptimizer opt(ref, nullptr, 0);
-  runtime::PipelineRunner dev(*backend_, cfg_, kB, kT, kM);
+  runtime::PipelineRunner dev(cfg_, one_process(cfg_, kM), on(*backend_));
   dev.init(3);
   std::vector<float> ref_losses, losses;
   for (int s = 0; s < kSteps; ++s) {
@@ -172,17 +184,24 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
 
 TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
   const int n = kB * kT;
-  runtime::PipelineRunner a(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner a(cfg_, one_process(cfg_), on(*backend_));
   a.init(11);
   for (int s = 0; s < 3; ++s) {
     const auto t = batch(s, n + 1, cfg_.vocab_size);
     a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   }
   const int64_t total = a.model().param_layout().buffer.total();
+  // The whole state of the one chunk (ZeRO 0), through the optimizer's calls checkpoints use.
   std::vector<float> p(total), m(total), v(total);
-  a.download_state(0, p.data(), m.data(), v.data());
-  runtime::PipelineRunner b(*backend_, cfg_, kB, kT);
-  b.upload_state(0, p.data(), m.data(), v.data(), a.step_count());
+  float* const state[] = {p.data(), m.data(), v.data()};
+  for (int group = 0; group < 3; ++group) {
+    a.optimizers()[0]->read_state(group, 0, total, state[group]);
+  }
+  runtime::PipelineRunner b(cfg_, one_process(cfg_), on(*backend_));
+  for (int group = 0; group < 3; ++group) {
+    b.optimizers()[0]->write_state(group, 0, total, state[group]);
+  }
+  b.optimizers()[0]->state_loaded(a.step_count());
   const auto t = batch(9, n + 1, cfg_.vocab_size);
   const runtime::StepStats sa = a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
   const runtime::StepStats sb = b.step(t.data(), t.data() + 1, 1e-3f, 1.0);
@@ -197,8 +216,8 @@ TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
 TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   constexpr int kM = 2;
   const int n = kM * kB * kT;
-  runtime::PipelineRunner none(*backend_, cfg_, kB, kT, kM);
-  runtime::PipelineRunner full(*backend_, cfg_, kB, kT, kM, {}, model::Recompute::Full);
+  runtime::PipelineRunner none(cfg_, one_process(cfg_, kM), on(*backend_));
+  runtime::PipelineRunner full(cfg_, one_process(cfg_, kM), on(*backend_, model::Recompute::Full));
   none.init(5);
   full.init(5);
   for (int s = 0; s < 3; ++s) {
@@ -213,8 +232,10 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
   none.model().get_params(pa);
   full.model().get_params(pb);
   EXPECT_EQ(pa, pb);
-  const model::MemoryEstimate a = runtime::device_bytes(cfg_, kB, kT, kM);
-  const model::MemoryEstimate b = runtime::device_bytes(cfg_, kB, kT, kM, model::Recompute::Full);
+  const schedule::Schedule program = one_process(cfg_, kM);
+  const model::MemoryEstimate a = runtime::device_bytes(cfg_, program, {.B = kB, .T = kT});
+  const model::MemoryEstimate b =
+      runtime::device_bytes(cfg_, program, {.B = kB, .T = kT, .recompute = model::Recompute::Full});
   // Per layer, the input alone instead of 16 C-wide rows per token (plus statistics): the two
   // layers' other tensors become one shared set.
   EXPECT_LT(b.activations + b.workspace, a.activations + a.workspace);
@@ -223,19 +244,20 @@ TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
 
 TEST_F(DeviceTrainerTest, BytesPredictsExactlyWhatATrainerAllocates) {
   const int64_t before = backend_->allocated_bytes();
-  runtime::PipelineRunner t(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner t(cfg_, one_process(cfg_), on(*backend_));
   // Each buffer rounded up to 256 bytes: equal, but for the last buffer's rounding, which an
   // allocator may or may not count.
   const int64_t used = backend_->allocated_bytes() - before;
-  const int64_t predicted = runtime::device_bytes(cfg_, kB, kT).total();
+  const int64_t predicted =
+      runtime::device_bytes(cfg_, one_process(cfg_), {.B = kB, .T = kT}).total();
   EXPECT_LE(used, predicted);
   EXPECT_GT(used, predicted - 256);
-  EXPECT_GE(runtime::device_arena_bytes(cfg_, kB, kT), runtime::device_bytes(cfg_, kB, kT).total());
+  EXPECT_GE(runtime::device_arena_bytes(cfg_, one_process(cfg_), {.B = kB, .T = kT}), predicted);
 }
 
 TEST_F(DeviceTrainerTest, ANonFiniteLossSkipsTheUpdate) {
   const int n = kB * kT;
-  runtime::PipelineRunner dev(*backend_, cfg_, kB, kT);
+  runtime::PipelineRunner dev(cfg_, one_process(cfg_), on(*backend_));
   dev.init(1);
   auto t = batch(0, n + 1, cfg_.vocab_size);
   const int64_t total = dev.model().param_layout().buffer.total();
@@ -266,7 +288,7 @@ TEST_F(DeviceTrainerTest, AStepWaitsForTheDeviceAFixedNumberOfTimes) {
     const model::GptConfig cfg = test::small_gpt_hs64(layers, 64);
     const auto backend = make_backend(cfg);
     kernels::ProfilingBackend counting(*backend);
-    runtime::PipelineRunner t(counting, cfg, kB, kT, microbatches);
+    runtime::PipelineRunner t(cfg, one_process(cfg, microbatches), on(counting));
     t.init(3);
     const auto tokens = batch(0, microbatches * kB * kT + 1, cfg.vocab_size);
     t.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);  // the first step plans and allocates

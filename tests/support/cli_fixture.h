@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/llmc_file.h"
 #include "support/param_compare.h"
 #include "support/run_command.h"
 #include "weft/checkpoint/checkpoint.h"

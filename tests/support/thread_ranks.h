@@ -1,6 +1,6 @@
 #pragma once
 // Runs `world` ranks as threads of this process over thread communicators
-// (comm/thread_communicator.h): rank r returns fn(its world communicator). A rank that throws is
+// (support/thread_communicator.h): rank r returns fn(its world communicator). A rank that throws is
 // one test failure naming the rank, `what` and its message; its result is then default-made.
 
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "weft/comm/thread_communicator.h"
+#include "support/thread_communicator.h"
 
 namespace weft::test {
 

@@ -260,13 +260,10 @@ RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
   reset_peak_resident();
   RuntimeMeasure r;
   {
-    const runtime::PipelineOptions po{.shape = {.B = kB, .T = kT}};
-    runtime::PipelineRunner runner(
-        cfg,
-        schedule::add_optimizer_step(schedule::add_communication(
-            schedule::make_schedule(schedule::Kind::OneFOneB, {.pp = 1, .vp = 1, .microbatches = 1})
-                .value_or_throw("calibrate: the runtime probe's schedule"))),
-        po);
+    runtime::PipelineRunner runner(cfg,
+                                   runtime::runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, 1)
+                                       .value_or_throw("calibrate: the runtime probe's schedule"),
+                                   {.shape = {.B = kB, .T = kT}});
     runner.init(1);
     std::vector<int32_t> tokens(kB * kT + 1);
     for (size_t i = 0; i < tokens.size(); ++i) {

@@ -2,10 +2,11 @@
 // The Communicator (DESIGN.md §4): a small, c10d-shaped set of collectives and point-to-point
 // messages over one group of ranks. Layers are given the communicator they use (never a global
 // group). Backends: LocalCommunicator (size 1), MpiCommunicator (host buffers over Open MPI;
-// comm/mpi_communicator.h, a separate library so only the runtime links MPI), the thread backend
-// (ranks are threads of one process, for machines without MPI; comm/thread_communicator.h), and
+// comm/mpi_communicator.h, a separate library so only the runtime links MPI), and
 // RecordingCommunicator (wraps another one and records op, bytes and group, so tests can assert
-// the communication volume the PTD-P analysis predicts).
+// the communication volume the PTD-P analysis predicts). The tests add their own: ranks that are
+// threads of one process, for machines without MPI, and the ordering checker
+// (tests/support/thread_communicator.h, ordering_checker.h).
 //
 // Buffers are host memory of one DataType, or a backend's memory for the communicators of a
 // device (comm/cuda); counts are elements. A communicator on a backend's memory starts each
@@ -116,7 +117,8 @@ constexpr DataType data_type_of<BF16>() {
 // The runtime orders what only kernels consume (a pipeline's received activations, the tensor
 // group's sums, ZeRO's shards) and waits only where the host needs the result (docs/cuda.md,
 // "Streams and events"). A default Work is already complete. A Work must be waited or ordered
-// before its buffers are reused: comm/ordering_checker.h fails a run that does not.
+// before its buffers are reused: the tests' ordering checker (tests/support/ordering_checker.h)
+// fails a run that does not.
 class Work {
  public:
   Work() = default;

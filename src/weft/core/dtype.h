@@ -1,13 +1,11 @@
 #pragma once
 // Element types. Compute on CPU is fp32 (bf16 GEMM inputs with fp32 accumulation are an opt-in,
-// kernels::MatmulPrecision); bf16 and fp16 are storage types for the GPU path (weights and
-// activations in 16 bits, fp32 master weights). One name table, here.
+// kernels::MatmulPrecision); bf16 is the GPU path's storage type (weights and activations in 16
+// bits, fp32 master weights), fp16 one a checkpoint import may read.
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <optional>
-#include <string_view>
 
 namespace weft {
 
@@ -15,44 +13,6 @@ namespace weft {
 // model and the planner: FP32 everywhere, or bf16 activations and GEMM inputs with fp32 master
 // weights, gradients and AdamW state (Micikevicius et al. 2018, "Mixed Precision Training").
 enum class Precision { FP32, BF16Mixed };
-
-enum class DType : uint8_t { F32, BF16, F16, I32, U16 };
-
-inline constexpr int64_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32:
-    case DType::I32:
-      return 4;
-    case DType::BF16:
-    case DType::F16:
-    case DType::U16:
-      return 2;
-  }
-  return 0;
-}
-
-inline constexpr std::string_view dtype_name(DType t) {
-  switch (t) {
-    case DType::F32:
-      return "f32";
-    case DType::BF16:
-      return "bf16";
-    case DType::F16:
-      return "f16";
-    case DType::I32:
-      return "i32";
-    case DType::U16:
-      return "u16";
-  }
-  return "?";
-}
-
-inline std::optional<DType> parse_dtype(std::string_view s) {
-  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::U16}) {
-    if (dtype_name(t) == s) return t;
-  }
-  return std::nullopt;
-}
 
 // bfloat16: the top 16 bits of an IEEE float; conversion rounds to nearest even, NaN stays NaN.
 struct BF16 {

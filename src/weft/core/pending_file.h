@@ -35,7 +35,6 @@ class PendingFile {
   // Renames the closed temporary onto the final path.
   Status commit();
   const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return temp_path_; }
 
  private:
   PendingFile() = default;

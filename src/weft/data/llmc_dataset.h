@@ -16,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 
 #include "weft/core/status.h"
@@ -55,9 +54,5 @@ class LlmcDataset final : public TokenDataset {
   int64_t num_tokens_ = 0, num_documents_ = 0;
   std::optional<Sidecar> sidecar_;
 };
-
-// Writes an llm.c version 1 token file (tests and conversions); ids must fit uint16. Written under
-// a temporary name and renamed, like every dataset file.
-Status write_llmc_tokens(const std::string& path, std::span<const int32_t> tokens);
 
 }  // namespace weft::data

@@ -78,8 +78,6 @@ class Gpt final : public optim::Params {
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
   int slots() const { return static_cast<int>(acts_.size()); }
-  int max_batch() const { return B_; }
-  int max_seq() const { return T_; }
   kernels::Backend& backend() const override { return be_; }
   Precision precision() const { return precision_; }
 
@@ -106,7 +104,7 @@ class Gpt final : public optim::Params {
   void get_grads(std::span<float> host) const;
   void zero_grad();
 
-  // tokens, targets: [B,T] host arrays with B <= max_batch(), T <= max_seq(); a target < 0 is
+  // tokens, targets: [B,T] host arrays with B, T at most the constructor's; a target < 0 is
   // ignored. Every tp rank passes the same batch. Returns the mean loss over the non-ignored
   // targets. With targets == nullptr only logits are computed (inference) and 0 is returned.
   // A stage without the embedding reads stage_input(slot) instead of tokens (tokens may be null);

@@ -1,7 +1,6 @@
 #include "weft/parallel/topology.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace weft::parallel {
 
@@ -71,16 +70,6 @@ int Topology::pp_group_id(int r) const {
 std::string Topology::name(int r) const {
   const Coord c = coord(r);
   return fmt::format("tp{}-dp{}-pp{}", c.tp, c.dp, c.pp);
-}
-
-std::string format_table(const Topology& topo) {
-  const GridShape& s = topo.shape();
-  std::string out = fmt::format("grid tp={} pp={} dp={} world={}\n", s.tp, s.pp, s.dp, s.world());
-  for (int r = 0; r < topo.world(); ++r) {
-    out += fmt::format("rank {:>3}  {:<14} tp group {}  dp group {}  pp group {}\n", r,
-                       topo.name(r), topo.tp_group(r), topo.dp_group(r), topo.pp_group(r));
-  }
-  return out;
 }
 
 }  // namespace weft::parallel

@@ -50,8 +50,4 @@ class Topology {
   GridShape shape_;
 };
 
-// The whole table, one line per rank ("rank  3  tp1-dp1-pp0  tp group [2 3] ..."), for goldens
-// and `weft plan` output.
-std::string format_table(const Topology& topo);
-
 }  // namespace weft::parallel

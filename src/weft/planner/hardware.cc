@@ -61,16 +61,6 @@ std::string_view number_format_name(NumberFormat f) {
   return "?";
 }
 
-Result<NumberFormat> parse_number_format(std::string_view name) {
-  std::vector<std::string> names;
-  for (const auto& [format, n] : kFormats) {
-    if (n == name) return format;
-    names.emplace_back(n);
-  }
-  return Status::error(fmt::format("unknown number format '{}'{}: one of bf16, fp16, tf32, fp32",
-                                   name, did_you_mean(name, names)));
-}
-
 double Cluster::peak(NumberFormat f) const {
   switch (f) {
     case NumberFormat::BF16:

@@ -20,7 +20,6 @@ inline constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;  // bytes
 // what weft's CPU trainer computes in.
 enum class NumberFormat { BF16, FP16, TF32, FP32 };
 std::string_view number_format_name(NumberFormat f);
-Result<NumberFormat> parse_number_format(std::string_view name);
 
 // One kind of link, as one device sees it: alpha (latency per message) and beta (1/bandwidth).
 // `bandwidth` is the achievable one-direction rate per device in bytes/s (what a large ring

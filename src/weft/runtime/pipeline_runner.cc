@@ -14,18 +14,6 @@
 
 namespace weft::runtime {
 
-namespace {
-schedule::Schedule one_process_schedule(const model::GptConfig& cfg, int microbatches) {
-  return runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, microbatches)
-      .value_or_throw("invalid one-process pipeline");
-}
-// ZeRO 0's whole state of a chunk: the elements of each of its groups (params, m, v).
-int64_t whole_state_elements(const optim::DistributedOptimizer& o, const model::Gpt& chunk) {
-  WEFT_CHECK(o.zero() == 0, "whole-chunk state is ZeRO 0's");
-  return chunk.param_layout().buffer.total();
-}
-}  // namespace
-
 Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
                                            int vp, int microbatches) {
   const Status valid = model::validate_pipeline(cfg, pp, vp);
@@ -116,13 +104,6 @@ PipelineRunner::PipelineRunner(const model::GptConfig& cfg, const schedule::Sche
   }
 }
 
-PipelineRunner::PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                               int microbatches, optim::AdamWConfig adamw,
-                               model::Recompute recompute)
-    : PipelineRunner(
-          cfg, one_process_schedule(cfg, microbatches),
-          pipeline_options({}, {.B = B, .T = T, .recompute = recompute}, adamw, &backend)) {}
-
 PipelineRunner::~PipelineRunner() {
   // Sends still in flight read the send buffers: let them finish. Not while an error unwinds
   // (the peer may never receive; the job is ending) and never by throwing from here.
@@ -138,31 +119,11 @@ const model::Gpt* PipelineRunner::slot_owner(int j) const {
   return nullptr;
 }
 
-void PipelineRunner::download_state(int j, float* params, float* m, float* v) const {
-  float* const out[] = {params, m, v};
-  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
-  for (int group = 0; group < 3; ++group) opts_[j]->read_state(group, 0, n, out[group]);
-}
-
-void PipelineRunner::upload_state(int j, const float* params, const float* m, const float* v,
-                                  int step_count) {
-  const float* const in[] = {params, m, v};
-  const int64_t n = whole_state_elements(*opts_.at(j), model(j));
-  for (int group = 0; group < 3; ++group) opts_[j]->write_state(group, 0, n, in[group]);
-  opts_[j]->state_loaded(step_count);
-}
-
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                    const model::RankShape& shape) {
   // The one memory model, as the runner predicts itself (rank_memory), in the arena's units.
   return rank_memory(cfg, schedule, shape,
                      {.precision = Precision::BF16Mixed, .threads = 1, .runtime_bytes = 0});
-}
-
-model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
-                                   model::Recompute recompute) {
-  return device_bytes(cfg, one_process_schedule(cfg, microbatches),
-                      {.B = B, .T = T, .recompute = recompute});
 }
 
 int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
@@ -172,12 +133,6 @@ int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule
     gemm = std::max<int64_t>(gemm, 2 * (g.M * g.K + g.N * g.K + g.M * g.N) + 3 * 256);
   }
   return device_bytes(cfg, schedule, shape).total() + gemm + (int64_t{64} << 20);
-}
-
-int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches,
-                           model::Recompute recompute) {
-  return device_arena_bytes(cfg, one_process_schedule(cfg, microbatches),
-                            {.B = B, .T = T, .recompute = recompute});
 }
 
 double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,

@@ -106,12 +106,6 @@ class PipelineRunner : public StageRunner {
   // `schedule`: lowered (add_communication, add_optimizer_step) and validated.
   PipelineRunner(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                  PipelineOptions options);
-  // One process with the whole model on `backend`; a step is `microbatches` [B,T] microbatches.
-  // recompute: model::Gpt's (Selective is None where the backend's attention keeps no T x T
-  // probabilities: activation_layout.h).
-  PipelineRunner(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                 int microbatches = 1, optim::AdamWConfig adamw = {},
-                 model::Recompute recompute = model::Recompute::None);
   ~PipelineRunner() override;
 
   // This rank's model chunks (global stages shape.stage_of(pp_rank, j)); model() is the first.
@@ -151,11 +145,6 @@ class PipelineRunner : public StageRunner {
   // print next to the measured peak. `snapshot`: the rank keeps an asynchronous checkpoint's copy
   // of its state (model::MemoryCounting::snapshot).
   model::MemoryEstimate predicted_memory(bool snapshot = false) const;
-
-  // ZeRO 0: chunk j's whole state (buffer.total() elements each) to or from host memory; upload
-  // also sets the step count and rounds the weights' bf16 copy.
-  void download_state(int j, float* params, float* m, float* v) const;
-  void upload_state(int j, const float* params, const float* m, const float* v, int step_count);
 
   // StageRunner: what each instruction of the program does (pipeline_passes.cc).
   void forward(int stage, int microbatch) override;
@@ -243,18 +232,14 @@ class PipelineRunner : public StageRunner {
 // What a runner of this schedule and shape allocates on a bf16 backend, exactly
 // (Backend::allocated_bytes() after construction; from ZeRO 2 on, after a step, which fills the
 // unit pool): rank_memory under Precision::BF16Mixed, the runner's own predicted_memory() before
-// it exists. The second: one process with the whole model.
+// it exists.
 model::MemoryEstimate device_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                                    const model::RankShape& shape);
-model::MemoryEstimate device_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
-                                   model::Recompute recompute = model::Recompute::None);
 // What a backend arena needs for device_bytes and for device_gemm_ceiling's largest GEMM (its
 // buffers are taken and given back while the model exists), plus 64 MiB for alignment and small
 // plans.
 int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule& schedule,
                            const model::RankShape& shape);
-int64_t device_arena_bytes(const model::GptConfig& cfg, int B, int T, int microbatches = 1,
-                           model::Recompute recompute = model::Recompute::None);
 
 // The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro
 // batch B and length T (training_gemm_shapes' ".fwd" shapes, each weighted by its count), timed

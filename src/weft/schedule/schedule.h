@@ -58,11 +58,9 @@ Status validate(const Schedule& schedule);
 // pass (B, or W when split) has not, walking the program in order: the activation memory in
 // units of one stage's activations for one microbatch. Requires check_structure().
 std::vector<int> peak_in_flight(const Schedule& schedule);
-// The same for each model chunk j of `rank` (stage rank + j*pp): the activation slots the chunk
-// needs. Sums to at least peak_in_flight()[rank].
-std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank);
-// The same for groups of the rank's chunks that share their slots (group_of_chunk[j], numbered
-// from 0): per group, the most pairs of its chunks in flight at once. One group of every chunk
+// The same for groups of the model chunks j of `rank` (stage rank + j*pp) that share their slots
+// (group_of_chunk[j], numbered from 0): per group, the most pairs of its chunks in flight at once,
+// the activation slots the group needs. One group of every chunk
 // is peak_in_flight()[rank]: the chunks' own peaks fall at different times (interleaved pp 35,
 // vp 3, m 280, rank 0: 139 at once against 174 summed).
 std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,

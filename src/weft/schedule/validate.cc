@@ -374,17 +374,7 @@ std::vector<int> group_peaks(const Schedule& schedule, int rank, std::span<const
   return peak;
 }
 
-std::vector<int> each_chunk_alone(int vp) {
-  std::vector<int> groups(vp);
-  for (int j = 0; j < vp; ++j) groups[j] = j;
-  return groups;
-}
-
 }  // namespace
-
-std::vector<int> peak_in_flight_per_chunk(const Schedule& schedule, int rank) {
-  return peak_in_flight_per_group(schedule, rank, each_chunk_alone(schedule.shape.vp));
-}
 
 std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,
                                           std::span<const int> group_of_chunk) {

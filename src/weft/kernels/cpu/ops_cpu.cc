@@ -401,15 +401,6 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void residual_backward(float* da, float* db, const float* dout, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = dout[i];
-    da[i] = d;
-    db[i] = d;
-  }
-}
-
 // ---- fused softmax + cross-entropy over a padded vocabulary ---------------------------------
 
 namespace {
@@ -427,25 +418,6 @@ float row_max(const float* z, int V) {
   return mx;
 }
 }  // namespace
-
-void softmax_cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
-                                   int N, int V, int Vp) {
-  check_targets(targets, N, V, Vp);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp], first V real
-    const int32_t y = targets[n];
-    if (y < 0) {
-      losses[n] = 0.f;
-      continue;
-    }
-    const float mx = row_max(z, V);
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < V; ++j) sum += fast_exp(z[j] - mx);
-    losses[n] = std::log(sum) + mx - z[y];
-  }
-}
 
 void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
                                  int N, int V, int Vp) {
@@ -516,11 +488,6 @@ double sum_squares(const float* x, int64_t n) {
   double total = 0.0;
   for (const double p : partial) total += p;
   return total;
-}
-
-void scale(float* x, float s, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n >= kMinParallel)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 }  // namespace weft::kernels::cpu

@@ -1,9 +1,9 @@
 #pragma once
-// Reference CPU kernels: one function template per op of weft/kernels/ops.inc, same parameter
-// names and order, with T in place of float. They are written to be READ, not to be fast: plain
-// loops, no OpenMP, no BLAS. The optimized kernels (cpu/ops_cpu.cc, later cuda/) are tested
-// against these, and these are tested against finite differences (T = double) in
-// tests/kernels/reference_test.cc.
+// Reference CPU kernels: one function template per op of weft/kernels/ops.inc (and the loss
+// alone, softmax_cross_entropy_forward), same parameter names and order, with T in place of float.
+// They are written to be READ, not to be fast: plain loops, no OpenMP, no BLAS. The optimized
+// kernels (cpu/ops_cpu.cc, cuda/) are tested against these, and these are tested against finite
+// differences (T = double) in tests/kernels/reference_test.cc.
 //
 // Conventions (see ops.inc): row-major; shape letters B, T, C, V, NH, HS = C/NH; N = B*T rows.
 // The gradient rule (docs/training.md, "Gradients: written or accumulated"): an activation
@@ -28,7 +28,7 @@ namespace weft::kernels::ref {
 inline constexpr double kLayerNormEps = 1e-5;
 
 // Nondeduced<X> is X, but T is deduced from the other arguments only: so `nullptr` may be passed
-// for a nullable pointer (bias, dinp, dbias) and a double literal for a scalar (lr, dloss, s)
+// for a nullable pointer (bias, dinp, dbias) and a double literal for a scalar (lr, dloss)
 // when T = float.
 template <typename X>
 using Nondeduced = std::type_identity_t<X>;
@@ -316,17 +316,6 @@ void residual_forward(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-// da = dout; db = dout (written; da or db may be dout itself). In a pre-LN block the residual
-// input's gradient then gets the LayerNorm branch's part added by layernorm_backward's dinp.
-template <typename T>
-void residual_backward(T* da, T* db, const T* dout, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const T d = dout[i];
-    da[i] = d;
-    db[i] = d;
-  }
-}
-
 // ---- fused softmax + cross-entropy over a padded vocabulary ---------------------------------
 // Numerically stable softmax: subtract the row max before exp. Only columns < V are real.
 //   loss = -log softmax(z)[y] = (max - z_y) + log(sum_j exp(z_j - max))
@@ -416,12 +405,6 @@ double sum_squares(const T* x, int64_t n) {
     acc += xi * xi;
   }
   return acc;
-}
-
-// x *= s (gradient clipping)
-template <typename T>
-void scale(T* x, Nondeduced<T> s, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 }  // namespace weft::kernels::ref

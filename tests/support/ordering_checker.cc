@@ -1,4 +1,4 @@
-#include "weft/comm/ordering_checker.h"
+#include "support/ordering_checker.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

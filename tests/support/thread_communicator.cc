@@ -9,7 +9,7 @@
 // frees a buffer a peer is still reading. Arrival honours the timeout; the second meeting does
 // not need to (see leave()).
 
-#include "weft/comm/thread_communicator.h"
+#include "support/thread_communicator.h"
 
 #include <algorithm>
 #include <chrono>
