@@ -114,6 +114,16 @@ thread_local int t_wait_depth = 0;  // a wrapper's wait calls its inner one's: c
 
 }  // namespace
 
+namespace {
+RollCall g_roll_call;  // set once, before any wait (MpiSession)
+}  // namespace
+
+void set_roll_call(RollCall r) { g_roll_call = std::move(r); }
+bool roll_call_heard() { return g_roll_call.called && g_roll_call.called(); }
+std::string call_the_roll(double timeout_s) {
+  return g_roll_call.call ? g_roll_call.call(timeout_s) : std::string();
+}
+
 void set_current_step(int64_t step) { g_current_step.store(step, std::memory_order_relaxed); }
 int64_t current_step() { return g_current_step.load(std::memory_order_relaxed); }
 

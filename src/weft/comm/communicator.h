@@ -32,6 +32,20 @@ namespace weft::comm {
 void set_current_step(int64_t step);
 int64_t current_step();
 
+// The job's roll call (comm/mpi_communicator.cc, "Who did not arrive") for a wait that runs
+// outside MPI (NCCL's, comm/cuda): `called()`, whether another rank timed out and called the roll
+// (the wait then gives up too, and answers); `call(timeout_s)`, after this rank's own timeout,
+// holds it and returns what to append to the message ("; world rank 3 on node7 did not answer
+// the roll call within 2 s ..."). MpiSession installs it when its roll call is on; otherwise
+// called() is false and call() returns "".
+struct RollCall {
+  std::function<bool()> called;
+  std::function<std::string(double timeout_s)> call;
+};
+void set_roll_call(RollCall r);
+bool roll_call_heard();
+std::string call_the_roll(double timeout_s);
+
 // Seconds this process has spent blocked in Work::wait() and Work::order() (the outermost one
 // where a communicator wraps another): the exposed communication the trainer reports per rank.
 double waiting_seconds();

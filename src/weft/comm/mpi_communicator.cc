@@ -784,6 +784,9 @@ MpiSession::MpiSession(bool roll_call) {
   if (roll_call) {
     MPI_Comm_dup(MPI_COMM_WORLD, &g_world.roll_call);
     MPI_Comm_set_errhandler(g_world.roll_call, MPI_ERRORS_RETURN);
+    // NCCL's waits (comm/cuda) take part through communicator.h's hook.
+    set_roll_call({[] { return roll_called(); },
+                   [](double timeout_s) { return comm::roll_call(roll_call_grace(timeout_s)); }});
   }
 }
 

@@ -232,8 +232,9 @@ struct Op {
 };
 
 // Fails `o`: aborts the communicator (its peers may be gone, or its state is unknown) and throws.
-[[noreturn]] void fail(const Op& o, const std::string& why) {
-  const std::string message = o.where() + " " + why + o.detail();
+// `after`: what follows the op's detail (the roll call's verdict).
+[[noreturn]] void fail(const Op& o, const std::string& why, const std::string& after = "") {
+  const std::string message = o.where() + " " + why + o.detail() + after;
   o.group->abort(message);
   throw Error(message);
 }
@@ -248,23 +249,48 @@ std::string async_error(ncclComm_t comm, ncclResult_t* state) {
                      last != nullptr && *last != '\0' ? ": " : "", last != nullptr ? last : "");
 }
 
+// A wait that ran out (`finished` false) or heard another rank call the roll (the job's, comm/
+// communicator.h: the ranks waiting in MPI and in NCCL alike name the rank that did not arrive).
+// Waits of a few milliseconds do not look for the roll call.
+class RollCallWatch {
+ public:
+  bool heard() {
+    heard_ = heard_ || (std::chrono::steady_clock::now() - start_ > std::chrono::milliseconds(20) &&
+                        roll_call_heard());
+    return heard_;
+  }
+  void fail_unless(const Op& o, bool finished, double timeout_s) const {
+    if (heard_) {
+      fail(o, "gave up: another rank timed out and called the roll", call_the_roll(timeout_s));
+    }
+    if (!finished)
+      fail(o, fmt::format("timed out after {:g} s", timeout_s), call_the_roll(timeout_s));
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool heard_ = false;
+};
+
 // Waits until the background work of a call that returned ncclInProgress on `comm` is done:
 // NCCL's rule for a nonblocking communicator before its next call or a use of the stream.
 void settle(const Op& o, ncclComm_t comm, double timeout_s) {
   ncclResult_t state = ncclInProgress;
   std::string error;
+  RollCallWatch roll;
   const bool done = poll_until(timeout_s, [&] {
     error = async_error(comm, &state);
-    return state != ncclInProgress;
+    return state != ncclInProgress || roll.heard();
   });
   if (!error.empty()) fail(o, error);
-  if (!done) fail(o, fmt::format("timed out after {:g} s", timeout_s));
+  roll.fail_unless(o, done, timeout_s);
 }
 
 // Waits for the event recorded after `o`, or fails it after the timeout or on an NCCL error.
 void wait_for(const Op& o, const Event& done, double timeout_s) {
   o.check_usable();
   std::string error;
+  RollCallWatch roll;
   const bool finished = poll_until(timeout_s, [&] {
     const cudaError_t rc = cudaEventQuery(done.get());
     if (rc == cudaSuccess) return true;
@@ -279,10 +305,10 @@ void wait_for(const Op& o, const Event& done, double timeout_s) {
     }
     ncclResult_t state = ncclSuccess;
     error = async_error(o.group->comm, &state);
-    return !error.empty();
+    return !error.empty() || roll.heard();
   });
   if (!error.empty()) fail(o, error);
-  if (!finished) fail(o, fmt::format("timed out after {:g} s", timeout_s));
+  roll.fail_unless(o, finished, timeout_s);
 }
 
 class NcclCommunicator final : public Communicator {
