@@ -2,6 +2,7 @@
 # Background checkpoints (issue 38, train.async_checkpoint): how much a save every few steps costs
 # training, in ONE run on this machine, for
 #   gpt2-124m  GPT-2 124M (configs/models/gpt2-124m.toml), 1 process x 2 threads, B=4 T=64
+#   gpt2-124m-1t  the same on 1 thread: a core left to the writer, as a GPU node's host has
 #   pipe-8l    configs/models/pipe-8l.toml, pp=2 (1f1b, 8 microbatches) on 2 ranks x 1 thread
 # each without saves (train.save_every=0), with a save every K steps in the foreground
 # (train.async_checkpoint=false) and in the background (true), the three modes taking turns,
@@ -45,6 +46,7 @@ PY
 # row: NAME|RANKS|SAVE_EVERY|MODEL|DATA|weft train --set args
 rows=(
   "gpt2-124m|1|8|configs/models/gpt2-124m.toml|v50257|train.threads=2 train.micro_batch=4 train.global_batch=4 train.seq_len=64"
+  "gpt2-124m-1t|1|8|configs/models/gpt2-124m.toml|v50257|train.threads=1 train.micro_batch=4 train.global_batch=4 train.seq_len=64"
   "pipe-8l|2|4|configs/models/pipe-8l.toml|v4096|train.threads=1 parallel.pp=2 parallel.schedule=1f1b train.micro_batch=2 train.global_batch=16 train.seq_len=128"
 )
 modes=("none|train.save_every=0" "foreground|train.async_checkpoint=false" "background|train.async_checkpoint=true")
@@ -128,7 +130,7 @@ md = ["# Background checkpoints: what a save every few steps costs training", ""
       f"- machine: {cpu} ({os.cpu_count()} cores), {platform.platform()}; load average (1/5/15 min) "
       f"{load[0]} at the start, {load[-1]} at the end (the machine is shared with other builds)",
       f"- `bench/checkpoint/async.sh {rounds} {steps}`: `weft train`, {steps} steps, synthetic tokens; "
-      "gpt2-124m: 1 process x 2 threads, B=4 T=64, a save every 8 steps; pipe-8l: pp=2 1f1b on 2 "
+      "gpt2-124m: 1 process x 2 threads (-1t: 1 thread), B=4 T=64, a save every 8 steps; pipe-8l: pp=2 1f1b on 2 "
       "ranks x 1 thread, 8 microbatches of B=2 T=128, a save every 4 steps. Modes take turns, "
       f"{rounds} rounds. A step's time = step_ms + checkpoint_ms (what the save after it held "
       "training), over steps 3..N-1",

@@ -141,6 +141,18 @@ bool parse_step_dir(const std::string& name, int64_t& step) {
   return true;
 }
 
+// kill(pid, 0) fails with ESRCH when no such process exists; any other answer means it may, unless
+// /proc says it is a zombie: dead, not yet reaped (a rank mpirun killed whose parent is gone, until
+// init reaps it, which some containers' init never does).
+bool process_runs(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(')');  // "pid (comm) S ...": comm may hold spaces
+  return name_end == std::string::npos || name_end + 2 >= line.size() || line[name_end + 2] != 'Z';
+}
+
 }  // namespace
 
 Status verify_shard(const std::string& dir, const ShardInfo& shard) {
@@ -180,9 +192,7 @@ Result<std::vector<std::string>> prepare_root(const std::string& root, bool clea
     } catch (const std::exception&) {
       continue;  // not one of ours
     }
-    // kill(pid, 0) fails with ESRCH when no such process exists; any other answer means it may.
-    if (pid > 0 && pid != ::getpid() &&
-        (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)) {
+    if (pid > 0 && pid != ::getpid() && process_runs(static_cast<pid_t>(pid))) {
       busy.add(
           fmt::format("{}: a save in progress by process {}, which still runs: is another "
                       "run writing into {}?",

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 #include <vector>
@@ -105,12 +106,14 @@ Result<std::string> begin_save(const CheckpointJob& job, const std::string& root
   return fmt::format("{}/{}.tmp-{}", root, checkpoint::step_dir_name(step), token);
 }
 
+// `staging`: for pieces without data (a device's state read window by window); none from a
+// snapshot.
 Result<checkpoint::RankFiles> write_files(const CheckpointJob& job, const std::string& tmp_dir,
                                           std::span<const checkpoint::WritePiece> pieces,
-                                          int64_t step) {
+                                          std::span<float> staging, int64_t step) {
   const auto names =
       checkpoint::rank_file_names(job.layout.zero, job.tp_rank, job.dp_rank, job.pp_rank);
-  auto files = checkpoint::write_rank_files(tmp_dir, names, pieces, job.state->staging());
+  auto files = checkpoint::write_rank_files(tmp_dir, names, pieces, staging);
   fault_point("save", step);  // crash tests: this rank's files written, no metadata yet
   return files;
 }
@@ -180,7 +183,8 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
   auto tmp = begin_save(job, root, state.step);
   if (!tmp.ok()) return tmp.status();
   // Every rank writes its part, straight from its buffers or through its staging buffer.
-  const auto files = write_files(job, tmp.value(), write_pieces(*job.state), state.step);
+  const auto files =
+      write_files(job, tmp.value(), write_pieces(*job.state), job.state->staging(), state.step);
   auto bytes =
       commit_save(job, root, tmp.value(), files, state, job.state->step_count(), keep_last);
   if (!bytes.ok()) return bytes.status();
@@ -191,6 +195,36 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
 
 CheckpointSaver::CheckpointSaver(const CheckpointJob& job, std::string root, int keep_last)
     : job_(job), root_(std::move(root)), keep_last_(keep_last) {}
+
+// The snapshot: every group this rank writes part of, whole, one after the other; each piece at
+// its group's offset plus its own.
+CheckpointSaver::SnapshotPlan CheckpointSaver::plan_snapshot(RankState& st) {
+  SnapshotPlan plan;
+  for (int j = 0; j < st.num_chunks(); ++j) {
+    int64_t at[3] = {-1, -1, -1};
+    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
+      if (at[p.group] < 0) {
+        at[p.group] = plan.floats;
+        plan.groups.emplace_back(plan.floats, j * 3 + p.group);
+        plan.floats += st.group_floats(j);
+      }
+      const int64_t offset = at[p.group] + p.at;
+      plan.pieces.emplace_back(std::move(p), offset);
+    }
+  }
+  return plan;
+}
+
+void CheckpointSaver::reserve(int64_t floats) {
+  if (floats <= snapshot_floats_) return;
+  snapshot_.reset();  // freed before the larger one is taken
+  snapshot_ = job_.state->allocate_host(floats * int64_t{sizeof(float)});
+  snapshot_floats_ = floats;
+  // Every page touched now: a fresh page's first write costs a fault (Backend::allocate_host).
+  std::memset(snapshot_.get(), 0, static_cast<size_t>(floats) * sizeof(float));
+}
+
+void CheckpointSaver::reserve_snapshot() { reserve(plan_snapshot(*job_.state).floats); }
 
 CheckpointSaver::~CheckpointSaver() {
   if (writer_.joinable()) writer_.join();
@@ -209,33 +243,13 @@ Status CheckpointSaver::save_async(const checkpoint::TrainState& state) {
   started_ = std::chrono::steady_clock::now();
   auto tmp = begin_save(job_, root_, state.step);
   if (!tmp.ok()) return tmp.status();
-  // The snapshot: every group this rank writes part of, whole, one after the other; the pieces
-  // point into it at their groups' offsets.
   RankState& st = *job_.state;
-  std::vector<std::pair<checkpoint::StatePiece, int64_t>> planned;  // and its snapshot offset
-  std::vector<std::pair<int64_t, int>> groups;  // (snapshot offset, chunk * 3 + group)
-  int64_t floats = 0;
-  for (int j = 0; j < st.num_chunks(); ++j) {
-    int64_t at[3] = {-1, -1, -1};
-    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
-      if (at[p.group] < 0) {
-        at[p.group] = floats;
-        groups.emplace_back(floats, j * 3 + p.group);
-        floats += st.group_floats(j);
-      }
-      const int64_t offset = at[p.group] + p.at;
-      planned.emplace_back(std::move(p), offset);
-    }
-  }
-  if (floats > snapshot_floats_) {
-    snapshot_.reset();  // freed before the larger one is taken
-    snapshot_ = st.allocate_host(floats * int64_t{sizeof(float)});
-    snapshot_floats_ = floats;
-  }
+  SnapshotPlan plan = plan_snapshot(st);
+  reserve(plan.floats);
   float* const base = static_cast<float*>(snapshot_.get());
-  for (const auto& [offset, g] : groups) st.snapshot(g / 3, g % 3, base + offset);
+  for (const auto& [offset, g] : plan.groups) st.snapshot(g / 3, g % 3, base + offset);
   std::vector<checkpoint::WritePiece> pieces;
-  for (auto& [p, offset] : planned) pieces.push_back({std::move(p.tensor), base + offset, {}});
+  for (auto& [p, offset] : plan.pieces) pieces.push_back({std::move(p.tensor), base + offset, {}});
   state_ = state;
   optimizer_step_ = st.step_count();
   tmp_dir_ = tmp.value();
@@ -248,7 +262,7 @@ Status CheckpointSaver::save_async(const checkpoint::TrainState& state) {
     }
     try {
       job_.state->wait_snapshot();
-      files_ = write_files(job_, tmp_dir_, pieces, state_.step);
+      files_ = write_files(job_, tmp_dir_, pieces, {}, state_.step);
     } catch (const std::exception& e) {
       files_ = Status::error(
           fmt::format("writing the checkpoint of step {}: {}", state_.step, e.what()));

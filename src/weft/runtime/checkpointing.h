@@ -20,6 +20,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "weft/checkpoint/checkpoint.h"
@@ -121,10 +122,19 @@ class CheckpointSaver {
   // The saves committed since the last call, oldest first.
   std::vector<CheckpointIo> take_committed();
 
-  // The host memory an asynchronous save's snapshot takes on this rank (0 before the first).
-  int64_t snapshot_bytes() const { return snapshot_floats_ * int64_t{sizeof(float)}; }
+  // Takes and fills the host memory of the asynchronous saves' snapshot now (else the first
+  // asynchronous save does), so that no save pays for its first touch: a run that saves in the
+  // background calls it before its first step.
+  void reserve_snapshot();
 
  private:
+  struct SnapshotPlan {
+    std::vector<std::pair<checkpoint::StatePiece, int64_t>> pieces;  // and its snapshot offset
+    std::vector<std::pair<int64_t, int>> groups;  // (snapshot offset, chunk * 3 + group)
+    int64_t floats = 0;
+  };
+  static SnapshotPlan plan_snapshot(RankState& st);
+  void reserve(int64_t floats);
   Status commit_in_flight();
 
   CheckpointJob job_;

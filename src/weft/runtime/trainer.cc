@@ -287,6 +287,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
     }
   }
   run.saver.emplace(engine_->checkpoint_job(), run.root, t.keep_last);
+  if (cfg_.keeps_snapshot()) run.saver->reserve_snapshot();
   run.result.first_step = run.step;
   run.result.last_step = run.step;
   run.last = options_.stop_after > 0 ? std::min<int64_t>(options_.stop_after, t.steps) : t.steps;
