@@ -235,11 +235,7 @@ void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
                       local_processes(b.world_size), "this benchmark", world)
         .throw_if_error("cannot run");
   } else {  // the arena sized as `weft train --device` sizes it
-    const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
-    b.device = make_device(
-        o.device, runtime::device_arena_bytes(
-                      b.cfg.model, runtime::run_schedule(b.cfg).value_or_throw("invalid pipeline"),
-                      runtime::rank_shape(b.cfg, pp_rank)));
+    b.device = make_device(o.device, b.cfg, world);
     b.profiler = std::make_unique<kernels::ProfilingBackend>(*b.device);
     on = {.backend = b.profiler.get(), .group = device_group_maker(o.device, *b.device)};
   }

@@ -6,6 +6,9 @@
 #include <cstdlib>
 
 #include "weft/core/check.h"
+#include "weft/layout/rank.h"
+#include "weft/parallel/topology.h"
+#include "weft/runtime/engine.h"
 #ifdef WEFT_HAVE_CUDA
 #include "weft/comm/cuda/nccl_communicator.h"
 #include "weft/comm/cuda/staged_communicator.h"
@@ -80,6 +83,17 @@ std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t
 #endif
   }
   throw Error(fmt::format("--device must be cpu, cuda[:N] or host-bf16, not '{}'", device));
+}
+
+std::unique_ptr<kernels::Backend> make_device(const std::string& device,
+                                              const config::RunConfig& cfg,
+                                              comm::Communicator* world) {
+  if (device == "cpu") return nullptr;
+  const int pp_rank = parallel::Topology(cfg.parallel.grid()).coord(world ? world->rank() : 0).pp;
+  return make_device(device,
+                     runtime::device_arena_bytes(
+                         cfg.model, runtime::run_schedule(cfg).value_or_throw("invalid pipeline"),
+                         layout::rank_shape(cfg.parallel, cfg.train.seq_len, pp_rank)));
 }
 
 std::function<std::unique_ptr<comm::Communicator>(comm::Communicator&)> device_group_maker(

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/config/run_config.h"
 #include "weft/kernels/backend.h"
 #include "weft/layout/validate.h"
 #include "weft/model/recompute.h"
@@ -27,6 +28,11 @@ namespace weft::cli {
 // Throws weft::Error for an unknown device, for cuda in a weft built without CUDA, and when no GPU
 // is visible.
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes);
+
+// make_device for this rank of `cfg`'s job (`world` null: one process), its arena of its size.
+std::unique_ptr<kernels::Backend> make_device(const std::string& device,
+                                              const config::RunConfig& cfg,
+                                              comm::Communicator* world);
 
 // The precision the trainer computes in on `device`: FP32 on the CPU, BF16Mixed on a device
 // (cuda[:N], host-bf16). Throws weft::Error for a name that is none of those.

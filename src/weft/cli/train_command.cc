@@ -116,14 +116,8 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world,
   options.world = world;
   options.signals = &signals;
   // The device's memory is taken before the first step: a CUDA arena of this rank's size.
-  std::unique_ptr<kernels::Backend> device;
-  if (o.device != "cpu") {
-    const parallel::Topology topo(cfg.parallel.grid());
-    const int pp_rank = topo.coord(world != nullptr ? world->rank() : 0).pp;
-    device = make_device(
-        o.device, runtime::device_arena_bytes(
-                      cfg.model, runtime::run_schedule(cfg).value_or_throw("invalid pipeline"),
-                      runtime::rank_shape(cfg, pp_rank)));
+  const std::unique_ptr<kernels::Backend> device = make_device(o.device, cfg, world);
+  if (device) {
     options.device = device.get();
     options.device_group = device_group_maker(o.device, *device);
   }

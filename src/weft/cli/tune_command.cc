@@ -123,15 +123,8 @@ TrialEngine make_trial_engine(const config::RunConfig& run, const std::string& d
   t.cfg = run;
   t.cfg.parallel = c;
   runtime::EngineDevice on;
-  if (device != "cpu") {
-    const parallel::Topology topo(c.grid());
-    const int pp_rank = topo.coord(world ? world->rank() : 0).pp;
-    t.backend = make_device(
-        device, runtime::device_arena_bytes(t.cfg.model,
-                                            runtime::run_schedule(t.cfg).value_or_throw("schedule"),
-                                            runtime::rank_shape(t.cfg, pp_rank)));
-    on = {.backend = t.backend.get(), .group = device_group_maker(device, *t.backend)};
-  }
+  t.backend = make_device(device, t.cfg, world);
+  if (t.backend) on = {.backend = t.backend.get(), .group = device_group_maker(device, *t.backend)};
   t.engine = runtime::make_engine(t.cfg, groups, world, on).value_or_throw("the layout's engine");
   t.engine->init(static_cast<uint64_t>(t.cfg.train.seed));
   return t;

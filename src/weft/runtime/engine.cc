@@ -38,10 +38,6 @@ Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
   return runner_schedule(cfg.model, p.schedule, p.pp, p.vp, cfg.microbatches());
 }
 
-model::RankShape rank_shape(const config::RunConfig& cfg, int pp_rank) {
-  return layout::rank_shape(cfg.parallel, cfg.train.seq_len, pp_rank);
-}
-
 namespace {
 
 // A rank's training state: its chunks' optim::DistributedOptimizer buffers
@@ -119,7 +115,8 @@ Engine::Engine(const config::RunConfig& cfg, const parallel::Coord& me, comm::Co
   rss_before_ = current_resident_bytes();  // the model's memory is what comes after
   runner_ = std::make_unique<PipelineRunner>(
       cfg.model, program,
-      pipeline_options(groups, rank_shape(cfg, me.pp), cfg.adamw(), device_, data_group));
+      pipeline_options(groups, layout::rank_shape(cfg.parallel, cfg.train.seq_len, me.pp),
+                       cfg.adamw(), device_, data_group));
   state_ = std::make_unique<OptimizerState>(runner_->chunks(), runner_->optimizers(), cfg.parallel,
                                             me.dp, device_ != nullptr ? device.staging_bytes : 0);
 }

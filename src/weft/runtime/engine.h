@@ -104,11 +104,9 @@ Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
                                             const parallel::ProcessGroups& groups,
                                             comm::Communicator* world, const EngineDevice& device);
 
-// The program every rank of `cfg`'s pipeline runs (runner_schedule), and this rank's shape in it:
-// what its runner is built from on either engine, and what sizes a device's arena before any
-// group exists (`weft train --device`).
+// The program every rank of `cfg`'s pipeline runs (runner_schedule): what its runner is built from,
+// and what sizes a device's arena before any group exists (`weft train --device`).
 Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg);
-model::RankShape rank_shape(const config::RunConfig& cfg, int pp_rank);
 
 // The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
 // machine, measured on the first call for a shape and remembered for the process.
