@@ -1,8 +1,8 @@
 // The serial training loop on a tiny model: 10 steps + resume + 10 steps equals 20 steps bit for
 // bit (every loss, gradient norm, validation loss, and the final parameters and AdamW moments);
-// SIGINT finishes the step and leaves a checkpoint; a fresh run does not overwrite an earlier
-// run's checkpoints; a corrupt checkpoint stops a resume before anything is written; the metrics
-// file has every field.
+// SIGINT, SIGTERM and SIGUSR1 finish the step and leave a checkpoint; a fresh run does not
+// overwrite an earlier run's checkpoints; a corrupt checkpoint stops a resume before anything is
+// written; the metrics file has every field.
 
 #include "weft/runtime/trainer.h"
 
@@ -226,52 +226,57 @@ TEST_F(TrainerTest, BackgroundSavesWriteTheCheckpointsForegroundSavesWrite) {
   EXPECT_GE(saves_logged, 3);
 }
 
-TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt) {
-  ASSERT_TRUE(kSignalsRouted);
-  Trainer* self = nullptr;
-  TrainerOptions o = quiet();
-  const StopSignalListener signals;  // as the command holds it
-  o.signals = &signals;
-  o.on_step = [&self](const StepRecord& r) {
-    if (r.step != 3) return;
-    kill(getpid(), SIGINT);  // to the process, as ^C: the signal thread takes it
-    while (!self->stop_requested()) std::this_thread::yield();
-  };
-  Trainer t(config("sigint"), data_, o);
-  self = &t;
-  const TrainResult r = t.run().value_or_throw("run");
-  EXPECT_TRUE(r.stopped);
-  EXPECT_EQ(r.stop_signal, SIGINT);
-  EXPECT_EQ(r.last_step, 3);
-  const std::string root = base_ + "/sigint/checkpoints";
-  EXPECT_EQ(r.checkpoint, root + "/step_00000003");
-  EXPECT_EQ(checkpoint::find_latest(root).value().value(), r.checkpoint);
-  EXPECT_TRUE(fs::exists(base_ + "/sigint/loss.svg"));
-
-  // A resume starts at step 3; a stop requested before its first step saves nothing new.
-  TrainerOptions o2 = quiet();
-  o2.resume = "auto";
-  Trainer t2(config("sigint"), data_, o2);
-  t2.request_stop();  // before the first step: nothing to do, nothing rewritten
-  const TrainResult r2 = t2.run().value_or_throw("resume");
-  EXPECT_EQ(r2.first_step, 3);
-  EXPECT_EQ(r2.last_step, 3);
-  EXPECT_TRUE(r2.records.empty());
+// A stop signal to this process, as ^C or mpirun sends it; returns once `signals` heard it.
+void raise_stop(int sig, const StopSignalListener& signals) {
+  kill(getpid(), sig);  // to the process: the signal thread takes it
+  while (!signals.heard()) std::this_thread::yield();
 }
 
-TEST_F(TrainerTest, RequestStopFromTheStepCallbackStopsWithACheckpoint) {
-  Trainer* self = nullptr;
+TEST_F(TrainerTest, SigintFinishesTheStepSavesACheckpointAndTheRunResumesFromIt) {
+  ASSERT_TRUE(kSignalsRouted);
+  {
+    TrainerOptions o = quiet();
+    const StopSignalListener signals;  // as the command holds it
+    o.signals = &signals;
+    o.on_step = [&signals](const StepRecord& r) {
+      if (r.step == 3) raise_stop(SIGINT, signals);
+    };
+    const TrainResult r = Trainer(config("sigint"), data_, o).run().value_or_throw("run");
+    EXPECT_TRUE(r.stopped);
+    EXPECT_EQ(r.stop_signal, SIGINT);
+    EXPECT_EQ(r.last_step, 3);
+    const std::string root = base_ + "/sigint/checkpoints";
+    EXPECT_EQ(r.checkpoint, root + "/step_00000003");
+    EXPECT_EQ(checkpoint::find_latest(root).value().value(), r.checkpoint);
+    EXPECT_TRUE(fs::exists(base_ + "/sigint/loss.svg"));
+  }
+  // A resume starts at step 3; a stop signalled before its first step saves nothing new.
   TrainerOptions o = quiet();
-  o.on_step = [&](const StepRecord& r) {
-    if (r.step == 2) self->request_stop();
+  o.resume = "auto";
+  const StopSignalListener signals;
+  o.signals = &signals;
+  raise_stop(SIGTERM, signals);
+  const TrainResult r = Trainer(config("sigint"), data_, o).run().value_or_throw("resume");
+  EXPECT_EQ(r.stop_signal, SIGTERM);
+  EXPECT_EQ(r.first_step, 3);
+  EXPECT_EQ(r.last_step, 3);
+  EXPECT_TRUE(r.records.empty());
+}
+
+// SIGUSR1: what mpirun forwards to its ranks when Slurm's time limit nears (docs/slurm.md).
+TEST_F(TrainerTest, SigusrFromTheStepCallbackStopsWithACheckpoint) {
+  ASSERT_TRUE(kSignalsRouted);
+  TrainerOptions o = quiet();
+  const StopSignalListener signals;
+  o.signals = &signals;
+  o.on_step = [&signals](const StepRecord& r) {
+    if (r.step == 2) raise_stop(SIGUSR1, signals);
   };
-  Trainer t(config("flag"), data_, o);
-  self = &t;
-  const TrainResult r = t.run().value_or_throw("run");
+  const TrainResult r = Trainer(config("usr1"), data_, o).run().value_or_throw("run");
   EXPECT_TRUE(r.stopped);
-  EXPECT_EQ(r.stop_signal, 0);
+  EXPECT_EQ(r.stop_signal, SIGUSR1);
   EXPECT_EQ(r.last_step, 2);
-  EXPECT_TRUE(fs::exists(base_ + "/flag/checkpoints/step_00000002/metadata.json"));
+  EXPECT_TRUE(fs::exists(base_ + "/usr1/checkpoints/step_00000002/metadata.json"));
 }
 
 TEST_F(TrainerTest, AFreshRunRefusesAnOutDirHoldingCheckpoints) {

@@ -36,10 +36,7 @@ namespace weft::runtime {
 namespace {
 
 const char* signal_name(int sig) {
-  return sig == SIGINT    ? "SIGINT"
-         : sig == SIGTERM ? "SIGTERM"
-         : sig == SIGUSR1 ? "SIGUSR1"
-                          : "a stop request";
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1";
 }
 
 }  // namespace
@@ -378,13 +375,12 @@ Status Trainer::train(Run& run) {
   const auto& t = cfg_.train;
   const LrSchedule schedule{t.lr, t.min_lr, t.warmup_steps, t.steps};
   StepLoop loop(*engine_, cfg_, batches_of(*run.sampler), nullptr, run.step);
-  // A stop request reaches the ranks at different moments: they agree on it before each step,
-  // so all of them stop after the same one, and on the signal (a number > 1) if any rank heard
-  // one, so the leader names it even when its own has not arrived yet.
+  // A stop signal reaches the ranks at different moments: they agree on it before each step, so
+  // all of them stop after the same one, and the leader names it even when its own has not
+  // arrived yet.
   int32_t stop = 0;
   auto all_ranks_stop = [&]() {
-    const int heard = options_.signals != nullptr ? options_.signals->signal() : 0;
-    stop = heard != 0 ? heard : stop_.load() ? 1 : 0;
+    stop = options_.signals != nullptr ? options_.signals->signal() : 0;
     if (run.world != nullptr && run.world_size > 1) {
       run.world->all_reduce(&stop, 1, comm::ReduceOp::Max);
     }
@@ -414,9 +410,9 @@ Status Trainer::train(Run& run) {
     r.peak_mem_bytes = peak_resident_bytes();
     if (Status s = after_step(run, r); !s.ok()) return s;
   }
-  if (run.step < run.last) {  // the loop ended early: a stop request
+  if (run.step < run.last) {  // the loop ended early: a stop signal
     run.result.stopped = true;
-    run.result.stop_signal = stop > 1 ? stop : 0;
+    run.result.stop_signal = stop;
   }
   return {};
 }

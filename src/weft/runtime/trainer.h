@@ -8,7 +8,6 @@
 // prints and writes metrics; every rank writes its own part of each checkpoint
 // (runtime/checkpointing.h), which loads under any layout and on either engine.
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,8 +69,8 @@ struct TrainerOptions {
 struct TrainResult {
   int64_t first_step = 0;  // steps complete when this invocation started (> 0 when resumed)
   int64_t last_step = 0;   // steps complete when it returned
-  bool stopped = false;    // by a signal or request_stop()
-  int stop_signal = 0;     // SIGINT / SIGTERM, or 0
+  bool stopped = false;    // by a stop signal
+  int stop_signal = 0;     // SIGINT, SIGTERM or SIGUSR1
   std::string resumed_from;
   std::string checkpoint;  // the last checkpoint written ("" when none)
   std::vector<StepRecord> records;
@@ -85,17 +84,9 @@ class Trainer {
   Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options = {});
   ~Trainer();
 
-  // Runs to train.steps (or stop_after, or a stop request). Errors: a checkpoint that cannot be
+  // Runs to train.steps (or stop_after, or a stop signal). Errors: a checkpoint that cannot be
   // resumed from or written, an out_dir holding another run, files that cannot be written.
   Result<TrainResult> run();
-
-  // Finish the current step, checkpoint, return. Safe from another thread or a signal handler.
-  void request_stop() { stop_.store(true); }
-  // Whether a stop was requested (by request_stop() or a signal) and the loop will end after the
-  // current step.
-  bool stop_requested() const {
-    return stop_.load() || (options_.signals != nullptr && options_.signals->heard());
-  }
 
   // After run(): this rank's engine as the run ended; its training state (parameters, AdamW's
   // moments, wherever they are) is engine()->checkpoint_job().state. Null before run() built it.
@@ -124,7 +115,6 @@ class Trainer {
   config::RunConfig cfg_;
   const data::TokenDataset* dataset_;
   TrainerOptions options_;
-  std::atomic<bool> stop_{false};
   parallel::ProcessGroups groups_;
   std::unique_ptr<Engine> engine_;
 };
