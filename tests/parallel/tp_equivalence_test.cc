@@ -15,11 +15,11 @@
 #include "support/param_compare.h"
 #include "support/shards.h"
 #include "support/tiny_gpt.h"
+#include "support/train_step.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/core/rng.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
-#include "weft/runtime/train_step.h"
 
 namespace weft {
 namespace {
@@ -75,8 +75,8 @@ Run train(parallel::TensorParallel tp, model::Recompute recompute) {
     std::vector<int32_t> inputs(tokens.begin(), tokens.end() - 1);
     std::vector<int32_t> targets(tokens.begin() + 1, tokens.end());
     targets[3] = -1;  // an ignored position
-    auto st = runtime::train_step(m, opt, inputs.data(), targets.data(), kB, kT, kMicrobatches,
-                                  1e-3f, 1.0);
+    auto st =
+        test::train_step(m, opt, inputs.data(), targets.data(), kB, kT, kMicrobatches, 1e-3f, 1.0);
     r.losses.push_back(st.loss);
     r.grad_norms.push_back(st.grad_norm);
   }

@@ -14,13 +14,13 @@
 
 #include "support/param_compare.h"
 #include "support/tiny_gpt.h"
+#include "support/train_step.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/profiling_backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/distributed_optimizer.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/train_step.h"
 #include "weft/schedule/schedule.h"
 #ifdef WEFT_TEST_CUDA
 #include "weft/kernels/cuda/arena.h"
@@ -153,7 +153,7 @@ TEST_F(DeviceTrainerTest, TwentyStepsFollowTheFp32RunWithinTwoPercent) {
     const auto t = batch(s % 3, n + 1, cfg_.vocab_size);
     const float lr = 3e-3f;
     const runtime::StepStats rs =
-        runtime::train_step(ref, opt, t.data(), t.data() + 1, kB, kT, kM, lr, 1.0);
+        test::train_step(ref, opt, t.data(), t.data() + 1, kB, kT, kM, lr, 1.0);
     ref_losses.push_back(rs.loss);
     const runtime::StepStats st = dev.step(t.data(), t.data() + 1, lr, 1.0);
     EXPECT_FALSE(st.skipped);

@@ -17,10 +17,10 @@
 
 #include "support/param_compare.h"
 #include "support/shards.h"
+#include "support/train_step.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/shards.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/runtime/train_step.h"
 
 namespace weft::test {
 
@@ -50,9 +50,9 @@ inline SerialRun train_serial(const model::GptConfig& cfg, uint64_t seed, int B,
     const auto keep_grads = [&] {
       r.grads.assign(g.grads().data(), g.grads().data() + g.grads().size());
     };
-    const runtime::StepStats st = runtime::train_step(
-        g, opt, t.data(), t.data() + 1, B, T, microbatches, kEquivalenceLr, kEquivalenceClip,
-        s == grad_step ? keep_grads : runtime::BeforeUpdate{});
+    const runtime::StepStats st =
+        test::train_step(g, opt, t.data(), t.data() + 1, B, T, microbatches, kEquivalenceLr,
+                         kEquivalenceClip, s == grad_step ? keep_grads : runtime::BeforeUpdate{});
     r.losses.push_back(st.loss);
     r.grad_norms.push_back(st.grad_norm);
   }

@@ -134,25 +134,4 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
   return s;
 }
 
-StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
-                     const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm, const BeforeUpdate& before_update,
-                     comm::Communicator* replicas) {
-  model.zero_grad();
-  // The mean over every replica's microbatches: the replicas' gradients are summed.
-  const int dp = opt.dp_size();
-  double loss_sum = 0;
-  const int64_t block = int64_t{B} * T;
-  for (int mb = 0; mb < microbatches; ++mb) {
-    loss_sum += model.forward(tokens + mb * block, targets + mb * block, B, T, 0,
-                              1.0f / static_cast<float>(microbatches * dp));
-    opt.set_final_pass(mb == microbatches - 1);
-    model.backward();
-  }
-  model::Gpt* chunks[] = {&model};
-  optim::DistributedOptimizer* opts[] = {&opt};
-  return finish_step(chunks, opts, {model.tensor_parallel().comm, nullptr, replicas},
-                     static_cast<float>(loss_sum / microbatches), lr, clip_norm, before_update);
-}
-
 }  // namespace weft::runtime

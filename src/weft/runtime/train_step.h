@@ -1,8 +1,6 @@
 #pragma once
-// One training step of a model held by one process or split by tensor parallelism: zero
-// gradients, forward + backward over the microbatches (gradient accumulation), then finish_step.
-// Pipelines run the same step through the executor (pipeline_runner.h), which ends with the same
-// finish_step.
+// How every training step ends, whatever the layout and backend (finish_step), and the one rule
+// of the global gradient norm. The pipeline runtime (pipeline_runner.h) runs a step's passes.
 
 #include <cstdint>
 #include <functional>
@@ -86,12 +84,5 @@ StepStats finish_step(std::span<model::Gpt* const> chunks,
                       std::span<optim::DistributedOptimizer* const> opts, const ModelGroups& groups,
                       float loss, float lr, double clip_norm,
                       const BeforeUpdate& before_update = {});
-
-// tokens/targets: `microbatches` consecutive [B,T] blocks; `opt` is the model's optimizer (dp
-// group or not; `replicas`: the same group, host memory, for the norm under ZeRO 1-3).
-StepStats train_step(model::Gpt& model, optim::DistributedOptimizer& opt, const int32_t* tokens,
-                     const int32_t* targets, int B, int T, int microbatches, float lr,
-                     double clip_norm, const BeforeUpdate& before_update = {},
-                     comm::Communicator* replicas = nullptr);
 
 }  // namespace weft::runtime
