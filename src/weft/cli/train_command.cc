@@ -117,10 +117,7 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world,
   options.signals = &signals;
   // The device's memory is taken before the first step: a CUDA arena of this rank's size.
   const std::unique_ptr<kernels::Backend> device = make_device(o.device, cfg, world);
-  if (device) {
-    options.device = device.get();
-    options.device_group = device_group_maker(o.device, *device);
-  }
+  if (device) options.device = {device.get(), device_group_maker(o.device, *device)};
   runtime::Trainer trainer(cfg, *dataset, options);
   const auto result = trainer.run().value_or_throw("training failed");
   if (result.stopped || !leader) return;  // the trainer said why and where the checkpoint is

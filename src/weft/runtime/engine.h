@@ -24,9 +24,11 @@
 
 namespace weft::runtime {
 
-// What a device engine needs besides the run config (TrainerOptions' device and device_group).
+// What a device engine needs besides the run config.
 struct EngineDevice {
   kernels::Backend* backend = nullptr;  // null: the CPU engine
+  // A communicator on the device's memory over the ranks of a host group (comm/cuda: staged
+  // through pinned memory, or NCCL); null: a split of the host group (host memory: host-bf16).
   std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> group;
   // The host buffer checkpoints stream the device's state through (RankState::staging): transfers
   // of a few MiB already run near a link's bandwidth (NVIDIA, "How to Optimize Data Transfers in

@@ -256,7 +256,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
 
   // This rank's engine: its model chunks, run by the pipeline schedule (pp = 1: one chunk, the
   // microbatches one after the other), and their optimizers.
-  auto made = make_engine(cfg_, groups_, run.world, {options_.device, options_.device_group});
+  auto made = make_engine(cfg_, groups_, run.world, options_.device);
   if (!made.ok()) return made.status();
   engine_ = std::move(made).value();
   // A resume loads every parameter and moment (padding stays zero): initializing first would only

@@ -56,14 +56,9 @@ struct TrainerOptions {
   // parallel.tp * pp * dp.
   comm::Communicator* world = nullptr;
   // Train on this backend (`weft train --device`: the GPU, or its host emulation) in mixed
-  // precision instead of on the CPU kernels in fp32; null: the CPU. Every layout the CPU trains
-  // (the one model and pipeline runtime). Its checkpoints load under any layout and on either
-  // engine.
-  kernels::Backend* device = nullptr;
-  // With a device: a communicator on the device's memory over the ranks of a host group (comm/cuda:
-  // staged through pinned memory, or NCCL). Null: a split of the host group itself (right for the
-  // host backend, whose memory is host memory).
-  std::function<std::unique_ptr<comm::Communicator>(comm::Communicator& host)> device_group;
+  // precision instead of on the CPU kernels in fp32 (engine.h); its checkpoints load under any
+  // layout and on either engine.
+  EngineDevice device;
 };
 
 struct TrainResult {
