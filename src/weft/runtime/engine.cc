@@ -31,6 +31,25 @@ int concurrent_ranks(int world_size, int threads) {
   return nodes * std::min(per_node, std::max(1, node_cores() / std::max(1, threads)));
 }
 
+// The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
+// machine: measured on the first call for a shape, or when `fresh`, else the first measurement.
+// Three timed batches per shape: the ceiling is a reference line, not a benchmark.
+double gemm_ceiling_of(const model::GptConfig& cfg, int B, int T, bool fresh) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
+  const auto key =
+      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
+                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find(key);
+  if (!fresh && it != cache.end()) return it->second;
+  const double rate =
+      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
+          .rate();
+  if (it == cache.end()) cache.emplace(key, rate);
+  return rate;
+}
+
 }  // namespace
 
 Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
@@ -156,12 +175,7 @@ double Engine::gemm_ceiling(bool fresh) {
   if (device_ != nullptr) return device_gemm_ceiling(*device_, cfg_.model, b, T);
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
   double mine = 0;
-  outside_training([&] {
-    mine = fresh ? measure_gemm_ceiling(model::training_gemm_shapes(cfg_.model, b, T), 3,
-                                        kernels::matmul_precision())
-                       .rate()
-                 : cached_gemm_ceiling(cfg_.model, b, T);
-  });
+  outside_training([&] { mine = gemm_ceiling_of(cfg_.model, b, T, fresh); });
   return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
                                  kernels::num_threads());
 }
@@ -195,23 +209,6 @@ CheckpointJob Engine::checkpoint_job() {
   job.state = state_.get();
   job.world = world_;
   return job;
-}
-
-double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
-  static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
-  const auto key =
-      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
-                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  // Three timed batches per shape: the ceiling is a reference line, not a benchmark.
-  const double rate =
-      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
-          .rate();
-  cache[key] = rate;
-  return rate;
 }
 
 Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,

@@ -110,8 +110,4 @@ Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
 // and what sizes a device's arena before any group exists (`weft train --device`).
 Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg);
 
-// The GEMM ceiling (FLOP/s) of this model's training GEMMs at micro batch B and length T on this
-// machine, measured on the first call for a shape and remembered for the process.
-double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T);
-
 }  // namespace weft::runtime
