@@ -161,16 +161,9 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
       const parallel::Topology topo(c.grid());
       if (world && world->size() > 1) groups = parallel::make_groups(*world, topo);
       trial.emplace(make_trial_engine(cfg, device, c, groups, world));
-      data::SamplerConfig s;
-      s.seq_len = cfg.train.seq_len;
-      s.micro_batch = c.micro_batch;
-      s.microbatches = trial->cfg.microbatches();
-      s.val_fraction = cfg.data.val_fraction;
-      s.seed = static_cast<uint64_t>(cfg.train.seed);
-      s.dp_rank = topo.coord(rank).dp;
-      s.dp_size = c.dp;
       sampler = std::make_unique<data::Sampler>(
-          data::Sampler::create(dataset, s).value_or_throw("the run's data"));
+          data::Sampler::create(dataset, trial->cfg.sampler(topo.coord(rank).dp))
+              .value_or_throw("the run's data"));
       loop = std::make_unique<runtime::StepLoop>(*trial->engine, trial->cfg,
                                                  runtime::batches_of(*sampler), world);
     } catch (const std::exception& e) {

@@ -320,6 +320,15 @@ optim::AdamWConfig RunConfig::adamw() const {
           .eps = static_cast<float>(train.eps),
           .weight_decay = static_cast<float>(train.weight_decay)};
 }
+data::SamplerConfig RunConfig::sampler(int dp_rank) const {
+  return {.seq_len = train.seq_len,
+          .micro_batch = parallel.micro_batch,
+          .microbatches = microbatches(),
+          .val_fraction = data.val_fraction,
+          .seed = static_cast<uint64_t>(train.seed),
+          .dp_rank = dp_rank,
+          .dp_size = parallel.dp};
+}
 std::string RunConfig::checkpoint_root() const {
   return (std::filesystem::path(run.out_dir) / "checkpoints").string();
 }

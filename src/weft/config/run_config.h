@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/core/status.h"
+#include "weft/data/sampler.h"
 #include "weft/data/token_dataset.h"
 #include "weft/layout/layout.h"
 #include "weft/layout/validate.h"
@@ -75,6 +76,8 @@ struct RunConfig {
   bool keeps_snapshot() const {
     return train.async_checkpoint && train.save_every > 0 && train.save_every < train.steps;
   }
+  // Replica dp_rank's data::Sampler: the layout's batches of train.seq_len tokens.
+  data::SamplerConfig sampler(int dp_rank) const;
   optim::AdamWConfig adamw() const;     // train.beta1, beta2, eps, weight_decay
   std::string checkpoint_root() const;  // <out_dir>/checkpoints
   std::string metrics_path() const;     // <out_dir>/metrics.jsonl

@@ -242,15 +242,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
   const int T = t.seq_len, b = cfg_.parallel.micro_batch, m = cfg_.microbatches(),
             dp = cfg_.parallel.dp;
   kernels::set_num_threads(t.threads > 0 ? t.threads : threads_per_process(local_processes(1)));
-  data::SamplerConfig scfg;
-  scfg.seq_len = T;
-  scfg.micro_batch = b;
-  scfg.microbatches = m;
-  scfg.val_fraction = cfg_.data.val_fraction;
-  scfg.seed = static_cast<uint64_t>(t.seed);
-  scfg.dp_rank = me.dp;
-  scfg.dp_size = dp;
-  auto sampler = data::Sampler::create(*dataset_, scfg);
+  auto sampler = data::Sampler::create(*dataset_, cfg_.sampler(me.dp));
   if (!sampler.ok()) return sampler.status();
   run.sampler.emplace(std::move(sampler).value());
 
