@@ -7,6 +7,12 @@
 
 namespace weft::kernels {
 
+// A normalization layer's kind and epsilon (model.norm, model.norm_eps).
+struct Norm {
+  bool rms = false;  // RMSNorm (Zhang & Sennrich 2019); else LayerNorm (Ba et al. 2016)
+  float eps = 1e-5f;
+};
+
 namespace cpu {
 #include "weft/kernels/ops.inc"
 }  // namespace cpu
