@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/rng.h"
@@ -71,8 +72,10 @@ GptConfig llama_config() {
 
 // One case: weft's loss and gradients, and where the oracle's answer goes.
 struct Case {
+  Case() = default;
+  Case(GptConfig c, Recompute r) : cfg(std::move(c)), recompute(r) {}
   GptConfig cfg;
-  Recompute recompute;
+  Recompute recompute = Recompute::None;
   fs::path dir;
   float loss = 0;
   std::vector<float> grads;
@@ -170,12 +173,12 @@ class GptAgainstPyTorch : public ::testing::Test {
     const fs::path root =
         fs::temp_directory_path() / ("weft_torch_oracle_" + std::to_string(::getpid()));
     cases_ = new std::map<std::string, Case>{
-        {"gpt2", {.cfg = oracle_config(), .recompute = Recompute::None}},
-        {"gpt2-full", {.cfg = oracle_config(), .recompute = Recompute::Full}},
-        {"llama", {.cfg = llama_config(), .recompute = Recompute::None}},
-        {"llama-full", {.cfg = llama_config(), .recompute = Recompute::Full}},
-        {"mqa", {.cfg = mqa, .recompute = Recompute::None}},
-        {"glu", {.cfg = glu, .recompute = Recompute::None}}};
+        {"gpt2", {oracle_config(), Recompute::None}},
+        {"gpt2-full", {oracle_config(), Recompute::Full}},
+        {"llama", {llama_config(), Recompute::None}},
+        {"llama-full", {llama_config(), Recompute::Full}},
+        {"mqa", {mqa, Recompute::None}},
+        {"glu", {glu, Recompute::None}}};
     std::string cmd = std::string(WEFT_TORCH_PYTHON) + " " + WEFT_TORCH_SCRIPT;
     for (auto& [name, c] : *cases_) {
       c.dir = root / name;
