@@ -199,8 +199,6 @@ class GptAgainstPyTorch : public ::testing::Test {
   static inline int oracle_rc_ = -1;
 };
 
-}  // namespace
-
 TEST_F(GptAgainstPyTorch, LossAndEveryGradientMatchWithoutRecomputation) { check("gpt2"); }
 
 TEST_F(GptAgainstPyTorch, LossAndEveryGradientMatchWithFullRecomputation) { check("gpt2-full"); }
@@ -212,3 +210,5 @@ TEST_F(GptAgainstPyTorch, LlamaVariantMatchesWithFullRecomputation) { check("lla
 TEST_F(GptAgainstPyTorch, MultiQueryAttentionWithRotaryPositionsAloneMatches) { check("mqa"); }
 
 TEST_F(GptAgainstPyTorch, SwigluWithUnbiasedLayerNormAloneMatches) { check("glu"); }
+
+}  // namespace
