@@ -183,7 +183,7 @@ class GptAgainstPyTorch : public ::testing::Test {
     for (auto& [name, c] : *cases_) {
       c.dir = root / name;
       run_weft(c);
-      cmd += " " + c.dir.string();
+      cmd.append(" ").append(c.dir.string());
     }
     oracle_rc_ = std::system(cmd.c_str());
   }
