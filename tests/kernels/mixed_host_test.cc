@@ -432,7 +432,9 @@ TEST_F(HostBf16BackendTest, RmsNormAndBiasFreeLayerNormMatchTheReference) {
     EXPECT_BF16_CLOSE(got, ref_out);
     EXPECT_BF16_ULPS_PRINTED(got, ref_out);
     EXPECT_F32_CLOSE(get(rstd, N), ref_rstd);
-    if (!norm.rms) EXPECT_F32_CLOSE(get(mean, N), ref_mean);
+    if (!norm.rms) {
+      EXPECT_F32_CLOSE(get(mean, N), ref_mean);
+    }
 
     // Fused with the residual add: the rounded sum, normalized as layernorm_forward does it.
     BF16* residual = poisoned_bf16(NC);
