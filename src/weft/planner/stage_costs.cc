@@ -221,18 +221,7 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
 }
 
 double hardware_flops_per_step(const Job& job, model::Recompute recompute) {
-  const model::GptConfig& m = job.model;
-  const double B = job.global_batch, s = job.seq_len, l = m.n_layer, h = m.n_embd,
-               V = m.padded_vocab();
-  switch (recompute) {
-    case model::Recompute::None:
-      return model::model_flops_per_step(m, B, s);
-    case model::Recompute::Selective:  // + the attention core's forward again: 4 s^2 h per layer
-      return model::model_flops_per_step(m, B, s) + B * l * 4 * s * s * h;
-    case model::Recompute::Full:
-      return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-  }
-  return 0;
+  return model::training_flops_per_step(job.model, job.global_batch, job.seq_len, recompute);
 }
 
 }  // namespace weft::planner
