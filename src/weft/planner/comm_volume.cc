@@ -15,16 +15,29 @@ namespace weft::planner {
 
 int64_t local_parameters(const model::GptConfig& m, const layout::Layout& c, int pp_rank) {
   // Counted by the model's own layout (model/param_layout.h), so that every variant's tensors are
-  // said once: one layer (layers are all alike) and the ends this rank holds. Two small layouts,
-  // whatever the depth: cheap enough for the search.
-  auto count = [&](int layers, bool embedding, bool head) {
-    return model::gpt_param_layout(
-               m, c.tp, 0,
-               {.first_layer = 0, .layers = layers, .embedding = embedding, .head = head})
-        .count();
+  // said once: one layer (layers are all alike) and each kind of end a rank may hold. A layout
+  // costs microseconds and the search asks for the same model and tp tens of thousands of times:
+  // the last answer is kept, per thread.
+  struct Counts {
+    model::GptConfig model;
+    int tp = 0;
+    int64_t layer = 0, ends[2][2] = {};  // [embedding][head]
   };
-  return int64_t{m.n_layer / c.pp} * count(1, false, false) +
-         count(0, pp_rank == 0, pp_rank == c.pp - 1);
+  thread_local Counts last;
+  if (last.tp != c.tp || last.model != m) {
+    auto count = [&](int layers, bool embedding, bool head) {
+      return model::gpt_param_layout(
+                 m, c.tp, 0,
+                 {.first_layer = 0, .layers = layers, .embedding = embedding, .head = head})
+          .count();
+    };
+    Counts now{m, c.tp, count(1, false, false)};
+    for (int e = 0; e < 2; ++e) {
+      for (int h = 0; h < 2; ++h) now.ends[e][h] = count(0, e, h);
+    }
+    last = now;  // only once every count is in (a layout throws for an invalid model)
+  }
+  return int64_t{m.n_layer / c.pp} * last.layer + last.ends[pp_rank == 0][pp_rank == c.pp - 1];
 }
 
 namespace {
