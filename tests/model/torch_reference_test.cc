@@ -36,7 +36,7 @@ std::vector<double> read_doubles(const fs::path& p, size_t n) {
   return v;
 }
 
-void check_against_torch(Recompute recompute) {
+GptConfig oracle_config() {
   GptConfig cfg;
   cfg.name = "oracle";
   cfg.n_layer = 2;
@@ -45,6 +45,26 @@ void check_against_torch(Recompute recompute) {
   cfg.vocab_size = 61;  // padded to 64: the padding must stay out of the softmax
   cfg.pad_vocab_to = 16;
   cfg.max_seq_len = 16;
+  return cfg;
+}
+
+// Llama's choices (Touvron et al. 2023), with grouped-query attention of 2 key/value heads for 4
+// query heads and an MLP width that is not 4C.
+GptConfig llama_config() {
+  GptConfig cfg = oracle_config();
+  cfg.position = weft::model::Position::Rope;
+  cfg.rope_theta = 500.0f;  // a small base: the angles of T = 8 positions span several turns
+  cfg.norm = weft::model::NormKind::RMSNorm;
+  cfg.norm_eps = 1e-6f;
+  cfg.mlp = weft::model::MlpKind::SwiGLU;
+  cfg.ffn_hidden_size = 48;
+  cfg.n_kv_head = 2;
+  cfg.tie_embeddings = false;
+  cfg.bias = false;
+  return cfg;
+}
+
+void check_against_torch(Recompute recompute, const GptConfig& cfg = oracle_config()) {
   const int B = 2, T = 8;
   Gpt gpt(cfg, B, T, recompute);
   gpt.init(42);
@@ -71,14 +91,23 @@ void check_against_torch(Recompute recompute) {
 
   const fs::path dir =
       fs::temp_directory_path() / ("weft_torch_oracle_" + std::to_string(::getpid()) + "_" +
-                                   std::string(weft::model::recompute_name(recompute)));
+                                   std::string(weft::model::recompute_name(recompute)) + "_" +
+                                   cfg.name);
   fs::create_directories(dir);
   nlohmann::json c = {{"B", B},
                       {"T", T},
                       {"n_layer", cfg.n_layer},
                       {"n_embd", cfg.n_embd},
                       {"n_head", cfg.n_head},
-                      {"vocab_size", cfg.vocab_size}};
+                      {"vocab_size", cfg.vocab_size},
+                      {"position", weft::model::position_name(cfg.position)},
+                      {"rope_theta", cfg.rope_theta},
+                      {"norm", weft::model::norm_name(cfg.norm)},
+                      {"norm_eps", cfg.norm_eps},
+                      {"mlp", weft::model::mlp_name(cfg.mlp)},
+                      {"ffn_hidden_size", cfg.ffn_hidden_size},
+                      {"n_kv_head", cfg.n_kv_head},
+                      {"tie_embeddings", cfg.tie_embeddings}};
   std::ofstream(dir / "config.json") << c.dump();
   nlohmann::json layout = nlohmann::json::array();
   for (const auto& s : slices)
@@ -120,4 +149,28 @@ TEST(GptAgainstPyTorch, LossAndEveryGradientMatchWithoutRecomputation) {
 
 TEST(GptAgainstPyTorch, LossAndEveryGradientMatchWithFullRecomputation) {
   check_against_torch(Recompute::Full);
+}
+
+TEST(GptAgainstPyTorch, LlamaVariantLossAndEveryGradientMatch) {
+  check_against_torch(Recompute::None, llama_config());
+}
+
+TEST(GptAgainstPyTorch, LlamaVariantMatchesWithFullRecomputation) {
+  check_against_torch(Recompute::Full, llama_config());
+}
+
+// Each choice on its own, against GPT-2's others: multi-query attention with biases, learned
+// positions and LayerNorm without biases around a SwiGLU MLP.
+TEST(GptAgainstPyTorch, EachChoiceAloneMatches) {
+  GptConfig mqa = oracle_config();
+  mqa.name = "mqa";
+  mqa.n_kv_head = 1;
+  mqa.position = weft::model::Position::Rope;
+  check_against_torch(Recompute::None, mqa);
+  GptConfig glu = oracle_config();
+  glu.name = "glu";
+  glu.mlp = weft::model::MlpKind::SwiGLU;
+  glu.bias = false;
+  glu.norm_eps = 1e-3f;
+  check_against_torch(Recompute::None, glu);
 }

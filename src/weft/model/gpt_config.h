@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "weft/core/status.h"
 
@@ -48,6 +49,13 @@ struct GptConfig {
   bool rms_norm() const { return norm == NormKind::RMSNorm; }
   // Whether the norms have a bias: LayerNorm's with `bias`, RMSNorm's never.
   bool norm_bias() const { return bias && !rms_norm(); }
+  // Every number the model's tensors depend on (not the name, nor rope_theta and norm_eps, which
+  // change values, not shapes): the key of the caches of layouts and ceilings.
+  auto shape_key() const {
+    return std::make_tuple(n_layer, n_embd, n_head, padded_vocab(), max_seq_len,
+                           static_cast<int>(position), static_cast<int>(norm),
+                           static_cast<int>(mlp), ffn(), kv_heads(), tie_embeddings, bias);
+  }
   int padded_vocab() const {  // Vp; in int64 until rounded (validate: the result fits an int)
     return static_cast<int>((int64_t{vocab_size} + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to);
   }

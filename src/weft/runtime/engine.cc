@@ -202,10 +202,9 @@ CheckpointJob Engine::checkpoint_job() {
 
 double cached_gemm_ceiling(const model::GptConfig& cfg, int B, int T) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
-  const auto key =
-      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
-                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
+  static std::map<std::tuple<decltype(cfg.shape_key()), int, int, int, int>, double> cache;
+  const auto key = std::make_tuple(cfg.shape_key(), B, T, kernels::num_threads(),
+                                   static_cast<int>(kernels::matmul_precision()));
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
