@@ -7,14 +7,14 @@
 
 #include "weft/checkpoint/safetensors.h"
 
-namespace weft::checkpoint::test {
+namespace weft::test {
 
 struct SafetensorsCopy {
-  std::vector<SafetensorsTensor> tensors;  // the file's, in buffer order
-  std::vector<std::vector<float>> data;    // parallel to tensors
+  std::vector<checkpoint::SafetensorsTensor> tensors;  // the file's, in buffer order
+  std::vector<std::vector<float>> data;                // parallel to tensors
   // The tensors as they were, for write_safetensors (pointing into data).
-  std::vector<SafetensorsInput> inputs() const {
-    std::vector<SafetensorsInput> in;
+  std::vector<checkpoint::SafetensorsInput> inputs() const {
+    std::vector<checkpoint::SafetensorsInput> in;
     for (size_t i = 0; i < tensors.size(); ++i) {
       in.push_back({tensors[i].name, tensors[i].shape, data[i].data()});
     }
@@ -23,14 +23,15 @@ struct SafetensorsCopy {
 };
 
 inline SafetensorsCopy read_safetensors_copy(const std::string& path) {
-  const SafetensorsReader st = SafetensorsReader::open(path).value_or_throw("open");
+  const checkpoint::SafetensorsReader st =
+      checkpoint::SafetensorsReader::open(path).value_or_throw("open");
   SafetensorsCopy c;
   c.tensors = st.header().tensors;
-  for (const SafetensorsTensor& t : c.tensors) {
+  for (const checkpoint::SafetensorsTensor& t : c.tensors) {
     c.data.emplace_back(static_cast<size_t>(numel(t.shape)));
     st.read(t, c.data.back().data()).throw_if_error("read");
   }
   return c;
 }
 
-}  // namespace weft::checkpoint::test
+}  // namespace weft::test
