@@ -1,7 +1,8 @@
 """Independent oracle for weft's GPT: the same model written in PyTorch (float64), fed weft's
 weights and tokens, writing back its loss and every parameter gradient.
 
-Usage: torch_gpt_reference.py DIR
+Usage: torch_gpt_reference.py DIR [DIR ...] (one process for every case: importing torch is most
+of its time)
 DIR holds config.json, layout.json ([{name, shape, offset}]), params.bin (weft's flat fp32 buffer),
 tokens.bin and targets.bin (int32, [B,T]; a target < 0 is ignored). Writes loss.json and grads.bin
 (float64, same offsets as params.bin).
@@ -92,4 +93,5 @@ def main(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    for d in sys.argv[1:]:
+        main(d)

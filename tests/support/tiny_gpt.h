@@ -53,4 +53,21 @@ inline model::GptConfig small_gpt_hs64(int n_layer, int max_seq_len) {
   return c;
 }
 
+// small_gpt_hs64 with every modern choice (tiny_llama's): heads of 64, 2 key/value heads for 4
+// query heads (split at tp = 2), a SwiGLU MLP of width 320.
+inline model::GptConfig small_llama_hs64(int n_layer, int max_seq_len) {
+  model::GptConfig c = small_gpt_hs64(n_layer, max_seq_len);
+  c.name = "small-llama-" + std::to_string(n_layer) + "l";
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.position = model::Position::Rope;
+  c.norm = model::NormKind::RMSNorm;
+  c.mlp = model::MlpKind::SwiGLU;
+  c.ffn_hidden_size = 320;
+  c.tie_embeddings = false;
+  c.bias = false;
+  return c;
+}
+
 }  // namespace weft::test

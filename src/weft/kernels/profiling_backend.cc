@@ -90,6 +90,7 @@ void ProfilingBackend::embedding_backward_shard(float* dwte, float* dwpe, const 
 void ProfilingBackend::residual_forward(Act* out, const Act* a, const Act* b, int64_t n) {
   timed("residual_forward", [&] { inner_.residual_forward(out, a, b, n); });
 }
+// RMSNorm runs through the layernorm_* ops; its entries are named for it.
 void ProfilingBackend::layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
                                          const Act* weight, const Act* bias, int N, int C,
                                          Norm norm) {
@@ -100,7 +101,7 @@ void ProfilingBackend::fused_residual_layernorm_forward(Act* residual, Act* out,
                                                         float* rstd, const Act* a, const Act* b,
                                                         const Act* weight, const Act* bias, int N,
                                                         int C, Norm norm) {
-  timed("fused_residual_layernorm_forward", [&] {
+  timed(norm.rms ? "fused_residual_rmsnorm_forward" : "fused_residual_layernorm_forward", [&] {
     inner_.fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C,
                                             norm);
   });
@@ -132,12 +133,12 @@ void ProfilingBackend::swiglu_backward(Act* dinp, const Act* dout, const Act* in
 }
 void ProfilingBackend::rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta,
                             bool inverse) {
-  timed("rope", [&] { inner_.rope(qkv, B, T, NH, NKV, HS, theta, inverse); });
+  timed(inverse ? "rope_backward" : "rope_forward",
+        [&] { inner_.rope(qkv, B, T, NH, NKV, HS, theta, inverse); });
 }
 void ProfilingBackend::attention_forward(Act* out, float* saved, const Act* qkv, int B, int T,
                                          int C, int NH, int NKV) {
-  timed("attention_forward",
-        [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH, NKV); });
+  timed("attention_forward", [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH, NKV); });
 }
 void ProfilingBackend::attention_backward(Act* dqkv, const Act* dout, const Act* qkv,
                                           const Act* out, const float* saved, int B, int T, int C,
