@@ -11,6 +11,7 @@ std::vector<GemmShape> training_gemm_shapes(const GptConfig& cfg, int B, int T) 
     out.push_back({name + ".dinp", false, false, N, IC, OC, count});  // dout @ W
     out.push_back({name + ".dw", true, false, OC, IC, N, count});     // dout^T @ inp
   };
+  // The variant's widths (gpt_config.h): qkv C + 2 NKV HS, fc F or SwiGLU's 2F, proj's input F.
   linear("h.attn.qkv", C, cfg.qkv_width(), cfg.n_layer);
   linear("h.attn.proj", C, C, cfg.n_layer);
   linear("h.mlp.fc", C, cfg.fc_width(), cfg.n_layer);

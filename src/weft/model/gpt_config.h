@@ -33,13 +33,13 @@ struct GptConfig {
   NormKind norm = NormKind::LayerNorm;
   float norm_eps = 1e-5f;
   MlpKind mlp = MlpKind::Gelu;
-  int ffn_hidden_size = 0;  // F, the MLP's inner width; 0: 4*n_embd
-  int n_kv_head = 0;        // NKV key/value heads (grouped-query attention); 0: n_head
+  int ffn_hidden_size = 0;     // F, the MLP's inner width; 0: 4*n_embd
+  int n_kv_head = 0;           // NKV key/value heads (grouped-query attention); 0: n_head
   bool tie_embeddings = true;  // the LM head reads wte; false: a head of its own, lm_head
   bool bias = true;            // biases in the linear layers and LayerNorms
 
-  int head_size() const { return n_embd / n_head; }  // HS
-  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }  // NKV
+  int head_size() const { return n_embd / n_head; }                               // HS
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }             // NKV
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * n_embd; }  // F
   // Columns of the fused attn.qkv output: q (NH heads), k and v (NKV heads each).
   int64_t qkv_width() const { return int64_t{n_embd} + 2 * int64_t{kv_heads()} * head_size(); }
@@ -59,6 +59,7 @@ struct GptConfig {
   int padded_vocab() const {  // Vp; in int64 until rounded (validate: the result fits an int)
     return static_cast<int>((int64_t{vocab_size} + pad_vocab_to - 1) / pad_vocab_to * pad_vocab_to);
   }
+  bool operator==(const GptConfig&) const = default;  // every key
 };
 
 // Every problem at once, in the user's terms ("n_embd=768 is not divisible by n_head=5").
