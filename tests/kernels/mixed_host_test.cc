@@ -27,6 +27,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -61,16 +62,6 @@ constexpr double kBf16Tol = 4e-3;
 // mean -0.5 ulp away from zero.
 constexpr UlpBounds kSameRounding = {
     .max_ulps = 1, .max_beyond = 1e-3, .max_worst = 4, .max_differing = 4e-3, .max_abs_mean = 4e-3};
-// kSameRounding where a sum of many fp32 terms may cancel to nearly 0: an element of such an output
-// may be any number of ulps from the double result (attention's output element -7.6e-9 against
-// the reference's -1.07e-8, among values of about 0.3: 54 ulps, at B=2 T=37 C=64 NH=4 NKV=2; that
-// one element moves the mean by 0.011 ulp), which the relative L2 bound (kBf16Tol) keeps small.
-// How many differ is still bounded as before, and a biased rounding (mean -0.5) still fails.
-constexpr UlpBounds kSameRoundingUnlessCancelled = {.max_ulps = kSameRounding.max_ulps,
-                                                    .max_beyond = kSameRounding.max_beyond,
-                                                    .max_worst = int64_t{1} << 16,
-                                                    .max_differing = kSameRounding.max_differing,
-                                                    .max_abs_mean = 2e-2};
 constexpr double kF32Tol = 1e-5;
 constexpr uint64_t kSeed = 20240611;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -109,6 +100,24 @@ Doubles to_double(const Bf16s& x) {
 }
 
 Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
+
+// The elements whose reference is at least 2^-10 of the largest in magnitude. An output that sums
+// many fp32 terms may cancel to nearly 0, where the fp32 rounding leaves none of its bf16 digits:
+// attention's output element -7.6e-9 against the reference's -1.07e-8, among values of about
+// 0.3 (B=2 T=37 C=64 NH=4 NKV=2), is 54 ulps off in the release build and 12856 in the debug one
+// (no fmas), and one such element sets the mean the ulp check holds to 4e-3. Those elements are
+// left to the relative L2 bound (kBf16Tol); the ulp check takes the rest.
+std::pair<Bf16s, Doubles> uncancelled(const Bf16s& actual, const Doubles& reference) {
+  double largest = 0.0;
+  for (const double r : reference) largest = std::max(largest, std::abs(r));
+  std::pair<Bf16s, Doubles> kept;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    if (std::abs(reference[i]) < largest * 0x1p-10) continue;
+    kept.first.push_back(actual[i]);
+    kept.second.push_back(reference[i]);
+  }
+  return kept;
+}
 
 bool same_bits(const Bf16s& a, const Bf16s& b) {
   if (a.size() != b.size()) return false;
@@ -706,7 +715,8 @@ TEST_F(HostBf16BackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsum
     ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH, NKV);
     const Bf16s got_out = get(out, static_cast<int64_t>(B) * T * C);
     EXPECT_BF16_CLOSE(got_out, ref_out);
-    EXPECT_TRUE(bf16_ulps_within(got_out, ref_out, kSameRoundingUnlessCancelled)) << "out";
+    const auto [kept_out, kept_ref] = uncancelled(got_out, ref_out);
+    EXPECT_BF16_ULPS(kept_out, kept_ref);
 
     // lse[b,h,t] = log sum_{j<=t} exp(q_t . k_j / sqrt(HS)), in double.
     Doubles ref_lse(static_cast<size_t>(B) * NH * T);
