@@ -20,10 +20,10 @@
 #include "weft/model/param_layout.h"
 
 namespace fs = std::filesystem;
+using weft::SliceSpec;
 using weft::model::Gpt;
 using weft::model::GptConfig;
 using weft::model::Recompute;
-using weft::SliceSpec;
 
 namespace {
 
@@ -172,13 +172,12 @@ class GptAgainstPyTorch : public ::testing::Test {
     glu.norm_eps = 1e-3f;
     const fs::path root =
         fs::temp_directory_path() / ("weft_torch_oracle_" + std::to_string(::getpid()));
-    cases_ = new std::map<std::string, Case>{
-        {"gpt2", {oracle_config(), Recompute::None}},
-        {"gpt2-full", {oracle_config(), Recompute::Full}},
-        {"llama", {llama_config(), Recompute::None}},
-        {"llama-full", {llama_config(), Recompute::Full}},
-        {"mqa", {mqa, Recompute::None}},
-        {"glu", {glu, Recompute::None}}};
+    cases_ = new std::map<std::string, Case>{{"gpt2", {oracle_config(), Recompute::None}},
+                                             {"gpt2-full", {oracle_config(), Recompute::Full}},
+                                             {"llama", {llama_config(), Recompute::None}},
+                                             {"llama-full", {llama_config(), Recompute::Full}},
+                                             {"mqa", {mqa, Recompute::None}},
+                                             {"glu", {glu, Recompute::None}}};
     std::string cmd = std::string(WEFT_TORCH_PYTHON) + " " + WEFT_TORCH_SCRIPT;
     for (auto& [name, c] : *cases_) {
       c.dir = root / name;

@@ -112,8 +112,7 @@ const Run& one_rank(int dp, bool llama) {
   const schedule::Schedule program =
       runtime::runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, kM * dp).value();
   const auto backend = make_backend(cfg, program, shape);
-  runtime::PipelineRunner t(cfg, program,
-                            runtime::pipeline_options({}, shape, {}, backend.get()));
+  runtime::PipelineRunner t(cfg, program, runtime::pipeline_options({}, shape, {}, backend.get()));
   t.init(4);
   Run r;
   const int n = dp * kM * kB * kT;
@@ -189,7 +188,7 @@ struct Layout {
   int vp = 1;
   bool sp = false;  // sequence parallelism (with tp > 1)
   Tolerance tol;
-  int zero = 0;  // ZeRO stage over dp
+  int zero = 0;        // ZeRO stage over dp
   bool llama = false;  // small_gpt(true): every modern choice
   int world() const { return tp * pp * dp; }
   std::string str() const {
@@ -395,8 +394,12 @@ TEST_F(DeviceParallel, LlamaVariantTrainsLikeOne) {
        {Layout{.tp = 2, .sp = true, .tol = kTensorLlama, .llama = true},
         Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .tol = kPipeline, .llama = true},
         Layout{.dp = 2, .tol = kReplicasLlama, .zero = 3, .llama = true},
-        Layout{.tp = 2, .pp = 2, .kind = Kind::ZeroBubbleH1, .sp = true, .tol = kTensorLlama,
-               .llama = true}}) {
+        Layout{.tp = 2,
+        .pp = 2,
+        .kind = Kind::ZeroBubbleH1,
+        .sp = true,
+        .tol = kTensorLlama,
+        .llama = true}}) {
     expect_equals_one_rank(l);
   }
 }

@@ -40,8 +40,8 @@ struct Layout {
   int vp = 1;
   int microbatches = 1;  // per replica
   model::Recompute recompute = model::Recompute::None;
-  bool sp = false;  // sequence parallelism (tp > 1)
-  int zero = 0;     // ZeRO stage over dp
+  bool sp = false;     // sequence parallelism (tp > 1)
+  int zero = 0;        // ZeRO stage over dp
   bool llama = false;  // test::small_llama_hs64 instead of GPT-2's small model
   int world() const { return tp * pp * dp; }
   std::string str() const {
@@ -184,8 +184,11 @@ TEST_F(DeviceMemory, LlamaVariantAllocatesWhatTheModelPredicts) {
   for (const Layout& l : {
            Layout{.microbatches = 4, .llama = true},
            Layout{.microbatches = 2, .recompute = Recompute::Full, .llama = true},
-           Layout{.tp = 2, .microbatches = 2, .recompute = Recompute::Selective, .sp = true,
-                  .llama = true},
+           Layout{.tp = 2,
+           .microbatches = 2,
+           .recompute = Recompute::Selective,
+           .sp = true,
+           .llama = true},
            Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 4, .llama = true},
            Layout{.pp = 2, .kind = Kind::ZeroBubbleH1, .microbatches = 4, .llama = true},
            Layout{.dp = 2, .microbatches = 2, .zero = 3, .llama = true},

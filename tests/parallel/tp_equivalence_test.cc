@@ -110,9 +110,9 @@ void expect_equivalent(bool sequence_parallel, model::Recompute recompute,
 TEST(TensorParallel, GradientsEqualTheSerialModels) {
   comm::Communicator& world = test::test_world();
   auto tp = world.split(0, world.rank(), "tp");
-  for (const auto& [cfg, sp] : {std::pair{tiny(), false}, std::pair{tiny(), true},
-                                std::pair{test::tiny_llama(), false},
-                                std::pair{test::tiny_llama(), true}}) {
+  for (const auto& [cfg, sp] :
+       {std::pair{tiny(), false}, std::pair{tiny(), true}, std::pair{test::tiny_llama(), false},
+        std::pair{test::tiny_llama(), true}}) {
     model::Gpt serial(cfg, kB, kT), parallel(cfg, kB, kT, model::Recompute::None, {tp.get(), sp});
     serial.init(5);
     parallel.init(5);

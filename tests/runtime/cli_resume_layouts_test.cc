@@ -128,7 +128,9 @@ class CliResumeLayoutsTest : public test::CliFixture {
     use_model(false);
   }
   // The model the next runs train: tiny4, or tiny-llama4.
-  void use_model(bool llama) { run_ = dir_ + (llama ? "/run-tiny-llama4.toml" : "/run-tiny4.toml"); }
+  void use_model(bool llama) {
+    run_ = dir_ + (llama ? "/run-tiny-llama4.toml" : "/run-tiny4.toml");
+  }
 
   // `weft train` of the run config under `layout` (through mpirun when it takes several ranks),
   // into DIR/NAME, with further options `args`.

@@ -134,13 +134,14 @@ model::GptConfig model_config_fields(const json& j, const std::string& path) {
       }
       ++i;
     }
-    throw FieldError{fmt::format("{}.{}={} is not one of {}", path, key, shown(j[key]),
-                                 fmt::join(names, ", "))};
+    throw FieldError{
+        fmt::format("{}.{}={} is not one of {}", path, key, shown(j[key]), fmt::join(names, ", "))};
   };
   auto boolean = [&](const char* key, bool& out) {
     if (!has(key)) return;
     if (!j[key].is_boolean()) {
-      throw FieldError{fmt::format("{}.{} must be true or false, not {}", path, key, shown(j[key]))};
+      throw FieldError{
+          fmt::format("{}.{} must be true or false, not {}", path, key, shown(j[key]))};
     }
     out = j[key].get<bool>();
   };
@@ -287,7 +288,8 @@ json files_to_json(const RankFiles& f) {
                   {"rank", t.tp_rank},
                   {"shape", t.shard_shape()}};
     if (t.split.weights[0] != 0) {
-      shard["block_weights"] = std::vector<int64_t>(t.split.weights, t.split.weights + t.split.blocks);
+      shard["block_weights"] =
+          std::vector<int64_t>(t.split.weights, t.split.weights + t.split.blocks);
     }
     tensors.push_back({{"name", t.name},
                        {"group", t.group},

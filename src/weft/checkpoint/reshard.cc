@@ -6,8 +6,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
-#include <string_view>
 #include <unistd.h>
+#include <string_view>
 
 #include <algorithm>
 #include <cerrno>
@@ -78,7 +78,8 @@ std::string config_diff(const model::GptConfig& a, const model::GptConfig& b) {
   if (a.rope() && a.rope_theta != b.rope_theta) {
     d.push_back(fmt::format("rope_theta {} vs {}", a.rope_theta, b.rope_theta));
   }
-  if (a.norm_eps != b.norm_eps) d.push_back(fmt::format("norm_eps {} vs {}", a.norm_eps, b.norm_eps));
+  if (a.norm_eps != b.norm_eps)
+    d.push_back(fmt::format("norm_eps {} vs {}", a.norm_eps, b.norm_eps));
   return fmt::format("{}", fmt::join(d, ", "));
 }
 

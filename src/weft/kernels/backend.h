@@ -181,8 +181,7 @@ class Backend {
   // residual = a + b (rounded), then out = layernorm(residual), in one pass.
   virtual void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
                                                 const Act* a, const Act* b, const Act* weight,
-                                                const Act* bias, int N, int C,
-                                                Norm norm = {}) = 0;
+                                                const Act* bias, int N, int C, Norm norm = {}) = 0;
   // dinp[N,C] += (Act), dweight[C] += and dbias[C] += (fp32; dbias null when there is no bias,
   // and always under RMSNorm, whose mean is null too).
   virtual void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
@@ -210,8 +209,7 @@ class Backend {
   //   (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a),  a = t * theta^(-2i/HS),
   // computed in fp32 (the angle in double) and rounded once. inverse: rotates by -a, which is the
   // backward (a rotation's transpose is its inverse), applied to dqkv in place.
-  virtual void rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta,
-                    bool inverse) = 0;
+  virtual void rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) = 0;
   // Causal self-attention core, grouped-query (Ainslie et al. 2023): qkv[B,T,(NH+2*NKV)*HS] holds
   // q (NH heads), k and v (NKV heads each) side by side, HS = C/NH; query head h reads key/value
   // head h / (NH/NKV) (NKV == NH: multi-head; NKV == 1: multi-query). out[B,T,C]; saved (fp32,
@@ -361,8 +359,8 @@ class TypedBackend : public Backend {
   void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
                           const Act* weight, const float* mean, const float* rstd, int N, int C,
                           Norm norm) final {
-    self().layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N,
-                              C, norm);
+    self().layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N, C,
+                              norm);
   }
   void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight, const Act* bias,
                       int N, int IC, int OC) final {

@@ -33,12 +33,13 @@
 //            [B,T] (fp32).
 //
 // Tensor parallelism of size t (Megatron-LM): qkv [B,T,QKV/t], att per NH/t heads, atty
-// [B,T,C/t], fc [B,T,FC/t] and fc_act [B,T,F/t], logits [B,T,Vp/t]. Sequence parallelism (Korthikanti et al. 2022)
-// also splits the residual stream's B*T rows across the t ranks: embed, res_attn, out, and the
-// LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f are kept gathered
-// (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather). With t > 1
-// the vocabulary-parallel cross-entropy's statistics (kernels/vocab_parallel_ce.h): this rank's
-// (ce.stats [B,T,3]) and every rank's, all-gathered (ce.all [t,B,T,3]), fp32.
+// [B,T,C/t], fc [B,T,FC/t] and fc_act [B,T,F/t], logits [B,T,Vp/t]. Sequence parallelism
+// (Korthikanti et al. 2022) also splits the residual stream's B*T rows across the t ranks: embed,
+// res_attn, out, and the LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f
+// are kept gathered (N rows: the column-parallel GEMMs' inputs, so backward needs no second
+// all-gather). With t > 1 the vocabulary-parallel cross-entropy's statistics
+// (kernels/vocab_parallel_ce.h): this rank's (ce.stats [B,T,3]) and every rank's, all-gathered
+// (ce.all [t,B,T,3]), fp32.
 
 #include <cstdint>
 #include <string>

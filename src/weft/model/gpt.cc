@@ -600,8 +600,7 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
     // the residual branch's gradient is already in d_res; add the norm branch's
     be_.layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
                            grad_or_null(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N),
-                           a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C,
-                           norm_);
+                           a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C, norm_);
     // Attention: res_attn = in + proj(attention(rope(qkv(ln_1(in)))))
     const Act* d_res_attn = gather_grad(d_res, N);
     linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, nullptr, N, Cl,
@@ -640,8 +639,8 @@ void Gpt::embedding_weight_grads(const Pending& p, const Act* d_embed) {
     be_.embedding_backward(grad("wte"), dwpe, d_embed, p.tokens, p.B, p.T, C);
   } else {
     const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
-    be_.embedding_backward_shard(grad("wte"), dwpe, d_embed, p.tokens, p.B, p.T, C,
-                                 tp_.rank() * Vl, Vl);
+    be_.embedding_backward_shard(grad("wte"), dwpe, d_embed, p.tokens, p.B, p.T, C, tp_.rank() * Vl,
+                                 Vl);
   }
 }
 

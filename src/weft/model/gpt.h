@@ -1,8 +1,8 @@
 #pragma once
-// THE GPT model of weft (GPT-2, or the Llama-style variants of gpt_config.h), written once against the backend contract (kernels/backend.h) and run
-// on any backend in its precision: host fp32, host bf16, CUDA. Serial or split across a
-// tensor-parallel group: parameters and gradients in flat buffers (this rank's shards,
-// param_layout.h), activations in the layouts of activation_layout.h,
+// THE GPT model of weft (GPT-2, or the Llama-style variants of gpt_config.h), written once against
+// the backend contract (kernels/backend.h) and run on any backend in its precision: host fp32, host
+// bf16, CUDA. Serial or split across a tensor-parallel group: parameters and gradients in flat
+// buffers (this rank's shards, param_layout.h), activations in the layouts of activation_layout.h,
 // forward keeping what backward needs, backward with optional recomputation: embedding, L pre-norm
 // transformer blocks (layer_forward), then the head (final norm, logits through the tied
 // embedding or lm_head, cross-entropy).

@@ -33,9 +33,10 @@ Status validate(const GptConfig& c) {
   }
   if (c.n_kv_head < 0) s.add(fmt::format("n_kv_head={} must be >= 0 (0: n_head)", c.n_kv_head));
   if (c.n_kv_head > 0 && c.n_head > 0 && c.n_head % c.n_kv_head != 0) {
-    s.add(fmt::format("n_head={} is not a multiple of n_kv_head={} (each key/value head serves a "
-                      "group of query heads)",
-                      c.n_head, c.n_kv_head));
+    s.add(
+        fmt::format("n_head={} is not a multiple of n_kv_head={} (each key/value head serves a "
+                    "group of query heads)",
+                    c.n_head, c.n_kv_head));
   }
   if (c.ffn_hidden_size < 0) {
     s.add(fmt::format("ffn_hidden_size={} must be >= 0 (0: 4*n_embd)", c.ffn_hidden_size));
@@ -46,9 +47,10 @@ Status validate(const GptConfig& c) {
   }
   if (c.rope() && c.n_embd > 0 && c.n_head > 0 && c.n_embd % c.n_head == 0 &&
       c.head_size() % 2 != 0) {
-    s.add(fmt::format("position=rope rotates pairs of a head's elements: the head size {} "
-                      "(n_embd/n_head) must be even",
-                      c.head_size()));
+    s.add(
+        fmt::format("position=rope rotates pairs of a head's elements: the head size {} "
+                    "(n_embd/n_head) must be even",
+                    c.head_size()));
   }
   // Sizes the code computes in int (the padded vocabulary, the MLP's 4C, 3C of qkv) must fit one,
   // and the parameter count an int64 (found by fuzzing parse_gpt_config: vocab_size=2^31-1
@@ -101,9 +103,10 @@ Status validate_tensor_parallel(const GptConfig& c, int tp, bool sequence_parall
   }
   // Key/value heads are split like the query heads (Megatron-Core; no replication).
   if (c.n_kv_head > 0 && c.n_kv_head % tp != 0) {
-    s.add(fmt::format("n_kv_head={} is not divisible by tp={} (each rank computes whole key/value "
-                      "heads; choose tp dividing n_kv_head)",
-                      c.n_kv_head, tp));
+    s.add(
+        fmt::format("n_kv_head={} is not divisible by tp={} (each rank computes whole key/value "
+                    "heads; choose tp dividing n_kv_head)",
+                    c.n_kv_head, tp));
   }
   if (c.ffn_hidden_size > 0 && c.ffn_hidden_size % tp != 0) {
     s.add(fmt::format("ffn_hidden_size={} is not divisible by tp={}", c.ffn_hidden_size, tp));

@@ -152,7 +152,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;  // [C]
     float* y = out + static_cast<int64_t>(n) * C;        // [C]
-    float m = 0.f;  // RMSNorm: the statistics of x - 0
+    float m = 0.f;                                       // RMSNorm: the statistics of x - 0
     if (!norm.rms) {
       float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
@@ -302,10 +302,10 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     const int b = bh / NH;
     const int h = bh % NH;
     const float* row0 = qkv + static_cast<int64_t>(b) * T * W;
-    const float* q = row0 + h * HS;                         // [T, HS], stride W
-    const float* k = row0 + C + (h / d.group) * HS;         // [T, HS], stride W
-    const float* v = k + d.kv_C;                            // [T, HS], stride W
-    float* a = att + static_cast<int64_t>(bh) * T * T;      // [T, T]
+    const float* q = row0 + h * HS;                             // [T, HS], stride W
+    const float* k = row0 + C + (h / d.group) * HS;             // [T, HS], stride W
+    const float* v = k + d.kv_C;                                // [T, HS], stride W
+    float* a = att + static_cast<int64_t>(bh) * T * T;          // [T, T]
     float* o = out + static_cast<int64_t>(b) * T * C + h * HS;  // [T, HS], stride C
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
       const int r1 = std::min(T, r0 + kAttBlock);
