@@ -39,8 +39,10 @@ mutation: configure
 	  --out bench/results
 
 # The demo: train a small GPT on Jane Austen's novels for a few minutes, then sample from it.
+# DEMO=austen-llama-demo: the same with every modern choice on (configs/runs/austen-llama-demo.toml).
+DEMO ?= austen-demo
 run: build
-	WEFT=$(BUILD)/bin/weft bash scripts/demo.sh
+	DEMO=$(DEMO) WEFT=$(BUILD)/bin/weft bash scripts/demo.sh
 
 # Training steps of GPT-2 124M on random tokens (issue #2's benchmark command).
 bench-step: build

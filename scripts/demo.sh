@@ -6,8 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 weft=${WEFT:-build/release/bin/weft}
-run=configs/runs/austen-demo.toml
-out=runs/austen-demo
+# DEMO=austen-llama-demo: the same demo with every modern choice on (rotary positions, RMSNorm,
+# SwiGLU, grouped-query attention, an untied head, no biases).
+demo=${DEMO:-austen-demo}
+run=configs/runs/$demo.toml
+out=runs/$demo
+[ -f "$run" ] || { echo "demo: no run config $run (DEMO=austen-demo or austen-llama-demo)" >&2; exit 1; }
 
 bash scripts/fetch_corpus.sh
 if [ ! -s data/austen-bpe/encoder.json ]; then

@@ -3,9 +3,11 @@
 // a large cuBLASLt bf16 GEMM for matrix rate) and each kernel against the one that bounds it:
 //   - linear layers (cuBLASLt, bf16 in, fp32 accumulate) of GPT-2 124M at B*T = 16384: TFLOP/s
 //   - flash attention forward and backward at T=1024, HS=64 (and 128): TFLOP/s, counted as
-//     FlashAttention-2 does (causal: half of 4 B NH T^2 HS forward; backward 2.5x the forward)
-//   - LayerNorm (plain, fused with the residual, backward), softmax + cross-entropy, AdamW over
-//     GPT-2 124M's parameter list, sum of squares: GB/s of the fewest bytes each must move
+//     FlashAttention-2 does (causal: half of 4 B NH T^2 HS forward; backward 2.5x the forward);
+//     and grouped-query, 12 query heads on 4 key/value heads (the same FLOPs)
+//   - LayerNorm and RMSNorm (plain, fused with the residual, backward), SwiGLU, RoPE,
+//     softmax + cross-entropy, AdamW over GPT-2 124M's parameter list, sum of squares: GB/s of
+//     the fewest bytes each must move
 // Timing: CUDA events around each call, warm-up first, median of the repeats (METHOD.md). Inputs
 // are random, never zeros. Prints a table; --json FILE and --md FILE write the numbers.
 //
@@ -270,13 +272,13 @@ int run(int argc, char** argv) {
     float* mean = arena.allocate<float>(N);
     float* rstd = arena.allocate<float>(N);
     const std::string shape = shape_string({N, C}) + " bf16";
-    double ms =
-        bench.time_ms([&] { layernorm_forward(out, mean, rstd, a, w, bias, N, C, ctx.stream()); });
+    double ms = bench.time_ms(
+        [&] { layernorm_forward(out, mean, rstd, a, w, bias, N, C, {}, ctx.stream()); });
     double bytes = 2.0 * nc * 2 + 8.0 * N;
     bench.add({"memory", "layernorm fwd", shape, ms, gbps(bytes, ms), "GB/s",
                gbps(bytes, ms) / copy_gbps});
     ms = bench.time_ms([&] {
-      fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C,
+      fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias, N, C, {},
                                        ctx.stream());
     });
     bytes = 4.0 * nc * 2 + 8.0 * N;
@@ -287,9 +289,47 @@ int run(int argc, char** argv) {
     WEFT_CUDA_CHECK(cudaMemset(dw, 0, C * sizeof(float)));
     WEFT_CUDA_CHECK(cudaMemset(db, 0, C * sizeof(float)));
     ms = bench.time_ms(
-        [&] { layernorm_backward(ctx, residual, dw, db, b, a, w, mean, rstd, N, C); });
+        [&] { layernorm_backward(ctx, residual, dw, db, b, a, w, mean, rstd, N, C, {}); });
     bytes = 4.0 * nc * 2 + 8.0 * N;  // dout, inp, dinp read + written
     bench.add({"memory", "layernorm bwd", shape, ms, gbps(bytes, ms), "GB/s",
+               gbps(bytes, ms) / copy_gbps});
+    // RMSNorm (Llama's): no mean, no bias.
+    const Norm rms{.rms = true};
+    ms = bench.time_ms(
+        [&] { layernorm_forward(out, nullptr, rstd, a, w, nullptr, N, C, rms, ctx.stream()); });
+    bytes = 2.0 * nc * 2 + 4.0 * N;
+    bench.add(
+        {"memory", "rmsnorm fwd", shape, ms, gbps(bytes, ms), "GB/s", gbps(bytes, ms) / copy_gbps});
+    ms = bench.time_ms(
+        [&] { layernorm_backward(ctx, residual, dw, nullptr, b, a, w, nullptr, rstd, N, C, rms); });
+    bytes = 4.0 * nc * 2 + 4.0 * N;
+    bench.add(
+        {"memory", "rmsnorm bwd", shape, ms, gbps(bytes, ms), "GB/s", gbps(bytes, ms) / copy_gbps});
+    arena.release(mark);
+  }
+  {
+    // SwiGLU at GPT-2 124M's MLP width (F = 4C) and RoPE over its q and k heads (12 of 64), both
+    // at B*T = 16384.
+    const int B = 16, T = 1024, N = B * T, C = 768, F = 4 * C, NH = 12, HS = 64;
+    const int64_t nf = int64_t{N} * F;
+    const size_t mark = arena.mark();
+    BF16* inp = bench.random_bf16(2 * nf, -4.f, 4.f);
+    BF16* out = arena.allocate<BF16>(nf);
+    BF16* dout = bench.random_bf16(nf);
+    BF16* dinp = arena.allocate<BF16>(2 * nf);
+    const std::string shape = shape_string({N, F}) + " bf16";
+    double ms = bench.time_ms([&] { swiglu_forward(out, inp, N, F, ctx.stream()); });
+    double bytes = 3.0 * nf * 2;
+    bench.add(
+        {"memory", "swiglu fwd", shape, ms, gbps(bytes, ms), "GB/s", gbps(bytes, ms) / copy_gbps});
+    ms = bench.time_ms([&] { swiglu_backward(dinp, dout, inp, N, F, ctx.stream()); });
+    bytes = 5.0 * nf * 2;
+    bench.add(
+        {"memory", "swiglu bwd", shape, ms, gbps(bytes, ms), "GB/s", gbps(bytes, ms) / copy_gbps});
+    BF16* qkv = bench.random_bf16(int64_t{N} * 3 * C);
+    ms = bench.time_ms([&] { rope(qkv, B, T, NH, NH, HS, 10000.f, false, ctx.stream()); });
+    bytes = 2.0 * N * 2 * C * 2;  // q and k read and written
+    bench.add({"memory", "rope fwd", "B16 T1024 NH12 NKV12 HS64", ms, gbps(bytes, ms), "GB/s",
                gbps(bytes, ms) / copy_gbps});
     arena.release(mark);
   }
@@ -357,27 +397,34 @@ int run(int argc, char** argv) {
     arena.release(mark);
   }
   // ---- flash attention, T = 1024 (last: the newest kernels; the rest is printed already) ---
-  for (const int HS : {64, 128}) {
+  struct FlashShape {
+    int HS, NKV_divisor;  // NKV = NH / NKV_divisor
+  };
+  for (const FlashShape fs : {FlashShape{64, 1}, FlashShape{128, 1}, FlashShape{64, 3}}) {
     const int B = 16;
     const int T = 1024;
     const int C = 768;
+    const int HS = fs.HS;
     const int NH = C / HS;
+    const int NKV = NH / fs.NKV_divisor;
+    const int64_t W = C + 2 * int64_t{NKV} * HS;
     const size_t mark = arena.mark();
-    BF16* qkv = bench.random_bf16(int64_t{B} * T * 3 * C, -2.f, 2.f);
+    BF16* qkv = bench.random_bf16(int64_t{B} * T * W, -2.f, 2.f);
     BF16* out = arena.allocate<BF16>(int64_t{B} * T * C);
     float* lse = arena.allocate<float>(int64_t{B} * NH * T);
     BF16* dout = bench.random_bf16(int64_t{B} * T * C);
-    BF16* dqkv = arena.allocate<BF16>(int64_t{B} * T * 3 * C);
+    BF16* dqkv = arena.allocate<BF16>(int64_t{B} * T * W);
     const double fwd_flops = 4.0 * B * NH * double{T} * T * HS / 2;  // causal: half the scores
     std::ostringstream shape_os;  // (not string concatenation: GCC 12 warns falsely, PR 105329)
     shape_os << "B" << B << " NH" << NH << " T" << T << " HS" << HS;
+    if (NKV != NH) shape_os << " NKV" << NKV;
     const std::string shape = shape_os.str();
-    const double fwd =
-        bench.time_ms([&] { flash_attention_forward(out, lse, qkv, B, T, C, NH, ctx.stream()); });
+    const double fwd = bench.time_ms(
+        [&] { flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, ctx.stream()); });
     bench.add({"attention", "flash fwd", shape, fwd, tflops(fwd_flops, fwd), "TFLOP/s",
                tflops(fwd_flops, fwd) / gemm_tflops});
     const double bwd = bench.time_ms(
-        [&] { flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH); });
+        [&] { flash_attention_backward(ctx, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV); });
     bench.add({"attention", "flash bwd", shape, bwd, tflops(2.5 * fwd_flops, bwd), "TFLOP/s",
                tflops(2.5 * fwd_flops, bwd) / gemm_tflops});
     bench.add({"attention", "flash fwd+bwd", shape, fwd + bwd, tflops(3.5 * fwd_flops, fwd + bwd),

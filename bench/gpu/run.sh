@@ -9,9 +9,10 @@
 #      dp with the ranks as threads on the one GPU);
 #   4. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
 #      against the same 60 steps on the CPU; then `weft tune --device cuda` on GPT-2 124M;
-#   5. end to end per shape, GPT-2 124M (B=32), 350M (B=16), 1.5B (B=8) at T=1024: `weft bench
-#      step --device cuda --profile`, then ../shared/bench/torch_gpt.py (torch.compile, bf16
-#      autocast) at the same shape in the same run; PyTorch compiles each shape in the background
+#   5. end to end per shape, GPT-2 124M (B=32), 350M (B=16), 1.5B (B=8) and the Llama-style
+#      llama-1b (B=8; configs/models/llama-1b.toml) at T=1024: `weft bench step --device cuda
+#      --profile`, then ../shared/bench/torch_gpt.py, or bench/gpu/torch_llama.py for llama-1b
+#      (torch.compile, bf16 autocast), at the same shape in the same run; PyTorch compiles each shape in the background
 #      during 2-4, so its timed runs start from warm caches;
 #   6. kernels_bench with the time that is left;
 #   7. one compact table: verdict per program, tokens/s, weft/PyTorch and MFU per size, the top
@@ -34,7 +35,7 @@
 # Environment: OUT (where results go; default bench/results/gpu-out), BUILD (the build tree for
 # --pack; default build/h8-gpu), WEFT_CUDA_ARCHS (default 90a), WEFT_GPU_BUILD (bundle, cmake or
 # direct: force one way of getting the programs), WEFT_GPU_BUDGET (seconds the whole run may take;
-# default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b"; empty: none), WEFT_GPU_TESTS (the
+# default 430), WEFT_E2E_SIZES (default "124m 350m 1.5b llama-1b"; empty: none), WEFT_GPU_TESTS (the
 # test programs to run; default all; "none": none), WEFT_GPU_SMOKE=0, WEFT_GPU_KBENCH=0 and
 # WEFT_TORCH_PREWARM=0 (skip train_smoke, kernels_bench, PyTorch's background compilation),
 # WEFT_GPU_TUNE=0 (skip the tune), WEFT_GPU_TUNE_CAP (its seconds, default 110), WEFT_TORCH_ARGS
@@ -366,7 +367,11 @@ TORCH_GPT=""
 for f in "$ROOT/../shared/bench/torch_gpt.py" "$ROOT/shared/bench/torch_gpt.py" "$BUNDLE/torch_gpt.py"; do
   [[ -f "$f" ]] && { TORCH_GPT=$f; break; }
 done
-log "PyTorch baseline: ${TORCH_GPT:-not found}"
+TORCH_LLAMA=""
+for f in "$ROOT/bench/gpu/torch_llama.py" "$BUNDLE/torch_llama.py"; do
+  [[ -f "$f" ]] && { TORCH_LLAMA=$f; break; }
+done
+log "PyTorch baselines: ${TORCH_GPT:-GPT-2 not found}, ${TORCH_LLAMA:-Llama not found}"
 : >"$OUT/e2e.jsonl"
 E2E_FAILED=0
 # e2e SIZE NAME CAP COMMAND...: runs COMMAND under min(CAP, time left) and appends the last JSON
@@ -403,16 +408,37 @@ print(json.dumps(d))' "$line" "$name" "$size" "$rc" >>"$OUT/e2e.jsonl" ||
     echo "{\"name\": \"$name\", \"size\": \"$size\", \"exit\": $rc, \"error\": \"bad JSON line\"}" >>"$OUT/e2e.jsonl"
 }
 toml() { awk -F' *= *' -v k="$2" '$1 == k {print $2}' "$1"; }  # toml FILE KEY (a plain number)
+# A size's model config: GPT-2's (124m, 350m, 1.5b) or a Llama-style one (llama-1b).
+size_model() { [[ $1 == llama-* ]] && echo "configs/models/$1.toml" || echo "configs/models/gpt2-$1.toml"; }
+# Its PyTorch baseline at the same architecture: torch_gpt.py (GPT-2) or torch_llama.py.
+size_baseline() {
+  if [[ $1 == llama-* ]]; then
+    echo "${TORCH_LLAMA:-}"
+  else
+    echo "${TORCH_GPT:-}"
+  fi
+}
+# The baseline's shape options from a model config.
+torch_shape() {
+  local m=$1
+  printf -- '--layers %s --hidden %s --heads %s' "$(toml "$m" n_layer)" "$(toml "$m" n_embd)" \
+    "$(toml "$m" n_head)"
+  if grep -q '^mlp = "swiglu"' "$m"; then
+    printf -- ' --kv-heads %s --ffn %s --vocab %s --theta %s' "$(toml "$m" n_kv_head)" \
+      "$(toml "$m" ffn_hidden_size)" "$(toml "$m" vocab_size)" "$(toml "$m" rope_theta)"
+  fi
+}
 # e2e_size SIZE: weft's step, then PyTorch's at the same shape, in this run.
 e2e_size() {
-  local size=$1 B CAP model
+  local size=$1 B CAP model baseline
   case $size in  # batch and time cap per command (the larger models compile and init longer)
     124m) B=32 CAP=120 ;;
     350m) B=16 CAP=120 ;;
     1.5b) B=8 CAP=150 ;;
+    llama-1b) B=8 CAP=150 ;;
     *) log "unknown size $size"; return ;;
   esac
-  model=configs/models/gpt2-$size.toml
+  model=$(size_model "$size")
   if [[ -n "$WEFT_BIN" ]]; then
     e2e "$size" weft "$CAP" env LD_LIBRARY_PATH="$WEFT_LD" "$WEFT_BIN" bench step --device cuda \
       --model "$model" --batch "$B" --seq 1024 --steps 10 --warmup 3 --json --profile \
@@ -420,12 +446,11 @@ e2e_size() {
   else
     log "weft $size: no CLI on this way of building"
   fi
-  if [[ -n "$TORCH_GPT" ]]; then
-    # shellcheck disable=SC2086  # WEFT_TORCH_ARGS is a list of options
-    e2e "$size" pytorch "$CAP" env LD_LIBRARY_PATH="$ORIG_LD" PYTHONUNBUFFERED=1 python3 "$TORCH_GPT" --device cuda \
-      --layers "$(toml "$model" n_layer)" --hidden "$(toml "$model" n_embd)" \
-      --heads "$(toml "$model" n_head)" --batch "$B" --seq 1024 --steps 10 --warmup 3 \
-      ${WEFT_TORCH_ARGS:-}
+  baseline=$(size_baseline "$size")
+  if [[ -n "$baseline" ]]; then
+    # shellcheck disable=SC2086,SC2046  # WEFT_TORCH_ARGS and the shape are lists of options
+    e2e "$size" pytorch "$CAP" env LD_LIBRARY_PATH="$ORIG_LD" PYTHONUNBUFFERED=1 python3 "$baseline" --device cuda \
+      $(torch_shape "$model") --batch "$B" --seq 1024 --steps 10 --warmup 3 ${WEFT_TORCH_ARGS:-}
   fi
 }
 
@@ -435,15 +460,16 @@ e2e_size() {
 # is timed; the timed runs start after they end (prewarm_wait).
 PREWARM_PIDS=()
 prewarm_torch() {
-  [[ -n "$TORCH_GPT" && "${WEFT_TORCH_PREWARM:-1}" == 1 ]] || return
-  local size B model
+  [[ "${WEFT_TORCH_PREWARM:-1}" == 1 ]] || return
+  local size B model baseline
   for size in $SIZES; do
-    case $size in 124m) B=32 ;; 350m) B=16 ;; 1.5b) B=8 ;; *) continue ;; esac
-    model=configs/models/gpt2-$size.toml
-    # shellcheck disable=SC2086
-    LD_LIBRARY_PATH="$ORIG_LD" timeout -k 5 "$(budget 240)" python3 "$TORCH_GPT" --device cuda \
-      --layers "$(toml "$model" n_layer)" --hidden "$(toml "$model" n_embd)" \
-      --heads "$(toml "$model" n_head)" --batch "$B" --seq 1024 --steps 1 --warmup 1 \
+    case $size in 124m) B=32 ;; 350m) B=16 ;; 1.5b | llama-1b) B=8 ;; *) continue ;; esac
+    model=$(size_model "$size")
+    baseline=$(size_baseline "$size")
+    [[ -n "$baseline" ]] || continue
+    # shellcheck disable=SC2086,SC2046
+    LD_LIBRARY_PATH="$ORIG_LD" timeout -k 5 "$(budget 240)" python3 "$baseline" --device cuda \
+      $(torch_shape "$model") --batch "$B" --seq 1024 --steps 1 --warmup 1 \
       ${WEFT_TORCH_ARGS:-} >"$LOGS/prewarm-$size.log" 2>&1 &
     PREWARM_PIDS+=($!)
   done
@@ -460,7 +486,7 @@ prewarm_wait() {
 
 # ---- the run ----
 : >"$OUT/tests.log"
-SIZES=${WEFT_E2E_SIZES-124m 350m 1.5b}  # set and empty: no end-to-end runs
+SIZES=${WEFT_E2E_SIZES-124m 350m 1.5b llama-1b}  # set and empty: no end-to-end runs
 prewarm_torch
 # 2. The kernels, then the communicators at size 1 (launches blocking: an error names its kernel).
 for t in kernels_cuda_test kernels_mixed_cuda_test comm_cuda_test; do

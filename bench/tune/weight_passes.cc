@@ -84,7 +84,7 @@ std::map<std::string, double> step_kernels(int mb, bool shared_weights, std::vec
       const float* in = input_of(l);
       tick("layernorm", [&] { k::layernorm_forward(a.ln1, mean, rstd, in, w, w, N, C); });
       tick("linear GEMMs, forward", [&] { k::matmul_forward(a.qkv, a.ln1, w, w, N, C, 3 * C); });
-      tick("attention", [&] { k::attention_forward(a.atty, a.att, a.qkv, mb, T, C, NH); });
+      tick("attention", [&] { k::attention_forward(a.atty, a.att, a.qkv, mb, T, C, NH, NH); });
       tick("linear GEMMs, forward",
            [&] { k::matmul_forward(a.res, a.atty, w + 3 * C * C, w, N, C, C); });
       tick("residual, GeLU", [&] { k::residual_forward(a.res, a.res, in, int64_t{N} * C); });
@@ -130,7 +130,7 @@ std::map<std::string, double> step_kernels(int mb, bool shared_weights, std::vec
       tick("linear GEMMs, backward", [&] {
         k::matmul_backward(d_a, g + 3 * C * C, g, d_res, a.atty, w + 3 * C * C, N, C, C);
       });
-      tick("attention", [&] { k::attention_backward(d_b, d_a, a.qkv, a.att, mb, T, C, NH); });
+      tick("attention", [&] { k::attention_backward(d_b, d_a, a.qkv, a.att, mb, T, C, NH, NH); });
       tick("linear GEMMs, backward",
            [&] { k::matmul_backward(d_ln, g, g, d_b, a.ln1, w, N, C, 3 * C); });
       tick("layernorm", [&] { k::layernorm_backward(d_res, g, g, d_ln, in, w, mean, rstd, N, C); });

@@ -394,6 +394,39 @@ TEST_F(CheckpointTest, AVersionOneCheckpointLoads) {
   EXPECT_NE(s.message().find("is not the whole"), std::string::npos) << s.message();
 }
 
+// A checkpoint written before the variant keys existed (model/gpt_config.h) has none of them in
+// its metadata: it is GPT-2's, and loads as before. Another variant's config is an error naming the
+// keys that differ; a bad value of a variant key names the field.
+TEST_F(CheckpointTest, ACheckpointWithoutTheVariantKeysLoadsAsGpt2) {
+  const std::string dir = save_step(7);
+  nlohmann::json j = nlohmann::json::parse(read_text(dir + "/metadata.json"));
+  ASSERT_EQ(j["model"]["position"], "learned");
+  for (const char* key : {"position", "rope_theta", "norm", "norm_eps", "mlp", "ffn_hidden_size",
+                          "n_kv_head", "tie_embeddings", "bias"}) {
+    j["model"].erase(key);
+  }
+  std::ofstream(dir + "/metadata.json") << j.dump(1);
+  ASSERT_TRUE(load_fresh(dir, cfg_).ok());
+  EXPECT_TRUE(same_bits(fresh_params_, params_));
+  EXPECT_TRUE(same_bits(fresh_opt_->m(), opt_->m()));
+
+  model::GptConfig rope = cfg_;
+  rope.position = model::Position::Rope;
+  rope.mlp = model::MlpKind::SwiGLU;
+  Status s = load_fresh(dir, rope);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("position learned vs rope"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("mlp gelu vs swiglu"), std::string::npos) << s.message();
+  EXPECT_TRUE(fresh_untouched());
+
+  j["model"]["norm"] = "batchnorm";
+  std::ofstream(dir + "/metadata.json") << j.dump(1);
+  s = load_fresh(dir, cfg_);
+  EXPECT_NE(s.message().find("model.norm=\"batchnorm\" is not one of layernorm, rmsnorm"),
+            std::string::npos)
+      << s.message();
+}
+
 // Rewritten for other layouts (each rank's pieces read by global index, written as that rank
 // would) and back to one process: the same bytes, and every intermediate loads the same values.
 TEST_F(CheckpointTest, ConvertingThroughOtherLayoutsAndBackGivesTheSameBytes) {

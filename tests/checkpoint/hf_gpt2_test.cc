@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors_copy.h"
 #include "data/temp_dir.h"
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/checkpoint/safetensors.h"
@@ -134,7 +135,7 @@ TEST(HfGpt2, ExportThenImportGivesIdenticalParameters) {
   const model::GptConfig cfg = tiny();
   const FlatBuffer params = random_params(cfg, 5);
   const std::string ckpt = save_checkpoint(dir.path("run"), cfg, params);
-  ASSERT_TRUE(export_hf_gpt2(dir.path("run"), dir.path("hf")).ok());
+  ASSERT_TRUE(export_hf(dir.path("run"), dir.path("hf")).ok());
   EXPECT_EQ(files_in(dir.path("hf")), (std::set<std::string>{"config.json", "model.safetensors"}));
 
   // The exported tensors, directly: wte without its padding rows, c_attn transposed.
@@ -154,7 +155,7 @@ TEST(HfGpt2, ExportThenImportGivesIdenticalParameters) {
     for (int o = 0; o < 96; ++o) ASSERT_EQ(w[i * 96 + o], qkv[o * 32 + i]) << i << "," << o;
   }
 
-  auto out = import_hf_gpt2(dir.path("hf"), dir.path("imported"));
+  auto out = import_hf(dir.path("hf"), dir.path("imported"));
   ASSERT_TRUE(out.ok()) << out.status().message();
   EXPECT_EQ(out.value(), dir.path("imported") + "/step_00000000");
   const Metadata md = read_metadata(out.value()).value_or_throw("metadata");
@@ -273,16 +274,9 @@ TEST(HfGpt2, ATensorThatIsNotGpt2OrAnUntiedHeadIsAnError) {
   FlatBuffer params = random_params(cfg, 1);
   ASSERT_TRUE(write_hf_gpt2(dir.path("hf"), cfg, params, std::nullopt).ok());
   // Append tensors by rewriting the file with extra entries.
-  auto st = SafetensorsReader::open(dir.path("hf/model.safetensors")).value_or_throw("open");
-  std::vector<std::vector<float>> data;
-  std::vector<SafetensorsInput> in;
-  for (const auto& t : st.header().tensors) {
-    data.emplace_back(static_cast<size_t>(numel(t.shape)));
-    ASSERT_TRUE(st.read(t, data.back().data()).ok());
-  }
-  for (size_t i = 0; i < data.size(); ++i) {
-    in.push_back({st.header().tensors[i].name, st.header().tensors[i].shape, data[i].data()});
-  }
+  const auto file = test::read_safetensors_copy(dir.path("hf/model.safetensors"));
+  const auto& data = file.data;
+  std::vector<SafetensorsInput> in = file.inputs();
   std::vector<float> head(61 * 32, 0.5f), extra(3, 1.0f);
   in.push_back({"lm_head.weight", {61, 32}, head.data()});
   in.push_back({"transformer.h.0.attn.rotary", {3}, extra.data()});
@@ -301,7 +295,7 @@ TEST(HfGpt2, ATensorThatIsNotGpt2OrAnUntiedHeadIsAnError) {
       << m.status().message();
   // A head equal to wte is the tied one: accepted.
   std::memcpy(head.data(), data[0].data(), head.size() * sizeof(float));
-  ASSERT_EQ(st.header().tensors[0].name, "transformer.wte.weight");
+  ASSERT_EQ(file.tensors[0].name, "transformer.wte.weight");
   ASSERT_TRUE(write_safetensors(dir.path("hf/model.safetensors"), in, {{"format", "pt"}}).ok());
   EXPECT_TRUE(read_hf_gpt2(dir.path("hf")).ok());
 }
@@ -310,8 +304,8 @@ TEST(HfGpt2, ImportRefusesADirectoryThatAlreadyHoldsCheckpoints) {
   TempDir dir;
   const model::GptConfig cfg = tiny();
   save_checkpoint(dir.path("run"), cfg, random_params(cfg, 2));
-  ASSERT_TRUE(export_hf_gpt2(dir.path("run"), dir.path("hf")).ok());
-  auto r = import_hf_gpt2(dir.path("hf"), dir.path("run"));
+  ASSERT_TRUE(export_hf(dir.path("run"), dir.path("hf")).ok());
+  auto r = import_hf(dir.path("hf"), dir.path("run"));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("already holds checkpoints"), std::string::npos);
   EXPECT_EQ(list_checkpoints(dir.path("run")).size(), 1u);
@@ -328,7 +322,7 @@ TEST(HfGpt2, TorchReadsTheExportAsGpt2WithWeftsValuesAndLogits) {
   TempDir dir;
   const model::GptConfig cfg = tiny();
   const std::string ckpt = save_checkpoint(dir.path("run"), cfg, random_params(cfg, 3), "gpt2");
-  ASSERT_TRUE(export_hf_gpt2(ckpt, dir.path("hf")).ok());
+  ASSERT_TRUE(export_hf(ckpt, dir.path("hf")).ok());
   const std::string cmd = python + " " + WEFT_HF_CHECK_SCRIPT + " " + dir.path("hf") + " " + ckpt +
                           " > " + dir.path("log") + " 2>&1";
   const int rc = std::system(cmd.c_str());

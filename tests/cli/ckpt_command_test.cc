@@ -115,5 +115,56 @@ TEST_F(CkptCommandTest, ImportRefusesARunsCheckpointDirectory) {
   EXPECT_EQ(checkpoint::list_checkpoints(tmp_.path("run")).size(), 1u);
 }
 
+// A model with Llama's choices: inspect names them, export-hf writes a LlamaForCausalLM with
+// GPT-2's tokenizer files, and its import samples as the original; a model neither GPT-2 nor Llama
+// is refused, naming why, and nothing is written.
+TEST_F(CkptCommandTest, ALlamaModelExportsAsLlamaForCausalLMAndComesBack) {
+  model::GptConfig c = cfg_;
+  c.name = "tiny-llama";
+  c.vocab_size = 50257;  // GPT-2's tokenizer, written beside the weights
+  c.n_kv_head = 2;
+  c.ffn_hidden_size = 48;
+  c.position = model::Position::Rope;
+  c.norm = model::NormKind::RMSNorm;
+  c.mlp = model::MlpKind::SwiGLU;
+  c.tie_embeddings = false;
+  c.bias = false;
+  const auto layout = model::gpt_param_layout(c);
+  FlatBuffer params(layout.buffer);
+  model::init_params(params, layout, 7);
+  checkpoint::TrainState st;
+  st.step = 3;
+  st.tokenizer = "gpt2";
+  st.tokenizer_identity = "gpt2";
+  ASSERT_TRUE(checkpoint::save(tmp_.path("llama"), c, params, nullptr, st).ok());
+  const Output in = weft("ckpt inspect " + tmp_.path("llama"));
+  EXPECT_EQ(in.rc, 0) << in.text;
+  EXPECT_HAS(in.text,
+             "n_kv_head=2 ffn_hidden_size=48 position=rope rope_theta=10000 "
+             "norm=rmsnorm mlp=swiglu tie_embeddings=false bias=false");
+  const Output e = weft("ckpt export-hf " + tmp_.path("llama") + " " + tmp_.path("hf"));
+  ASSERT_EQ(e.rc, 0) << e.text;
+  EXPECT_HAS(e.text, tmp_.path("hf") + "/config.json (LlamaForCausalLM), with the tokenizer");
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(tmp_.path("hf") + "/" + f)) << f;
+  }
+  const Output i = weft("ckpt import-hf " + tmp_.path("hf") + " " + tmp_.path("imported"));
+  ASSERT_EQ(i.rc, 0) << i.text;
+  EXPECT_HAS(i.text, "tokenizer gpt2");
+  const std::string sample = "generate --prompt 'Hello' --tokens 6 --temperature 0 --threads 1";
+  const Output a = weft(sample + " --checkpoint " + tmp_.path("llama"));
+  const Output b = weft(sample + " --checkpoint " + tmp_.path("imported"));
+  ASSERT_EQ(a.rc, 0) << a.text;
+  EXPECT_EQ(b.text, a.text);
+
+  c.name = "mixed";
+  c.norm = model::NormKind::LayerNorm;
+  ASSERT_TRUE(checkpoint::save(tmp_.path("mixed"), c, params, nullptr, st).ok());
+  const Output m = weft("ckpt export-hf " + tmp_.path("mixed") + " " + tmp_.path("hf-mixed"));
+  EXPECT_EQ(m.rc, 1) << m.text;
+  EXPECT_HAS(m.text, "LlamaForCausalLM cannot hold norm=layernorm (its norms are RMSNorms)");
+  EXPECT_FALSE(std::filesystem::exists(tmp_.path("hf-mixed")));
+}
+
 }  // namespace
 }  // namespace weft

@@ -162,6 +162,28 @@ TEST_P(CpuKernelsMatchTheReference, EmbeddingBackwardAddsIntoPrefilledGradients)
   EXPECT_ADDED(dwpe);
 }
 
+TEST_P(CpuKernelsMatchTheReference, EmbeddingWithoutAPositionTable) {
+  const Shape s = GetParam();
+  const auto tokens = random_tokens(s.N(), std::min(s.V, 7), 90);
+  const Floats wte = random_floats(int64_t{s.V} * s.C, 91);
+  const Floats dout = random_floats(int64_t{s.N()} * s.C, 92);
+  Floats out(static_cast<size_t>(s.N()) * s.C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, s.B, s.T, s.C);
+  for (int n = 0; n < s.N(); ++n) {
+    ASSERT_TRUE(std::equal(out.begin() + int64_t{n} * s.C, out.begin() + int64_t{n + 1} * s.C,
+                           wte.begin() + int64_t{tokens[n]} * s.C))
+        << "row " << n << " is not its token's row";
+  }
+  Grad dwte(int64_t{s.V} * s.C, 93);
+  cpu::embedding_backward(dwte.zero.data(), nullptr, dout.data(), tokens.data(), s.B, s.T, s.C);
+  cpu::embedding_backward(dwte.filled.data(), nullptr, dout.data(), tokens.data(), s.B, s.T, s.C);
+  Doubles ref_dwte = dwte.ref();
+  const Doubles dout_d = to_double(dout);
+  ref::embedding_backward(ref_dwte.data(), nullptr, dout_d.data(), tokens.data(), s.B, s.T, s.C);
+  EXPECT_CLOSE(dwte.zero, ref_dwte);
+  EXPECT_ADDED(dwte);
+}
+
 // ---- layernorm -----------------------------------------------------------------------------
 
 TEST_P(CpuKernelsMatchTheReference, LayerNormForward) {
@@ -216,6 +238,53 @@ TEST_P(CpuKernelsMatchTheReference, LayerNormBackwardAddsIntoPrefilledGradients)
   EXPECT_ADDED(dinp);
   EXPECT_ADDED(dweight);
   EXPECT_ADDED(dbias);
+}
+
+// LayerNorm with another epsilon and no bias (dbias null), and RMSNorm (mean and bias null), the
+// other normalizations of issue 39, against the reference in double; the backward adds as
+// LayerNorm's does.
+TEST_P(CpuKernelsMatchTheReference, LayerNormWithoutBiasAndRmsNormForwardAndBackward) {
+  const Shape s = GetParam();
+  const int N = s.N(), C = s.C;
+  const Floats inp = random_floats(int64_t{N} * C, 94, -0.5f, 1.5f);  // not centred
+  const Floats weight = random_floats(C, 95, 0.5f, 1.5f);
+  const Floats dout = random_floats(int64_t{N} * C, 96);
+  const Doubles inp_d = to_double(inp), w_d = to_double(weight), dout_d = to_double(dout);
+  for (const Norm norm : {Norm{.rms = false, .eps = 1e-3f}, Norm{.rms = true, .eps = 1e-6f},
+                          Norm{.rms = true, .eps = 0.5f}}) {
+    SCOPED_TRACE(std::string(norm.rms ? "RMSNorm" : "LayerNorm without bias") +
+                 " eps=" + std::to_string(norm.eps));
+    Floats out(inp.size()), mean(N, 7.f), rstd(N);
+    float* mean_p = norm.rms ? nullptr : mean.data();
+    cpu::layernorm_forward(out.data(), mean_p, rstd.data(), inp.data(), weight.data(), nullptr, N,
+                           C, norm);
+    Doubles ref_out(out.size()), ref_mean(N), ref_rstd(N);
+    double* ref_mean_p = norm.rms ? nullptr : ref_mean.data();
+    ref::layernorm_forward(ref_out.data(), ref_mean_p, ref_rstd.data(), inp_d.data(), w_d.data(),
+                           nullptr, N, C, norm);
+    EXPECT_CLOSE(out, ref_out);
+    EXPECT_CLOSE(rstd, ref_rstd);
+    if (!norm.rms) {
+      EXPECT_CLOSE(mean, ref_mean);
+    } else {
+      EXPECT_EQ(mean, Floats(N, 7.f)) << "RMSNorm wrote a mean";
+    }
+
+    Grad dinp(int64_t{N} * C, 97), dweight(C, 98);
+    auto backward = [&](Floats& gi, Floats& gw) {
+      cpu::layernorm_backward(gi.data(), gw.data(), nullptr, dout.data(), inp.data(), weight.data(),
+                              mean_p, rstd.data(), N, C, norm);
+    };
+    backward(dinp.zero, dweight.zero);
+    backward(dinp.filled, dweight.filled);
+    Doubles ref_dinp = dinp.ref(), ref_dweight = dweight.ref();
+    ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), nullptr, dout_d.data(),
+                            inp_d.data(), w_d.data(), ref_mean_p, ref_rstd.data(), N, C, norm);
+    EXPECT_CLOSE(dinp.zero, ref_dinp);
+    EXPECT_CLOSE(dweight.zero, ref_dweight);
+    EXPECT_ADDED(dinp);
+    EXPECT_ADDED(dweight);
+  }
 }
 
 // ---- linear --------------------------------------------------------------------------------
@@ -280,45 +349,122 @@ TEST_P(CpuKernelsMatchTheReference, MatmulBackwardWritesDinpAndAddsIntoParameter
 
 // ---- attention -----------------------------------------------------------------------------
 
+// The key/value head counts tried at NH query heads: NH (multi-head), 1 (multi-query) and 2
+// (grouped) where they divide NH.
+std::vector<int> kv_head_counts(int NH) {
+  std::vector<int> out = {NH, 1};
+  if (NH % 2 == 0 && NH != 2) out.push_back(2);
+  return out;
+}
+// qkv's row width under grouped-query attention: q (C) then k and v (NKV heads each).
+int64_t qkv_width(const Shape& s, int NKV) { return s.C + 2 * int64_t{NKV} * (s.C / s.NH); }
+
 TEST_P(CpuKernelsMatchTheReference, AttentionForwardWritesZerosAboveTheDiagonal) {
   const Shape s = GetParam();
   const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 28, -2.f, 2.f);
-  Floats out(static_cast<size_t>(B) * T * C);
-  Floats att = random_floats(int64_t{B} * NH * T * T, 29);  // garbage that must be overwritten
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  Doubles ref_out(out.size()), ref_att(att.size());
-  const Doubles qkv_d = to_double(qkv);
-  ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH);
-  EXPECT_CLOSE(out, ref_out);
-  EXPECT_CLOSE(att, ref_att);
-  EXPECT_LT(max_abs_error(att, ref_att), 1e-6);
-  int64_t nonzero_masked = 0;
-  for (int64_t bh = 0; bh < int64_t{B} * NH; ++bh) {
-    for (int t = 0; t < T; ++t) {
-      for (int j = t + 1; j < T; ++j) nonzero_masked += att[(bh * T + t) * T + j] != 0.f;
+  for (const int NKV : kv_head_counts(NH)) {
+    SCOPED_TRACE("NKV=" + std::to_string(NKV));
+    const Floats qkv = random_floats(int64_t{B} * T * qkv_width(s, NKV), 28, -2.f, 2.f);
+    Floats out(static_cast<size_t>(B) * T * C);
+    Floats att = random_floats(int64_t{B} * NH * T * T, 29);  // garbage that must be overwritten
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
+    Doubles ref_out(out.size()), ref_att(att.size());
+    const Doubles qkv_d = to_double(qkv);
+    ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH, NKV);
+    EXPECT_CLOSE(out, ref_out);
+    EXPECT_CLOSE(att, ref_att);
+    EXPECT_LT(max_abs_error(att, ref_att), 1e-6);
+    int64_t nonzero_masked = 0;
+    for (int64_t bh = 0; bh < int64_t{B} * NH; ++bh) {
+      for (int t = 0; t < T; ++t) {
+        for (int j = t + 1; j < T; ++j) nonzero_masked += att[(bh * T + t) * T + j] != 0.f;
+      }
     }
+    EXPECT_EQ(nonzero_masked, 0);
   }
-  EXPECT_EQ(nonzero_masked, 0);
 }
 
 TEST_P(CpuKernelsMatchTheReference, AttentionBackwardWritesItsGradient) {
   const Shape s = GetParam();
   const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-  const Floats qkv = random_floats(int64_t{B} * T * 3 * C, 30, -2.f, 2.f);
-  const Floats dout = random_floats(int64_t{B} * T * C, 31);
-  Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  Grad dqkv = Grad::written(static_cast<int64_t>(qkv.size()));
-  cpu::attention_backward(dqkv.zero.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  cpu::attention_backward(dqkv.filled.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
-  const Doubles qkv_d = to_double(qkv), dout_d = to_double(dout);
-  Doubles ref_out(out.size()), ref_att(att.size()), ref_dqkv = dqkv.ref();
-  ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH);
-  ref::attention_backward(ref_dqkv.data(), dout_d.data(), qkv_d.data(), ref_att.data(), B, T, C,
-                          NH);
-  EXPECT_CLOSE(dqkv.zero, ref_dqkv);
-  EXPECT_WRITTEN(dqkv);
+  for (const int NKV : kv_head_counts(NH)) {
+    SCOPED_TRACE("NKV=" + std::to_string(NKV));
+    const Floats qkv = random_floats(int64_t{B} * T * qkv_width(s, NKV), 30, -2.f, 2.f);
+    const Floats dout = random_floats(int64_t{B} * T * C, 31);
+    Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
+    cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
+    Grad dqkv = Grad::written(static_cast<int64_t>(qkv.size()));
+    cpu::attention_backward(dqkv.zero.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH,
+                            NKV);
+    cpu::attention_backward(dqkv.filled.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH,
+                            NKV);
+    const Doubles qkv_d = to_double(qkv), dout_d = to_double(dout);
+    Doubles ref_out(out.size()), ref_att(att.size()), ref_dqkv = dqkv.ref();
+    ref::attention_forward(ref_out.data(), ref_att.data(), qkv_d.data(), B, T, C, NH, NKV);
+    ref::attention_backward(ref_dqkv.data(), dout_d.data(), qkv_d.data(), ref_att.data(), B, T, C,
+                            NH, NKV);
+    EXPECT_CLOSE(dqkv.zero, ref_dqkv);
+    EXPECT_WRITTEN(dqkv);
+  }
+}
+
+// ---- rotary position embedding -------------------------------------------------------------
+
+// In place on the q and k heads of rows [B,T,(NH+2*NKV)*HS]: against the reference (double
+// angles, cos and sin not rounded), v untouched bit for bit; the inverse undoes it; and the
+// inverse applied to a gradient is the reference's backward (the gradient rule of an in-place op).
+TEST_P(CpuKernelsMatchTheReference, RopeRotatesQAndKAndItsInverseIsTheBackward) {
+  const Shape s = GetParam();
+  const int B = s.B, T = s.T, NH = s.NH, HS = s.C / s.NH;
+  for (const int NKV : kv_head_counts(NH)) {
+    // GPT-NeoX's and Llama 2's theta with all heads, Llama 3's with fewer key/value heads.
+    const float theta = NKV == NH ? 10000.f : 500000.f;
+    SCOPED_TRACE("NKV=" + std::to_string(NKV) + " theta=" + std::to_string(theta));
+    const int64_t W = qkv_width(s, NKV), size = int64_t{B} * T * W;
+    const Floats x = random_floats(size, 99, -2.f, 2.f);
+    Floats y = x;
+    cpu::rope(y.data(), B, T, NH, NKV, HS, theta, false);
+    Doubles ref_y = to_double(x);
+    ref::rope(ref_y.data(), B, T, NH, NKV, HS, double{theta}, false);
+    EXPECT_CLOSE(y, ref_y);
+    EXPECT_LT(max_abs_error(y, ref_y), 1e-5);  // |x| < 2: a few float ulps
+    for (int64_t n = 0; n < int64_t{B} * T; ++n) {
+      const int64_t v0 = n * W + int64_t{NH + NKV} * HS;
+      ASSERT_TRUE(std::equal(y.begin() + v0, y.begin() + (n + 1) * W, x.begin() + v0))
+          << "row " << n << ": v was rotated";
+    }
+    Floats back = y;
+    cpu::rope(back.data(), B, T, NH, NKV, HS, theta, true);
+    EXPECT_LT(max_abs_error(back, to_double(x)), 1e-5);
+    const Floats dy = random_floats(size, 100);
+    Floats dx = dy;
+    cpu::rope(dx.data(), B, T, NH, NKV, HS, theta, true);
+    Doubles ref_dx = to_double(dy);
+    ref::rope(ref_dx.data(), B, T, NH, NKV, HS, double{theta}, true);
+    EXPECT_CLOSE(dx, ref_dx);
+  }
+}
+
+// ---- SwiGLU --------------------------------------------------------------------------------
+
+TEST_P(CpuKernelsMatchTheReference, SwigluForwardAndBackwardWritesItsGradient) {
+  const Shape s = GetParam();
+  const int N = s.N(), F = s.name == "Odd" ? 45 : 4 * s.C;  // odd; and a GPT's 4C
+  const Floats inp = random_floats(int64_t{N} * 2 * F, 101, -8.f, 8.f);
+  const Floats dout = random_floats(int64_t{N} * F, 102);
+  const Doubles inp_d = to_double(inp), dout_d = to_double(dout);
+  Floats out = random_floats(int64_t{N} * F, 103);  // garbage that must be overwritten
+  cpu::swiglu_forward(out.data(), inp.data(), N, F);
+  Doubles ref_out(out.size());
+  ref::swiglu_forward(ref_out.data(), inp_d.data(), N, F);
+  EXPECT_CLOSE(out, ref_out);
+  Grad dinp = Grad::written(int64_t{N} * 2 * F);
+  cpu::swiglu_backward(dinp.zero.data(), dout.data(), inp.data(), N, F);
+  cpu::swiglu_backward(dinp.filled.data(), dout.data(), inp.data(), N, F);
+  Doubles ref_dinp = dinp.ref();
+  ref::swiglu_backward(ref_dinp.data(), dout_d.data(), inp_d.data(), N, F);
+  EXPECT_CLOSE(dinp.zero, ref_dinp);
+  EXPECT_WRITTEN(dinp);
 }
 
 // ---- elementwise ---------------------------------------------------------------------------
@@ -540,16 +686,33 @@ TEST_F(CpuKernelsAreDeterministic, BackwardKernelsGiveBitIdenticalGradientsOnTwo
   const Floats dout3 = random_floats(int64_t{N} * 3 * C, 64);
   const auto tokens = random_tokens(N, 11, 65);
   Floats out(dout.size()), att(static_cast<size_t>(B) * NH * T * T);
-  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
-  Floats mean(N), rstd(N), ln_out(inp.size());
+  cpu::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
+  // Grouped-query: 2 key/value heads, each summing the gradients of NH / 2 query heads.
+  const Floats gqa = random_floats(int64_t{N} * (C + 4 * (C / NH)), 86, -2.f, 2.f);
+  Floats gqa_att(att.size());
+  cpu::attention_forward(out.data(), gqa_att.data(), gqa.data(), B, T, C, NH, 2);
+  Floats mean(N), rstd(N), rms_rstd(N), ln_out(inp.size());
   cpu::layernorm_forward(ln_out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
                          weight.data() + C, N, C);
+  const Norm rms{.rms = true};
+  cpu::layernorm_forward(ln_out.data(), nullptr, rms_rstd.data(), inp.data(), weight.data(),
+                         nullptr, N, C, rms);
 
   auto run = [&] {
     std::vector<Floats> grads;
     Floats dqkv(qkv.size(), 0.f);
-    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NH);
     grads.push_back(dqkv);
+    Floats dgqa(gqa.size(), 0.f);
+    cpu::attention_backward(dgqa.data(), dout.data(), gqa.data(), gqa_att.data(), B, T, C, NH, 2);
+    grads.push_back(dgqa);
+    Floats rms_dinp(inp.size(), 0.f), rms_dw(C, 0.f);
+    cpu::layernorm_backward(rms_dinp.data(), rms_dw.data(), nullptr, dout.data(), inp.data(),
+                            weight.data(), nullptr, rms_rstd.data(), N, C, rms);
+    grads.insert(grads.end(), {rms_dinp, rms_dw});
+    Floats dswiglu(inp.size(), 0.f);  // [N, 2F] with F = C / 2 (dout's first N F elements)
+    cpu::swiglu_backward(dswiglu.data(), dout.data(), inp.data(), N, C / 2);
+    grads.push_back(dswiglu);
     Floats dinp(inp.size(), 0.f), dw(C, 0.f), db(C, 0.f);
     cpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
                             weight.data(), mean.data(), rstd.data(), N, C);
@@ -659,8 +822,8 @@ TEST_F(CpuKernelsAreDeterministic, ResultsDoNotDependOnBufferAlignment) {
     const size_t nc = inp.size(), n3c = qkv.size(), natt = static_cast<size_t>(B) * NH * T * T;
     float *q = place(qkv), *x = place(inp), *w = place(weight), *dy = place(dout);
     float *out = zeros(nc), *att = zeros(natt), *dq = zeros(n3c);
-    cpu::attention_forward(out, att, q, B, T, C, NH);
-    cpu::attention_backward(dq, dy, q, att, B, T, C, NH);
+    cpu::attention_forward(out, att, q, B, T, C, NH, NH);
+    cpu::attention_backward(dq, dy, q, att, B, T, C, NH, NH);
     results.insert(results.end(), {take(out, nc), take(att, natt), take(dq, n3c)});
 
     float *ln = zeros(nc), *mean = zeros(N), *rstd = zeros(N);

@@ -217,7 +217,7 @@ TEST_F(CudaKernels, LayerNormForwardFusedWithTheResidualAndBackward) {
   BF16* a_d = upload(a);
   BF16* w_d = upload(w);
   fused_residual_layernorm_forward(residual, out, mean, rstd, a_d, upload(b), w_d, upload(bias), N,
-                                   C);
+                                   C, Norm{});
   // The residual is a + b rounded once, exactly as the host rounds.
   std::vector<BF16> want_residual(N * C);
   for (int i = 0; i < N * C; ++i)
@@ -233,7 +233,7 @@ TEST_F(CudaKernels, LayerNormForwardFusedWithTheResidualAndBackward) {
 
   // Plain LayerNorm of the same input gives the same bits.
   BF16* out2 = poisoned<BF16>(N * C);
-  layernorm_forward(out2, mean, rstd, residual, w_d, upload(bias), N, C);
+  layernorm_forward(out2, mean, rstd, residual, w_d, upload(bias), N, C, Norm{});
   const auto o1 = download(out, N * C);
   const auto o2 = download(out2, N * C);
   EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(BF16)), 0);
@@ -245,7 +245,7 @@ TEST_F(CudaKernels, LayerNormForwardFusedWithTheResidualAndBackward) {
   BF16* dx = upload(dx0);
   float* dw = upload(dw0);
   float* db = upload(db0);
-  layernorm_backward(*ctx_, dx, dw, db, upload(dy), residual, w_d, mean, rstd, N, C);
+  layernorm_backward(*ctx_, dx, dw, db, upload(dy), residual, w_d, mean, rstd, N, C, Norm{});
   const Doubles dev_mean = download_wide(mean, N), dev_rstd = download_wide(rstd, N);
   Doubles ref_dx = widen(dx0), ref_dw = widen(dw0), ref_db = widen(db0);
   ref::layernorm_backward(ref_dx.data(), ref_dw.data(), ref_db.data(), widen(dy).data(),
@@ -254,6 +254,125 @@ TEST_F(CudaKernels, LayerNormForwardFusedWithTheResidualAndBackward) {
   EXPECT_CLOSE(download_wide(dx, N * C), ref_dx, kTol16);
   EXPECT_CLOSE(download_wide(dw, C), ref_dw, kTolF32);
   EXPECT_CLOSE(download_wide(db, C), ref_db, kTolF32);
+}
+
+TEST_F(CudaKernels, EmbeddingWithoutAPositionTable) {
+  const int B = 3, T = 67, C = 80, V = 13;
+  const auto tokens = random_tokens(B * T, V);
+  const auto wte = round16(random(V * C));
+  BF16* out = poisoned<BF16>(B * T * C);
+  embedding_forward(out, upload(tokens), upload(wte), nullptr, B, T, C);
+  const auto got = download(out, B * T * C);
+  for (int n = 0; n < B * T; ++n) {
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(got[n * C + c].bits, wte[tokens[n] * C + c].bits) << "row " << n;
+    }
+  }
+  const auto dout = round16(random(B * T * C));
+  const Floats dwte0 = random(V * C);
+  float* dwte = upload(dwte0);
+  embedding_backward(*ctx_, dwte, nullptr, upload(dout), tokens.data(), B, T, C);
+  Doubles ref_dwte = widen(dwte0);
+  ref::embedding_backward(ref_dwte.data(), nullptr, widen(dout).data(), tokens.data(), B, T, C);
+  EXPECT_CLOSE(download_wide(dwte, V * C), ref_dwte, kTolF32);
+}
+
+// RMSNorm and LayerNorm without bias at another epsilon: forward (plain and fused with the
+// residual add) and backward, on both backward paths: the fused kernel (C a multiple of 8) and
+// the dinp kernel + column sums (C odd).
+TEST_F(CudaKernels, RmsNormAndBiasFreeLayerNormForwardAndBackward) {
+  const int N = 131;
+  for (const int C : {776, 77}) {
+    for (const Norm norm : {Norm{.rms = true, .eps = 1e-6f}, Norm{.rms = false, .eps = 1e-3f}}) {
+      SCOPED_TRACE(::testing::Message() << "C=" << C << (norm.rms ? " RMSNorm" : " LayerNorm"));
+      const auto x = round16(random(N * C, -1.f, 2.f));
+      const auto w = round16(random(C, 0.5f, 1.5f));
+      BF16* x_d = upload(x);
+      BF16* w_d = upload(w);
+      BF16* out = poisoned<BF16>(N * C);
+      float* mean = norm.rms ? nullptr : poisoned<float>(N);
+      float* rstd = poisoned<float>(N);
+      layernorm_forward(out, mean, rstd, x_d, w_d, nullptr, N, C, norm);
+      Doubles ref_out(N * C), ref_mean(N), ref_rstd(N);
+      double* ref_mean_p = norm.rms ? nullptr : ref_mean.data();
+      ref::layernorm_forward(ref_out.data(), ref_mean_p, ref_rstd.data(), widen(x).data(),
+                             widen(w).data(), nullptr, N, C, norm);
+      EXPECT_CLOSE(download_wide(out, N * C), ref_out, kTol16);
+      EXPECT_CLOSE(download_wide(rstd, N), ref_rstd, kTolF32);
+      if (!norm.rms) {
+        EXPECT_CLOSE(download_wide(mean, N), ref_mean, kTolF32);
+      }
+
+      // Fused with a residual add of zeros: the same bits as the plain forward.
+      BF16* residual = poisoned<BF16>(N * C);
+      BF16* fused = poisoned<BF16>(N * C);
+      float* fused_rstd = poisoned<float>(N);
+      fused_residual_layernorm_forward(residual, fused, norm.rms ? nullptr : poisoned<float>(N),
+                                       fused_rstd, x_d, upload(std::vector<BF16>(N * C)), w_d,
+                                       nullptr, N, C, norm);
+      const auto o1 = download(out, N * C), o2 = download(fused, N * C);
+      EXPECT_EQ(std::memcmp(o1.data(), o2.data(), o1.size() * sizeof(BF16)), 0);
+      EXPECT_EQ(download(fused_rstd, N), download(rstd, N));
+
+      const auto dy = round16(random(N * C));
+      const auto dx0 = round16(random(N * C));
+      const Floats dw0 = random(C);
+      BF16* dx = upload(dx0);
+      float* dw = upload(dw0);
+      layernorm_backward(*ctx_, dx, dw, nullptr, upload(dy), x_d, w_d, mean, rstd, N, C, norm);
+      const Doubles dev_mean = norm.rms ? Doubles() : download_wide(mean, N);
+      const Doubles dev_rstd = download_wide(rstd, N);
+      Doubles ref_dx = widen(dx0), ref_dw = widen(dw0);
+      ref::layernorm_backward(ref_dx.data(), ref_dw.data(), nullptr, widen(dy).data(),
+                              widen(x).data(), widen(w).data(),
+                              norm.rms ? nullptr : dev_mean.data(), dev_rstd.data(), N, C, norm);
+      EXPECT_CLOSE(download_wide(dx, N * C), ref_dx, kTol16);
+      EXPECT_CLOSE(download_wide(dw, C), ref_dw, kTolF32);
+    }
+  }
+}
+
+TEST_F(CudaKernels, SwigluForwardAndBackward) {
+  const int N = 131, F = 77;
+  const auto inp = round16(random(N * 2 * F, -6.f, 6.f));
+  const auto dy = round16(random(N * F));
+  BF16* inp_d = upload(inp);
+  BF16* out = poisoned<BF16>(N * F);
+  swiglu_forward(out, inp_d, N, F);
+  Doubles ref_out(N * F);
+  ref::swiglu_forward(ref_out.data(), widen(inp).data(), N, F);
+  EXPECT_CLOSE(download_wide(out, N * F), ref_out, kTol16);
+  BF16* dinp = poisoned<BF16>(N * 2 * F);
+  swiglu_backward(dinp, upload(dy), inp_d, N, F);
+  Doubles ref_dinp(N * 2 * F);
+  ref::swiglu_backward(ref_dinp.data(), widen(dy).data(), widen(inp).data(), N, F);
+  EXPECT_CLOSE(download_wide(dinp, N * 2 * F), ref_dinp, kTol16);
+}
+
+// In place on q and k, v untouched; the inverse undoes it and is the reference's backward. B = 5
+// spans two blocks of rows; T = 67 positions.
+TEST_F(CudaKernels, RopeRotatesQAndKAndItsInverseIsTheBackward) {
+  const int B = 5, T = 67, NH = 4, NKV = 2, HS = 128;
+  const int W = (NH + 2 * NKV) * HS, QK = (NH + NKV) * HS;
+  const int64_t n = static_cast<int64_t>(B) * T * W;
+  const auto x = round16(random(n, -2.f, 2.f));
+  BF16* y = upload(x);
+  rope(y, B, T, NH, NKV, HS, 10000.f, false);
+  Doubles ref_y = widen(x);
+  ref::rope(ref_y.data(), B, T, NH, NKV, HS, 10000.0, false);
+  const auto got = download(y, n);
+  EXPECT_CLOSE(columns(widen(got), B * T, W, 0, QK), columns(ref_y, B * T, W, 0, QK), kTol16);
+  for (int64_t r = 0; r < int64_t{B} * T; ++r) {
+    for (int c = QK; c < W; ++c) ASSERT_EQ(got[r * W + c].bits, x[r * W + c].bits) << "v rotated";
+  }
+  rope(y, B, T, NH, NKV, HS, 10000.f, true);
+  EXPECT_CLOSE(download_wide(y, n), widen(x), kTol16);
+  const auto dy = round16(random(n));
+  BF16* dx = upload(dy);
+  rope(dx, B, T, NH, NKV, HS, 10000.f, true);
+  Doubles ref_dx = widen(dy);
+  ref::rope(ref_dx.data(), B, T, NH, NKV, HS, 10000.0, true);
+  EXPECT_CLOSE(download_wide(dx, n), ref_dx, kTol16);
 }
 
 struct LinearShape {
@@ -332,35 +451,42 @@ TEST_F(CudaKernels, ResidualAddRoundsOnce) {
 }
 
 struct AttentionShape {
-  int B, T, NH, HS;
+  int B, T, NH, HS, NKV;
+  int C() const { return NH * HS; }
+  int W() const { return (NH + 2 * NKV) * HS; }  // qkv's row width
 };
-// One partial tile (T=67), several tiles with a partial last one (T=300), both head sizes.
-constexpr AttentionShape kAttentionShapes[] = {{2, 67, 2, 64}, {2, 300, 2, 64}, {1, 300, 2, 128}};
+// One partial tile (T=67), several tiles with a partial last one (T=300), both head sizes;
+// grouped-query: 2 and 4 query heads per key/value head, and multi-query.
+constexpr AttentionShape kAttentionShapes[] = {{2, 67, 2, 64, 2},
+                                               {2, 300, 2, 64, 2},
+                                               {1, 300, 2, 128, 2},
+                                               {2, 300, 4, 64, 2},
+                                               {1, 67, 4, 128, 1}};
 
 TEST_F(CudaKernels, FlashAttentionForwardMatchesReference) {
   for (const AttentionShape s : kAttentionShapes) {
-    SCOPED_TRACE(::testing::Message()
-                 << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " HS=" << s.HS);
-    const int C = s.NH * s.HS;
-    const auto qkv = round16(random(s.B * s.T * 3 * C, -2.f, 2.f));
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
+                                      << " HS=" << s.HS << " NKV=" << s.NKV);
+    const int C = s.C(), W = s.W();
+    const auto qkv = round16(random(s.B * s.T * W, -2.f, 2.f));
     BF16* out = poisoned<BF16>(s.B * s.T * C);
     float* lse = poisoned<float>(s.B * s.NH * s.T);
-    flash_attention_forward(out, lse, upload(qkv), s.B, s.T, C, s.NH);
+    flash_attention_forward(out, lse, upload(qkv), s.B, s.T, C, s.NH, s.NKV);
     Doubles ref_out(s.B * s.T * C), att(static_cast<size_t>(s.B) * s.NH * s.T * s.T);
     const Doubles q = widen(qkv);
-    ref::attention_forward(ref_out.data(), att.data(), q.data(), s.B, s.T, C, s.NH);
+    ref::attention_forward(ref_out.data(), att.data(), q.data(), s.B, s.T, C, s.NH, s.NKV);
     EXPECT_CLOSE(download_wide(out, s.B * s.T * C), ref_out, kTol16);
-    // lse[b,h,t] = log sum_j<=t exp(q_t . k_j / sqrt(HS))
+    // lse[b,h,t] = log sum_j<=t exp(q_t . k_j / sqrt(HS)), k of h's key/value head
     Doubles ref_lse(s.B * s.NH * s.T);
     const double scale = 1.0 / std::sqrt(static_cast<double>(s.HS));
     for (int b = 0; b < s.B; ++b) {
       for (int h = 0; h < s.NH; ++h) {
+        const int g = h / (s.NH / s.NKV);
         for (int t = 0; t < s.T; ++t) {
           double sum = 0.0;
-          const double* qt = q.data() + (static_cast<int64_t>(b) * s.T + t) * 3 * C + h * s.HS;
+          const double* qt = q.data() + (static_cast<int64_t>(b) * s.T + t) * W + h * s.HS;
           for (int j = 0; j <= t; ++j) {
-            const double* kj =
-                q.data() + (static_cast<int64_t>(b) * s.T + j) * 3 * C + C + h * s.HS;
+            const double* kj = q.data() + (static_cast<int64_t>(b) * s.T + j) * W + C + g * s.HS;
             double dot = 0.0;
             for (int d = 0; d < s.HS; ++d) dot += qt[d] * kj[d];
             sum += std::exp(dot * scale);
@@ -375,36 +501,38 @@ TEST_F(CudaKernels, FlashAttentionForwardMatchesReference) {
 
 TEST_F(CudaKernels, FlashAttentionBackwardMatchesReferenceAndRepeats) {
   for (const AttentionShape s : kAttentionShapes) {
-    SCOPED_TRACE(::testing::Message()
-                 << "B=" << s.B << " T=" << s.T << " NH=" << s.NH << " HS=" << s.HS);
-    const int C = s.NH * s.HS;
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
+                                      << " HS=" << s.HS << " NKV=" << s.NKV);
+    const int C = s.C(), W = s.W(), KV = s.NKV * s.HS;
     const int64_t rows = static_cast<int64_t>(s.B) * s.T;
-    const auto qkv = round16(random(rows * 3 * C, -2.f, 2.f));
+    const auto qkv = round16(random(rows * W, -2.f, 2.f));
     const auto dy = round16(random(rows * C));
     BF16* qkv_d = upload(qkv);
     BF16* dy_d = upload(dy);
     BF16* out = poisoned<BF16>(rows * C);
     float* lse = poisoned<float>(s.B * s.NH * s.T);
-    flash_attention_forward(out, lse, qkv_d, s.B, s.T, C, s.NH);
-    BF16* dqkv = poisoned<BF16>(rows * 3 * C);
-    flash_attention_backward(*ctx_, dqkv, dy_d, qkv_d, out, lse, s.B, s.T, C, s.NH);
+    flash_attention_forward(out, lse, qkv_d, s.B, s.T, C, s.NH, s.NKV);
+    BF16* dqkv = poisoned<BF16>(rows * W);
+    flash_attention_backward(*ctx_, dqkv, dy_d, qkv_d, out, lse, s.B, s.T, C, s.NH, s.NKV);
 
     Doubles ref_out(rows * C), att(static_cast<size_t>(s.B) * s.NH * s.T * s.T);
-    ref::attention_forward(ref_out.data(), att.data(), widen(qkv).data(), s.B, s.T, C, s.NH);
-    Doubles ref_dqkv(rows * 3 * C, 0.0);
+    ref::attention_forward(ref_out.data(), att.data(), widen(qkv).data(), s.B, s.T, C, s.NH, s.NKV);
+    Doubles ref_dqkv(rows * W, 0.0);
     ref::attention_backward(ref_dqkv.data(), widen(dy).data(), widen(qkv).data(), att.data(), s.B,
-                            s.T, C, s.NH);
-    const auto got = download(dqkv, rows * 3 * C);
+                            s.T, C, s.NH, s.NKV);
+    const auto got = download(dqkv, rows * W);
     const Doubles wide = widen(got);
-    for (const int part : {0, 1, 2}) {  // dq, dk, dv separately: each has its own kernel path
-      EXPECT_CLOSE(columns(wide, rows, 3 * C, part * C, C),
-                   columns(ref_dqkv, rows, 3 * C, part * C, C), kTol16)
+    // dq, dk, dv separately: each has its own kernel path (dk and dv sum a group's heads).
+    const int64_t from[] = {0, C, C + KV}, width[] = {C, KV, KV};
+    for (const int part : {0, 1, 2}) {
+      EXPECT_CLOSE(columns(wide, rows, W, from[part], width[part]),
+                   columns(ref_dqkv, rows, W, from[part], width[part]), kTol16)
           << "part "
           << "qkv"[part];
     }
-    BF16* again = poisoned<BF16>(rows * 3 * C);
-    flash_attention_backward(*ctx_, again, dy_d, qkv_d, out, lse, s.B, s.T, C, s.NH);
-    const auto repeat = download(again, rows * 3 * C);
+    BF16* again = poisoned<BF16>(rows * W);
+    flash_attention_backward(*ctx_, again, dy_d, qkv_d, out, lse, s.B, s.T, C, s.NH, s.NKV);
+    const auto repeat = download(again, rows * W);
     EXPECT_EQ(std::memcmp(repeat.data(), got.data(), got.size() * sizeof(BF16)), 0)
         << "not deterministic";
   }

@@ -172,6 +172,33 @@ class MixedCuda : public ::testing::Test {
     return result << "; relative L2 " << rel << " (allowed " << kTol16 << ")";
   }
 
+  // Attention forward and backward of qkv[B,T,C+2*NKV*HS] on both; the backward reads the host
+  // forward's out and lse on both (the same bits).
+  void check_attention(int B, int T, int C, int NH, int NKV) {
+    SCOPED_TRACE(::testing::Message()
+                 << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH << " NKV=" << NKV);
+    const int64_t W = C + 2 * int64_t{NKV} * (C / NH);
+    const Both<BF16> qkv = put(random16(int64_t{B} * T * W, -2.f, 2.f));
+    const Both<BF16> out = poisoned<BF16>(int64_t{B} * T * C);
+    const Both<float> lse = poisoned<float>(int64_t{B} * NH * T);
+    weft::test::act_op(&kernels::Backend::attention_forward, *host_, out.host, lse.host, qkv.host,
+                       B, T, C, NH, NKV);
+    weft::test::act_op(&kernels::Backend::attention_forward, *gpu_, out.gpu, lse.gpu, qkv.gpu, B, T,
+                       C, NH, NKV);
+    EXPECT_LE(error(out), kTolFlash) << "out";
+    EXPECT_LE(error(lse), kTolF32) << "lse";
+
+    const Both<BF16> out_ref = put(get(*host_, out.host, out.n));
+    const Both<float> lse_ref = put(get(*host_, lse.host, lse.n));
+    const Both<BF16> dout = put(random16(int64_t{B} * T * C));
+    const Both<BF16> dqkv = poisoned<BF16>(int64_t{B} * T * W);
+    weft::test::act_op(&kernels::Backend::attention_backward, *host_, dqkv.host, dout.host,
+                       qkv.host, out_ref.host, lse_ref.host, B, T, C, NH, NKV);
+    weft::test::act_op(&kernels::Backend::attention_backward, *gpu_, dqkv.gpu, dout.gpu, qkv.gpu,
+                       out_ref.gpu, lse_ref.gpu, B, T, C, NH, NKV);
+    EXPECT_LE(error(dqkv), kTolFlash) << "dqkv";
+  }
+
   uint32_t seed_ = 0;
   uint64_t draws_ = 0;
   std::unique_ptr<::testing::ScopedTrace> trace_;
@@ -259,9 +286,9 @@ TEST_F(MixedCuda, LayerNormForwardAgrees) {
     const Both<BF16> out = poisoned<BF16>(N * C);
     const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
     weft::test::act_op(&kernels::Backend::layernorm_forward, *host_, out.host, mean.host, rstd.host,
-                       inp.host, weight.host, bias.host, N, C);
+                       inp.host, weight.host, bias.host, N, C, Norm{});
     weft::test::act_op(&kernels::Backend::layernorm_forward, *gpu_, out.gpu, mean.gpu, rstd.gpu,
-                       inp.gpu, weight.gpu, bias.gpu, N, C);
+                       inp.gpu, weight.gpu, bias.gpu, N, C, Norm{});
     EXPECT_BF16_AGREE(out);
     EXPECT_AGREE(mean, kTolF32);
     EXPECT_AGREE(rstd, kTolF32);
@@ -275,9 +302,10 @@ TEST_F(MixedCuda, FusedResidualLayerNormForwardAgrees) {
   const Both<BF16> residual = poisoned<BF16>(N * C), out = poisoned<BF16>(N * C);
   const Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
   weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *host_, residual.host,
-                     out.host, mean.host, rstd.host, a.host, b.host, weight.host, bias.host, N, C);
+                     out.host, mean.host, rstd.host, a.host, b.host, weight.host, bias.host, N, C,
+                     Norm{});
   weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *gpu_, residual.gpu,
-                     out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu, weight.gpu, bias.gpu, N, C);
+                     out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu, weight.gpu, bias.gpu, N, C, Norm{});
   // a + b rounded once: the same bits on both.
   EXPECT_EQ(error(residual), 0.0);
   EXPECT_BF16_AGREE(out);
@@ -293,7 +321,7 @@ TEST_F(MixedCuda, LayerNormBackwardAddsAlike) {
   Both<BF16> out = poisoned<BF16>(N * C);
   Both<float> mean = poisoned<float>(N), rstd = poisoned<float>(N);
   weft::test::act_op(&kernels::Backend::layernorm_forward, *host_, out.host, mean.host, rstd.host,
-                     inp.host, weight.host, bias.host, N, C);
+                     inp.host, weight.host, bias.host, N, C, Norm{});
   mean = put(get(*host_, mean.host, N));
   rstd = put(get(*host_, rstd.host, N));
 
@@ -301,12 +329,116 @@ TEST_F(MixedCuda, LayerNormBackwardAddsAlike) {
   const Both<BF16> dinp = put(random16(N * C));  // the residual stream's gradient, added into
   const Both<float> dweight = put(random(C)), dbias = put(random(C));
   weft::test::act_op(&kernels::Backend::layernorm_backward, *host_, dinp.host, dweight.host,
-                     dbias.host, dout.host, inp.host, weight.host, mean.host, rstd.host, N, C);
+                     dbias.host, dout.host, inp.host, weight.host, mean.host, rstd.host, N, C,
+                     Norm{});
   weft::test::act_op(&kernels::Backend::layernorm_backward, *gpu_, dinp.gpu, dweight.gpu, dbias.gpu,
-                     dout.gpu, inp.gpu, weight.gpu, mean.gpu, rstd.gpu, N, C);
+                     dout.gpu, inp.gpu, weight.gpu, mean.gpu, rstd.gpu, N, C, Norm{});
   EXPECT_BF16_AGREE(dinp);
   EXPECT_AGREE(dweight, kTolF32);
   EXPECT_AGREE(dbias, kTolF32);
+}
+
+// RMSNorm and LayerNorm without bias at another epsilon, plain and fused forward and backward,
+// with C = 77 (the backward's two-kernel path) and 768 (its fused kernel). The backward reads the
+// host forward's statistics on both, as LayerNormBackwardAddsAlike.
+TEST_F(MixedCuda, RmsNormAndBiasFreeLayerNormAgree) {
+  const int N = 131;
+  for (const int C : {77, 768}) {
+    for (const Norm norm : {Norm{.rms = true, .eps = 1e-6f}, Norm{.rms = false, .eps = 1e-3f}}) {
+      SCOPED_TRACE("C=" + std::to_string(C) + (norm.rms ? " RMSNorm" : " LayerNorm without bias"));
+      const Both<BF16> a = put(random16(N * C, -2.f, 3.f)), b = put(random16(N * C));
+      const Both<BF16> weight = put(random16(C, 0.5f, 1.5f));
+      const Both<BF16> residual = poisoned<BF16>(N * C), out = poisoned<BF16>(N * C);
+      Both<float> mean = norm.rms ? Both<float>{} : poisoned<float>(N);
+      Both<float> rstd = poisoned<float>(N);
+      weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *host_, residual.host,
+                         out.host, mean.host, rstd.host, a.host, b.host, weight.host, nullptr, N, C,
+                         norm);
+      weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *gpu_, residual.gpu,
+                         out.gpu, mean.gpu, rstd.gpu, a.gpu, b.gpu, weight.gpu, nullptr, N, C,
+                         norm);
+      EXPECT_EQ(error(residual), 0.0);
+      EXPECT_BF16_AGREE(out);
+      EXPECT_AGREE(rstd, kTolF32);
+      if (!norm.rms) {
+        EXPECT_AGREE(mean, kTolF32);
+      }
+      const Both<BF16> plain = poisoned<BF16>(N * C);
+      weft::test::act_op(&kernels::Backend::layernorm_forward, *gpu_, plain.gpu, mean.gpu, rstd.gpu,
+                         residual.gpu, weight.gpu, nullptr, N, C, norm);
+      const Bf16s fused_bits = get(*gpu_, out.gpu, out.n),
+                  plain_bits = get(*gpu_, plain.gpu, plain.n);
+      for (int64_t i = 0; i < out.n; ++i) ASSERT_EQ(fused_bits[i].bits, plain_bits[i].bits) << i;
+
+      rstd = put(get(*host_, rstd.host, N));
+      if (!norm.rms) mean = put(get(*host_, mean.host, N));
+      const Both<BF16> dout = put(random16(N * C));
+      const Both<BF16> dinp = put(random16(N * C));
+      const Both<float> dweight = put(random(C));
+      weft::test::act_op(&kernels::Backend::layernorm_backward, *host_, dinp.host, dweight.host,
+                         nullptr, dout.host, residual.host, weight.host, mean.host, rstd.host, N, C,
+                         norm);
+      weft::test::act_op(&kernels::Backend::layernorm_backward, *gpu_, dinp.gpu, dweight.gpu,
+                         nullptr, dout.gpu, residual.gpu, weight.gpu, mean.gpu, rstd.gpu, N, C,
+                         norm);
+      EXPECT_BF16_AGREE(dinp);
+      EXPECT_AGREE(dweight, kTolF32);
+    }
+  }
+}
+
+// SwiGLU and RoPE: element-wise, and the host twin evaluates the kernels' expressions in their
+// order with their fmas written out (cpu/host_bf16.cc), so the two differ only where the GPU's
+// expf differs from the host's (SwiGLU) or its double sincos from glibc's by enough to change a
+// float (RoPE: not expected at all).
+TEST_F(MixedCuda, SwigluForwardAndBackwardAgree) {
+  const int N = 131, F = 1001;
+  const Both<BF16> inp = put(random16(int64_t{N} * 2 * F, -8.f, 8.f));
+  const Both<BF16> out = poisoned<BF16>(int64_t{N} * F);
+  weft::test::act_op(&kernels::Backend::swiglu_forward, *host_, out.host, inp.host, N, F);
+  weft::test::act_op(&kernels::Backend::swiglu_forward, *gpu_, out.gpu, inp.gpu, N, F);
+  EXPECT_BF16_AGREE(out);
+  const Both<BF16> dout = put(random16(int64_t{N} * F));
+  const Both<BF16> dinp = poisoned<BF16>(int64_t{N} * 2 * F);
+  weft::test::act_op(&kernels::Backend::swiglu_backward, *host_, dinp.host, dout.host, inp.host, N,
+                     F);
+  weft::test::act_op(&kernels::Backend::swiglu_backward, *gpu_, dinp.gpu, dout.gpu, inp.gpu, N, F);
+  EXPECT_BF16_AGREE(dinp);
+}
+
+TEST_F(MixedCuda, RopeForwardAndInverseAgree) {
+  // T = 1000: angles up to 999 rad, where the double angle's rounding matters most.
+  const int B = 3, T = 1000, NH = 4, NKV = 2, HS = 64;
+  const int64_t n = int64_t{B} * T * (NH + 2 * NKV) * HS;
+  for (const bool inverse : {false, true}) {
+    SCOPED_TRACE(inverse ? "inverse" : "forward");
+    const Both<BF16> qkv = put(random16(n, -2.f, 2.f));
+    weft::test::act_op(&kernels::Backend::rope, *host_, qkv.host, B, T, NH, NKV, HS, 10000.f,
+                       inverse);
+    weft::test::act_op(&kernels::Backend::rope, *gpu_, qkv.gpu, B, T, NH, NKV, HS, 10000.f,
+                       inverse);
+    EXPECT_BF16_AGREE(qkv);
+  }
+}
+
+TEST_F(MixedCuda, EmbeddingWithoutAPositionTableAgrees) {
+  const int B = 3, T = 67, C = 77, V = 13;
+  const std::vector<int32_t> token_values = random_tokens(B * T, V);
+  const Both<int32_t> tokens = put(token_values);
+  const Both<BF16> wte = put(random16(V * C));
+  const Both<BF16> out = poisoned<BF16>(B * T * C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *host_, out.host, tokens.host, wte.host,
+                     nullptr, B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *gpu_, out.gpu, tokens.gpu, wte.gpu,
+                     nullptr, B, T, C);
+  EXPECT_EQ(error(out), 0.0);  // copies of wte's rows on both
+  const Both<BF16> dout = put(random16(B * T * C));
+  const Both<float> dwte = put(random(V * C));
+  weft::test::act_op(&kernels::Backend::embedding_backward, *host_, dwte.host, nullptr, dout.host,
+                     token_values.data(), B, T, C);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *gpu_, dwte.gpu, nullptr, dout.gpu,
+                     token_values.data(), B, T, C);
+  EXPECT_AGREE(dwte, kTolF32);
 }
 
 TEST_F(MixedCuda, LinearForwardAgreesWithAndWithoutBiasAndGelu) {
@@ -373,27 +505,14 @@ TEST_F(MixedCuda, AttentionForwardAndBackwardAgree) {
   EXPECT_FALSE(gpu_->attention_supports(96, 3));  // HS = 32: no flash kernel for it
   for (const int T : {67, 300}) {
     SCOPED_TRACE("T=" + std::to_string(T));
-    const Both<BF16> qkv = put(random16(int64_t{B} * T * 3 * C, -2.f, 2.f));
-    const Both<BF16> out = poisoned<BF16>(int64_t{B} * T * C);
-    const Both<float> lse = poisoned<float>(int64_t{B} * NH * T);
-    weft::test::act_op(&kernels::Backend::attention_forward, *host_, out.host, lse.host, qkv.host,
-                       B, T, C, NH);
-    weft::test::act_op(&kernels::Backend::attention_forward, *gpu_, out.gpu, lse.gpu, qkv.gpu, B, T,
-                       C, NH);
-    EXPECT_AGREE(out, kTolFlash);
-    EXPECT_AGREE(lse, kTolF32);
-
-    // The backward reads the forward's out and lse: give both the host's, the same bits.
-    const Both<BF16> out_ref = put(get(*host_, out.host, out.n));
-    const Both<float> lse_ref = put(get(*host_, lse.host, lse.n));
-    const Both<BF16> dout = put(random16(int64_t{B} * T * C));
-    const Both<BF16> dqkv = poisoned<BF16>(int64_t{B} * T * 3 * C);
-    weft::test::act_op(&kernels::Backend::attention_backward, *host_, dqkv.host, dout.host,
-                       qkv.host, out_ref.host, lse_ref.host, B, T, C, NH);
-    weft::test::act_op(&kernels::Backend::attention_backward, *gpu_, dqkv.gpu, dout.gpu, qkv.gpu,
-                       out_ref.gpu, lse_ref.gpu, B, T, C, NH);
-    EXPECT_AGREE(dqkv, kTolFlash);
+    check_attention(B, T, C, NH, NH);
   }
+}
+
+// Grouped-query: 4 query heads on 2 and on 1 key/value heads, HS = 64 and 128.
+TEST_F(MixedCuda, GroupedQueryAttentionForwardAndBackwardAgree) {
+  check_attention(2, 300, 256, 4, 2);
+  check_attention(1, 67, 512, 4, 1);
 }
 
 TEST_F(MixedCuda, SoftmaxCrossEntropyAgreesOverAPaddedVocabulary) {

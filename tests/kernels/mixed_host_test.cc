@@ -8,7 +8,9 @@
 // poisoned with NaN before each call, so an element an op forgets fails; "+=" gradients start from
 // random values. Also the exact properties the GPU kernels promise: the fused residual is the
 // rounded sum and normalizes that, the cross-entropy gradient is exactly 0 in the padding and in
-// ignored rows, and the bf16 weight copy is the rounded master weight.
+// ignored rows, and the bf16 weight copy is the rounded master weight. Issue 39's ops (RMSNorm,
+// LayerNorm without bias, grouped-query attention, RoPE, SwiGLU, the embedding without wpe) are
+// held to the same bounds, which they meet with room (each test's measured figures are beside it).
 
 #include "support/backend_ops.h"
 #include "support/bf16_ulp.h"
@@ -20,10 +22,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -97,6 +101,24 @@ Doubles to_double(const Bf16s& x) {
 
 Doubles to_double(const Floats& x) { return Doubles(x.begin(), x.end()); }
 
+// The elements whose reference is at least 2^-10 of the largest in magnitude. An output that sums
+// many fp32 terms may cancel to nearly 0, where the fp32 rounding leaves none of its bf16 digits:
+// attention's output element -7.6e-9 against the reference's -1.07e-8, among values of about
+// 0.3 (B=2 T=37 C=64 NH=4 NKV=2), is 54 ulps off in the release build and 12856 in the debug one
+// (no fmas), and one such element sets the mean the ulp check holds to 4e-3. Those elements are
+// left to the relative L2 bound (kBf16Tol); the ulp check takes the rest.
+std::pair<Bf16s, Doubles> uncancelled(const Bf16s& actual, const Doubles& reference) {
+  double largest = 0.0;
+  for (const double r : reference) largest = std::max(largest, std::abs(r));
+  std::pair<Bf16s, Doubles> kept;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    if (std::abs(reference[i]) < largest * 0x1p-10) continue;
+    kept.first.push_back(actual[i]);
+    kept.second.push_back(reference[i]);
+  }
+  return kept;
+}
+
 bool same_bits(const Bf16s& a, const Bf16s& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -110,6 +132,14 @@ bool same_bits(const Bf16s& a, const Bf16s& b) {
 // actual (bf16) against `reference` (double) rounded to bf16 where the emulation rounds.
 #define EXPECT_BF16_ULPS(actual, reference) \
   EXPECT_TRUE(bf16_ulps_within((actual), (reference), kSameRounding)) << #actual " vs reference"
+// EXPECT_BF16_ULPS that also prints the counts ("[ ulps ]" lines): the figures the measured
+// comments below come from.
+#define EXPECT_BF16_ULPS_PRINTED(actual, reference)                                                \
+  do {                                                                                             \
+    std::cout << "[ ulps     ] " << #actual << ": " << test::bf16_ulp_stats((actual), (reference)) \
+              << "\n";                                                                             \
+    EXPECT_BF16_ULPS(actual, reference);                                                           \
+  } while (0)
 #define EXPECT_F32_CLOSE(actual, reference) \
   EXPECT_LT(rel_error((actual), (reference)), kF32Tol) << #actual " vs reference"
 
@@ -252,7 +282,7 @@ TEST_F(HostBf16BackendTest, LayernormForwardMatchesTheReference) {
   float* mean = poisoned_floats(N);
   float* rstd = poisoned_floats(N);
   weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, out, mean, rstd, put(in.inp),
-                     put(in.weight), put(in.bias), N, C);
+                     put(in.weight), put(in.bias), N, C, Norm{});
 
   Doubles ref_out(static_cast<size_t>(N) * C), ref_mean(N), ref_rstd(N);
   ref::layernorm_forward(ref_out.data(), ref_mean.data(), ref_rstd.data(), to_double(in.inp).data(),
@@ -291,7 +321,7 @@ TEST_F(HostBf16BackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   const BF16* weight = put(in.weight);
   const BF16* bias = put(in.bias);
   weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *backend_, residual, out,
-                     mean, rstd, put(a), put(b), weight, bias, N, C);
+                     mean, rstd, put(a), put(b), weight, bias, N, C, Norm{});
   const Bf16s got_residual = get(residual, NC);
   Bf16s expected_residual(static_cast<size_t>(NC));
   for (int64_t i = 0; i < NC; ++i) {
@@ -303,7 +333,7 @@ TEST_F(HostBf16BackendTest, FusedResidualLayernormNormalizesTheRoundedSum) {
   float* plain_mean = poisoned_floats(N);
   float* plain_rstd = poisoned_floats(N);
   weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, plain_out, plain_mean,
-                     plain_rstd, put(got_residual), weight, bias, N, C);
+                     plain_rstd, put(got_residual), weight, bias, N, C, Norm{});
   const Bf16s got_out = get(out, NC);
   EXPECT_TRUE(same_bits(got_out, get(plain_out, NC)));
   EXPECT_EQ(get(mean, N), get(plain_mean, N));
@@ -331,12 +361,12 @@ TEST_F(HostBf16BackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGrad
   float* mean = poisoned_floats(N);
   float* rstd = poisoned_floats(N);
   weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, out, mean, rstd, inp, weight,
-                     put(in.bias), N, C);
+                     put(in.bias), N, C, Norm{});
   BF16* dinp = put(dinp0);
   float* dweight = put(dweight0);
   float* dbias = put(dbias0);
   weft::test::act_op(&kernels::Backend::layernorm_backward, *backend_, dinp, dweight, dbias,
-                     put(dout), inp, weight, mean, rstd, N, C);
+                     put(dout), inp, weight, mean, rstd, N, C, Norm{});
 
   Doubles ref_out(static_cast<size_t>(NC)), ref_mean(N), ref_rstd(N);
   const Doubles inp_d = to_double(in.inp);
@@ -354,6 +384,178 @@ TEST_F(HostBf16BackendTest, LayernormBackwardAddsIntoDinpAndIntoTheParameterGrad
   EXPECT_BF16_ULPS(got_dinp, ref_dinp);  // dinp0 + the gradient, rounded once
   EXPECT_F32_CLOSE(get(dweight, C), ref_dweight);
   EXPECT_F32_CLOSE(get(dbias, C), ref_dbias);
+}
+
+TEST_F(HostBf16BackendTest, EmbeddingWithoutAPositionTableCopiesTheTokenRows) {
+  const int B = 3, T = 37, C = 77, V = 11;
+  const Bf16s wte = uniform_bf16(static_cast<int64_t>(V) * C, "wte");
+  const std::vector<int32_t> tokens = random_tokens(B * T, V, "tokens");
+  BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
+  weft::test::act_op(&kernels::Backend::embedding_forward, *backend_, out, put(tokens), put(wte),
+                     nullptr, B, T, C);
+  const Bf16s got = get(out, static_cast<int64_t>(B) * T * C);
+  Bf16s expected(got.size());
+  for (int n = 0; n < B * T; ++n) {
+    for (int c = 0; c < C; ++c) expected[n * C + c] = wte[tokens[n] * C + c];
+  }
+  EXPECT_TRUE(same_bits(got, expected));
+
+  const Bf16s dout = uniform_bf16(static_cast<int64_t>(B) * T * C, "dout");
+  const Floats dwte0 = uniform(static_cast<int64_t>(V) * C, "dwte0");
+  float* dwte = put(dwte0);
+  weft::test::act_op(&kernels::Backend::embedding_backward, *backend_, dwte, nullptr, put(dout),
+                     tokens.data(), B, T, C);
+  Doubles ref_dwte = to_double(dwte0);
+  ref::embedding_backward(ref_dwte.data(), nullptr, to_double(dout).data(), tokens.data(), B, T, C);
+  EXPECT_F32_CLOSE(get(dwte, V * C), ref_dwte);
+}
+
+// LayerNorm without bias at another epsilon, and RMSNorm (no mean, no bias), forward, fused with
+// the residual add, and backward, against the reference. Measured (2026-12-06, this machine):
+// out 0 (RMSNorm) and 1 (LayerNorm) of 5159 elements 1 ulp from the reference rounded once, dinp
+// 1 and 0, none further; the fp32 rstd, mean and dweight within kF32Tol.
+TEST_F(HostBf16BackendTest, RmsNormAndBiasFreeLayerNormMatchTheReference) {
+  const LayerNormInputs in;
+  const int N = in.N, C = in.C;
+  const int64_t NC = static_cast<int64_t>(N) * C;
+  const Doubles inp_d = to_double(in.inp), weight_d = to_double(in.weight);
+  const Bf16s dout = uniform_bf16(NC, "ln_dout");
+  const Bf16s dinp0 = uniform_bf16(NC, "ln_dinp0", -0.1f, 0.1f);
+  const Floats dweight0 = uniform(C, "ln_dweight0");
+  const Bf16s a = uniform_bf16(NC, "residual_a", 1.f, 3.f);
+  const Bf16s b = uniform_bf16(NC, "residual_b");
+  const BF16* inp = put(in.inp);
+  const BF16* weight = put(in.weight);
+  for (const Norm norm : {Norm{.rms = true, .eps = 1e-6f}, Norm{.rms = false, .eps = 1e-3f}}) {
+    SCOPED_TRACE(norm.rms ? "RMSNorm" : "LayerNorm without bias");
+    BF16* out = poisoned_bf16(NC);
+    float* mean = norm.rms ? nullptr : poisoned_floats(N);
+    float* rstd = poisoned_floats(N);
+    weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, out, mean, rstd, inp,
+                       weight, nullptr, N, C, norm);
+    Doubles ref_out(static_cast<size_t>(NC)), ref_mean(N), ref_rstd(N);
+    double* ref_mean_p = norm.rms ? nullptr : ref_mean.data();
+    ref::layernorm_forward(ref_out.data(), ref_mean_p, ref_rstd.data(), inp_d.data(),
+                           weight_d.data(), nullptr, N, C, norm);
+    const Bf16s got = get(out, NC);
+    EXPECT_BF16_CLOSE(got, ref_out);
+    EXPECT_BF16_ULPS_PRINTED(got, ref_out);
+    EXPECT_F32_CLOSE(get(rstd, N), ref_rstd);
+    if (!norm.rms) {
+      EXPECT_F32_CLOSE(get(mean, N), ref_mean);
+    }
+
+    // Fused with the residual add: the rounded sum, normalized as layernorm_forward does it.
+    BF16* residual = poisoned_bf16(NC);
+    BF16* fused_out = poisoned_bf16(NC);
+    float* fused_mean = norm.rms ? nullptr : poisoned_floats(N);
+    float* fused_rstd = poisoned_floats(N);
+    weft::test::act_op(&kernels::Backend::fused_residual_layernorm_forward, *backend_, residual,
+                       fused_out, fused_mean, fused_rstd, put(a), put(b), weight, nullptr, N, C,
+                       norm);
+    BF16* plain_out = poisoned_bf16(NC);
+    float* plain_mean = norm.rms ? nullptr : poisoned_floats(N);
+    float* plain_rstd = poisoned_floats(N);
+    weft::test::act_op(&kernels::Backend::layernorm_forward, *backend_, plain_out, plain_mean,
+                       plain_rstd, residual, weight, nullptr, N, C, norm);
+    EXPECT_TRUE(same_bits(get(fused_out, NC), get(plain_out, NC)));
+    EXPECT_EQ(get(fused_rstd, N), get(plain_rstd, N));
+
+    BF16* dinp = put(dinp0);
+    float* dweight = put(dweight0);
+    weft::test::act_op(&kernels::Backend::layernorm_backward, *backend_, dinp, dweight, nullptr,
+                       put(dout), inp, weight, mean, rstd, N, C, norm);
+    Doubles ref_dinp = to_double(dinp0), ref_dweight = to_double(dweight0);
+    ref::layernorm_backward(ref_dinp.data(), ref_dweight.data(), nullptr, to_double(dout).data(),
+                            inp_d.data(), weight_d.data(), ref_mean_p, ref_rstd.data(), N, C, norm);
+    const Bf16s got_dinp = get(dinp, NC);
+    EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+    EXPECT_BF16_ULPS_PRINTED(got_dinp, ref_dinp);
+    EXPECT_F32_CLOSE(get(dweight, C), ref_dweight);
+  }
+}
+
+// SwiGLU against the reference, F odd. Measured (2026-12-06, this machine): out and dinp equal to
+// the reference rounded once on all 5159 and 10318 elements.
+TEST_F(HostBf16BackendTest, SwigluForwardAndBackwardMatchTheReference) {
+  const int N = 67, F = 77;
+  const int64_t NF = static_cast<int64_t>(N) * F;
+  const Bf16s inp = uniform_bf16(2 * NF, "swiglu_inp", -6.f, 6.f);
+  const Bf16s dout = uniform_bf16(NF, "swiglu_dout");
+  const BF16* inp_dev = put(inp);
+  BF16* out = poisoned_bf16(NF);
+  weft::test::act_op(&kernels::Backend::swiglu_forward, *backend_, out, inp_dev, N, F);
+  Doubles ref_out(static_cast<size_t>(NF));
+  ref::swiglu_forward(ref_out.data(), to_double(inp).data(), N, F);
+  const Bf16s got = get(out, NF);
+  EXPECT_BF16_CLOSE(got, ref_out);
+  EXPECT_BF16_ULPS_PRINTED(got, ref_out);
+
+  BF16* dinp = poisoned_bf16(2 * NF);  // written
+  weft::test::act_op(&kernels::Backend::swiglu_backward, *backend_, dinp, put(dout), inp_dev, N, F);
+  Doubles ref_dinp(static_cast<size_t>(2 * NF));
+  ref::swiglu_backward(ref_dinp.data(), to_double(dout).data(), to_double(inp).data(), N, F);
+  const Bf16s got_dinp = get(dinp, 2 * NF);
+  EXPECT_BF16_CLOSE(got_dinp, ref_dinp);
+  EXPECT_BF16_ULPS_PRINTED(got_dinp, ref_dinp);
+}
+
+// RoPE in place on q and k (v untouched, bit for bit), against the reference (double angles, cos
+// and sin not rounded to float), and its inverse applied to a gradient (the backward). Measured
+// (2026-12-06, this machine): the forward and the inverse equal to the reference rounded once on
+// all 11544 rotated elements (cos and sin rounded to float move the fp32 result by ~2^-24
+// relative, which seldom crosses a bf16 rounding boundary).
+TEST_F(HostBf16BackendTest, RopeMatchesTheReferenceAndLeavesVAlone) {
+  const int B = 2, T = 37, NH = 4, NKV = 2, HS = 26;
+  const int W = (NH + 2 * NKV) * HS, N = B * T, QK = (NH + NKV) * HS;
+  const float theta = 10000.f;
+  const Bf16s x = uniform_bf16(static_cast<int64_t>(N) * W, "rope_x", -2.f, 2.f);
+  BF16* y = put(x);
+  weft::test::act_op(&kernels::Backend::rope, *backend_, y, B, T, NH, NKV, HS, theta, false);
+  const Bf16s got = get(y, static_cast<int64_t>(N) * W);
+  Doubles ref_y = to_double(x);
+  ref::rope(ref_y.data(), B, T, NH, NKV, HS, double{theta}, false);
+  // The rotated q and k columns of every row, and v's.
+  auto columns = [&](const auto& rows, int from, int to) {
+    std::vector<std::decay_t<decltype(rows[0])>> out;
+    for (int n = 0; n < N; ++n)
+      out.insert(out.end(), rows.begin() + n * W + from, rows.begin() + n * W + to);
+    return out;
+  };
+  EXPECT_BF16_CLOSE(columns(got, 0, QK), columns(ref_y, 0, QK));
+  EXPECT_BF16_ULPS_PRINTED(columns(got, 0, QK), columns(ref_y, 0, QK));
+  EXPECT_TRUE(same_bits(columns(got, QK, W), columns(x, QK, W))) << "v was rotated";
+
+  // Forward then inverse: back to x up to two roundings of half an ulp, at most 2^-8 of an element
+  // of the pair each: sqrt(2) 2^-8 of the radius after the first (the rotation back keeps it),
+  // plus 2^-8 at the second, 0.0094 of the pair's radius in all (measured: 0.0058). In ulps an
+  // element near 0 may be far off: the radius, not the element, sets the error.
+  weft::test::act_op(&kernels::Backend::rope, *backend_, y, B, T, NH, NKV, HS, theta, true);
+  const Bf16s back = get(y, static_cast<int64_t>(N) * W);
+  double worst = 0.0;  // of |back - x| / the pair's radius
+  for (int n = 0; n < N; ++n) {
+    for (int h = 0; h < NH + NKV; ++h) {
+      for (int i = 0; i < HS / 2; ++i) {
+        const int64_t at = static_cast<int64_t>(n) * W + h * HS + i;
+        const double x1 = x[at].to_float(), x2 = x[at + HS / 2].to_float();
+        const double radius = std::hypot(x1, x2);
+        const double error = std::max(std::abs(back[at].to_float() - x1),
+                                      std::abs(back[at + HS / 2].to_float() - x2));
+        if (radius > 0) worst = std::max(worst, error / radius);
+      }
+    }
+  }
+  std::cout << "[ ulps     ] forward then inverse: at most " << worst << " of the pair's radius\n";
+  EXPECT_LE(worst, (std::sqrt(2.0) + 1.0) * 0x1p-8);
+
+  const Bf16s dy = uniform_bf16(static_cast<int64_t>(N) * W, "rope_dy");
+  BF16* dx = put(dy);
+  weft::test::act_op(&kernels::Backend::rope, *backend_, dx, B, T, NH, NKV, HS, theta, true);
+  Doubles ref_dx = to_double(dy);
+  ref::rope(ref_dx.data(), B, T, NH, NKV, HS, double{theta}, true);
+  const Bf16s got_dx = get(dx, static_cast<int64_t>(N) * W);
+  EXPECT_BF16_ULPS_PRINTED(columns(got_dx, 0, QK), columns(ref_dx, 0, QK));
+  EXPECT_TRUE(same_bits(columns(got_dx, QK, W), columns(dy, QK, W)));
 }
 
 struct LinearInputs {
@@ -474,31 +676,47 @@ TEST_F(HostBf16BackendTest, LinearBackwardThroughGeluMultipliesByTheGeluDerivati
 }
 
 struct AttentionShape {
-  int B, T, C, NH;
+  int B, T, C, NH, NKV;
+  int HS() const { return C / NH; }
+  int64_t W() const { return C + 2 * static_cast<int64_t>(NKV) * HS(); }  // qkv's row width
 };
 
-// An odd head size (25) and the GPT-2 one (64).
-constexpr AttentionShape kAttentionShapes[] = {{2, 67, 75, 3}, {1, 40, 128, 2}};
+// An odd head size (25) and the GPT-2 one (64), each multi-head and multi-query, and a grouped
+// one (4 query heads on 2 key/value heads).
+constexpr AttentionShape kAttentionShapes[] = {{2, 67, 75, 3, 3},
+                                               {2, 67, 75, 3, 1},
+                                               {1, 40, 128, 2, 2},
+                                               {1, 40, 128, 2, 1},
+                                               {2, 37, 64, 4, 2}};
+
+// Where head h's q (part 0), its key/value head's k (1) or v (2) starts in row (b, t) of
+// qkv[B,T,W].
+int64_t qkv_at(const AttentionShape& s, int b, int t, int part, int h) {
+  const int g = h / (s.NH / s.NKV);
+  const int64_t col = part == 0 ? h * s.HS() : s.C + (part - 1) * s.NKV * s.HS() + g * s.HS();
+  return (static_cast<int64_t>(b) * s.T + t) * s.W() + col;
+}
 
 TEST_F(HostBf16BackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsumexp) {
   for (const AttentionShape& s : kAttentionShapes) {
-    SCOPED_TRACE(testing::Message()
-                 << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH, HS = C / NH;
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
+                                    << " NKV=" << s.NKV);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, NKV = s.NKV, HS = s.HS();
     ASSERT_TRUE(backend_->attention_supports(C, NH));
-    const Bf16s qkv = uniform_bf16(static_cast<int64_t>(B) * T * 3 * C, "qkv", -2.f, 2.f);
+    const Bf16s qkv = uniform_bf16(B * T * s.W(), "qkv", -2.f, 2.f);
     BF16* out = poisoned_bf16(static_cast<int64_t>(B) * T * C);
     float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
     weft::test::act_op(&kernels::Backend::attention_forward, *backend_, out, lse, put(qkv), B, T, C,
-                       NH);
+                       NH, NKV);
 
     const Doubles qkv_d = to_double(qkv);
     Doubles ref_out(static_cast<size_t>(B) * T * C);
     Doubles att(static_cast<size_t>(B) * NH * T * T);
-    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH);
+    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH, NKV);
     const Bf16s got_out = get(out, static_cast<int64_t>(B) * T * C);
     EXPECT_BF16_CLOSE(got_out, ref_out);
-    EXPECT_BF16_ULPS(got_out, ref_out);
+    const auto [kept_out, kept_ref] = uncancelled(got_out, ref_out);
+    EXPECT_BF16_ULPS(kept_out, kept_ref);
 
     // lse[b,h,t] = log sum_{j<=t} exp(q_t . k_j / sqrt(HS)), in double.
     Doubles ref_lse(static_cast<size_t>(B) * NH * T);
@@ -509,8 +727,7 @@ TEST_F(HostBf16BackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsum
           for (int j = 0; j <= t; ++j) {
             double dot = 0.0;
             for (int d = 0; d < HS; ++d) {
-              dot += qkv_d[(b * T + t) * 3 * C + h * HS + d] *
-                     qkv_d[(b * T + j) * 3 * C + C + h * HS + d];
+              dot += qkv_d[qkv_at(s, b, t, 0, h) + d] * qkv_d[qkv_at(s, b, j, 1, h) + d];
             }
             sum += std::exp(dot / std::sqrt(static_cast<double>(HS)));
           }
@@ -522,21 +739,20 @@ TEST_F(HostBf16BackendTest, AttentionForwardMatchesTheReferenceAndSavesTheLogsum
   }
 }
 
-// dqkv[B,T,3C] of the emulation's formulation, FlashAttention-2's backward (Dao 2023,
+// dqkv[B,T,W] of the emulation's formulation, FlashAttention-2's backward (Dao 2023,
 // Algorithm 2), in double and not rounded: P = exp(S - lse), D_t = dout_t . out_t with `out` the
 // forward's stored bf16 output (not the exact one ref::attention_backward's softmax Jacobian
 // implies), dS = P (dP - D) with dP = dout V^T; dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS),
-// dV = P^T dout. So it rounds where the emulation rounds, and differs from it by fp32 noise only.
-Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const Doubles& out, int B,
-                                 int T, int C, int NH) {
-  const int HS = C / NH;
+// dV = P^T dout, a key/value head's summed over its group's query heads. So it rounds where the
+// emulation rounds, and differs from it by fp32 noise only.
+Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const Doubles& out,
+                                 const AttentionShape& s) {
+  const int T = s.T, C = s.C, NH = s.NH, HS = s.HS();
   const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
-  auto at = [&](int b, int t, int part, int h) {  // of q (part 0), k (1) or v (2) in qkv
-    return (static_cast<int64_t>(b) * T + t) * 3 * C + part * C + h * HS;
-  };
+  auto at = [&](int b, int t, int part, int h) { return qkv_at(s, b, t, part, h); };
   Doubles dqkv(qkv.size(), 0.0);
-  Doubles s(static_cast<size_t>(T));  // [T] one row of scores
-  for (int b = 0; b < B; ++b) {
+  Doubles sc(static_cast<size_t>(T));  // [T] one row of scores
+  for (int b = 0; b < s.B; ++b) {
     for (int h = 0; h < NH; ++h) {
       for (int t = 0; t < T; ++t) {
         const int64_t row = (static_cast<int64_t>(b) * T + t) * C + h * HS;  // of out, dout
@@ -544,16 +760,16 @@ Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const 
         for (int j = 0; j <= t; ++j) {
           double dot = 0.0;
           for (int d = 0; d < HS; ++d) dot += qkv[at(b, t, 0, h) + d] * qkv[at(b, j, 1, h) + d];
-          s[j] = dot * scale;
-          maxval = std::max(maxval, s[j]);
+          sc[j] = dot * scale;
+          maxval = std::max(maxval, sc[j]);
         }
         double sum = 0.0;
-        for (int j = 0; j <= t; ++j) sum += std::exp(s[j] - maxval);
+        for (int j = 0; j <= t; ++j) sum += std::exp(sc[j] - maxval);
         const double lse = maxval + std::log(sum);
         double D = 0.0;
         for (int d = 0; d < HS; ++d) D += dout[row + d] * out[row + d];
         for (int j = 0; j <= t; ++j) {
-          const double p = std::exp(s[j] - lse);
+          const double p = std::exp(sc[j] - lse);
           double dp = 0.0;
           for (int d = 0; d < HS; ++d) dp += dout[row + d] * qkv[at(b, j, 2, h) + d];
           const double ds = p * (dp - D) * scale;
@@ -569,12 +785,15 @@ Doubles flash_attention_backward(const Doubles& dout, const Doubles& qkv, const 
   return dqkv;
 }
 
+// Measured (2026-12-06, this machine), dqkv elements 1 ulp from the flash formulation in double
+// rounded once, none further, in kAttentionShapes' order: 10 of 30150, 0 of 16750, 3 of 15360,
+// 4 of 10240, 0 of 9472.
 TEST_F(HostBf16BackendTest, AttentionBackwardMatchesTheReference) {
   for (const AttentionShape& s : kAttentionShapes) {
-    SCOPED_TRACE(testing::Message()
-                 << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    const int64_t qkv_size = static_cast<int64_t>(B) * T * 3 * C;
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH
+                                    << " NKV=" << s.NKV);
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH, NKV = s.NKV;
+    const int64_t qkv_size = B * T * s.W();
     const int64_t out_size = static_cast<int64_t>(B) * T * C;
     const Bf16s qkv = uniform_bf16(qkv_size, "qkv", -2.f, 2.f);
     const Bf16s dout = uniform_bf16(out_size, "att_dout");
@@ -582,23 +801,22 @@ TEST_F(HostBf16BackendTest, AttentionBackwardMatchesTheReference) {
     BF16* out = poisoned_bf16(out_size);
     float* lse = poisoned_floats(static_cast<int64_t>(B) * NH * T);
     weft::test::act_op(&kernels::Backend::attention_forward, *backend_, out, lse, qkv_dev, B, T, C,
-                       NH);
+                       NH, NKV);
     BF16* dqkv = poisoned_bf16(qkv_size);
     weft::test::act_op(&kernels::Backend::attention_backward, *backend_, dqkv, put(dout), qkv_dev,
-                       out, lse, B, T, C, NH);
+                       out, lse, B, T, C, NH, NKV);
 
     const Doubles qkv_d = to_double(qkv);
     Doubles ref_out(static_cast<size_t>(out_size));
     Doubles att(static_cast<size_t>(B) * NH * T * T);
-    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH);
+    ref::attention_forward(ref_out.data(), att.data(), qkv_d.data(), B, T, C, NH, NKV);
     Doubles ref_dqkv(static_cast<size_t>(qkv_size), 0.0);
     ref::attention_backward(ref_dqkv.data(), to_double(dout).data(), qkv_d.data(), att.data(), B, T,
-                            C, NH);
+                            C, NH, NKV);
     const Bf16s got_dqkv = get(dqkv, qkv_size);
     EXPECT_BF16_CLOSE(got_dqkv, ref_dqkv);
-    EXPECT_BF16_ULPS(
-        got_dqkv, flash_attention_backward(to_double(dout), qkv_d, to_double(get(out, out_size)), B,
-                                           T, C, NH));
+    EXPECT_BF16_ULPS_PRINTED(got_dqkv, flash_attention_backward(to_double(dout), qkv_d,
+                                                                to_double(get(out, out_size)), s));
   }
 }
 
@@ -997,7 +1215,13 @@ TEST_F(HostBf16BackendTest, LinearForwardSecondsMeasuresAPositiveTime) {
 TEST_F(HostBf16BackendTest, RejectsShapesThatDoNotDivide) {
   EXPECT_FALSE(backend_->attention_supports(77, 3));
   EXPECT_THROW(weft::test::act_op(&kernels::Backend::attention_forward, *backend_, nullptr, nullptr,
-                                  nullptr, 1, 4, 77, 3),
+                                  nullptr, 1, 4, 77, 3, 3),
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::attention_forward, *backend_, nullptr, nullptr,
+                                  nullptr, 1, 4, 96, 6, 4),  // 6 query heads on 4 key/value heads
+               Error);
+  EXPECT_THROW(weft::test::act_op(&kernels::Backend::rope, *backend_, nullptr, 1, 4, 2, 2, 25,
+                                  10000.f, false),  // an odd head size has no pairs
                Error);
   EXPECT_THROW(weft::test::act_op(&kernels::Backend::softmax_cross_entropy, *backend_, nullptr,
                                   nullptr, nullptr, 1.f, 1, 10, 8),

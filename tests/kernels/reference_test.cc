@@ -114,6 +114,27 @@ TEST(ReferenceEmbedding, BackwardMatchesFiniteDifferences) {
   expect_gradient_matches("wpe", wpe, dwpe, loss);
 }
 
+TEST(ReferenceEmbedding, WithoutAPositionTableIsTheTokenRowAndItsGradient) {
+  const int B = 2, T = 3, C = 4, V = 5;
+  std::mt19937 gen(21);
+  Vec wte = random_vec(gen, V * C);
+  const std::vector<int32_t> tokens = {4, 0, 4, 2, 1, 3};
+  const Vec dout = random_vec(gen, B * T * C);
+  auto loss = [&] {
+    Vec out(B * T * C);
+    ref::embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+    return dot(dout, out);
+  };
+  Vec out(B * T * C);
+  ref::embedding_forward(out.data(), tokens.data(), wte.data(), nullptr, B, T, C);
+  for (int n = 0; n < B * T; ++n) {
+    for (int c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], wte[tokens[n] * C + c]);
+  }
+  Vec dwte(V * C, 0.0);
+  ref::embedding_backward(dwte.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  expect_gradient_matches("wte", wte, dwte, loss);
+}
+
 // ---- LayerNorm -------------------------------------------------------------------------------
 
 TEST(ReferenceLayerNorm, ForwardGivesZeroMeanAndUnitVarianceWithIdentityAffine) {
@@ -161,6 +182,92 @@ TEST(ReferenceLayerNorm, BackwardMatchesFiniteDifferences) {
   expect_gradient_matches("inp", inp, dinp, loss);
   expect_gradient_matches("weight", weight, dweight, loss);
   expect_gradient_matches("bias", bias, dbias, loss);
+}
+
+TEST(ReferenceLayerNorm, EpsilonEntersTheRstdAndANullBiasAddsNothing) {
+  const int N = 3, C = 16;
+  std::mt19937 gen(22);
+  const Vec inp = random_vec(gen, N * C, -0.1, 0.1);  // a small variance: eps matters
+  const Vec weight = random_vec(gen, C, 0.5, 1.5), bias = random_vec(gen, C);
+  const Norm norm{.rms = false, .eps = 1e-2f};
+  Vec with_bias(N * C), without(N * C), mean(N), rstd(N);
+  ref::layernorm_forward(with_bias.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         bias.data(), N, C, norm);
+  ref::layernorm_forward(without.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                         nullptr, N, C, norm);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, var = 0;
+    for (int c = 0; c < C; ++c) m += inp[n * C + c] / C;
+    for (int c = 0; c < C; ++c) var += (inp[n * C + c] - m) * (inp[n * C + c] - m) / C;
+    EXPECT_NEAR(rstd[n], 1.0 / std::sqrt(var + static_cast<double>(norm.eps)), 1e-12);
+    for (int c = 0; c < C; ++c) {
+      EXPECT_NEAR(with_bias[n * C + c] - bias[c], without[n * C + c], 1e-15);
+    }
+  }
+}
+
+TEST(ReferenceLayerNorm, WithoutBiasBackwardMatchesFiniteDifferences) {
+  const int N = 5, C = 8;
+  std::mt19937 gen(23);
+  Vec inp = random_vec(gen, N * C, -2.0, 2.0), weight = random_vec(gen, C, 0.5, 1.5);
+  const Vec dout = random_vec(gen, N * C);
+  const Norm norm{.rms = false, .eps = 1e-3f};
+  Vec out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    ref::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(), nullptr,
+                           N, C, norm);
+    return dot(dout, out);
+  };
+  loss();
+  const Vec saved_mean = mean, saved_rstd = rstd;
+  Vec dinp(N * C, 0.0), dweight(C, 0.0);
+  ref::layernorm_backward(dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(),
+                          weight.data(), saved_mean.data(), saved_rstd.data(), N, C, norm);
+  expect_gradient_matches("inp", inp, dinp, loss);
+  expect_gradient_matches("weight", weight, dweight, loss);
+}
+
+TEST(ReferenceRmsNorm, ForwardGivesUnitMeanSquareWithIdentityWeight) {
+  const int N = 5, C = 16;
+  std::mt19937 gen(24);
+  const Vec inp = random_vec(gen, N * C, -3.0, 5.0);  // not centred: RMSNorm must not centre it
+  const Vec weight(C, 1.0);
+  const Norm norm{.rms = true, .eps = 1e-6f};
+  Vec out(N * C), rstd(N);
+  ref::layernorm_forward(out.data(), nullptr, rstd.data(), inp.data(), weight.data(), nullptr, N, C,
+                         norm);
+  for (int n = 0; n < N; ++n) {
+    double ms = 0, in_ms = 0;
+    for (int c = 0; c < C; ++c) {
+      ms += out[n * C + c] * out[n * C + c] / C;
+      in_ms += inp[n * C + c] * inp[n * C + c] / C;
+    }
+    EXPECT_NEAR(ms, 1.0, 1e-5) << "row " << n;  // up to the eps
+    EXPECT_NEAR(rstd[n], 1.0 / std::sqrt(in_ms + static_cast<double>(norm.eps)), 1e-12);
+    // A rescaling of the row, no shift: out / inp is rstd everywhere.
+    for (int c = 0; c < C; ++c) EXPECT_NEAR(out[n * C + c], inp[n * C + c] * rstd[n], 1e-14);
+  }
+}
+
+TEST(ReferenceRmsNorm, BackwardMatchesFiniteDifferences) {
+  const int N = 5, C = 8;
+  std::mt19937 gen(25);
+  Vec inp = random_vec(gen, N * C, -2.0, 3.0), weight = random_vec(gen, C, 0.5, 1.5);
+  const Vec dout = random_vec(gen, N * C);
+  const Norm norm{.rms = true, .eps = 1e-5f};
+  Vec out(N * C), rstd(N);
+  auto loss = [&] {
+    ref::layernorm_forward(out.data(), nullptr, rstd.data(), inp.data(), weight.data(), nullptr, N,
+                           C, norm);
+    return dot(dout, out);
+  };
+  loss();
+  const Vec saved_rstd = rstd;
+  Vec dinp(N * C, 0.0), dweight(C, 0.0);
+  ref::layernorm_backward(dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(),
+                          weight.data(), nullptr, saved_rstd.data(), N, C, norm);
+  expect_gradient_matches("inp", inp, dinp, loss);
+  expect_gradient_matches("weight", weight, dweight, loss);
 }
 
 // ---- matmul ----------------------------------------------------------------------------------
@@ -226,7 +333,7 @@ TEST(ReferenceAttention, ForwardIsCausalAndEachRowIsADistribution) {
   std::mt19937 gen(8);
   const Vec qkv = random_vec(gen, B * T * 3 * C, -3.0, 3.0);
   Vec out(B * T * C), att(B * NH * T * T, -7.0);  // -7: every entry must be written
-  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
   for (int bh = 0; bh < B * NH; ++bh) {
     for (int t = 0; t < T; ++t) {
       const double* row = &att[(bh * T + t) * T];
@@ -246,7 +353,7 @@ TEST(ReferenceAttention, FirstPositionAttendsOnlyToItselfAndOutputsItsValue) {
   std::mt19937 gen(9);
   const Vec qkv = random_vec(gen, B * T * 3 * C);
   Vec out(B * T * C), att(B * NH * T * T);
-  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
   for (int h = 0; h < NH; ++h) {
     EXPECT_EQ(att[h * T * T], 1.0);
     for (int d = 0; d < HS; ++d) EXPECT_DOUBLE_EQ(out[h * HS + d], qkv[2 * C + h * HS + d]);
@@ -260,14 +367,181 @@ TEST(ReferenceAttention, BackwardMatchesFiniteDifferences) {
   const Vec dout = random_vec(gen, B * T * C);
   Vec out(B * T * C), att(B * NH * T * T);
   auto loss = [&] {
-    ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+    ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
     return dot(dout, out);
   };
   loss();  // saves att at the unperturbed point
   const Vec saved_att = att;
   Vec dqkv(B * T * 3 * C, 0.0);
-  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), saved_att.data(), B, T, C, NH);
+  ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), saved_att.data(), B, T, C, NH, NH);
   expect_gradient_matches("qkv", qkv, dqkv, loss);
+}
+
+// Grouped-query attention is multi-head attention with each key/value head repeated for the
+// query heads of its group: qkv[N,C+2*NKV*HS] widened to [N,3C] by copying k and v heads.
+Vec repeat_kv_heads(const Vec& qkv, int N, int C, int NH, int NKV) {
+  const int HS = C / NH, group = NH / NKV, W = C + 2 * NKV * HS;
+  Vec wide(static_cast<size_t>(N) * 3 * C);
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) wide[n * 3 * C + c] = qkv[n * W + c];
+    for (int h = 0; h < NH; ++h) {
+      for (int d = 0; d < HS; ++d) {
+        const int g = h / group;
+        wide[n * 3 * C + C + h * HS + d] = qkv[n * W + C + g * HS + d];
+        wide[n * 3 * C + 2 * C + h * HS + d] = qkv[n * W + C + NKV * HS + g * HS + d];
+      }
+    }
+  }
+  return wide;
+}
+
+TEST(ReferenceAttention, GroupedQueryIsMultiHeadWithRepeatedKeyValueHeads) {
+  const int B = 2, T = 5, C = 16, NH = 4;
+  for (const int NKV : {1, 2}) {
+    SCOPED_TRACE("NKV=" + std::to_string(NKV));
+    const int HS = C / NH, W = C + 2 * NKV * HS;
+    std::mt19937 gen(26 + NKV);
+    const Vec qkv = random_vec(gen, B * T * W, -2.0, 2.0), dout = random_vec(gen, B * T * C);
+    const Vec wide = repeat_kv_heads(qkv, B * T, C, NH, NKV);
+    Vec out(B * T * C), att(B * NH * T * T), wide_out(B * T * C), wide_att(B * NH * T * T);
+    ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
+    ref::attention_forward(wide_out.data(), wide_att.data(), wide.data(), B, T, C, NH, NH);
+    EXPECT_EQ(out, wide_out);
+    EXPECT_EQ(att, wide_att);
+    // The backward: dq the same; a key/value head's dk, dv the sum of its repeats'.
+    Vec dqkv(B * T * W), wide_dqkv(B * T * 3 * C);
+    ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NKV);
+    ref::attention_backward(wide_dqkv.data(), dout.data(), wide.data(), att.data(), B, T, C, NH,
+                            NH);
+    for (int n = 0; n < B * T; ++n) {
+      for (int c = 0; c < C; ++c) EXPECT_EQ(dqkv[n * W + c], wide_dqkv[n * 3 * C + c]);
+      for (int g = 0; g < NKV; ++g) {
+        for (int d = 0; d < HS; ++d) {
+          double dk = 0, dv = 0;
+          for (int h = g * (NH / NKV); h < (g + 1) * (NH / NKV); ++h) {
+            dk += wide_dqkv[n * 3 * C + C + h * HS + d];
+            dv += wide_dqkv[n * 3 * C + 2 * C + h * HS + d];
+          }
+          EXPECT_NEAR(dqkv[n * W + C + g * HS + d], dk, 1e-14);
+          EXPECT_NEAR(dqkv[n * W + C + NKV * HS + g * HS + d], dv, 1e-14);
+        }
+      }
+    }
+  }
+}
+
+TEST(ReferenceAttention, GroupedQueryBackwardMatchesFiniteDifferences) {
+  const int B = 2, T = 3, C = 8, NH = 4;
+  for (const int NKV : {1, 2}) {
+    SCOPED_TRACE("NKV=" + std::to_string(NKV));
+    const int W = C + 2 * NKV * (C / NH);
+    std::mt19937 gen(28 + NKV);
+    Vec qkv = random_vec(gen, B * T * W);
+    const Vec dout = random_vec(gen, B * T * C);
+    Vec out(B * T * C), att(B * NH * T * T);
+    auto loss = [&] {
+      ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NKV);
+      return dot(dout, out);
+    };
+    loss();
+    const Vec saved_att = att;
+    Vec dqkv(B * T * W, 0.0);
+    ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), saved_att.data(), B, T, C, NH,
+                            NKV);
+    expect_gradient_matches("qkv", qkv, dqkv, loss);
+  }
+}
+
+// ---- rotary position embedding ---------------------------------------------------------------
+
+TEST(ReferenceRope, RotatesThePairsOfQAndKByTheAnglesOfThePosition) {
+  const int B = 1, T = 3, NH = 2, NKV = 1, HS = 4, W = (NH + 2 * NKV) * HS;
+  const double theta = 100.0;
+  std::mt19937 gen(30);
+  const Vec x = random_vec(gen, B * T * W);
+  Vec y = x;
+  ref::rope(y.data(), B, T, NH, NKV, HS, theta, false);
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < NH + 2 * NKV; ++h) {
+      for (int i = 0; i < HS / 2; ++i) {
+        // a = t * theta^(-2i/HS): for HS = 4 and theta = 100, t and t / 10; v is not rotated.
+        const double a = h < NH + NKV ? t * (i == 0 ? 1.0 : 0.1) : 0.0;
+        const int at = t * W + h * HS + i;
+        EXPECT_NEAR(y[at], x[at] * std::cos(a) - x[at + 2] * std::sin(a), 1e-15);
+        EXPECT_NEAR(y[at + 2], x[at + 2] * std::cos(a) + x[at] * std::sin(a), 1e-15);
+      }
+    }
+  }
+}
+
+TEST(ReferenceRope, ScoresDependOnlyOnTheDistanceAndTheInverseUndoesIt) {
+  // RoPE's point: q_t . k_s after rotation is a function of t - s. The same q and k at positions
+  // (t, s) and (t + 2, s + 2) give the same score.
+  const int T = 5, NH = 1, NKV = 1, HS = 8, W = 3 * HS;
+  std::mt19937 gen(31);
+  const Vec q = random_vec(gen, HS), k = random_vec(gen, HS);
+  Vec x(T * W, 0.0);
+  for (int t = 0; t < T; ++t) {
+    for (int d = 0; d < HS; ++d) {
+      x[t * W + d] = q[d];
+      x[t * W + HS + d] = k[d];
+    }
+  }
+  Vec y = x;
+  ref::rope(y.data(), 1, T, NH, NKV, HS, 10000.0, false);
+  auto score = [&](int t, int s) {
+    double acc = 0;
+    for (int d = 0; d < HS; ++d) acc += y[t * W + d] * y[s * W + HS + d];
+    return acc;
+  };
+  EXPECT_NEAR(score(2, 0), score(4, 2), 1e-14);
+  EXPECT_NEAR(score(1, 1), score(3, 3), 1e-14);
+  EXPECT_NEAR(score(1, 1), dot(q, k), 1e-14);
+  ref::rope(y.data(), 1, T, NH, NKV, HS, 10000.0, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-15) << i;
+}
+
+TEST(ReferenceRope, InverseIsTheBackwardByFiniteDifferences) {
+  const int B = 2, T = 4, NH = 4, NKV = 2, HS = 6, W = (NH + 2 * NKV) * HS;
+  std::mt19937 gen(32);
+  Vec x = random_vec(gen, B * T * W);
+  const Vec dout = random_vec(gen, B * T * W);
+  auto loss = [&] {
+    Vec y = x;
+    ref::rope(y.data(), B, T, NH, NKV, HS, 10.0, false);
+    return dot(dout, y);
+  };
+  Vec dx = dout;
+  ref::rope(dx.data(), B, T, NH, NKV, HS, 10.0, true);
+  expect_gradient_matches("qkv", x, dx, loss);
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------
+
+TEST(ReferenceSwiglu, ForwardIsSiluOfTheGateTimesTheUpProjection) {
+  const int N = 1, F = 3;
+  const Vec inp = {0.0, 1.0, -2.0, 5.0, 3.0, 0.5};  // gate | up
+  Vec out(N * F);
+  ref::swiglu_forward(out.data(), inp.data(), N, F);
+  EXPECT_EQ(out[0], 0.0);
+  // silu(x) = x / (1 + e^-x): silu(1) = 0.7310585786300049, silu(-2) = -0.23840584404423515.
+  EXPECT_NEAR(out[1], 0.7310585786300049 * 3.0, 1e-15);
+  EXPECT_NEAR(out[2], -0.23840584404423515 * 0.5, 1e-15);
+}
+
+TEST(ReferenceSwiglu, BackwardMatchesFiniteDifferences) {
+  const int N = 4, F = 7;
+  std::mt19937 gen(33);
+  Vec inp = random_vec(gen, N * 2 * F, -4.0, 4.0);
+  const Vec dout = random_vec(gen, N * F);
+  auto loss = [&] {
+    Vec out(N * F);
+    ref::swiglu_forward(out.data(), inp.data(), N, F);
+    return dot(dout, out);
+  };
+  Vec dinp(N * 2 * F, 0.0);
+  ref::swiglu_backward(dinp.data(), dout.data(), inp.data(), N, F);
+  expect_gradient_matches("inp", inp, dinp, loss);
 }
 
 // ---- GeLU ------------------------------------------------------------------------------------
@@ -452,15 +726,36 @@ TEST(ReferenceBackward, ActivationGradientsAreWrittenAndParameterGradientsAdd) {
   });
 
   Vec att(B * NH * T * T);
-  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  ref::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, NH);
   Vec dqkv(N * 3 * C);
   expect_gradient_rule("attention", {&dqkv}, {}, [&] {
-    ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    ref::attention_backward(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH, NH);
   });
 
   Vec dgelu(N * C);
   expect_gradient_rule("gelu", {&dgelu}, {},
                        [&] { ref::gelu_backward(dgelu.data(), inp.data(), dout.data(), N * C); });
+
+  // RMSNorm's dinp adds as LayerNorm's; grouped-query attention and SwiGLU write theirs.
+  const Norm rms{.rms = true};
+  ref::layernorm_forward(out.data(), nullptr, rstd.data(), inp.data(), ln_weight.data(), nullptr, N,
+                         C, rms);
+  expect_gradient_rule("rmsnorm", {}, {&dinp, &dweight}, [&] {
+    ref::layernorm_backward(dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(),
+                            ln_weight.data(), nullptr, rstd.data(), N, C, rms);
+  });
+  const int NKV = 1, W = C + 2 * NKV * (C / NH);
+  const Vec gqa = random_vec(gen, N * W);
+  ref::attention_forward(out.data(), att.data(), gqa.data(), B, T, C, NH, NKV);
+  Vec dgqa(N * W);
+  expect_gradient_rule("grouped-query attention", {&dgqa}, {}, [&] {
+    ref::attention_backward(dgqa.data(), dout.data(), gqa.data(), att.data(), B, T, C, NH, NKV);
+  });
+  const Vec gate_up = random_vec(gen, N * 2 * C);
+  Vec dswiglu(N * 2 * C);
+  expect_gradient_rule("swiglu", {&dswiglu}, {}, [&] {
+    ref::swiglu_backward(dswiglu.data(), dout.data(), gate_up.data(), N, C);
+  });
 }
 
 // ---- optimizer -------------------------------------------------------------------------------

@@ -40,16 +40,18 @@ struct Layout {
   int vp = 1;
   int microbatches = 1;  // per replica
   model::Recompute recompute = model::Recompute::None;
-  bool sp = false;  // sequence parallelism (tp > 1)
-  int zero = 0;     // ZeRO stage over dp
+  bool sp = false;     // sequence parallelism (tp > 1)
+  int zero = 0;        // ZeRO stage over dp
+  bool llama = false;  // test::small_llama_hs64 instead of GPT-2's small model
   int world() const { return tp * pp * dp; }
   std::string str() const {
     return "tp=" + std::to_string(tp) + (sp ? " sp" : "") + " pp=" + std::to_string(pp) +
            " dp=" + std::to_string(dp) + (zero > 0 ? " zero=" + std::to_string(zero) : "") +
            " vp=" + std::to_string(vp) + " " + std::string(schedule::kind_name(kind)) +
            " m=" + std::to_string(microbatches) +
-           " recompute=" + std::string(model::recompute_name(recompute));
+           " recompute=" + std::string(model::recompute_name(recompute)) + (llama ? " llama" : "");
   }
+  model::GptConfig model() const { return llama ? test::small_llama_hs64(4, kT) : small_gpt(); }
 };
 
 // What one rank allocated and what it was told beforehand.
@@ -71,7 +73,7 @@ RankMemory run_rank(const Layout& l, comm::Communicator& world) {
 
   RankMemory r;
   r.pp_rank = me.pp;
-  const model::GptConfig cfg = small_gpt();
+  const model::GptConfig cfg = l.model();
   const schedule::Schedule program =
       runtime::runner_schedule(cfg, l.kind, l.pp, l.vp, l.microbatches).value();
   r.trainer = runtime::device_bytes(cfg, program, shape).total();
@@ -169,6 +171,27 @@ TEST_F(DeviceMemory, EveryRankOfTwoAllocatesWhatTheModelPredicts) {
            Layout{.dp = 2, .microbatches = 2, .zero = 2},
            Layout{.dp = 2, .microbatches = 2, .zero = 3},
            Layout{.dp = 2, .microbatches = 4, .recompute = Recompute::Full, .zero = 3},
+       }) {
+    expect_prediction_is_allocation(l);
+  }
+}
+
+// The model with every modern choice: no position table, RMSNorm without means, SwiGLU's 2F-wide
+// fc and its d.fc_act, grouped-query qkv, an untied lm_head unit.
+TEST_F(DeviceMemory, LlamaVariantAllocatesWhatTheModelPredicts) {
+  using model::Recompute;
+  using schedule::Kind;
+  for (const Layout& l : {
+           Layout{.microbatches = 4, .llama = true},
+           Layout{.microbatches = 2, .recompute = Recompute::Full, .llama = true},
+           Layout{.tp = 2,
+           .microbatches = 2,
+           .recompute = Recompute::Selective,
+           .sp = true,
+           .llama = true},
+           Layout{.pp = 2, .kind = Kind::Interleaved, .vp = 2, .microbatches = 4, .llama = true},
+           Layout{.pp = 2, .kind = Kind::ZeroBubbleH1, .microbatches = 4, .llama = true},
+           Layout{.dp = 2, .microbatches = 2, .zero = 3, .llama = true},
        }) {
     expect_prediction_is_allocation(l);
   }

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/equivalence.h"
@@ -43,15 +44,17 @@ std::vector<int32_t> global_batch(int step, int n) {
   return t;
 }
 
-// The serial run over all kM * dp microbatches of each global batch (cached per dp).
-const test::SerialRun& serial_run(int dp) {
-  static std::map<int, test::SerialRun> cache;
-  auto it = cache.find(dp);
+// The serial run of `cfg` over all kM * dp microbatches of each global batch (cached per model
+// and dp).
+const test::SerialRun& serial_run(const model::GptConfig& cfg, int dp) {
+  static std::map<std::pair<std::string, int>, test::SerialRun> cache;
+  auto it = cache.find({cfg.name, dp});
   if (it == cache.end()) {
     const int n = dp * kM * kB * kT;
     it = cache
-             .emplace(dp, test::train_serial(tiny(), 4, kB, kT, kM * dp, kSteps, kGradStep,
-                                             [n](int s) { return global_batch(s, n + 1); }))
+             .emplace(std::pair{cfg.name, dp},
+                      test::train_serial(cfg, 4, kB, kT, kM * dp, kSteps, kGradStep,
+                                         [n](int s) { return global_batch(s, n + 1); }))
              .first;
   }
   return it->second;
@@ -60,6 +63,8 @@ const test::SerialRun& serial_run(int dp) {
 struct Layout {
   int tp = 1, pp = 1, dp = 1, zero = 0, vp = 1;
   schedule::Kind kind = schedule::Kind::OneFOneB;
+  bool llama = false;  // the model with every modern choice (test::tiny_llama) instead of GPT-2's
+  model::GptConfig model() const { return llama ? test::tiny_llama(4) : tiny(); }
   // With tp = 2, odd ZeRO stages also split the sequence: the LayerNorm gradients are then summed
   // over tp on the dp shards.
   bool sequence_parallel() const { return tp > 1 && zero % 2 == 1; }
@@ -67,7 +72,7 @@ struct Layout {
     return "tp=" + std::to_string(tp) + (sequence_parallel() ? "+sp" : "") +
            " pp=" + std::to_string(pp) + " dp=" + std::to_string(dp) +
            " zero=" + std::to_string(zero) + " vp=" + std::to_string(vp) + " " +
-           std::string(schedule::kind_name(kind));
+           std::string(schedule::kind_name(kind)) + (llama ? " llama" : "");
   }
 };
 
@@ -106,7 +111,7 @@ void expect_equals_serial(const Layout& l) {
       schedule::make_schedule(l.kind, {.pp = l.pp, .vp = l.vp, .microbatches = kM})
           .value_or_throw("")));
   runtime::PipelineRunner runner(
-      tiny(), s,
+      l.model(), s,
       runtime::pipeline_options(groups, {.B = kB,
                                          .T = kT,
                                          .pp_rank = me.pp,
@@ -119,8 +124,9 @@ void expect_equals_serial(const Layout& l) {
     return std::vector<int32_t>(t.begin() + me.dp * per_replica,
                                 t.begin() + (me.dp + 1) * per_replica + 1);
   };
-  test::expect_runner_equals_serial(runner, groups.dp.get(), groups.model.get(), serial_run(l.dp),
-                                    kGradStep, mine, tolerance(l), l.str(), world.rank() == 0);
+  test::expect_runner_equals_serial(runner, groups.dp.get(), groups.model.get(),
+                                    serial_run(l.model(), l.dp), kGradStep, mine, tolerance(l),
+                                    l.str(), world.rank() == 0);
 }
 
 TEST(DataParallel, EveryLayoutAndZeroStageTrainsLikeTheSerialModel) {
@@ -142,6 +148,27 @@ TEST(DataParallel, EveryLayoutAndZeroStageTrainsLikeTheSerialModel) {
     }
   }
   ASSERT_FALSE(layouts.empty()) << "no layout for " << world << " ranks";
+  for (const Layout& l : layouts) expect_equals_serial(l);
+}
+
+// The same layouts and ZeRO stages for the model with every modern choice: rotary positions,
+// RMSNorm, SwiGLU, grouped-query attention, an untied LM head (a unit of its own that ZeRO
+// shards), no biases.
+TEST(DataParallel, LlamaVariantTrainsLikeTheSerialModelInEveryLayout) {
+  using schedule::Kind;
+  const int world = test::test_world().size();
+  std::vector<Layout> layouts;
+  for (int tp : {1, 2}) {
+    for (int pp : {1, 2}) {
+      for (int dp : {1, 2, 4}) {
+        if (tp * pp * dp != world || (dp == 4 && tp * pp > 2)) continue;
+        for (int zero = 0; zero <= 3; ++zero) {
+          layouts.push_back({.tp = tp, .pp = pp, .dp = dp, .zero = zero, .llama = true});
+        }
+      }
+    }
+  }
+  if (world == 4) layouts.push_back({1, 2, 2, 3, 2, Kind::Interleaved, true});
   for (const Layout& l : layouts) expect_equals_serial(l);
 }
 

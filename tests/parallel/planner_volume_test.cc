@@ -3,7 +3,8 @@
 // op, the same number of calls and elements. mpirun -n 2: tp=2, pp=2; -n 4: tp=2 x pp=2.
 // The same on the host-bf16 backend (bf16 elements and bytes), ZeRO 0-3 included, and the device
 // trainer's wiring of the runner (runtime/pipeline_runner.h) for its tp group: tp=2 (-n 2), tp=4
-// and tp=2 x dp=2 (-n 4).
+// and tp=2 x dp=2 (-n 4). And the model variants (Llama's choices with grouped-query attention;
+// multi-query, tied, with biases): their units, norms and untied head in every group.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -23,6 +24,29 @@ namespace weft {
 namespace {
 
 model::GptConfig tiny() { return test::tiny_gpt(4, 32); }
+
+// Llama's choices on the tiny model: rope, RMSNorm, SwiGLU of F = 48, 2 key/value heads for 4
+// query heads (split by tp = 2), untied, no biases.
+model::GptConfig tiny_llama() {
+  model::GptConfig c = tiny();
+  c.position = model::Position::Rope;
+  c.norm = model::NormKind::RMSNorm;
+  c.mlp = model::MlpKind::SwiGLU;
+  c.ffn_hidden_size = 48;
+  c.n_kv_head = 2;
+  c.tie_embeddings = false;
+  c.bias = false;
+  return c;
+}
+
+// Multi-query attention (one key/value head: no tp), tied, with biases and LayerNorm.
+model::GptConfig tiny_mqa() {
+  model::GptConfig c = tiny();
+  c.position = model::Position::Rope;
+  c.mlp = model::MlpKind::SwiGLU;
+  c.n_kv_head = 1;
+  return c;
+}
 
 struct Volume {
   int64_t calls = 0, elements = 0, bytes = 0;
@@ -63,8 +87,8 @@ std::string show(const Ops& ops) {
 }
 
 void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, schedule::Kind kind,
-                           int vp, int dp = 1, int zero = 0,
-                           Precision precision = Precision::FP32) {
+                           int vp, int dp = 1, int zero = 0, Precision precision = Precision::FP32,
+                           const model::GptConfig& model = tiny()) {
   comm::Communicator& world = test::test_world();
   if (world.size() != tp * pp * dp) return;
   const parallel::Topology topo({.tp = tp, .pp = pp, .dp = dp});
@@ -92,7 +116,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   o.pp = pp_comm.get();
   o.dp = dp_comm.get();
   o.groups = {groups.model.get(), emb.get()};
-  runtime::PipelineRunner runner(tiny(), s, o);
+  runtime::PipelineRunner runner(model, s, o);
   runner.init(3);
   std::vector<int32_t> tokens(m * B * T + 1);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 1) % 61);
@@ -100,7 +124,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
   runner.step(tokens.data(), tokens.data() + 1, 1e-3f, 1.0);
 
   planner::Job job;
-  job.model = tiny();
+  job.model = model;
   job.seq_len = T;
   job.global_batch = m * B * dp;
   job.world = tp * pp * dp;
@@ -121,7 +145,7 @@ void expect_planner_volume(int tp, int pp, bool sp, model::Recompute recompute, 
       "tp=" + std::to_string(tp) + " pp=" + std::to_string(pp) + " sp=" + std::to_string(sp) +
       " recompute=" + std::string(model::recompute_name(recompute)) + " vp=" + std::to_string(vp) +
       " dp=" + std::to_string(dp) + " zero=" + std::to_string(zero) + " " +
-      std::string(planner::precision_name(precision)) + " pp rank " +
+      std::string(planner::precision_name(precision)) + " " + model.name + " pp rank " +
       std::to_string(o.shape.pp_rank);
   EXPECT_EQ(show(recorded(*rec, "tp")), show(predicted(v.tp))) << what << " (tp)";
   EXPECT_EQ(show(recorded(*rec, "pp")), show(predicted(v.pp))) << what << " (pp)";
@@ -211,6 +235,36 @@ TEST(PlannerVolume, EqualsTheRecordedBf16Step) {
                           bf16);
   }
   expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 4, 3, bf16);
+}
+
+// The variants: the same volumes as their recorded steps, with an untied head (no embedding
+// group; lm_head a ZeRO unit of its own), RMSNorm's weight-only sequence-parallel sums, grouped
+// key/value heads split by tp, and no wpe unit; in fp32 and on the host-bf16 backend.
+void expect_variants_volume(Precision p) {
+  using schedule::Kind;
+  const model::GptConfig llama = tiny_llama(), mqa = tiny_mqa();
+  for (bool sp : {false, true}) {
+    expect_planner_volume(2, 1, sp, model::Recompute::None, Kind::OneFOneB, 1, 1, 0, p, llama);
+    expect_planner_volume(2, 2, sp, model::Recompute::Full, Kind::Interleaved, 2, 1, 0, p, llama);
+  }
+  expect_planner_volume(1, 2, false, model::Recompute::None, Kind::OneFOneB, 1, 1, 0, p, llama);
+  expect_planner_volume(1, 2, false, model::Recompute::Selective, Kind::ZeroBubbleH1, 1, 1, 0, p,
+                        mqa);
+  for (int zero = 0; zero <= 3; ++zero) {
+    expect_planner_volume(2, 1, true, model::Recompute::Full, Kind::OneFOneB, 1, 2, zero, p, llama);
+    expect_planner_volume(1, 2, false, model::Recompute::None, Kind::OneFOneB, 1, 2, zero, p,
+                          llama);
+    expect_planner_volume(1, 2, false, model::Recompute::None, Kind::OneFOneB, 1, 2, zero, p, mqa);
+  }
+  expect_planner_volume(1, 1, false, model::Recompute::None, Kind::OneFOneB, 1, 4, 3, p, llama);
+}
+
+TEST(PlannerVolume, EqualsTheRecordedStepOfEveryVariant) {
+  expect_variants_volume(Precision::FP32);
+}
+
+TEST(PlannerVolume, EqualsTheRecordedBf16StepOfEveryVariant) {
+  expect_variants_volume(Precision::BF16Mixed);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/equivalence.h"
@@ -61,15 +62,16 @@ std::vector<int32_t> batch(int step, int n) {
   return t;
 }
 
-// The serial run over the same m microbatches (cached per m).
-const test::SerialRun& serial_run(int m) {
-  static std::map<int, test::SerialRun> cache;
-  auto it = cache.find(m);
+// The serial run of `cfg` over the same m microbatches (cached per model and m).
+const test::SerialRun& serial_run(const model::GptConfig& cfg, int m) {
+  static std::map<std::pair<std::string, int>, test::SerialRun> cache;
+  auto it = cache.find({cfg.name, m});
   if (it == cache.end()) {
     const int n = m * kB * kT;
     it = cache
-             .emplace(m, test::train_serial(tiny(), 99, kB, kT, m, kSteps, kGradStep,
-                                            [n](int s) { return batch(s, n + 1); }))
+             .emplace(std::pair{cfg.name, m},
+                      test::train_serial(cfg, 99, kB, kT, m, kSteps, kGradStep,
+                                         [n](int s) { return batch(s, n + 1); }))
              .first;
   }
   return it->second;
@@ -80,7 +82,8 @@ struct Case {
   int vp, m;
 };
 
-void expect_pipeline_equals_serial(int pp, bool sequence_parallel) {
+void expect_pipeline_equals_serial(int pp, bool sequence_parallel,
+                                   const model::GptConfig& cfg = tiny()) {
   comm::Communicator& world = test::test_world();
   if (world.size() % pp != 0) GTEST_SKIP() << "pp=" << pp << " does not divide the world";
   const int tp = world.size() / pp;
@@ -105,13 +108,13 @@ void expect_pipeline_equals_serial(int pp, bool sequence_parallel) {
       o.tp = groups.tp.get();
       o.pp = groups.pp.get();
       o.groups = {groups.model.get(), groups.embedding.get()};
-      runtime::PipelineRunner runner(tiny(), s, o);
+      runtime::PipelineRunner runner(cfg, s, o);
       runner.init(99);
       const int n = m * kB * kT;
       test::expect_runner_equals_serial(
-          runner, nullptr, groups.model.get(), serial_run(m), kGradStep,
+          runner, nullptr, groups.model.get(), serial_run(cfg, m), kGradStep,
           [n](int step) { return batch(step, n + 1); }, tolerance(tp),
-          std::string(schedule::kind_name(c.kind)) + " pp=" + std::to_string(pp) +
+          cfg.name + " " + std::string(schedule::kind_name(c.kind)) + " pp=" + std::to_string(pp) +
               " vp=" + std::to_string(c.vp) + " m=" + std::to_string(m) +
               " tp=" + std::to_string(tp) + " sp=" + std::to_string(sequence_parallel),
           world.rank() == 0);
@@ -124,6 +127,15 @@ TEST(PipelineParallel, Pp2WithSequenceParallelTpTrainsLikeTheSerialModel) {
   expect_pipeline_equals_serial(2, true);
 }
 TEST(PipelineParallel, Pp4TrainsLikeTheSerialModel) { expect_pipeline_equals_serial(4, false); }
+
+// Every schedule, vp 1 and 2, for the model with every modern choice (an untied LM head: no
+// embedding gradients to sum between the first and last stage).
+TEST(PipelineParallel, LlamaVariantPp2TrainsLikeTheSerialModel) {
+  expect_pipeline_equals_serial(2, true, test::tiny_llama(8));
+}
+TEST(PipelineParallel, LlamaVariantPp4TrainsLikeTheSerialModel) {
+  expect_pipeline_equals_serial(4, false, test::tiny_llama(8));
+}
 
 }  // namespace
 }  // namespace weft

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/equivalence.h"
@@ -63,8 +64,7 @@ std::vector<float> gather_params(const model::Gpt& m) {
 
 using test::rel_error;
 
-Run train(parallel::TensorParallel tp, model::Recompute recompute) {
-  const model::GptConfig cfg = tiny();
+Run train(const model::GptConfig& cfg, parallel::TensorParallel tp, model::Recompute recompute) {
   model::Gpt m(cfg, kB, kT, recompute, tp);
   m.init(1234);
   optim::DistributedOptimizer opt(m, nullptr, 0);
@@ -84,21 +84,22 @@ Run train(parallel::TensorParallel tp, model::Recompute recompute) {
   return r;
 }
 
-void expect_equivalent(bool sequence_parallel, model::Recompute recompute) {
+void expect_equivalent(bool sequence_parallel, model::Recompute recompute,
+                       const model::GptConfig& cfg = tiny()) {
   comm::Communicator& world = test::test_world();
   auto tp = world.split(0, world.rank(), "tp");
-  const Run serial = train({}, recompute);
-  const Run parallel = train({tp.get(), sequence_parallel}, recompute);
-  const std::string context =
-      "tp=" + std::to_string(tp->size()) + " sp=" + std::to_string(sequence_parallel);
+  const Run serial = train(cfg, {}, recompute);
+  const Run parallel = train(cfg, {tp.get(), sequence_parallel}, recompute);
+  const std::string context = cfg.name + " tp=" + std::to_string(tp->size()) +
+                              " sp=" + std::to_string(sequence_parallel) + " recompute " +
+                              std::string(model::recompute_name(recompute));
   const double loss =
       test::expect_steps_close(parallel.losses, serial.losses, kLossTolerance, "loss, " + context);
   const double norm = test::expect_steps_close(parallel.grad_norms, serial.grad_norms,
                                                kGradNormTolerance, "grad_norm, " + context);
-  const model::ParamLayout global = model::gpt_param_layout(tiny());
-  const test::ParamErrors p =
-      test::expect_params_close(global, parallel.params.data(), serial.params.data(), tiny().n_embd,
-                                kParamTolerance, context);
+  const model::ParamLayout global = model::gpt_param_layout(cfg);
+  const test::ParamErrors p = test::expect_params_close(
+      global, parallel.params.data(), serial.params.data(), cfg.n_embd, kParamTolerance, context);
   if (world.rank() == 0) {
     std::printf("measured %s: loss %.2g, grad_norm %.2g, params %.2g (worst %s %.2g)\n",
                 context.c_str(), loss, norm, p.all, p.worst_name.c_str(), p.worst_tensor);
@@ -109,8 +110,9 @@ void expect_equivalent(bool sequence_parallel, model::Recompute recompute) {
 TEST(TensorParallel, GradientsEqualTheSerialModels) {
   comm::Communicator& world = test::test_world();
   auto tp = world.split(0, world.rank(), "tp");
-  for (bool sp : {false, true}) {
-    const model::GptConfig cfg = tiny();
+  for (const auto& [cfg, sp] :
+       {std::pair{tiny(), false}, std::pair{tiny(), true}, std::pair{test::tiny_llama(), false},
+        std::pair{test::tiny_llama(), true}}) {
     model::Gpt serial(cfg, kB, kT), parallel(cfg, kB, kT, model::Recompute::None, {tp.get(), sp});
     serial.init(5);
     parallel.init(5);
@@ -132,10 +134,11 @@ TEST(TensorParallel, GradientsEqualTheSerialModels) {
                            serial.grads().data() + s.offset + s.numel);
       const double r = rel_error(a, b);
       worst = std::max(worst, r);
-      EXPECT_LE(r, kGradTolerance) << s.name << " sp=" << sp;
+      EXPECT_LE(r, kGradTolerance) << cfg.name << " " << s.name << " sp=" << sp;
     }
     if (world.rank() == 0) {
-      std::printf("measured gradients tp=%d sp=%d: worst tensor %.2g\n", tp->size(), sp, worst);
+      std::printf("measured gradients %s tp=%d sp=%d: worst tensor %.2g\n", cfg.name.c_str(),
+                  tp->size(), sp, worst);
     }
   }
 }
@@ -149,6 +152,15 @@ TEST(TensorParallel, WithSequenceParallelismTrainsLikeTheSerialModel) {
 TEST(TensorParallel, WithFullRecomputationTrainsLikeTheSerialModel) {
   expect_equivalent(true, model::Recompute::Full);
   expect_equivalent(false, model::Recompute::Selective);
+}
+
+// Rotary positions, RMSNorm, SwiGLU, grouped-query attention split by heads, an untied
+// vocabulary-parallel LM head, no biases: with and without sequence parallelism, and under every
+// recomputation mode.
+TEST(TensorParallel, LlamaVariantTrainsLikeTheSerialModel) {
+  expect_equivalent(false, model::Recompute::None, test::tiny_llama());
+  expect_equivalent(true, model::Recompute::Selective, test::tiny_llama());
+  expect_equivalent(true, model::Recompute::Full, test::tiny_llama());
 }
 
 // The collectives of one microbatch's forward and backward, against the PTD-P analysis
@@ -207,6 +219,7 @@ TEST(TensorParallel, RejectsAModelTpCannotSplit) {
   cfg.n_head = 1;  // not divisible by 2 or 4
   cfg.n_embd = 33;
   cfg.pad_vocab_to = 1;  // Vp = 61
+  cfg.n_kv_head = 1;     // multi-query: one key/value head, which tp cannot split
   try {
     model::Gpt m(cfg, kB, kT, model::Recompute::None, {tp.get(), false});
     FAIL() << "a model tp cannot split was accepted";
@@ -215,6 +228,7 @@ TEST(TensorParallel, RejectsAModelTpCannotSplit) {
     EXPECT_NE(msg.find("n_head=1 is not divisible by tp="), std::string::npos) << msg;
     EXPECT_NE(msg.find("n_embd=33 is not divisible"), std::string::npos) << msg;
     EXPECT_NE(msg.find("padded vocabulary 61"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("n_kv_head=1 is not divisible by tp="), std::string::npos) << msg;
   }
 }
 

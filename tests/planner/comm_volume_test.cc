@@ -140,5 +140,77 @@ TEST(CommVolume, LocalParametersSumToTheModelWithoutTensorParallelism) {
   EXPECT_EQ(local_parameters(m, c, 0) + local_parameters(m, c, 1), whole + Vp * h);
 }
 
+// Llama's choices on the test job: rotary positions (no wpe), RMSNorm (no norm biases), a SwiGLU
+// MLP of F = 96, 2 key/value heads for 4 query heads, an untied LM head, no biases.
+Job llama_job() {
+  Job j = job();
+  j.model.position = model::Position::Rope;
+  j.model.norm = model::NormKind::RMSNorm;
+  j.model.mlp = model::MlpKind::SwiGLU;
+  j.model.ffn_hidden_size = 96;
+  j.model.n_kv_head = 2;
+  j.model.tie_embeddings = false;
+  j.model.bias = false;
+  return j;
+}
+
+TEST(CommVolume, LocalParametersCountEveryVariantsTensorsOnce) {
+  const int64_t h = 64, HS = 16, F = 96, Vp = 128, L = 8;
+  // By hand from the contract (model/param_layout.h): q 4 heads and k, v 2 heads each, proj,
+  // gate and up, down, two RMSNorm weights; ln_f's weight; wte and lm_head.
+  const int64_t layer = (4 + 2 + 2) * HS * h + h * h + 2 * F * h + F * h + 2 * h;
+  const int64_t whole = L * layer + h + 2 * Vp * h;
+  const model::GptConfig m = llama_job().model;
+  EXPECT_EQ(local_parameters(m, {}, 0), whole);
+  // A pipeline splits them, the LM head on the last rank and no tied copy anywhere.
+  const layout::Layout c{.tp = 1, .pp = 4};
+  EXPECT_EQ(local_parameters(m, c, 0), 2 * layer + Vp * h);
+  EXPECT_EQ(local_parameters(m, c, 1), 2 * layer);
+  EXPECT_EQ(local_parameters(m, c, 3), 2 * layer + h + Vp * h);
+  // tp = 2 splits the heads (q 2, k 1, v 1 per rank), F, the vocabulary; the norms stay whole.
+  const layout::Layout t{.tp = 2, .pp = 2};
+  EXPECT_EQ(local_parameters(m, t, 1), 4 * ((layer - 2 * h) / 2 + 2 * h) + h + Vp / 2 * h);
+  // Each choice alone, against GPT-2's count: what it adds or removes.
+  const model::GptConfig g = job().model;
+  const int64_t gpt2 = local_parameters(g, {}, 0);
+  auto with = [&](auto change) {
+    model::GptConfig v = g;
+    change(v);
+    return local_parameters(v, {}, 0) - gpt2;
+  };
+  EXPECT_EQ(with([](auto& v) { v.position = model::Position::Rope; }), -32 * h);  // no wpe
+  EXPECT_EQ(with([](auto& v) { v.norm = model::NormKind::RMSNorm; }), -(2 * L + 1) * h);
+  EXPECT_EQ(with([](auto& v) { v.n_kv_head = 1; }), -L * (2 * 3 * HS * h + 2 * 3 * HS));
+  EXPECT_EQ(with([](auto& v) { v.tie_embeddings = false; }), Vp * h);
+  EXPECT_EQ(with([](auto& v) { v.bias = false; }), -L * (3 * h + h + 4 * h + h + 2 * h) - h);
+  EXPECT_EQ(with([](auto& v) { v.ffn_hidden_size = 96; }), L * (96 - 4 * h) * (2 * h + 1));
+  EXPECT_EQ(with([](auto& v) { v.mlp = model::MlpKind::SwiGLU; }), L * (4 * h) * (h + 1));
+}
+
+TEST(CommVolume, AnUntiedHeadHasNoEmbeddingSumAndItsOwnUnit) {
+  const Job j = llama_job();
+  layout::Layout c{.tp = 1, .pp = 2, .dp = 2, .micro_batch = 1};
+  // No tied copy to sync between the first and last pipeline ranks.
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(step_volume(j, c, r).embedding, GroupVolume{}) << r;
+  // ZeRO 3, m = 8 microbatches: rank 0 gathers wte once per microbatch (the embedding only) and
+  // its 4 layers twice; rank 1 its 4 layers, ln_f and lm_head twice. No wpe.
+  c.zero = 3;
+  EXPECT_EQ(step_volume(j, c, 0).dp.all_gather.ops, 8 * (1 + 4 * 2));
+  EXPECT_EQ(step_volume(j, c, 1).dp.all_gather.ops, 8 * (4 * 2 + 2 + 2));
+  EXPECT_EQ(step_volume(j, c, 0).dp.reduce_scatter.ops, 8 * (1 + 4));
+  EXPECT_EQ(step_volume(j, c, 1).dp.reduce_scatter.ops, 8 * (4 + 2));
+  // The activations' traffic is GPT-2's: b*s*h per message and collective.
+  c = {.tp = 2, .pp = 2, .dp = 1, .micro_batch = 2};
+  EXPECT_EQ(microbatch_volume(j, c, 0), microbatch_volume(job(), c, 0));
+  EXPECT_EQ(microbatch_volume(j, c, 1), microbatch_volume(job(), c, 1));
+}
+
+TEST(CommVolume, SequenceParallelismSumsTheRmsNormWeightsOnly) {
+  const layout::Layout c{.tp = 2, .pp = 1, .dp = 1, .micro_batch = 1, .sequence_parallel = true};
+  // 8 layers of 2 norms, and ln_f: C each (RMSNorm has no bias), 2C each for GPT-2's LayerNorms.
+  EXPECT_EQ(step_volume(llama_job(), c, 0).tp.all_reduce.elements, (2 * 8 + 1) * 64);
+  EXPECT_EQ(step_volume(job(), c, 0).tp.all_reduce.elements, (2 * 8 + 1) * 2 * 64);
+}
+
 }  // namespace
 }  // namespace weft::planner

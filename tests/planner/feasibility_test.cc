@@ -38,6 +38,7 @@ constexpr ModelCase kModels[] = {
     {"configs/models/gpt-175b.toml", 2048, 1536, 1024},  // GPT-3, search_test's job
     {"configs/models/ptdp-1.7b.toml", 2048, 512, 32},    // the PTD-P paper's first row
     {"configs/models/gpt2-124m.toml", 1024, 32, 8},
+    {"configs/models/llama3-8b.toml", 8192, 256, 64},  // the variants: tp must divide n_kv_head
     {"configs/models/tiny.toml", 16, 8, 2},
 };
 
@@ -55,14 +56,18 @@ std::string run_toml(const Job& job, const layout::Layout& c) {
   const model::GptConfig& m = job.model;
   return fmt::format(
       "[model]\nname = \"{}\"\nn_layer = {}\nn_embd = {}\nn_head = {}\nvocab_size = {}\n"
-      "pad_vocab_to = {}\nmax_seq_len = {}\n"
+      "pad_vocab_to = {}\nmax_seq_len = {}\nposition = \"{}\"\nrope_theta = {}\nnorm = \"{}\"\n"
+      "norm_eps = {}\nmlp = \"{}\"\nffn_hidden_size = {}\nn_kv_head = {}\ntie_embeddings = {}\n"
+      "bias = {}\n"
       "[data]\ntrain = \"unused\"\n"
       "[train]\nseq_len = {}\nmicro_batch = {}\nglobal_batch = {}\nsteps = 1\nrecompute = \"{}\"\n"
       "[parallel]\ntp = {}\npp = {}\ndp = {}\nvp = {}\nsequence_parallel = {}\nschedule = \"{}\"\n"
       "zero = {}\n",
       m.name, m.n_layer, m.n_embd, m.n_head, m.vocab_size, m.pad_vocab_to, m.max_seq_len,
-      job.seq_len, c.micro_batch, job.global_batch, model::recompute_name(c.recompute), c.tp, c.pp,
-      c.dp, c.vp, c.sequence_parallel ? "true" : "false", schedule::kind_name(c.schedule), c.zero);
+      model::position_name(m.position), m.rope_theta, model::norm_name(m.norm), m.norm_eps,
+      model::mlp_name(m.mlp), m.ffn_hidden_size, m.n_kv_head, m.tie_embeddings, m.bias, job.seq_len,
+      c.micro_batch, job.global_batch, model::recompute_name(c.recompute), c.tp, c.pp, c.dp, c.vp,
+      c.sequence_parallel ? "true" : "false", schedule::kind_name(c.schedule), c.zero);
 }
 
 // Every problem the trainer finds with `c` (empty: it accepts it).

@@ -87,10 +87,12 @@ struct LayoutPair {
   Layout from;  // trains steps 1-4 and saves the checkpoint
   Layout to;    // resumes it for steps 5-8
   Bounds bounds;
+  bool llama = false;  // the 4-layer model with every modern choice (tiny-llama4) instead
 };
 
 std::string pair_name(const ::testing::TestParamInfo<LayoutPair>& info) {
-  return info.param.from.name() + "_to_" + info.param.to.name();
+  return (info.param.llama ? "llama_" : "") + info.param.from.name() + "_to_" +
+         info.param.to.name();
 }
 
 void PrintTo(const LayoutPair& p, std::ostream* os) {
@@ -107,14 +109,27 @@ class CliResumeLayoutsTest : public test::CliFixture {
     std::ofstream(dir_ + "/tiny4.toml") << "[model]\nname = \"tiny4\"\nn_layer = 4\nn_embd = 32\n"
                                         << "n_head = 4\nvocab_size = 61\npad_vocab_to = 16\n"
                                         << "max_seq_len = 16\n";
-    run_ = dir_ + "/run.toml";
-    std::ofstream(run_) << "[model]\nconfig = \"" << dir_ << "/tiny4.toml\"\n"
-                        << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
-                        << "tokenizer = \"none\"\n"
-                        << "[train]\nseq_len = 16\nmicro_batch = 2\nglobal_batch = 8\n"
-                        << "steps = " << kSteps << "\nlr = 1e-2\neval_every = 0\n"
-                        << "save_every = " << kStopAt << "\nthreads = 1\n"
-                        << "[run]\nout_dir = \"" << dir_ << "/out\"\n";
+    // configs/models/tiny-llama.toml's choices, with 4 layers.
+    std::ofstream(dir_ + "/tiny-llama4.toml")
+        << "[model]\nname = \"tiny-llama4\"\nn_layer = 4\nn_embd = 32\nn_head = 8\n"
+        << "n_kv_head = 4\nvocab_size = 61\npad_vocab_to = 16\nmax_seq_len = 16\n"
+        << "position = \"rope\"\nrope_theta = 500.0\nnorm = \"rmsnorm\"\nmlp = \"swiglu\"\n"
+        << "ffn_hidden_size = 48\ntie_embeddings = false\nbias = false\n";
+    for (const char* model : {"tiny4", "tiny-llama4"}) {
+      std::ofstream(dir_ + "/run-" + model + ".toml")
+          << "[model]\nconfig = \"" << dir_ << "/" << model << ".toml\"\n"
+          << "[data]\ntrain = \"" << dir_ << "/syn.bin\"\nval_fraction = 0.2\n"
+          << "tokenizer = \"none\"\n"
+          << "[train]\nseq_len = 16\nmicro_batch = 2\nglobal_batch = 8\n"
+          << "steps = " << kSteps << "\nlr = 1e-2\neval_every = 0\n"
+          << "save_every = " << kStopAt << "\nthreads = 1\n"
+          << "[run]\nout_dir = \"" << dir_ << "/out\"\n";
+    }
+    use_model(false);
+  }
+  // The model the next runs train: tiny4, or tiny-llama4.
+  void use_model(bool llama) {
+    run_ = dir_ + (llama ? "/run-tiny-llama4.toml" : "/run-tiny4.toml");
   }
 
   // `weft train` of the run config under `layout` (through mpirun when it takes several ranks),
@@ -161,16 +176,19 @@ class CliResumeLayoutsTest : public test::CliFixture {
     std::vector<double> grad_norm;
     CheckpointParams params;
   };
-  const SerialRun& serial_run() {
-    static std::optional<SerialRun> cached;
-    if (!cached) {
-      auto r = train(Layout{}, "serial", "");
+  const SerialRun& serial_run(bool llama = false) {
+    static std::optional<SerialRun> cached[2];
+    std::optional<SerialRun>& c = cached[llama];
+    if (!c) {
+      use_model(llama);
+      const std::string name = llama ? "serial-llama" : "serial";
+      auto r = train(Layout{}, name, "");
       EXPECT_EQ(r.rc, 0) << r.text;
       if (r.rc != 0) return kNone;
-      cached = SerialRun{losses(metrics("serial")), metric(metrics("serial"), "grad_norm"),
-                         checkpoint_params(final_checkpoint("serial"))};
+      c = SerialRun{losses(metrics(name)), metric(metrics(name), "grad_norm"),
+                    checkpoint_params(final_checkpoint(name))};
     }
-    return *cached;
+    return *c;
   }
   static inline const SerialRun kNone{};
 
@@ -209,7 +227,8 @@ class CliResumeAcrossLayoutsTest : public CliResumeLayoutsTest,
 // A checkpoint of layout FROM resumed under layout TO: all 8 losses and gradient norms, and the
 // final parameters, within the pair's bounds of the uninterrupted serial run's.
 TEST_P(CliResumeAcrossLayoutsTest, GivesTheSerialRun) {
-  const SerialRun& serial = serial_run();
+  const SerialRun& serial = serial_run(GetParam().llama);
+  use_model(GetParam().llama);
   ASSERT_EQ(serial.loss.size(), static_cast<size_t>(kSteps));
   const Bounds& b = GetParam().bounds;
   const std::string split = train_split(GetParam().from, GetParam().to, "split");
@@ -254,7 +273,19 @@ INSTANTIATE_TEST_SUITE_P(
         // 1.9e-7, 5.0e-6, 5.3e-6, 6.3e-5
         LayoutPair{.from = {.tp = 2, .dp = 2, .zero = 3, .sp = true},
                    .to = {.pp = 2, .dp = 2, .zero = 2, .schedule = "gpipe"},
-                   .bounds = {2e-6, 5e-5, {.all = 5e-5, .per_tensor = 6e-4}}}),
+                   .bounds = {2e-6, 5e-5, {.all = 5e-5, .per_tensor = 6e-4}}},
+        // The model with every modern choice (rotary positions, RMSNorm, SwiGLU, grouped-query
+        // attention split by tp, an untied head, no biases):
+        // 3.8e-7, 7.5e-6, 4.9e-6, 2.9e-5 (h.3.mlp.fc.weight)
+        LayoutPair{.from = {.tp = 2, .pp = 2},
+                   .to = {.dp = 4, .zero = 3},
+                   .bounds = {4e-6, 8e-5, {.all = 5e-5, .per_tensor = 3e-4}},
+                   .llama = true},
+        // 8.5e-8, 1.1e-7, 1.4e-7, 9.9e-7 (h.3.mlp.fc.weight)
+        LayoutPair{.from = {.pp = 2, .dp = 2, .vp = 2, .zero = 1, .schedule = "interleaved"},
+                   .to = {.tp = 2, .dp = 2, .zero = 2, .sp = true},
+                   .bounds = {1e-6, 1.1e-6, {.all = 1.4e-6, .per_tensor = 1e-5}},
+                   .llama = true}),
     pair_name);
 
 }  // namespace

@@ -42,9 +42,10 @@ inline ParamErrors param_errors(const model::ParamLayout& global, const float* a
   for (const SliceSpec& s : global.buffer.slices()) {
     std::vector<float> p(actual + s.offset, actual + s.offset + s.numel);
     std::vector<float> q(expected + s.offset, expected + s.offset + s.numel);
-    if (s.name.ends_with("attn.qkv.bias")) {
-      p.erase(p.begin() + n_embd, p.begin() + 2 * n_embd);
-      q.erase(q.begin() + n_embd, q.begin() + 2 * n_embd);
+    if (s.name.ends_with("attn.qkv.bias")) {  // [q: C | k: K | v: K], K = NKV*HS
+      const int64_t k = (s.numel - n_embd) / 2;
+      p.erase(p.begin() + n_embd, p.begin() + n_embd + k);
+      q.erase(q.begin() + n_embd, q.begin() + n_embd + k);
     }
     const double r = rel_error(p, q);
     e.per_tensor.emplace_back(s.name, r);

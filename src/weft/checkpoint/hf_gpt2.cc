@@ -2,30 +2,22 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
 #include <vector>
 
-#include "weft/checkpoint/checkpoint.h"
 #include "weft/checkpoint/safetensors.h"
-#include "weft/core/pending_file.h"
-#include "weft/core/text_file.h"
 #include "weft/model/param_layout.h"
 
 namespace weft::checkpoint {
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
 constexpr std::string_view kPrefix = "transformer.";
-constexpr int kGpt2Vocab = 50257;  // GPT-2's tokenizer; <|endoftext|> is its last id
-constexpr const char* kEndOfText = "<|endoftext|>";  // the one special token of byte-level BPE
 
 // Per-layer names: weft suffix, Hugging Face suffix, whether HF stores the matrix transposed
 // (Conv1D keeps weights [in, out]).
@@ -200,10 +192,7 @@ Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::strin
 Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
                      const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata) {
-  const model::ParamLayout layout = model::gpt_param_layout(cfg);
-  WEFT_CHECK(params.layout().slices().size() == layout.buffer.slices().size() &&
-                 params.layout().numel() == layout.buffer.numel(),
-             "the parameters are not the serial layout of model '", cfg.name, "'");
+  if (Status s = check_hf_export(cfg, params, HfArchitecture::Gpt2); !s.ok()) return s;
   std::vector<SafetensorsInput> tensors;
   std::vector<std::vector<float>> transposed;  // storage for the Conv1D weights
   transposed.reserve(params.layout().slices().size());
@@ -218,56 +207,20 @@ Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
     }
     tensors.push_back({hf.name, shape, data});
   }
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return Status::error(fmt::format("{}: cannot create: {}", out_dir, ec.message()));
-  std::map<std::string, std::string> meta = metadata;
-  meta["format"] = "pt";  // transformers refuses a safetensors file without it
-  Status s = write_safetensors((fs::path(out_dir) / kHfWeightsFile).string(), tensors, meta);
-  if (!s.ok()) return s;
-  return write_file_atomic((fs::path(out_dir) / kHfConfigFile).string(),
-                           hf_gpt2_config(cfg, eot_id).dump(2) + "\n");
+  return write_hf_dir(out_dir, tensors, hf_gpt2_config(cfg, eot_id), metadata);
 }
 
 Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& options) {
-  const std::string config_path = (fs::path(in_dir) / kHfConfigFile).string();
-  const std::string weights_path = (fs::path(in_dir) / kHfWeightsFile).string();
-  const auto text = read_text_file(config_path);
-  if (!text) return Status::error(fmt::format("{}: cannot open", config_path));
-  json hf;
-  try {
-    hf = json::parse(*text);
-  } catch (const json::exception& e) {
-    return Status::error(fmt::format("{}: not JSON: {}", config_path, e.what()));
-  }
-  auto reader_or = SafetensorsReader::open(weights_path);
-  if (!reader_or.ok()) return reader_or.status();
-  const SafetensorsReader reader = std::move(reader_or).value();
-  const auto& meta = reader.header().metadata;
-
-  std::string name = options.name;
-  if (name.empty() && meta.count("weft.name")) name = meta.at("weft.name");
-  if (name.empty()) {
-    fs::path p = fs::path(in_dir).lexically_normal();
-    if (p.filename().empty()) p = p.parent_path();  // "dir/"
-    name = p.filename().string();
-  }
-  if (name.empty() || name == "." || name == "..") name = "gpt2";
-  int pad = options.pad_vocab_to;
-  if (pad == 0 && meta.count("weft.pad_vocab_to")) {
-    const std::string& v = meta.at("weft.pad_vocab_to");
-    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), pad);
-    if (ec != std::errc() || p != v.data() + v.size() || pad < 1) {
-      return Status::error(fmt::format(
-          "{}: __metadata__ weft.pad_vocab_to='{}' is not a positive integer", weights_path, v));
-    }
-  }
-  if (pad == 0) pad = model::GptConfig{}.pad_vocab_to;
-  auto cfg_or = gpt_config_from_hf(hf, config_path, name, pad);
+  auto dir_or = open_hf_dir(in_dir, options, "gpt2");
+  if (!dir_or.ok()) return dir_or.status();
+  const HfDir& dir = dir_or.value();
+  const std::string& weights_path = dir.weights_path;
+  const SafetensorsReader& reader = dir.reader;
+  auto cfg_or = gpt_config_from_hf(dir.config, dir.config_path, dir.name, dir.pad_vocab_to);
   if (!cfg_or.ok()) return cfg_or.status();
   HfModel out;
   out.config = cfg_or.value();
-  out.metadata = meta;
+  out.metadata = reader.header().metadata;
   const model::GptConfig& cfg = out.config;
 
   // The file's tensors under their names without "transformer.".
@@ -343,91 +296,6 @@ Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& o
     }
   }
   return out;
-}
-
-Result<int> hf_tokenizer_eot(const std::string& tokenizer_dir) {
-  const std::string path = (fs::path(tokenizer_dir) / "encoder.json").string();
-  const auto text = read_text_file(path);
-  if (!text) return Status::error(fmt::format("{}: cannot read the tokenizer", path));
-  try {
-    const auto j = nlohmann::json::parse(*text);
-    if (!j.contains(kEndOfText) || !j.at(kEndOfText).is_number_integer()) {
-      return Status::error(fmt::format("{}: no {} token", path, kEndOfText));
-    }
-    return j.at(kEndOfText).get<int>();
-  } catch (const nlohmann::json::exception& e) {
-    return Status::error(fmt::format("{}: not JSON: {}", path, e.what()));
-  }
-}
-
-Status write_hf_tokenizer(const std::string& out_dir, const std::string& tokenizer_dir, int n_ctx) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) return Status::error(fmt::format("{}: cannot create: {}", out_dir, ec.message()));
-  // GPT2Tokenizer's two files are weft's (and OpenAI's) under other names, byte for byte.
-  for (const auto& [from, to] :
-       {std::pair{"encoder.json", "vocab.json"}, std::pair{"vocab.bpe", "merges.txt"}}) {
-    const std::string src = (fs::path(tokenizer_dir) / from).string();
-    const auto text = read_text_file(src);
-    if (!text) return Status::error(fmt::format("{}: cannot read the tokenizer", src));
-    Status s = write_file_atomic((fs::path(out_dir) / to).string(), *text);
-    if (!s.ok()) return s;
-  }
-  // transformers' tokenization_gpt2.py: <|endoftext|> is bos, eos and unk; no prefix space.
-  const nlohmann::ordered_json special = {
-      {"bos_token", kEndOfText}, {"eos_token", kEndOfText}, {"unk_token", kEndOfText}};
-  nlohmann::ordered_json config = {{"add_prefix_space", false},
-                                   {"model_max_length", n_ctx},
-                                   {"tokenizer_class", "GPT2Tokenizer"}};
-  config.update(special);
-  Status s = write_file_atomic((fs::path(out_dir) / "tokenizer_config.json").string(),
-                               config.dump(2) + "\n");
-  if (!s.ok()) return s;
-  return write_file_atomic((fs::path(out_dir) / "special_tokens_map.json").string(),
-                           special.dump(2) + "\n");
-}
-
-Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
-                      const std::string& tokenizer_dir) {
-  auto dir = resolve(checkpoint);
-  if (!dir.ok()) return dir.status();
-  auto md = read_metadata(dir.value());
-  if (!md.ok()) return md.status();
-  const Metadata& m = md.value();
-  FlatBuffer params(model::gpt_param_layout(m.model).buffer);
-  if (Status s = load(dir.value(), m.model, params, nullptr, nullptr); !s.ok()) return s;
-  std::optional<int> eot;
-  if (!tokenizer_dir.empty()) {
-    auto id = hf_tokenizer_eot(tokenizer_dir);
-    if (!id.ok()) return id.status();
-    if (id.value() >= m.model.vocab_size) {
-      return Status::error(fmt::format("{}: its {} id {} is outside the model's vocabulary of {}",
-                                       tokenizer_dir, kEndOfText, id.value(), m.model.vocab_size));
-    }
-    eot = id.value();
-    if (Status s = write_hf_tokenizer(out_dir, tokenizer_dir, m.model.max_seq_len); !s.ok()) {
-      return s;
-    }
-  }
-  return write_hf_gpt2(out_dir, m.model, params, eot,
-                       {{"weft.name", m.model.name},
-                        {"weft.pad_vocab_to", std::to_string(m.model.pad_vocab_to)},
-                        {"weft.step", std::to_string(m.train.step)}});
-}
-
-Result<std::string> import_hf_gpt2(const std::string& in_dir, const std::string& out_root,
-                                   const HfImportOptions& options, const std::string& tokenizer) {
-  if (Status s = check_new_root(out_root, "import"); !s.ok()) return s;
-  auto model = read_hf_gpt2(in_dir, options);
-  if (!model.ok()) return model.status();
-  const HfModel& m = model.value();
-  TrainState state;
-  state.tokenizer = !tokenizer.empty()                  ? tokenizer
-                    : m.config.vocab_size == kGpt2Vocab ? "gpt2"
-                                                        : "none";
-  state.tokenizer_identity = state.tokenizer == "gpt2" ? "gpt2" : "";
-  state.run_config = {{"imported_from", in_dir}};
-  return save(out_root, m.config, m.params, nullptr, state);
 }
 
 }  // namespace weft::checkpoint

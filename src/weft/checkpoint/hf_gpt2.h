@@ -1,5 +1,6 @@
 #pragma once
-// Hugging Face GPT-2 (transformers' GPT2LMHeadModel) <-> weft's serial GPT-2 parameters.
+// Hugging Face GPT-2 (transformers' GPT2LMHeadModel) <-> weft's serial GPT-2 parameters (a model
+// with every GPT-2 choice: hf.h's hf_architecture).
 //
 //   weft (model/param_layout.h)          Hugging Face                            conversion
 //   wte            [Vp, C]               transformer.wte.weight        [V, C]    the first V rows
@@ -32,16 +33,9 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
-#include "weft/core/status.h"
-#include "weft/model/gpt_config.h"
-#include "weft/tensor/flat_buffer.h"
+#include "weft/checkpoint/hf.h"
 
 namespace weft::checkpoint {
-
-inline constexpr const char* kHfWeightsFile = "model.safetensors";
-inline constexpr const char* kHfConfigFile = "config.json";
 
 // The Hugging Face name of weft parameter `name` ("h.3.attn.qkv.weight" ->
 // "transformer.h.3.attn.c_attn.weight"), and whether its matrix is stored transposed there.
@@ -56,16 +50,6 @@ HfName hf_gpt2_name(std::string_view weft_name);
 // config.json never names an id outside the vocabulary.
 nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, std::optional<int> eot_id);
 
-// The id of <|endoftext|> in a byte-level BPE tokenizer directory (encoder.json + vocab.bpe:
-// GPT-2's, or one `weft tokenizer train` wrote).
-Result<int> hf_tokenizer_eot(const std::string& tokenizer_dir);
-
-// The tokenizer as transformers' GPT2Tokenizer reads it: OUT/vocab.json (encoder.json: the same
-// map), OUT/merges.txt (vocab.bpe: the same "#version: 0.2" header and merges) and
-// OUT/tokenizer_config.json + special_tokens_map.json (<|endoftext|> as bos, eos and unk;
-// model_max_length n_ctx).
-Status write_hf_tokenizer(const std::string& out_dir, const std::string& tokenizer_dir, int n_ctx);
-
 // The model config of an HF GPT2Config (config.json), checked to be a model weft computes exactly
 // (tanh GELU, LayerNorm eps 1e-5, tied embeddings, the inner size 4C, ...); every problem at once,
 // naming `origin`. `name` and `pad_vocab_to` are weft's own and are not in the HF config.
@@ -79,29 +63,7 @@ Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
                      const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata = {});
 
-struct HfImportOptions {
-  std::string name;      // the model's name in weft; "": the safetensors metadata's, else IN's
-  int pad_vocab_to = 0;  // 0: the safetensors metadata's (an export by weft), else 128
-};
-
 // An HF GPT-2 directory (config.json + model.safetensors) as weft's serial parameters.
-struct HfModel {
-  model::GptConfig config;
-  FlatBuffer params;                            // layout model::gpt_param_layout(config)
-  std::map<std::string, std::string> metadata;  // the safetensors header's __metadata__
-};
 Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& options = {});
-
-// `weft ckpt export-hf`: the parameters of the weft checkpoint at `checkpoint` (a step directory
-// or a root holding `latest`), checksums verified, written as write_hf_gpt2() does, with the
-// tokenizer of `tokenizer_dir` (write_hf_tokenizer; "" for a model trained on ids alone).
-Status export_hf_gpt2(const std::string& checkpoint, const std::string& out_dir,
-                      const std::string& tokenizer_dir = "");
-// `weft ckpt import-hf`: read_hf_gpt2(in_dir) saved as a weights-only weft checkpoint (step 0)
-// under `out_root`. The tokenizer recorded is `tokenizer` when not empty, else "gpt2" for GPT-2's
-// 50257-token vocabulary and "none" otherwise. Returns the checkpoint directory.
-Result<std::string> import_hf_gpt2(const std::string& in_dir, const std::string& out_root,
-                                   const HfImportOptions& options = {},
-                                   const std::string& tokenizer = "");
 
 }  // namespace weft::checkpoint

@@ -5,6 +5,7 @@
 // I/O so the parser can be fuzzed on its own (tests/fuzz/checkpoint_metadata_fuzz.cc).
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace weft::checkpoint {
@@ -118,6 +120,40 @@ model::GptConfig model_config_fields(const json& j, const std::string& path) {
   c.vocab_size = integer_field<int>(j, path, "vocab_size", 1, kMax);
   c.pad_vocab_to = integer_field<int>(j, path, "pad_vocab_to", 1, kMax);
   c.max_seq_len = integer_field<int>(j, path, "max_seq_len", 1, kMax);
+  // The variant's choices (model/gpt_config.h), absent from checkpoints written before them:
+  // those are GPT-2, the defaults.
+  auto has = [&](const char* key) { return j.is_object() && j.contains(key); };
+  auto choice = [&](const char* key, auto& out, std::initializer_list<const char*> names) {
+    if (!has(key)) return;
+    const std::string v = string_field(j, path, key);
+    int i = 0;
+    for (const char* n : names) {
+      if (v == n) {
+        out = static_cast<std::remove_reference_t<decltype(out)>>(i);
+        return;
+      }
+      ++i;
+    }
+    throw FieldError{
+        fmt::format("{}.{}={} is not one of {}", path, key, shown(j[key]), fmt::join(names, ", "))};
+  };
+  auto boolean = [&](const char* key, bool& out) {
+    if (!has(key)) return;
+    if (!j[key].is_boolean()) {
+      throw FieldError{
+          fmt::format("{}.{} must be true or false, not {}", path, key, shown(j[key]))};
+    }
+    out = j[key].get<bool>();
+  };
+  choice("position", c.position, {"learned", "rope"});
+  choice("norm", c.norm, {"layernorm", "rmsnorm"});
+  choice("mlp", c.mlp, {"gelu", "swiglu"});
+  if (has("rope_theta")) c.rope_theta = static_cast<float>(number_field(j, path, "rope_theta"));
+  if (has("norm_eps")) c.norm_eps = static_cast<float>(number_field(j, path, "norm_eps"));
+  if (has("ffn_hidden_size")) c.ffn_hidden_size = integer_field<int>(j, path, "ffn_hidden_size", 0);
+  if (has("n_kv_head")) c.n_kv_head = integer_field<int>(j, path, "n_kv_head", 0, kMax);
+  boolean("tie_embeddings", c.tie_embeddings);
+  boolean("bias", c.bias);
   return c;
 }
 
@@ -138,11 +174,26 @@ void v2_piece(const json& tj, const std::string& path, TensorInfo& ti, Status& s
   const json& sh = field(tj, path, "tp_shard");
   const std::string sp = path + ".tp_shard";
   ti.split.dim = integer_field<int>(sh, sp, "dim", -1, 1);
-  ti.split.blocks = integer_field<int>(sh, sp, "blocks", 1, 1 << 24);
+  ti.split.blocks = integer_field<int>(sh, sp, "blocks", 1, 3);
+  // The blocks' relative sizes (grouped-query attn.qkv), absent where they are equal.
+  if (sh.is_object() && sh.contains("block_weights")) {
+    const json& w = sh["block_weights"];
+    if (!w.is_array() || w.size() != static_cast<size_t>(ti.split.blocks)) {
+      throw FieldError{fmt::format("{}.block_weights must be {} integers, not {}", sp,
+                                   ti.split.blocks, shown(w))};
+    }
+    for (size_t b = 0; b < w.size(); ++b) {
+      ti.split.weights[b] = integer<int64_t>(w[b], sp + ".block_weights", 1, 1 << 24);
+    }
+  }
   ti.tp = integer_field<int>(sh, sp, "tp", 1, 1 << 24);
   ti.tp_rank = integer_field<int>(sh, sp, "rank", 0, ti.tp - 1);
   const Shape& g = ti.global_shape;
-  const int64_t parts = int64_t{ti.split.blocks} * ti.tp;
+  int64_t parts = int64_t{ti.split.blocks} * ti.tp;
+  if (ti.split.weights[0] != 0) {
+    parts = 0;
+    for (int b = 0; b < ti.split.blocks; ++b) parts += ti.split.weights[b] * ti.tp;
+  }
   bool ok = true;
   if (ti.split.dim == 0) {
     ok = !g.empty() && g[0] % parts == 0;
@@ -231,16 +282,20 @@ RankFiles files_from_json(const json& j, const std::string& origin, int version,
 json files_to_json(const RankFiles& f) {
   json tensors = json::array();
   for (const auto& t : f.tensors) {
+    json shard = {{"dim", t.split.dim},
+                  {"blocks", t.split.blocks},
+                  {"tp", t.tp},
+                  {"rank", t.tp_rank},
+                  {"shape", t.shard_shape()}};
+    if (t.split.weights[0] != 0) {
+      shard["block_weights"] =
+          std::vector<int64_t>(t.split.weights, t.split.weights + t.split.blocks);
+    }
     tensors.push_back({{"name", t.name},
                        {"group", t.group},
                        {"dtype", t.dtype},
                        {"global_shape", t.global_shape},
-                       {"tp_shard",
-                        {{"dim", t.split.dim},
-                         {"blocks", t.split.blocks},
-                         {"tp", t.tp},
-                         {"rank", t.tp_rank},
-                         {"shape", t.shard_shape()}}},
+                       {"tp_shard", shard},
                        {"elements", {t.begin, t.count}},
                        {"file", t.file},
                        {"offset", t.offset}});
@@ -362,7 +417,16 @@ nlohmann::json config_to_json(const model::GptConfig& c) {
           {"n_head", c.n_head},
           {"vocab_size", c.vocab_size},
           {"pad_vocab_to", c.pad_vocab_to},
-          {"max_seq_len", c.max_seq_len}};
+          {"max_seq_len", c.max_seq_len},
+          {"position", model::position_name(c.position)},
+          {"rope_theta", c.rope_theta},
+          {"norm", model::norm_name(c.norm)},
+          {"norm_eps", c.norm_eps},
+          {"mlp", model::mlp_name(c.mlp)},
+          {"ffn_hidden_size", c.ffn_hidden_size},
+          {"n_kv_head", c.n_kv_head},
+          {"tie_embeddings", c.tie_embeddings},
+          {"bias", c.bias}};
 }
 
 Result<model::GptConfig> config_from_json(const nlohmann::json& j, const std::string& origin) {

@@ -5,7 +5,9 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+
 #include <unistd.h>
+#include <string_view>
 
 #include <algorithm>
 #include <cerrno>
@@ -63,6 +65,21 @@ std::string config_diff(const model::GptConfig& a, const model::GptConfig& b) {
   cmp("vocab_size", a.vocab_size, b.vocab_size);
   cmp("pad_vocab_to", a.pad_vocab_to, b.pad_vocab_to);
   cmp("max_seq_len", a.max_seq_len, b.max_seq_len);
+  cmp("ffn", a.ffn(), b.ffn());
+  cmp("n_kv_head", a.kv_heads(), b.kv_heads());
+  auto name = [&](const char* key, const char* x, const char* y) {
+    if (std::string_view(x) != y) d.push_back(fmt::format("{} {} vs {}", key, x, y));
+  };
+  name("position", model::position_name(a.position), model::position_name(b.position));
+  name("norm", model::norm_name(a.norm), model::norm_name(b.norm));
+  name("mlp", model::mlp_name(a.mlp), model::mlp_name(b.mlp));
+  name("tie_embeddings", a.tie_embeddings ? "true" : "false", b.tie_embeddings ? "true" : "false");
+  name("bias", a.bias ? "true" : "false", b.bias ? "true" : "false");
+  if (a.rope() && a.rope_theta != b.rope_theta) {
+    d.push_back(fmt::format("rope_theta {} vs {}", a.rope_theta, b.rope_theta));
+  }
+  if (a.norm_eps != b.norm_eps)
+    d.push_back(fmt::format("norm_eps {} vs {}", a.norm_eps, b.norm_eps));
   return fmt::format("{}", fmt::join(d, ", "));
 }
 

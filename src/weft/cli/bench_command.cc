@@ -116,13 +116,15 @@ config::RunConfig bench_run(const BenchOptions& o) {
 }
 
 // The same schedule simulated with each stage's forward priced by its FLOPs per token (PTD-P
-// appendix: 24h^2 + 4sh per layer, 2hV for the LM head), backward = 2 x forward, free messages.
+// appendix: 2W + 4sh per layer, W its linears' weights (model/flops.h; GPT-2: 12h^2), 2hV for the
+// LM head), backward = 2 x forward, free messages.
 double simulated_bubble(const model::GptConfig& cfg, const schedule::Schedule& sched, int T) {
   schedule::Costs costs = schedule::uniform_costs(sched.shape, {});
   for (int st = 0; st < sched.shape.num_stages(); ++st) {
     const model::StageSpec spec = model::pipeline_stage(cfg, st, sched.shape.num_stages());
     const double h = cfg.n_embd;
-    const double f = (spec.end_layer(cfg) - spec.first_layer) * (24 * h * h + 4.0 * T * h) +
+    const double f = (spec.end_layer(cfg) - spec.first_layer) *
+                         (2 * model::layer_linear_weights(cfg) + 4.0 * T * h) +
                      (spec.head ? 2 * h * cfg.padded_vocab() : 0.0);
     costs.stages[st] = {f, 2 * f, f, f};
   }

@@ -1,7 +1,8 @@
 // weft ckpt inspect DIR | convert IN OUT --to-layout L | export-hf DIR OUT | import-hf IN OUT:
 // look into a checkpoint (every file's checksum verified), rewrite it for another parallel layout
-// (checkpoint/convert.h), and convert between weft checkpoints and Hugging Face GPT-2 directories
-// (model.safetensors + config.json; checkpoint/hf_gpt2.h has the name and layout mapping).
+// (checkpoint/convert.h), and convert between weft checkpoints and Hugging Face GPT-2 or Llama
+// directories (model.safetensors + config.json; checkpoint/hf_gpt2.h and hf_llama.h have the name
+// and layout mappings).
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -13,7 +14,7 @@
 
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/checkpoint/convert.h"
-#include "weft/checkpoint/hf_gpt2.h"
+#include "weft/checkpoint/hf.h"
 #include "weft/checkpoint/safetensors.h"
 #include "weft/cli/checkpoint_tokenizer.h"
 #include "weft/cli/commands.h"
@@ -25,9 +26,20 @@ namespace weft::cli {
 namespace {
 
 std::string model_line(const model::GptConfig& c) {
-  return fmt::format(
+  std::string line = fmt::format(
       "{}: n_layer={} n_embd={} n_head={} vocab_size={} (padded to {}) max_seq_len={}", c.name,
       c.n_layer, c.n_embd, c.n_head, c.vocab_size, c.padded_vocab(), c.max_seq_len);
+  // The variant's choices, where they are not GPT-2's (model/gpt_config.h).
+  const model::GptConfig gpt2;
+  if (c.n_kv_head > 0 && c.n_kv_head != c.n_head) line += fmt::format(" n_kv_head={}", c.n_kv_head);
+  if (c.ffn() != 4 * c.n_embd) line += fmt::format(" ffn_hidden_size={}", c.ffn());
+  if (c.rope()) line += fmt::format(" position=rope rope_theta={}", c.rope_theta);
+  if (c.rms_norm()) line += " norm=rmsnorm";
+  if (c.norm_eps != gpt2.norm_eps) line += fmt::format(" norm_eps={}", c.norm_eps);
+  if (c.mlp != gpt2.mlp) line += fmt::format(" mlp={}", model::mlp_name(c.mlp));
+  if (!c.tie_embeddings) line += " tie_embeddings=false";
+  if (!c.bias) line += " bias=false";
+  return line;
 }
 
 // Prints everything the metadata says and checks every shard; exit 1 when one does not verify.
@@ -106,11 +118,13 @@ void run_export(const std::string& in, const std::string& out, const std::string
   const std::string dir = checkpoint::resolve(in).value_or_throw("cannot export");
   const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot export");
   const CheckpointTokenizer tok = load_checkpoint_tokenizer(dir, md, tokenizer);
-  checkpoint::export_hf_gpt2(dir, out, tok.dir).throw_if_error("cannot export");
+  const checkpoint::HfArchitecture arch =
+      checkpoint::export_hf(dir, out, tok.dir).value_or_throw("cannot export");
   const std::string weights = out + "/" + checkpoint::kHfWeightsFile;
   const auto st = checkpoint::SafetensorsReader::open(weights).value_or_throw("cannot read back");
-  fmt::print("wrote {} ({} tensors, {} bytes of F32) and {}/{}{}\n", weights,
+  fmt::print("wrote {} ({} tensors, {} bytes of F32) and {}/{} ({}){}\n", weights,
              st.header().tensors.size(), st.header().buffer_bytes, out, checkpoint::kHfConfigFile,
+             checkpoint::hf_architecture_name(arch),
              tok.dir.empty() ? " (no tokenizer: the model was trained on token ids)"
                              : fmt::format(", with the tokenizer of {} (vocab.json, merges.txt, "
                                            "tokenizer_config.json)",
@@ -132,7 +146,7 @@ void run_convert(const std::string& in, const std::string& out, const std::strin
 void run_import(const std::string& in, const std::string& out,
                 const checkpoint::HfImportOptions& options, const std::string& tokenizer) {
   const std::string dir =
-      checkpoint::import_hf_gpt2(in, out, options, tokenizer).value_or_throw("cannot import");
+      checkpoint::import_hf(in, out, options, tokenizer).value_or_throw("cannot import");
   const auto md = checkpoint::read_metadata(dir).value_or_throw("cannot read back");
   fmt::print("wrote {} (weights only, tokenizer {})\n", dir, md.train.tokenizer);
   fmt::print("model       {}\n", model_line(md.model));
@@ -165,8 +179,10 @@ void add_ckpt_command(CLI::App& app) {
       ->required();
   conv->callback([conv_in, conv_out, layout] { run_convert(*conv_in, *conv_out, *layout); });
 
-  auto* exp = cmd->add_subcommand("export-hf",
-                                  "Write a checkpoint's weights as a Hugging Face GPT-2 directory");
+  auto* exp = cmd->add_subcommand(
+      "export-hf",
+      "Write a checkpoint's weights as a Hugging Face directory: GPT-2 (GPT2LMHeadModel) or, for "
+      "rope + rmsnorm + swiglu, Llama (LlamaForCausalLM)");
   auto exp_in = std::make_shared<std::string>(), exp_out = std::make_shared<std::string>();
   exp->add_option("DIR", *exp_in, "a checkpoint directory, or a directory holding `latest`")
       ->required();
@@ -179,7 +195,9 @@ void add_ckpt_command(CLI::App& app) {
   exp->callback([exp_in, exp_out, exp_tok] { run_export(*exp_in, *exp_out, *exp_tok); });
 
   auto* imp = cmd->add_subcommand(
-      "import-hf", "Make a weights-only checkpoint of a Hugging Face GPT-2 directory");
+      "import-hf",
+      "Make a weights-only checkpoint of a Hugging Face GPT-2 or Llama directory (config.json's "
+      "model_type)");
   auto imp_in = std::make_shared<std::string>(), imp_out = std::make_shared<std::string>();
   auto options = std::make_shared<checkpoint::HfImportOptions>();
   auto tokenizer = std::make_shared<std::string>();

@@ -160,7 +160,16 @@ const std::vector<ModelKey>& model_keys() {
       {"n_head", KeyType::Int, "attention heads NH"},
       {"vocab_size", KeyType::Int, "vocabulary V (at least the tokenizer's)"},
       {"pad_vocab_to", KeyType::Int, "the vocabulary is padded to a multiple of this"},
-      {"max_seq_len", KeyType::Int, "position table size"},
+      {"max_seq_len", KeyType::Int, "the longest sequence (the learned position table's size)"},
+      {"position", KeyType::String, "position embedding: learned (GPT-2) or rope (rotary)"},
+      {"rope_theta", KeyType::Float, "RoPE's base theta (10000; Llama 3: 500000)"},
+      {"norm", KeyType::String, "normalization: layernorm (GPT-2) or rmsnorm"},
+      {"norm_eps", KeyType::Float, "the normalization's epsilon (1e-5)"},
+      {"mlp", KeyType::String, "MLP: gelu (GPT-2) or swiglu"},
+      {"ffn_hidden_size", KeyType::Int, "the MLP's inner width F (0: 4*n_embd)"},
+      {"n_kv_head", KeyType::Int, "key/value heads, grouped-query attention (0: n_head)"},
+      {"tie_embeddings", KeyType::Bool, "the LM head reads the token embedding (GPT-2)"},
+      {"bias", KeyType::Bool, "biases in the linear layers and LayerNorms (GPT-2)"},
   };
   return k;
 }

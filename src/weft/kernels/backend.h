@@ -39,6 +39,7 @@
 
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
+#include "weft/kernels/kernels.h"
 
 struct CUstream_st;  // cudaStream_t's type, declared without CUDA's headers
 
@@ -169,17 +170,23 @@ class Backend {
                                         int Vl) = 0;
   // out[n] = a[n] + b[n], rounded once (a pipeline stage's output: the last residual add).
   virtual void residual_forward(Act* out, const Act* a, const Act* b, int64_t n) = 0;
-  // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
+  // ---- normalization over the last dim (norm: LayerNorm or RMSNorm, and its epsilon) ----------
+  // LayerNorm (Ba et al. 2016): out[N,C] = (inp - mean) * rstd * weight + bias, rstd =
+  // 1/sqrt(var + eps), biased variance; saves mean[N], rstd[N] (fp32). bias may be null (none).
+  // RMSNorm (Zhang & Sennrich 2019, Llama): out = inp * rstd * weight, rstd = 1/sqrt(mean(inp^2) +
+  // eps); saves rstd[N]; mean and bias are null.
   virtual void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
-                                 const Act* weight, const Act* bias, int N, int C) = 0;
+                                 const Act* weight, const Act* bias, int N, int C,
+                                 Norm norm = {}) = 0;
   // residual = a + b (rounded), then out = layernorm(residual), in one pass.
   virtual void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
                                                 const Act* a, const Act* b, const Act* weight,
-                                                const Act* bias, int N, int C) = 0;
-  // dinp[N,C] += (Act), dweight[C] += and dbias[C] += (fp32).
+                                                const Act* bias, int N, int C, Norm norm = {}) = 0;
+  // dinp[N,C] += (Act), dweight[C] += and dbias[C] += (fp32; dbias null when there is no bias,
+  // and always under RMSNorm, whose mean is null too).
   virtual void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
                                   const Act* inp, const Act* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
+                                  const float* rstd, int N, int C, Norm norm = {}) = 0;
   // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias (bias may be null). With pre_gelu non-null:
   // pre_gelu = that sum and out = gelu(pre_gelu) (tanh approximation).
   virtual void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight,
@@ -189,17 +196,34 @@ class Backend {
   virtual void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
                                const Act* inp, const Act* weight, const Act* gelu_pre, int N,
                                int IC, int OC) = 0;
-  // Causal self-attention core. qkv[B,T,3C] (q, k, v side by side, head h in columns
-  // [h*HS, (h+1)*HS) of each); out[B,T,C]; saved (fp32, attention_saved_floats of them): what the
-  // backward needs. The host fp32 backend saves the probabilities att[B,NH,T,T] (entries j > t
-  // are 0); the bf16 backends save lse[B,NH,T] = logsumexp over j <= t of q_t . k_j / sqrt(HS)
-  // (FlashAttention-2: the backward recomputes the probabilities from it).
+  // SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer"; Llama's MLP): inp[N,2F] holds the
+  // gate in columns [0, F) and the up projection in [F, 2F); out[N,F] = silu(gate) * up, silu(x) =
+  // x / (1 + exp(-x)), computed in fp32 and rounded once.
+  virtual void swiglu_forward(Act* out, const Act* inp, int N, int F) = 0;
+  // dinp[N,2F] (written) = the gradient through swiglu_forward of dout[N,F].
+  virtual void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int N, int F) = 0;
+  // Rotary position embedding (Su et al. 2021, "RoFormer"), in place on the q and k heads of
+  // qkv[B,T,(NH+2*NKV)*HS] (q: NH heads, then k: NKV heads, then v, untouched). Row (b, t) is
+  // rotated by the angles of position t, in the rotate-half pairing of GPT-NeoX, Megatron-LM and
+  // Hugging Face's Llama: within a head, elements i and i + HS/2 (i < HS/2) form the pair
+  //   (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a),  a = t * theta^(-2i/HS),
+  // computed in fp32 (the angle in double) and rounded once. inverse: rotates by -a, which is the
+  // backward (a rotation's transpose is its inverse), applied to dqkv in place.
+  virtual void rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) = 0;
+  // Causal self-attention core, grouped-query (Ainslie et al. 2023): qkv[B,T,(NH+2*NKV)*HS] holds
+  // q (NH heads), k and v (NKV heads each) side by side, HS = C/NH; query head h reads key/value
+  // head h / (NH/NKV) (NKV == NH: multi-head; NKV == 1: multi-query). out[B,T,C]; saved (fp32,
+  // attention_saved_floats of them): what the backward needs. The host fp32 backend saves the
+  // probabilities att[B,NH,T,T] (entries j > t are 0); the bf16 backends save lse[B,NH,T] =
+  // logsumexp over j <= t of q_t . k_j / sqrt(HS) (FlashAttention-2: the backward recomputes the
+  // probabilities from it).
   virtual void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
-                                 int NH) = 0;
+                                 int NH, int NKV) = 0;
   virtual int64_t attention_saved_floats(int B, int T, int NH) const = 0;
-  // dqkv[B,T,3C] = the gradient through the attention core (written).
+  // dqkv[B,T,(NH+2*NKV)*HS] = the gradient through the attention core (written; a key/value
+  // head's gradient sums over the query heads that read it).
   virtual void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                                  const float* saved, int B, int T, int C, int NH) = 0;
+                                  const float* saved, int B, int T, int C, int NH, int NKV) = 0;
   // Whether attention_* takes heads of size C / NH.
   virtual bool attention_supports(int C, int NH) const = 0;
   // losses[N] (fp32) = -log softmax(logits[n, :V])[targets[n]]; logits[N,Vp] overwritten with
@@ -323,20 +347,20 @@ class TypedBackend : public Backend {
     self().residual_forward(t(out), t(a), t(b), n);
   }
   void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
-                         const Act* bias, int N, int C) final {
-    self().layernorm_forward(t(out), mean, rstd, t(inp), t(weight), t(bias), N, C);
+                         const Act* bias, int N, int C, Norm norm) final {
+    self().layernorm_forward(t(out), mean, rstd, t(inp), t(weight), t(bias), N, C, norm);
   }
   void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
                                         const Act* a, const Act* b, const Act* weight,
-                                        const Act* bias, int N, int C) final {
+                                        const Act* bias, int N, int C, Norm norm) final {
     self().fused_residual_layernorm_forward(t(residual), t(out), mean, rstd, t(a), t(b), t(weight),
-                                            t(bias), N, C);
+                                            t(bias), N, C, norm);
   }
   void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
-                          const Act* weight, const float* mean, const float* rstd, int N,
-                          int C) final {
-    self().layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N,
-                              C);
+                          const Act* weight, const float* mean, const float* rstd, int N, int C,
+                          Norm norm) final {
+    self().layernorm_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), mean, rstd, N, C,
+                              norm);
   }
   void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight, const Act* bias,
                       int N, int IC, int OC) final {
@@ -347,13 +371,22 @@ class TypedBackend : public Backend {
     self().linear_backward(t(dinp), dweight, dbias, t(dout), t(inp), t(weight), t(gelu_pre), N, IC,
                            OC);
   }
-  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
-                         int NH) final {
-    self().attention_forward(t(out), saved, t(qkv), B, T, C, NH);
+  void swiglu_forward(Act* out, const Act* inp, int N, int F) final {
+    self().swiglu_forward(t(out), t(inp), N, F);
+  }
+  void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int N, int F) final {
+    self().swiglu_backward(t(dinp), t(dout), t(inp), N, F);
+  }
+  void rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) final {
+    self().rope(t(qkv), B, T, NH, NKV, HS, theta, inverse);
+  }
+  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C, int NH,
+                         int NKV) final {
+    self().attention_forward(t(out), saved, t(qkv), B, T, C, NH, NKV);
   }
   void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                          const float* saved, int B, int T, int C, int NH) final {
-    self().attention_backward(t(dqkv), t(dout), t(qkv), t(out), saved, B, T, C, NH);
+                          const float* saved, int B, int T, int C, int NH, int NKV) final {
+    self().attention_backward(t(dqkv), t(dout), t(qkv), t(out), saved, B, T, C, NH, NKV);
   }
   void softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets, float dloss, int N,
                              int V, int Vp) final {

@@ -3,9 +3,24 @@
 // `weft::kernels::ref` (cpu/reference.h) holds readable reference templates every fast kernel
 // is tested against. The op list is ops.inc.
 
+#include <cmath>
 #include <cstdint>
 
 namespace weft::kernels {
+
+// A normalization layer's kind and epsilon (model.norm, model.norm_eps).
+struct Norm {
+  bool rms = false;  // RMSNorm (Zhang & Sennrich 2019); else LayerNorm (Ba et al. 2016)
+  float eps = 1e-5f;
+};
+
+// Rotary embeddings (Backend::rope): the rotation angle of pair i of a head of size HS is
+// t * rope_inv_freq(theta, i, HS) at position t, theta^(-2i/HS) computed in double. Every backend
+// forms its angles from this one expression (the CUDA backend passes the values to its kernel),
+// so that their cos and sin, rounded to float, agree.
+inline double rope_inv_freq(float theta, int i, int HS) {
+  return std::pow(static_cast<double>(theta), -2.0 * i / HS);
+}
 
 namespace cpu {
 #include "weft/kernels/ops.inc"

@@ -90,24 +90,27 @@ void ProfilingBackend::embedding_backward_shard(float* dwte, float* dwpe, const 
 void ProfilingBackend::residual_forward(Act* out, const Act* a, const Act* b, int64_t n) {
   timed("residual_forward", [&] { inner_.residual_forward(out, a, b, n); });
 }
+// RMSNorm runs through the layernorm_* ops; its entries are named for it.
 void ProfilingBackend::layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp,
-                                         const Act* weight, const Act* bias, int N, int C) {
-  timed("layernorm_forward",
-        [&] { inner_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C); });
+                                         const Act* weight, const Act* bias, int N, int C,
+                                         Norm norm) {
+  timed(norm.rms ? "rmsnorm_forward" : "layernorm_forward",
+        [&] { inner_.layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, norm); });
 }
 void ProfilingBackend::fused_residual_layernorm_forward(Act* residual, Act* out, float* mean,
                                                         float* rstd, const Act* a, const Act* b,
                                                         const Act* weight, const Act* bias, int N,
-                                                        int C) {
-  timed("fused_residual_layernorm_forward", [&] {
-    inner_.fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C);
+                                                        int C, Norm norm) {
+  timed(norm.rms ? "fused_residual_rmsnorm_forward" : "fused_residual_layernorm_forward", [&] {
+    inner_.fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C,
+                                            norm);
   });
 }
 void ProfilingBackend::layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout,
                                           const Act* inp, const Act* weight, const float* mean,
-                                          const float* rstd, int N, int C) {
-  timed("layernorm_backward", [&] {
-    inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                                          const float* rstd, int N, int C, Norm norm) {
+  timed(norm.rms ? "rmsnorm_backward" : "layernorm_backward", [&] {
+    inner_.layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, norm);
   });
 }
 void ProfilingBackend::linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight,
@@ -122,15 +125,26 @@ void ProfilingBackend::linear_backward(Act* dinp, float* dweight, float* dbias, 
     inner_.linear_backward(dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
   });
 }
+void ProfilingBackend::swiglu_forward(Act* out, const Act* inp, int N, int F) {
+  timed("swiglu_forward", [&] { inner_.swiglu_forward(out, inp, N, F); });
+}
+void ProfilingBackend::swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int N, int F) {
+  timed("swiglu_backward", [&] { inner_.swiglu_backward(dinp, dout, inp, N, F); });
+}
+void ProfilingBackend::rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta,
+                            bool inverse) {
+  timed(inverse ? "rope_backward" : "rope_forward",
+        [&] { inner_.rope(qkv, B, T, NH, NKV, HS, theta, inverse); });
+}
 void ProfilingBackend::attention_forward(Act* out, float* saved, const Act* qkv, int B, int T,
-                                         int C, int NH) {
-  timed("attention_forward", [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH); });
+                                         int C, int NH, int NKV) {
+  timed("attention_forward", [&] { inner_.attention_forward(out, saved, qkv, B, T, C, NH, NKV); });
 }
 void ProfilingBackend::attention_backward(Act* dqkv, const Act* dout, const Act* qkv,
                                           const Act* out, const float* saved, int B, int T, int C,
-                                          int NH) {
+                                          int NH, int NKV) {
   timed("attention_backward",
-        [&] { inner_.attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH); });
+        [&] { inner_.attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH, NKV); });
 }
 void ProfilingBackend::softmax_cross_entropy(float* losses, Act* logits, const int32_t* targets,
                                              float dloss, int N, int V, int Vp) {

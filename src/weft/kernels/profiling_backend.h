@@ -82,21 +82,24 @@ class ProfilingBackend final : public Backend {
                                 int Vl) override;
   void residual_forward(Act* out, const Act* a, const Act* b, int64_t n) override;
   void layernorm_forward(Act* out, float* mean, float* rstd, const Act* inp, const Act* weight,
-                         const Act* bias, int N, int C) override;
+                         const Act* bias, int N, int C, Norm norm) override;
   void fused_residual_layernorm_forward(Act* residual, Act* out, float* mean, float* rstd,
                                         const Act* a, const Act* b, const Act* weight,
-                                        const Act* bias, int N, int C) override;
+                                        const Act* bias, int N, int C, Norm norm) override;
   void layernorm_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
-                          const Act* weight, const float* mean, const float* rstd, int N,
-                          int C) override;
+                          const Act* weight, const float* mean, const float* rstd, int N, int C,
+                          Norm norm) override;
   void linear_forward(Act* out, Act* pre_gelu, const Act* inp, const Act* weight, const Act* bias,
                       int N, int IC, int OC) override;
   void linear_backward(Act* dinp, float* dweight, float* dbias, const Act* dout, const Act* inp,
                        const Act* weight, const Act* gelu_pre, int N, int IC, int OC) override;
-  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C,
-                         int NH) override;
+  void swiglu_forward(Act* out, const Act* inp, int N, int F) override;
+  void swiglu_backward(Act* dinp, const Act* dout, const Act* inp, int N, int F) override;
+  void rope(Act* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) override;
+  void attention_forward(Act* out, float* saved, const Act* qkv, int B, int T, int C, int NH,
+                         int NKV) override;
   void attention_backward(Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                          const float* saved, int B, int T, int C, int NH) override;
+                          const float* saved, int B, int T, int C, int NH, int NKV) override;
   bool attention_supports(int C, int NH) const override { return inner_.attention_supports(C, NH); }
   int64_t attention_saved_floats(int B, int T, int NH) const override {
     return inner_.attention_saved_floats(B, T, NH);

@@ -6,8 +6,8 @@ namespace weft::model {
 
 const std::vector<std::string>& layer_activation_names() {
   static const std::vector<std::string> names = {
-      "ln_1", "ln_1.mean", "ln_1.rstd", "qkv", "att",     "atty", "res_attn",
-      "ln_2", "ln_2.mean", "ln_2.rstd", "fc",  "fc_gelu", "out"};
+      "ln_1", "ln_1.mean", "ln_1.rstd", "qkv", "att",    "atty", "res_attn",
+      "ln_2", "ln_2.mean", "ln_2.rstd", "fc",  "fc_act", "out"};
   return names;
 }
 
@@ -29,10 +29,11 @@ int64_t stream_rows(int64_t B, int64_t T, TpShape tp) {
 Shape layer_activation_shape(const std::string& name, const GptConfig& cfg, int64_t B, int64_t T,
                              TpShape tp, Precision precision) {
   const int64_t C = cfg.n_embd, t = tp.tp, Ns = stream_rows(B, T, tp);
-  if (name == "qkv") return {B, T, 3 * C / t};
+  if (name == "qkv") return {B, T, cfg.qkv_width() / t};
   if (name == "att") return attention_state_shape(B, T, cfg.n_head / t, precision);
   if (name == "atty") return {B, T, C / t};
-  if (name == "fc" || name == "fc_gelu") return {B, T, 4 * C / t};
+  if (name == "fc") return {B, T, cfg.fc_width() / t};
+  if (name == "fc_act") return {B, T, cfg.ffn() / t};
   if (name.ends_with(".mean") || name.ends_with(".rstd")) return {Ns};
   if (name == "res_attn" || name == "out") return {Ns, C};
   return {B, T, C};  // ln_1, ln_2: gathered
@@ -44,6 +45,10 @@ void add_layer_tensor(ActivationLayout& a, const std::string& slice, const std::
   (is_fp32_activation(name) ? a.f32 : a.act).add(slice, shape);
 }
 }  // namespace
+
+bool has_layer_activation(const GptConfig& cfg, const std::string& name) {
+  return !(cfg.rms_norm() && name.ends_with(".mean"));  // RMSNorm subtracts no mean
+}
 
 bool kept_per_layer(const std::string& name, Recompute mode, Precision precision) {
   switch (mode) {
@@ -70,7 +75,7 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
     for (const auto& n : layer_activation_names()) {
       // The last layer's output is the head's input (kept for ln_f's backward) or the stage's
       // output, which goes to a send buffer (runtime/pipeline_runner.h): backward never reads it.
-      if (n == "out" && l == end - 1 && !stage.head) continue;
+      if ((n == "out" && l == end - 1 && !stage.head) || !has_layer_activation(cfg, n)) continue;
       if (kept_per_layer(n, mode, precision)) {
         add_layer_tensor(a, "h." + std::to_string(l) + "." + n, n,
                          layer_activation_shape(n, cfg, B, T, tp, precision));
@@ -79,7 +84,7 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
   }
   if (stage.head) {
     a.act.add("ln_f", {B, T, C});
-    a.f32.add("ln_f.mean", {Ns});
+    if (!cfg.rms_norm()) a.f32.add("ln_f.mean", {Ns});
     a.f32.add("ln_f.rstd", {Ns});
     a.act.add("logits", {B, T, cfg.padded_vocab() / tp.tp});
     a.f32.add("losses", {B, T});
@@ -99,8 +104,9 @@ ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recomp
   w.act.add("d.residual", {Ns, C});
   w.act.add("d.ln", {B, T, C});
   w.act.add("d.atty", {B, T, C / t});
-  w.act.add("d.qkv", {B, T, 3 * C / t});
-  w.act.add("d.fc", {B, T, 4 * C / t});
+  w.act.add("d.qkv", {B, T, cfg.qkv_width() / t});
+  w.act.add("d.fc", {B, T, cfg.fc_width() / t});
+  if (cfg.mlp == MlpKind::SwiGLU) w.act.add("d.fc_act", {B, T, cfg.ffn() / t});
   if (sp) {
     w.act.add("d.gathered", {B, T, C});
     w.act.add("d.ln_local", {Ns, C});
@@ -108,7 +114,7 @@ ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recomp
     w.act.add("sp.partial", {B, T, C});
   }
   for (const auto& n : layer_activation_names()) {
-    if (!kept_per_layer(n, mode, precision)) {
+    if (!kept_per_layer(n, mode, precision) && has_layer_activation(cfg, n)) {
       add_layer_tensor(w, "layer." + n, n, layer_activation_shape(n, cfg, B, T, tp, precision));
     }
   }
@@ -116,7 +122,8 @@ ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recomp
   w.f32.add("targets", {B, T});
   if (sp) {
     const int64_t layers = stage.end_layer(cfg) - stage.first_layer;
-    w.f32.add("ln.packed", {layers * 4 * C + (stage.head ? 2 * C : 0)});
+    const int64_t norm = cfg.norm_bias() ? 2 * C : C;  // a norm's weight, and its bias
+    w.f32.add("ln.packed", {layers * 2 * norm + (stage.head ? norm : 0)});
   }
   return w;
 }
@@ -125,7 +132,8 @@ int64_t deferred_grad_elements(const GptConfig& cfg, int B, int T, TpShape tp,
                                const StageSpec& stage) {
   const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   const int64_t layers = stage.end_layer(cfg) - stage.first_layer;
-  return layers * N * (7 * C / t + 2 * C) + (stage.embedding ? N * C : 0);
+  return layers * N * ((cfg.qkv_width() + cfg.fc_width()) / t + 2 * C) +
+         (stage.embedding ? N * C : 0);
 }
 
 }  // namespace weft::model

@@ -12,9 +12,11 @@
 // Per microbatch slot (gpt_activation_layout), per layer l (rows = B*T), under "h.l.<name>"
 // when kept for backward:
 //   ln_1 [B,T,C], ln_1.mean [B,T], ln_1.rstd [B,T] (fp32),
-//   qkv [B,T,3C], att (fp32: the attention's saved state, attention_state_shape), atty [B,T,C],
-//   res_attn [B,T,C], ln_2 [B,T,C], ln_2.mean [B,T], ln_2.rstd [B,T] (fp32), fc [B,T,4C],
-//   fc_gelu [B,T,4C], out [B,T,C]
+//   qkv [B,T,QKV], att (fp32: the attention's saved state, attention_state_shape), atty [B,T,C],
+//   res_attn [B,T,C], ln_2 [B,T,C], ln_2.mean [B,T], ln_2.rstd [B,T] (fp32), fc [B,T,FC],
+//   fc_act [B,T,F] (gelu(fc), or SwiGLU's silu(gate) * up), out [B,T,C]
+// with QKV = C + 2*NKV*HS (gpt_config.h: qkv_width), F the MLP's width (4C for GPT-2) and FC = F,
+// or 2F for SwiGLU (fc_width). RMSNorm keeps no mean: no ln_*.mean tensors then.
 // none:      everything per layer.  selective: att recomputed from qkv in the backward, where the
 //            backend keeps the T x T probabilities (host fp32); where it keeps only lse (bf16:
 //            flash attention) there is nothing to drop and selective is none.
@@ -30,13 +32,14 @@
 //            logits [B,T,Vp] (overwritten by their gradient in a forward with targets), losses
 //            [B,T] (fp32).
 //
-// Tensor parallelism of size t (Megatron-LM): qkv [B,T,3C/t], att per NH/t heads, atty [B,T,C/t],
-// fc and fc_gelu [B,T,4C/t], logits [B,T,Vp/t]. Sequence parallelism (Korthikanti et al. 2022)
-// also splits the residual stream's B*T rows across the t ranks: embed, res_attn, out, and the
-// LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f are kept gathered
-// (N rows: the column-parallel GEMMs' inputs, so backward needs no second all-gather). With t > 1
-// the vocabulary-parallel cross-entropy's statistics (kernels/vocab_parallel_ce.h): this rank's
-// (ce.stats [B,T,3]) and every rank's, all-gathered (ce.all [t,B,T,3]), fp32.
+// Tensor parallelism of size t (Megatron-LM): qkv [B,T,QKV/t], att per NH/t heads, atty
+// [B,T,C/t], fc [B,T,FC/t] and fc_act [B,T,F/t], logits [B,T,Vp/t]. Sequence parallelism
+// (Korthikanti et al. 2022) also splits the residual stream's B*T rows across the t ranks: embed,
+// res_attn, out, and the LayerNorm statistics hold N/t rows; the LayerNorm outputs ln_1, ln_2, ln_f
+// are kept gathered (N rows: the column-parallel GEMMs' inputs, so backward needs no second
+// all-gather). With t > 1 the vocabulary-parallel cross-entropy's statistics
+// (kernels/vocab_parallel_ce.h): this rank's (ce.stats [B,T,3]) and every rank's, all-gathered
+// (ce.all [t,B,T,3]), fp32.
 
 #include <cstdint>
 #include <string>
@@ -55,6 +58,8 @@ const std::vector<std::string>& layer_activation_names();
 // Whether `name` is an fp32 tensor whatever the precision (statistics, attention's saved state).
 bool is_fp32_activation(const std::string& name);
 
+// Whether the model has the per-layer tensor `name` at all (RMSNorm: no means).
+bool has_layer_activation(const GptConfig& cfg, const std::string& name);
 // True when `name` of a layer is kept per layer under `mode` (else it lives in the workspace).
 bool kept_per_layer(const std::string& name, Recompute mode, Precision precision = Precision::FP32);
 
@@ -98,8 +103,9 @@ ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recom
 // What the model needs once, whatever the slots:
 //   act: the gradients of activations for the layer being back-propagated: d.residual [B,T,C]
 //     (the residual stream's; N/t rows with sequence parallelism), d.ln [B,T,C], d.atty [B,T,C/t],
-//     d.qkv [B,T,3C/t], d.fc [B,T,4C/t] (the MLP projection's input gradient, times gelu' in
-//     place: backend.h's linear_backward with gelu_pre); with sequence parallelism also
+//     d.qkv [B,T,QKV/t], d.fc [B,T,FC/t] (the MLP projection's input gradient, times gelu' in
+//     place: backend.h's linear_backward with gelu_pre), with SwiGLU d.fc_act [B,T,F/t] (the
+//     projection's input gradient, before swiglu_backward); with sequence parallelism also
 //     d.gathered [B,T,C] (the all-gathered d.residual), d.ln_local [N/t,C] (the reduce-scattered
 //     d.ln), sp.ln [N/t,C] (a LayerNorm's local rows before the all-gather) and sp.partial
 //     [B,T,C] (a row-parallel GEMM's partial sum before the reduce-scatter); the layer tensors
@@ -113,7 +119,7 @@ ActivationLayout gpt_workspace_layout(const GptConfig& cfg, int B, int T, Recomp
                                       Precision precision = Precision::FP32);
 
 // With deferred weight gradients (zb-h1), what one slot keeps from its I pass to its W pass, in
-// activation elements: the output gradients of qkv [N,3C/t], attn.proj [N,C], mlp.fc [N,4C/t] and
+// activation elements: the output gradients of qkv [N,QKV/t], attn.proj [N,C], mlp.fc [N,FC/t] and
 // mlp.proj [N,C] per layer, and d(embed) [N,C] on the first stage (the head's dlogits stay in the
 // slot's logits).
 int64_t deferred_grad_elements(const GptConfig& cfg, int B, int T, TpShape tp,

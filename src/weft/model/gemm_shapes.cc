@@ -11,10 +11,11 @@ std::vector<GemmShape> training_gemm_shapes(const GptConfig& cfg, int B, int T) 
     out.push_back({name + ".dinp", false, false, N, IC, OC, count});  // dout @ W
     out.push_back({name + ".dw", true, false, OC, IC, N, count});     // dout^T @ inp
   };
-  linear("h.attn.qkv", C, 3 * C, cfg.n_layer);
+  // The variant's widths (gpt_config.h): qkv C + 2 NKV HS, fc F or SwiGLU's 2F, proj's input F.
+  linear("h.attn.qkv", C, cfg.qkv_width(), cfg.n_layer);
   linear("h.attn.proj", C, C, cfg.n_layer);
-  linear("h.mlp.fc", C, 4 * C, cfg.n_layer);
-  linear("h.mlp.proj", 4 * C, C, cfg.n_layer);
+  linear("h.mlp.fc", C, cfg.fc_width(), cfg.n_layer);
+  linear("h.mlp.proj", cfg.ffn(), C, cfg.n_layer);
   linear("lm_head", C, Vp, 1);
   return out;
 }

@@ -14,8 +14,8 @@ using kernels::Act;
 
 // Pointers to one layer's activations: into its own slices when kept, else into the workspace.
 struct Gpt::LayerActs {
-  Act *ln_1, *qkv, *atty, *res_attn, *ln_2, *fc, *fc_gelu, *out;
-  float *ln_1_mean, *ln_1_rstd, *att, *ln_2_mean, *ln_2_rstd;
+  Act *ln_1, *qkv, *atty, *res_attn, *ln_2, *fc, *fc_act, *out;
+  float *ln_1_mean, *ln_1_rstd, *att, *ln_2_mean, *ln_2_rstd;  // the means null under RMSNorm
 };
 
 Act* Gpt::Blocks::act(const std::string& name) const {
@@ -50,6 +50,9 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
       stage_(stage) {
   Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
+  if (s.ok() && cfg.rope() && tp.size() > 0 && cfg.head_size() % 2 != 0) {
+    s.add("rotary positions need an even head size");
+  }
   if (s.ok() && !be_.attention_supports(cfg.n_embd / tp.size(), cfg.n_head / tp.size())) {
     s.add("the " + be_.name() + " attention kernel does not take heads of size " +
           std::to_string(cfg.n_embd / cfg.n_head) + " (n_embd " + std::to_string(cfg.n_embd) +
@@ -57,6 +60,7 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   }
   s.throw_if_error("invalid model config '" + cfg.name + "' for " + be_.name());
   sp_ = tp.sequence_parallel && tp.size() > 1;
+  norm_ = kernels::Norm{cfg.rms_norm(), cfg.norm_eps};
   const TpShape shape{tp.size(), sp_};
   const int NHl = cfg.n_head / tp.size();
   WEFT_CHECK(
@@ -90,6 +94,7 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
   wte_unit_ = layout_.unit_index("wte");
   wpe_unit_ = layout_.unit_index("wpe");
   ln_f_unit_ = layout_.unit_index("ln_f");
+  head_unit_ = layout_.unit_index(head_name());
   first_layer_unit_ = layout_.unit_index("h." + std::to_string(stage.first_layer));
   WEFT_CHECK(
       share_slots == nullptr || (&share_slots->be_ == &be_ && share_slots->slots() == slots &&
@@ -174,6 +179,18 @@ std::pair<int, int64_t> Gpt::locate(const std::string& name) const {
   return {u, offset - units[u].begin};
 }
 
+const Act* Gpt::param_or_null(const std::string& name) const {
+  return layout_.buffer.contains(name) ? param(name) : nullptr;
+}
+
+float* Gpt::grad_or_null(const std::string& name) {
+  return layout_.buffer.contains(name) ? grad(name) : nullptr;
+}
+
+float* Gpt::ln_f_mean(const Blocks& acts) const {
+  return cfg_.rms_norm() ? nullptr : acts.f32("ln_f.mean");
+}
+
 const Act* Gpt::param(const std::string& name) const {
   const auto [u, at] = locate(name);
   WEFT_CHECK(unit_params_[u] != nullptr, "parameter ", name, " read outside a gather of its unit");
@@ -211,9 +228,11 @@ Gpt::LayerActs Gpt::layer_acts(const Blocks& acts, int l) const {
   auto a = [&](const char* name) {
     return std::string_view(name) == "out" && !own_out ? nullptr : block(name).act(slice(name));
   };
-  auto f = [&](const char* name) { return block(name).f32(slice(name)); };
+  auto f = [&](const char* name) {
+    return has_layer_activation(cfg_, name) ? block(name).f32(slice(name)) : nullptr;
+  };
   return LayerActs{a("ln_1"), a("qkv"),       a("atty"),     a("res_attn"),  a("ln_2"),
-                   a("fc"),   a("fc_gelu"),   a("out"),      f("ln_1.mean"), f("ln_1.rstd"),
+                   a("fc"),   a("fc_act"),    a("out"),      f("ln_1.mean"), f("ln_1.rstd"),
                    f("att"),  f("ln_2.mean"), f("ln_2.rstd")};
 }
 
@@ -255,12 +274,12 @@ void Gpt::layernorm_gathered(Act* full, float* mean, float* rstd, const Act* in,
                              const Act* b, int N) {
   const int C = cfg_.n_embd;
   if (!sp_) {
-    be_.layernorm_forward(full, mean, rstd, in, w, b, N, C);
+    be_.layernorm_forward(full, mean, rstd, in, w, b, N, C, norm_);
     return;
   }
   const int Ns = N / tp_.size();
   Act* local = work_.act("sp.ln");
-  be_.layernorm_forward(local, mean, rstd, in, w, b, Ns, C);
+  be_.layernorm_forward(local, mean, rstd, in, w, b, Ns, C, norm_);
   tp_all_gather(full, local, int64_t{Ns} * C);
 }
 
@@ -299,36 +318,48 @@ const Act* Gpt::reduce_grad(Act* d_partial, int N) {
   return local;
 }
 
-// One pre-LN transformer block (GPT-2):
-//   res_attn = in + attn.proj(attention(attn.qkv(ln_1(in))))
-//   out      = res_attn + mlp.proj(gelu(mlp.fc(ln_2(res_attn))))
-// On a tp rank: qkv [N,3C/t] and fc [N,4C/t] are its heads and columns; each proj GEMM gives a
-// partial sum [N,C] that g reduces. The row-parallel biases are added by tp rank 0 only, so the
-// reduction adds each once.
+// One pre-norm transformer block (GPT-2; Llama with its choices, gpt_config.h):
+//   res_attn = in + attn.proj(attention(rope(attn.qkv(ln_1(in)))))
+//   out      = res_attn + mlp.proj(act(mlp.fc(ln_2(res_attn))))
+// with act = gelu, or SwiGLU's silu(gate) * up over mlp.fc's two halves, and rope only with
+// rotary positions (applied to q and k in place: qkv keeps the rotated values, which are what
+// attention's backward reads). On a tp rank: qkv [N,QKV/t] and fc [N,FC/t] are its heads and
+// columns; each proj GEMM gives a partial sum [N,C] that g reduces. The row-parallel biases are
+// added by tp rank 0 only, so the reduction adds each once.
 void Gpt::layer_forward(int l, const Act* in, const LayerActs& a, int B, int T) {
   const int t = tp_.size(), C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, N = B * T;
+  const int NKVl = cfg_.kv_heads() / t, Fl = cfg_.ffn() / t;
   const int64_t Ns = sp_ ? N / t : N;
   auto w = [&](const char* n) { return param(layer_param(l, n)); };
-  auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? w(n) : nullptr; };
+  auto bias = [&](const char* n) { return param_or_null(layer_param(l, n)); };
+  auto row_bias = [&](const char* n) { return tp_.rank() == 0 ? bias(n) : nullptr; };
   Act* partial = sp_ ? work_.act("sp.partial") : nullptr;
 
-  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), w("ln_1.bias"), N);
-  be_.linear_forward(a.qkv, nullptr, a.ln_1, w("attn.qkv.weight"), w("attn.qkv.bias"), N, C,
-                     3 * Cl);
-  be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  layernorm_gathered(a.ln_1, a.ln_1_mean, a.ln_1_rstd, in, w("ln_1.weight"), bias("ln_1.bias"), N);
+  be_.linear_forward(a.qkv, nullptr, a.ln_1, w("attn.qkv.weight"), bias("attn.qkv.bias"), N, C,
+                     static_cast<int>(cfg_.qkv_width() / t));
+  if (cfg_.rope()) be_.rope(a.qkv, B, T, NHl, NKVl, cfg_.head_size(), cfg_.rope_theta, false);
+  be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, NKVl);
   Act* proj = sp_ ? partial : a.res_attn;  // attn.proj output, then the residual sum in place
   be_.linear_forward(proj, nullptr, a.atty, w("attn.proj.weight"), row_bias("attn.proj.bias"), N,
                      Cl, C);
   reduce_partial(a.res_attn, proj, N);
   be_.residual_forward(a.res_attn, a.res_attn, in, Ns * C);
 
-  layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"), w("ln_2.bias"),
-                     N);
-  // fc_gelu = gelu(fc), fc = ln_2 Wfc^T + b
-  be_.linear_forward(a.fc_gelu, a.fc, a.ln_2, w("mlp.fc.weight"), w("mlp.fc.bias"), N, C, 4 * Cl);
+  layernorm_gathered(a.ln_2, a.ln_2_mean, a.ln_2_rstd, a.res_attn, w("ln_2.weight"),
+                     bias("ln_2.bias"), N);
+  if (cfg_.mlp == MlpKind::SwiGLU) {
+    // fc = ln_2 Wfc^T + b: [N, 2F/t], this rank's gate columns, then its up columns.
+    be_.linear_forward(a.fc, nullptr, a.ln_2, w("mlp.fc.weight"), bias("mlp.fc.bias"), N, C,
+                       2 * Fl);
+    be_.swiglu_forward(a.fc_act, a.fc, N, Fl);
+  } else {
+    // fc_act = gelu(fc), fc = ln_2 Wfc^T + b
+    be_.linear_forward(a.fc_act, a.fc, a.ln_2, w("mlp.fc.weight"), bias("mlp.fc.bias"), N, C, Fl);
+  }
   proj = sp_ ? partial : a.out;
-  be_.linear_forward(proj, nullptr, a.fc_gelu, w("mlp.proj.weight"), row_bias("mlp.proj.bias"), N,
-                     4 * Cl, C);
+  be_.linear_forward(proj, nullptr, a.fc_act, w("mlp.proj.weight"), row_bias("mlp.proj.bias"), N,
+                     Fl, C);
   reduce_partial(a.out, proj, N);
   be_.residual_forward(a.out, a.out, a.res_attn, Ns * C);
 }
@@ -382,12 +413,13 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   if (stage_.embedding) {
     gather(wte_unit_);
     gather(wpe_unit_);
+    const Act* wpe = param_or_null("wpe");  // none with rotary positions
     if (t == 1) {
-      be_.embedding_forward(x, dev_tokens, param("wte"), param("wpe"), B, T, C);
+      be_.embedding_forward(x, dev_tokens, param("wte"), wpe, B, T, C);
     } else {
       Act* partial = sp_ ? work_.act("sp.partial") : x;
       be_.embedding_forward_shard(partial, dev_tokens, param("wte"),
-                                  tp_.rank() == 0 ? param("wpe") : nullptr, B, T, C, v0, Vl);
+                                  tp_.rank() == 0 ? wpe : nullptr, B, T, C, v0, Vl);
       reduce_partial(x, partial, N);
     }
     release(wpe_unit_);
@@ -406,13 +438,13 @@ float Gpt::forward(const int32_t* tokens, const int32_t* targets, int B, int T, 
   if (!stage_.head) return 0.0f;
 
   gather(ln_f_unit_);
-  gather(wte_unit_);
+  gather(head_unit_);
   Act* lnf = acts.act("ln_f");
-  layernorm_gathered(lnf, acts.f32("ln_f.mean"), acts.f32("ln_f.rstd"), in, param("ln_f.weight"),
-                     param("ln_f.bias"), N);
+  layernorm_gathered(lnf, ln_f_mean(acts), acts.f32("ln_f.rstd"), in, param("ln_f.weight"),
+                     param_or_null("ln_f.bias"), N);
   Act* logits = acts.act("logits");  // [N, Vl]: this rank's vocabulary columns
-  be_.linear_forward(logits, nullptr, lnf, param("wte"), nullptr, N, C, Vl);  // tied embedding
-  release(wte_unit_);
+  be_.linear_forward(logits, nullptr, lnf, param(head_name()), nullptr, N, C, Vl);
+  release(head_unit_);
   release(ln_f_unit_);
   if (targets == nullptr) return 0.0f;
 
@@ -477,7 +509,9 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
              "selective, not full)");
   const Blocks& acts = acts_[slot];
   const int B = p.B, T = p.T, N = B * T, t = tp_.size();
-  const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t;
+  const int C = cfg_.n_embd, Cl = C / t, NHl = cfg_.n_head / t, NKVl = cfg_.kv_heads() / t;
+  const int Fl = cfg_.ffn() / t, FCl = static_cast<int>(cfg_.fc_width() / t);
+  const int QKVl = static_cast<int>(cfg_.qkv_width() / t);
   const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
   const int Ns = sp_ ? N / t : N;
   const int64_t a_bytes = be_.act_bytes();
@@ -495,10 +529,12 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
   // input gradient now (times gelu'(gelu_pre) when the layer's input was a GeLU's output); the
   // weight and bias gradients now, or (deferred) by backward_weights() from a copy of dout unless
   // the slot keeps dout itself.
-  auto linear_backward = [&](Act* dinp, const std::string& name, bool bias, const Act* dout,
+  auto linear_backward = [&](Act* dinp, const std::string& name, bool layer, const Act* dout,
                              const Act* inp, const Act* gelu_pre, int n, int ic, int oc,
                              bool dout_kept_by_slot) {
-    const std::string wname = bias ? name + ".weight" : name, bname = bias ? name + ".bias" : "";
+    // A layer's linear has name.weight and (with biases) name.bias; the LM head is one tensor.
+    const bool bias = layer && cfg_.bias;
+    const std::string wname = layer ? name + ".weight" : name, bname = bias ? name + ".bias" : "";
     const Act* weight = param(wname);
     if (!defer_weight_grads) {
       be_.linear_backward(dinp, grad(wname), bias ? grad(bname) : nullptr, dout, inp, weight,
@@ -514,20 +550,23 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
   p.deferred_used = 0;
 
   if (stage_.head) {
-    // Head: the forward left dlogits in place of the logits; the tied-embedding GEMM and ln_f.
+    // Head: the forward left dlogits in place of the logits; the LM head's GEMM (the tied
+    // embedding, or lm_head) and ln_f.
     gather(ln_f_unit_);
-    gather(wte_unit_);
-    linear_backward(d_ln, "wte", false, acts.act("logits"), acts.act("ln_f"), nullptr, N, C, Vl,
-                    /*dout_kept_by_slot=*/true);
+    gather(head_unit_);
+    linear_backward(d_ln, head_name(), false, acts.act("logits"), acts.act("ln_f"), nullptr, N, C,
+                    Vl, /*dout_kept_by_slot=*/true);
     be_.zero(d_res, int64_t{Ns} * C * a_bytes);
-    be_.layernorm_backward(d_res, grad("ln_f.weight"), grad("ln_f.bias"), reduce_grad(d_ln, N),
-                           layer_acts(acts, end - 1).out, param("ln_f.weight"),
-                           acts.f32("ln_f.mean"), acts.f32("ln_f.rstd"), Ns, C);
-    release(wte_unit_);
+    be_.layernorm_backward(d_res, grad("ln_f.weight"), grad_or_null("ln_f.bias"),
+                           reduce_grad(d_ln, N), layer_acts(acts, end - 1).out,
+                           param("ln_f.weight"), ln_f_mean(acts), acts.f32("ln_f.rstd"), Ns, C,
+                           norm_);
+    release(head_unit_);
     release(ln_f_unit_);
     if (!defer_weight_grads) {
       grads_ready(ln_f_unit_);
-      if (!stage_.embedding) grads_ready(wte_unit_);  // else the embedding adds its part below
+      // The tied wte also gets the embedding's part below, on a stage with both.
+      if (head_unit_ != wte_unit_ || !stage_.embedding) grads_ready(head_unit_);
     }
   }
   // Else the caller wrote the gradient of this stage's output into d_res (output_grad()), already
@@ -544,28 +583,36 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
       r.out = d_ln;
       layer_forward(l, in, r, B, T);
     } else if (!kept_per_layer("att", recompute_, precision_)) {
-      be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+      be_.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl, NKVl);
     }
-    // d_res holds d(out). MLP: out = res_attn + proj(gelu(fc(ln_2(res_attn))))
+    // d_res holds d(out). MLP: out = res_attn + proj(act(fc(ln_2(res_attn))))
     const Act* d_out = gather_grad(d_res, N);
-    linear_backward(d_fc, layer_param(l, "mlp.proj"), true, d_out, a.fc_gelu, a.fc, N, 4 * Cl, C,
-                    false);
-    linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, nullptr, N, C, 4 * Cl,
-                    false);
-    // the residual branch's gradient is already in d_res; add the LayerNorm branch's
+    if (cfg_.mlp == MlpKind::SwiGLU) {
+      Act* d_act = work_.act("d.fc_act");
+      linear_backward(d_act, layer_param(l, "mlp.proj"), true, d_out, a.fc_act, nullptr, N, Fl, C,
+                      false);
+      be_.swiglu_backward(d_fc, d_act, a.fc, N, Fl);
+    } else {
+      linear_backward(d_fc, layer_param(l, "mlp.proj"), true, d_out, a.fc_act, a.fc, N, Fl, C,
+                      false);
+    }
+    linear_backward(d_ln, layer_param(l, "mlp.fc"), true, d_fc, a.ln_2, nullptr, N, C, FCl, false);
+    // the residual branch's gradient is already in d_res; add the norm branch's
     be_.layernorm_backward(d_res, grad(layer_param(l, "ln_2.weight")),
-                           grad(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N), a.res_attn,
-                           w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C);
-    // Attention: res_attn = in + proj(attention(qkv(ln_1(in))))
+                           grad_or_null(layer_param(l, "ln_2.bias")), reduce_grad(d_ln, N),
+                           a.res_attn, w(l, "ln_2.weight"), a.ln_2_mean, a.ln_2_rstd, Ns, C, norm_);
+    // Attention: res_attn = in + proj(attention(rope(qkv(ln_1(in)))))
     const Act* d_res_attn = gather_grad(d_res, N);
     linear_backward(d_atty, layer_param(l, "attn.proj"), true, d_res_attn, a.atty, nullptr, N, Cl,
                     C, false);
-    be_.attention_backward(d_qkv, d_atty, a.qkv, a.atty, a.att, B, T, Cl, NHl);
-    linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, nullptr, N, C, 3 * Cl,
+    be_.attention_backward(d_qkv, d_atty, a.qkv, a.atty, a.att, B, T, Cl, NHl, NKVl);
+    // The rotation's backward is the inverse rotation of the rotated q and k gradients.
+    if (cfg_.rope()) be_.rope(d_qkv, B, T, NHl, NKVl, cfg_.head_size(), cfg_.rope_theta, true);
+    linear_backward(d_ln, layer_param(l, "attn.qkv"), true, d_qkv, a.ln_1, nullptr, N, C, QKVl,
                     false);
     be_.layernorm_backward(d_res, grad(layer_param(l, "ln_1.weight")),
-                           grad(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,
-                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C);
+                           grad_or_null(layer_param(l, "ln_1.bias")), reduce_grad(d_ln, N), in,
+                           w(l, "ln_1.weight"), a.ln_1_mean, a.ln_1_rstd, Ns, C, norm_);
     release(layer_unit(l));
     if (!defer_weight_grads) grads_ready(layer_unit(l));
   }
@@ -587,12 +634,13 @@ void Gpt::backward(int slot, bool defer_weight_grads) {
 
 void Gpt::embedding_weight_grads(const Pending& p, const Act* d_embed) {
   const int C = cfg_.n_embd, t = tp_.size();
+  float* dwpe = grad_or_null("wpe");
   if (t == 1) {
-    be_.embedding_backward(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C);
+    be_.embedding_backward(grad("wte"), dwpe, d_embed, p.tokens, p.B, p.T, C);
   } else {
     const int Vl = static_cast<int>(cfg_.padded_vocab() / t);
-    be_.embedding_backward_shard(grad("wte"), grad("wpe"), d_embed, p.tokens, p.B, p.T, C,
-                                 tp_.rank() * Vl, Vl);
+    be_.embedding_backward_shard(grad("wte"), dwpe, d_embed, p.tokens, p.B, p.T, C, tp_.rank() * Vl,
+                                 Vl);
   }
 }
 

@@ -1,15 +1,15 @@
 #pragma once
-// THE GPT-2 model of weft, written once against the backend contract (kernels/backend.h) and run
-// on any backend in its precision: host fp32, host bf16, CUDA. Serial or split across a
-// tensor-parallel group: parameters and gradients in flat buffers (this rank's shards,
-// param_layout.h), activations in the layouts of activation_layout.h,
-// forward keeping what backward needs, backward with optional recomputation: embedding, L pre-LN
-// transformer blocks (layer_forward), then the head (final LayerNorm, logits through the tied
-// embedding, cross-entropy).
+// THE GPT model of weft (GPT-2, or the Llama-style variants of gpt_config.h), written once against
+// the backend contract (kernels/backend.h) and run on any backend in its precision: host fp32, host
+// bf16, CUDA. Serial or split across a tensor-parallel group: parameters and gradients in flat
+// buffers (this rank's shards, param_layout.h), activations in the layouts of activation_layout.h,
+// forward keeping what backward needs, backward with optional recomputation: embedding, L pre-norm
+// transformer blocks (layer_forward), then the head (final norm, logits through the tied
+// embedding or lm_head, cross-entropy).
 //
-// Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019): attention heads and the MLP's 4C
-// dimension are split (column-parallel qkv and fc, row-parallel proj), the vocabulary is split
-// for the tied embedding and the LM head, and the cross-entropy never gathers the logits. With
+// Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019): query and key/value heads and the
+// MLP's F dimension are split (column-parallel qkv and fc, row-parallel proj), the vocabulary is
+// split for the embedding and the LM head, and the cross-entropy never gathers the logits. With
 // sequence parallelism (Korthikanti et al. 2022) the LayerNorm and residual regions run on N/t
 // rows each, with all-gather / reduce-scatter in place of the all-reduces. Every loss and gathered
 // parameter equals the serial model's up to float rounding (tests/parallel).
@@ -197,6 +197,13 @@ class Gpt final : public optim::Params {
   // gradients of any unit (the hooks may hand out memory for them now).
   const kernels::Act* param(const std::string& name) const;
   float* grad(const std::string& name);
+  // The same, or null when the variant has no such parameter (biases, wpe).
+  const kernels::Act* param_or_null(const std::string& name) const;
+  float* grad_or_null(const std::string& name);
+  // The LM head's weight: the tied wte, or lm_head.
+  const char* head_name() const { return cfg_.tie_embeddings ? "wte" : "lm_head"; }
+  // ln_f's saved mean, null under RMSNorm.
+  float* ln_f_mean(const Blocks& acts) const;
   // The unit holding slice `name`, and the slice's offset from the unit's first element.
   std::pair<int, int64_t> locate(const std::string& name) const;
   int layer_unit(int l) const { return first_layer_unit_ + (l - stage_.first_layer); }
@@ -218,6 +225,8 @@ class Gpt final : public optim::Params {
   optim::ParamHooks* hooks_ = nullptr;
   std::vector<const kernels::Act*> unit_params_;  // each unit's parameter base; null: not gathered
   int wte_unit_ = -1, wpe_unit_ = -1, ln_f_unit_ = -1, first_layer_unit_ = -1;
+  int head_unit_ = -1;  // the unit of head_name(): wte_unit_ when tied
+  kernels::Norm norm_;  // the model's norm (LayerNorm or RMSNorm) and its epsilon
   // A weight-gradient GEMM left for backward_weights(): dweight (+)= dout^T @ inp, dbias (+)=.
   // The gradients are named, not pointed to: their unit's memory may move before then (ZeRO-2/3
   // reduce and hand back a unit's gradients after each pass).

@@ -99,7 +99,7 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   const int64_t read_bytes = act_bytes(precision);
   const int n = static_cast<int>(layout.units.size());
   std::vector<int64_t> buffer(n), param_buffer(n), temporaries(n);
-  int wte = -1, wpe = -1, ln_f = -1;
+  int wte = -1, wpe = -1, ln_f = -1, lm_head = -1;
   std::vector<int> layers;
   for (int u = 0; u < n; ++u) {
     const optim::ParamUnit& unit = layout.units[u];
@@ -115,10 +115,14 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
       wpe = u;
     } else if (unit.name == "ln_f") {
       ln_f = u;
+    } else if (unit.name == "lm_head") {
+      lm_head = u;
     } else {
       layers.push_back(u);
     }
   }
+  // The LM head's weight: the tied wte, or lm_head (model::Gpt::head_name).
+  const int head_w = lm_head >= 0 ? lm_head : wte;
   struct Pass {
     std::vector<int> gathered, written, ready;
   };
@@ -126,10 +130,11 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   if (stage.embedding) forward.push_back({{wte, wpe}, {}, {}});
   for (int l : layers) forward.push_back({{l}, {}, {}});
   if (stage.head) {
-    forward.push_back({{ln_f, wte}, {}, {}});
-    Pass head{{ln_f, wte}, {ln_f, wte}, {ln_f}};
-    if (!stage.embedding) head.ready.push_back(wte);  // else the embedding adds its part first
-    if (deferred) head = {{ln_f, wte}, {ln_f}, {}};
+    forward.push_back({{ln_f, head_w}, {}, {}});
+    Pass head{{ln_f, head_w}, {ln_f, head_w}, {ln_f}};
+    // The tied wte gets the embedding's part first on a stage with both.
+    if (head_w != wte || !stage.embedding) head.ready.push_back(head_w);
+    if (deferred) head = {{ln_f, head_w}, {ln_f}, {}};
     backward.push_back(head);
   }
   for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
@@ -138,11 +143,17 @@ int64_t run_passes(const ParamLayout& layout, const StageSpec& stage, ZeroShardi
   if (deferred) {
     Pass weights{{}, {}, {}};
     if (stage.embedding) weights.written = {wpe, wte};
-    if (stage.head) weights.written.push_back(wte);
+    if (stage.head) weights.written.push_back(head_w);
     for (int u = n - 1; u >= 0; --u) weights.ready.push_back(u);
     backward.push_back(weights);
   } else if (stage.embedding) {
     backward.push_back({{}, {wpe, wte}, {wpe, wte}});
+  }
+  // A unit the variant lacks (wpe with rotary positions) is -1: no pass touches it.
+  for (auto* passes : {&forward, &backward}) {
+    for (Pass& p : *passes) {
+      for (auto* units : {&p.gathered, &p.written, &p.ready}) std::erase(*units, -1);
+    }
   }
 
   // Heap temporaries: the most of one size in flight at once.
@@ -237,15 +248,12 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, const RankShape& shap
   const Precision precision = counting.precision;
   const Counted counted = counting.counted;
   // The numbers a layout depends on (not the model's name: string keys cost the planner 12%).
-  using Key = std::tuple<bool, int, int, int, int64_t, int, int, int, int, bool, int, int, bool,
+  using Key = std::tuple<bool, decltype(cfg.shape_key()), int, int, int, int, bool, int, int, bool,
                          bool, int, int>;
   static std::mutex mutex;
   static std::map<Key, int64_t> cache;
   const Key key{workspace,
-                cfg.n_layer,
-                cfg.n_embd,
-                cfg.n_head,
-                cfg.padded_vocab(),
+                cfg.shape_key(),
                 B,
                 T,
                 static_cast<int>(mode),
@@ -277,12 +285,11 @@ int64_t layout_bytes(bool workspace, const GptConfig& cfg, const RankShape& shap
 // one names every slice, and the planner asks for the same few hundred shapes again and again.
 const ParamLayout& stage_param_layout(const GptConfig& cfg, int tp, const StageSpec& stage,
                                       int64_t unit_align) {
-  using Key = std::tuple<int, int, int, int64_t, int, int, int, bool, bool, int64_t>;
+  using Key = std::tuple<decltype(cfg.shape_key()), int, int, int, bool, bool, int64_t>;
   static std::mutex mutex;
   static std::map<Key, std::unique_ptr<const ParamLayout>> cache;
-  const Key key{cfg.n_layer, cfg.n_embd,        cfg.n_head,           cfg.padded_vocab(),
-                tp,          stage.first_layer, stage.end_layer(cfg), stage.embedding,
-                stage.head,  unit_align};
+  const Key key{cfg.shape_key(), tp,         stage.first_layer, stage.end_layer(cfg),
+                stage.embedding, stage.head, unit_align};
   const std::lock_guard<std::mutex> lock(mutex);
   std::unique_ptr<const ParamLayout>& slot = cache[key];
   if (slot == nullptr) {
@@ -330,10 +337,10 @@ int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, in
     }
   };
   if (stage.end_layer(cfg) > stage.first_layer) {
-    forward(3 * C / t, C);  // attn.qkv
-    forward(C, C / t);      // attn.proj
-    forward(4 * C / t, C);  // mlp.fc
-    forward(C, 4 * C / t);  // mlp.proj
+    forward(cfg.qkv_width() / t, C);  // attn.qkv
+    forward(C, C / t);                // attn.proj
+    forward(cfg.fc_width() / t, C);   // mlp.fc
+    forward(C, cfg.ffn() / t);        // mlp.proj
   }
   if (stage.head) forward(cfg.padded_vocab() / t, C);  // lm_head
   int64_t total = 0;

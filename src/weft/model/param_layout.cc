@@ -15,6 +15,14 @@ std::string layer_param(int layer, const char* suffix) {
   return "h." + std::to_string(layer) + "." + suffix;
 }
 
+std::pair<int64_t, int64_t> TpSplit::part_rows(int b, int64_t rows) const {
+  if (weights[0] == 0) return {b * (rows / blocks), rows / blocks};
+  int64_t total = 0, first = 0;
+  for (int i = 0; i < blocks; ++i) total += weights[i];
+  for (int i = 0; i < b; ++i) first += weights[i];
+  return {rows / total * first, rows / total * weights[b]};
+}
+
 std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank,
                                  int64_t begin, int64_t end) {
   int64_t numel = 1;
@@ -33,11 +41,15 @@ std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int
   WEFT_CHECK(split.dim < static_cast<int>(global.size()), "split dim ", split.dim, " of a ",
              global.size(), "-d tensor");
   if (split.dim == 0) {
-    // [R, cols]: each of the `blocks` row blocks contributes rows [rank*r, (rank+1)*r) of itself.
-    const int64_t cols = numel / global[0], block_rows = global[0] / split.blocks;
-    const int64_t r = block_rows / tp;
+    // [R, cols]: each of the `blocks` row blocks contributes rows [rank*r, (rank+1)*r) of itself
+    // (r: its rows / tp), one after the other in the shard.
+    const int64_t cols = numel / global[0];
+    int64_t local = 0;
     for (int b = 0; b < split.blocks; ++b) {
-      add(b * r * cols, (b * block_rows + rank * r) * cols, r * cols);
+      const auto [first, rows] = split.part_rows(b, global[0]);
+      const int64_t r = rows / tp;
+      add(local * cols, (first + rank * r) * cols, r * cols);
+      local += r;
     }
   } else {
     // [R, K]: every row contributes columns [rank*k, (rank+1)*k); only the rows the range meets.
@@ -101,10 +113,12 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
   validate(cfg).throw_if_error("invalid model config");
   validate_tensor_parallel(cfg, tp).throw_if_error("invalid tensor-parallel layout");
   WEFT_CHECK(tp_rank >= 0 && tp_rank < tp, "tp rank ", tp_rank, " outside tp=", tp);
-  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab();
+  const int64_t C = cfg.n_embd, L = cfg.n_layer, Vp = cfg.padded_vocab(), F = cfg.ffn();
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L));
   using K = ParamInit::Kind;
-  const TpSplit rep{}, rows{0}, cols{1}, qkv{0, 3};
+  const TpSplit rep{}, rows{0}, cols{1};
+  const TpSplit qkv{0, 3, {cfg.n_head, cfg.kv_heads(), cfg.kv_heads()}};
+  const TpSplit fc = cfg.mlp == MlpKind::SwiGLU ? TpSplit{0, 2} : rows;  // [gate; up]
   ParamLayout p;
   p.tp = tp;
   p.tp_rank = tp_rank;
@@ -125,27 +139,38 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
     p.splits.push_back(split);
     p.units.push_back({name, slice, 0, p.buffer.slices()[slice].offset, 0});
   };
-  if (stage.embedding || stage.head) {
+  const bool tied = cfg.tie_embeddings;
+  if (stage.embedding || (stage.head && tied)) {
     unit("wte", "wte", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
   }
-  if (stage.embedding) unit("wpe", "wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
+  if (stage.embedding && !cfg.rope()) {
+    unit("wpe", "wpe", {cfg.max_seq_len, C}, {K::Normal, 0.01f, true}, rep);
+  }
+  // A norm's weight, and its bias where it has one.
+  auto norm = [&](const std::string& weight, const std::string& bias) {
+    add(weight, {C}, {K::Ones}, rep);
+    if (cfg.norm_bias()) add(bias, {C}, {K::Zeros}, rep);
+  };
+  auto bias = [&](const std::string& name, int64_t n, TpSplit split) {
+    if (cfg.bias) add(name, {n}, {K::Zeros}, split);
+  };
   for (int l = stage.first_layer; l < stage.end_layer(cfg); ++l) {
     unit("h." + std::to_string(l), layer_param(l, "ln_1.weight"), {C}, {K::Ones}, rep);
-    add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros}, rep);
-    add(layer_param(l, "attn.qkv.weight"), {3 * C, C}, {K::Normal, 0.02f, true}, qkv);
-    add(layer_param(l, "attn.qkv.bias"), {3 * C}, {K::Zeros}, qkv);
+    if (cfg.norm_bias()) add(layer_param(l, "ln_1.bias"), {C}, {K::Zeros}, rep);
+    add(layer_param(l, "attn.qkv.weight"), {cfg.qkv_width(), C}, {K::Normal, 0.02f, true}, qkv);
+    bias(layer_param(l, "attn.qkv.bias"), cfg.qkv_width(), qkv);
     add(layer_param(l, "attn.proj.weight"), {C, C}, {K::Normal, residual_std, true}, cols);
-    add(layer_param(l, "attn.proj.bias"), {C}, {K::Zeros}, rep);
-    add(layer_param(l, "ln_2.weight"), {C}, {K::Ones}, rep);
-    add(layer_param(l, "ln_2.bias"), {C}, {K::Zeros}, rep);
-    add(layer_param(l, "mlp.fc.weight"), {4 * C, C}, {K::Normal, 0.02f, true}, rows);
-    add(layer_param(l, "mlp.fc.bias"), {4 * C}, {K::Zeros}, rows);
-    add(layer_param(l, "mlp.proj.weight"), {C, 4 * C}, {K::Normal, residual_std, true}, cols);
-    add(layer_param(l, "mlp.proj.bias"), {C}, {K::Zeros}, rep);
+    bias(layer_param(l, "attn.proj.bias"), C, rep);
+    norm(layer_param(l, "ln_2.weight"), layer_param(l, "ln_2.bias"));
+    add(layer_param(l, "mlp.fc.weight"), {cfg.fc_width(), C}, {K::Normal, 0.02f, true}, fc);
+    bias(layer_param(l, "mlp.fc.bias"), cfg.fc_width(), fc);
+    add(layer_param(l, "mlp.proj.weight"), {C, F}, {K::Normal, residual_std, true}, cols);
+    bias(layer_param(l, "mlp.proj.bias"), C, rep);
   }
   if (stage.head) {
     unit("ln_f", "ln_f.weight", {C}, {K::Ones}, rep);
-    add("ln_f.bias", {C}, {K::Zeros}, rep);
+    if (cfg.norm_bias()) add("ln_f.bias", {C}, {K::Zeros}, rep);
+    if (!tied) unit("lm_head", "lm_head", {Vp, C}, {K::Normal, 0.02f, true, cfg.vocab_size}, rows);
   }
   p.buffer.pad_to(unit_align);
   const auto& slices = p.buffer.slices();

@@ -1,19 +1,24 @@
 #pragma once
-// The parameters of a GPT-2 model: names, shapes, initialization and weight-decay flags, in the
+// The parameters of a GPT model: names, shapes, initialization and weight-decay flags, in the
 // order they sit in the flat parameter buffer. Names follow GPT-2's module tree
-// ("h.3.attn.qkv.weight"). Linear weights are stored [out, in] (as torch.nn.Linear).
+// ("h.3.attn.qkv.weight") whatever the variant (gpt_config.h): attn.qkv holds q, k and v (NKV
+// heads each for k and v); mlp.fc holds SwiGLU's gate and up projections, [gate; up]; an untied
+// LM head is `lm_head` [Vp, C]; wpe exists only with learned positions, the biases only with
+// `bias` (LayerNorm's with norm_bias()). Linear weights are stored [out, in] (as torch.nn.Linear).
 //
 // Under tensor parallelism (Shoeybi et al. 2019, "Megatron-LM") a rank holds its shard of each
 // parameter, in the same order; the layout records each tensor's global shape and how it is split,
 // so initialization, gathering and checkpoints address every element by its global index.
-//   column-parallel (split output rows): attn.qkv (q, k and v each split by heads), mlp.fc,
-//                                        wte (vocabulary rows; also the tied LM head)
+//   column-parallel (split output rows): attn.qkv (q, k and v each split by heads), mlp.fc
+//                                        (SwiGLU: gate and up each split), wte (vocabulary
+//                                        rows; also the tied LM head), lm_head
 //   row-parallel (split input columns):  attn.proj.weight, mlp.proj.weight
 //   replicated:                          LayerNorms, wpe, row-parallel biases
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/model/gpt_config.h"
@@ -25,8 +30,13 @@ namespace weft::model {
 // How tensor parallelism splits one parameter.
 struct TpSplit {
   int dim = -1;    // -1: replicated on every tp rank; 0: rows; 1: columns (2-D tensors)
-  int blocks = 1;  // dim holds `blocks` equal parts, each split across ranks (attn.qkv: q, k, v)
+  int blocks = 1;  // dim 0 holds `blocks` parts, each split across ranks (attn.qkv: q, k, v)
+  // The parts' relative sizes (attn.qkv under grouped-query attention: NH, NKV, NKV); equal
+  // when 0.
+  int64_t weights[3] = {0, 0, 0};
   bool replicated() const { return dim < 0; }
+  // Rows [first, first + count) of part b of a dim-0 extent of `rows`.
+  std::pair<int64_t, int64_t> part_rows(int b, int64_t rows) const;
 };
 
 // A contiguous run of a shard: local element offset, global element offset, length.
@@ -67,9 +77,9 @@ struct ParamLayout : optim::UnitLayout {
 };
 
 // The part of the model one pipeline stage (a model chunk) holds: a contiguous run of layers, plus
-// the embedding on the first stage and the head (ln_f, the LM head through the tied wte) on the
-// last. The default is the whole model. Both ends hold wte: the first and last stage keep their
-// copies in sync by summing their gradients (Narayanan et al. SC'21, tied embeddings).
+// the embedding on the first stage and the head (ln_f, the LM head: the tied wte or lm_head) on
+// the last. The default is the whole model. With tied embeddings both ends hold wte: the first
+// and last stage keep their copies in sync by summing their gradients (Narayanan et al. SC'21).
 struct StageSpec {
   int first_layer = 0;
   int layers = -1;  // -1: through the last layer
@@ -86,7 +96,7 @@ Status validate_pipeline(const GptConfig& cfg, int pp, int vp);
 // validate_for_run, B > 0, slots >= 1, and the stage's layers a run of the model's.
 Status validate_stage(const GptConfig& cfg, int B, int T, const StageSpec& stage, int slots);
 
-// Whether a parameter is a LayerNorm's weight or bias (ln_1, ln_2, ln_f).
+// Whether a parameter is a norm's weight or bias (ln_1, ln_2, ln_f; LayerNorm or RMSNorm).
 bool is_layernorm_param(const std::string& name);
 
 // Per-layer names, so model code and tests spell them once.
@@ -99,12 +109,12 @@ std::string layer_param(int layer, const char* suffix);  // layer_param(3, "ln_1
 ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
                              StageSpec stage = {}, int64_t unit_align = BufferLayout::kAlignElems);
 
-// GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices and wte, N(0, 0.01)
-// for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero biases,
-// LayerNorm weight 1. Element i of parameter `name` is normal_at(stream_key(seed, name), i): the
-// value depends only on (seed, name, global index), whatever the layout: a shard holds exactly
-// its slice of the serial model.
-// Only slices [first_slice, end_slice) when given (ZeRO-3 initializes one unit at a time).
+// GPT-2 initialization (Radford et al. 2019; nanoGPT): N(0, 0.02) for matrices, wte and lm_head,
+// N(0, 0.01) for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero
+// biases, norm weight 1 (Megatron-LM initializes its Llama-style models the same way). Element i of
+// parameter `name` is normal_at(stream_key(seed, name), i): the value depends only on (seed, name,
+// global index), whatever the layout: a shard holds exactly its slice of the serial model. Only
+// slices [first_slice, end_slice) when given (ZeRO-3 initializes one unit at a time).
 void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed,
                  size_t first_slice = 0, size_t end_slice = SIZE_MAX);
 // The same values for elements [begin, begin + n) of slice `slice` only, into out[0, n) (ZeRO

@@ -7,24 +7,37 @@
 #include <utility>
 #include <vector>
 
+#include "weft/core/check.h"
 #include "weft/model/param_layout.h"
 #include "weft/optim/shards.h"
 
 namespace weft::planner {
 
 int64_t local_parameters(const model::GptConfig& m, const layout::Layout& c, int pp_rank) {
-  const int64_t h = m.n_embd, t = c.tp, Vp = m.padded_vocab();
-  // Per layer: qkv 3h*h + 3h (column-parallel: /t), proj h*h/t + h (bias replicated), fc 4h*h +
-  // 4h (/t), fc proj 4h*h/t + h, two LayerNorms 4h (replicated).
-  const int64_t per_layer = (3 * h * h + 3 * h + h * h + 4 * h * h + 4 * h + 4 * h * h) / t + 6 * h;
-  const int64_t layers = m.n_layer / c.pp;
-  int64_t n = layers * per_layer;
-  if (pp_rank == 0) n += Vp / t * h + static_cast<int64_t>(m.max_seq_len) * h;
-  if (pp_rank == c.pp - 1) {
-    n += 2 * h;                     // ln_f
-    if (c.pp > 1) n += Vp / t * h;  // the tied word embedding's copy for the LM head
+  // Counted by the model's own layout (model/param_layout.h), so that every variant's tensors are
+  // said once: one layer (layers are all alike) and each kind of end a rank may hold. A layout
+  // costs microseconds and the search asks for the same model and tp tens of thousands of times:
+  // the last answer is kept, per thread.
+  struct Counts {
+    model::GptConfig model;
+    int tp = 0;
+    int64_t layer = 0, ends[2][2] = {};  // [embedding][head]
+  };
+  thread_local Counts last;
+  if (last.tp != c.tp || last.model != m) {
+    auto count = [&](int layers, bool embedding, bool head) {
+      return model::gpt_param_layout(
+                 m, c.tp, 0,
+                 {.first_layer = 0, .layers = layers, .embedding = embedding, .head = head})
+          .count();
+    };
+    Counts now{m, c.tp, count(1, false, false)};
+    for (int e = 0; e < 2; ++e) {
+      for (int h = 0; h < 2; ++h) now.ends[e][h] = count(0, e, h);
+    }
+    last = now;  // only once every count is in (a layout throws for an invalid model)
   }
-  return n;
+  return int64_t{m.n_layer / c.pp} * last.layer + last.ends[pp_rank == 0][pp_rank == c.pp - 1];
 }
 
 namespace {
@@ -97,30 +110,39 @@ StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
 }
 
 // The data-parallel traffic of optim::DistributedOptimizer on pipeline rank r, unit by unit
-// (optim::ParamUnit: wte, wpe, each layer, ln_f), each unit padded for dp equal shards:
+// (optim::ParamUnit: wte, wpe, each layer, ln_f, lm_head; those the variant has), each unit
+// padded for dp equal shards:
 //   ZeRO 0: one all-reduce per unit after the last microbatch
 //   ZeRO 1: one reduce-scatter per unit, one all-gather of the updated parameters after the step
 //   ZeRO 2: a reduce-scatter per unit and microbatch, one all-gather per unit after the step
 //   ZeRO 3: a reduce-scatter per unit and microbatch; an all-gather of a unit before each use:
-//           forward and backward of every layer and of ln_f, wpe in forward, wte in the
-//           embedding's forward and in the head's forward and backward
+//           forward and backward of every layer, of ln_f and of an untied lm_head, wpe in
+//           forward, wte in the embedding's forward and, tied, in the head's forward and backward
 void data_parallel(GroupVolume& v, const Job& job, const layout::Layout& c, int r) {
   const model::GptConfig& m = job.model;
   const PrecisionBytes pb = precision_bytes(job.precision);
   const int64_t mb = c.microbatches(job.global_batch);
-  // One layer stage holding both ends has every kind of unit; layers are all alike.
-  const model::ParamLayout one = model::gpt_param_layout(
-      m, c.tp, 0, {.first_layer = 0, .layers = 1}, optim::zero_unit_align(c.zero, c.dp));
-  auto numel = [&](const std::string& unit) { return one.units[one.unit_index(unit)].numel(); };
   const int stages = c.pp * c.vp;
   for (int chunk = 0; chunk < c.vp; ++chunk) {
     const model::StageSpec st = model::pipeline_stage(m, chunk * c.pp + r, stages);
+    // The stage's units with one layer standing for all of them (layers are all alike).
+    const model::ParamLayout one = model::gpt_param_layout(
+        m, c.tp, 0, {.first_layer = 0, .layers = 1, .embedding = st.embedding, .head = st.head},
+        optim::zero_unit_align(c.zero, c.dp));
     // (unit elements, its uses per microbatch under ZeRO 3), in buffer order.
     std::vector<std::pair<int64_t, int>> units;
-    if (st.embedding || st.head) units.push_back({numel("wte"), st.embedding + 2 * st.head});
-    if (st.embedding) units.push_back({numel("wpe"), 1});
-    for (int l = st.first_layer; l < st.end_layer(m); ++l) units.push_back({numel("h.0"), 2});
-    if (st.head) units.push_back({numel("ln_f"), 2});
+    for (const optim::ParamUnit& u : one.units) {
+      if (u.name == "h.0") {
+        for (int l = 0; l < st.layers; ++l) units.push_back({u.numel(), 2});
+      } else if (u.name == "wte") {
+        units.push_back({u.numel(), st.embedding + (st.head && m.tie_embeddings ? 2 : 0)});
+      } else if (u.name == "wpe") {
+        units.push_back({u.numel(), 1});
+      } else {
+        WEFT_CHECK(u.name == "ln_f" || u.name == "lm_head", "unit ", u.name, " is not priced");
+        units.push_back({u.numel(), 2});
+      }
+    }
     for (const auto& [n, uses] : units) {
       if (c.zero == 0) {
         add(v.all_reduce, 1, n, pb.grad);
@@ -159,20 +181,21 @@ StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int
   }
   const bool sharded = c.zero > 0 && c.dp > 1;  // the gradient work below is on dp shards
   if (c.tp > 1 && c.sequence_parallel) {
-    // Once per step and model chunk, the LayerNorm gradients of this rank's rows, summed over tp
-    // in one call: weight and bias of 2 LayerNorms per layer, and ln_f on the last stage; with
-    // ZeRO the parts of them in this dp rank's shard.
+    // Once per step and model chunk, the norm gradients of this rank's rows, summed over tp in
+    // one call: the weights (and LayerNorm's biases) of 2 norms per layer, and ln_f on the last
+    // stage; with ZeRO the parts of them in this dp rank's shard.
     const int stages = c.pp * c.vp;
     for (int chunk = 0; chunk < c.vp; ++chunk) {
       const int stage = chunk * c.pp + pp_rank;
+      const model::ParamLayout layout = model::gpt_param_layout(
+          job.model, c.tp, 0, model::pipeline_stage(job.model, stage, stages),
+          optim::zero_unit_align(c.zero, c.dp));
       int64_t n = 0;
       if (!sharded) {
-        n = (2 * (job.model.n_layer / stages) + (stage == stages - 1 ? 1 : 0)) * 2 *
-            job.model.n_embd;
+        for (const SliceSpec& sl : layout.buffer.slices()) {
+          if (model::is_layernorm_param(sl.name)) n += sl.numel;
+        }
       } else {
-        const model::ParamLayout layout = model::gpt_param_layout(
-            job.model, c.tp, 0, model::pipeline_stage(job.model, stage, stages),
-            optim::zero_unit_align(c.zero, c.dp));
         for (const optim::OwnedPart& p : optim::zero_owned_parts(layout, c.zero, c.dp, dp_rank)) {
           if (model::is_layernorm_param(layout.buffer.slices()[p.slice].name)) n += p.n;
         }
@@ -181,8 +204,9 @@ StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int
     }
   }
   if (c.pp > 1) add(v.pp.all_reduce, 1, 1, 8);  // the step's loss, from the last stage (fp64)
-  if (c.pp > 1 && (pp_rank == 0 || pp_rank == c.pp - 1)) {
-    // The word embedding, a unit of its own: whole, or this dp rank's shard of it.
+  if (c.pp > 1 && job.model.tie_embeddings && (pp_rank == 0 || pp_rank == c.pp - 1)) {
+    // The tied word embedding, a unit of its own: whole, or this dp rank's shard of it (an untied
+    // LM head has nothing to keep in sync).
     const int64_t wte = job.model.padded_vocab() / c.tp * job.model.n_embd;
     const optim::ShardRange own = optim::zero_shard(wte, sharded ? c.dp : 1, sharded ? dp_rank : 0);
     add(v.embedding.all_reduce, 1, std::max<int64_t>(0, std::min(own.end, wte) - own.begin),

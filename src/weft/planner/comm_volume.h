@@ -16,15 +16,18 @@
 // Pipeline: per microbatch, one activation message per stage boundary forward and one gradient
 // back, n/t elements (tp > 1 without sequence parallelism: each tp rank sends 1/t of the rows and
 // the receiver all-gathers n over tp), and once per step the loss (1 fp64) from the last stage.
-// Sequence parallelism also all-reduces each chunk's LayerNorm gradients over tp once per step.
-// Data parallel, per step and unit (a layer, wte, wpe, ln_f; padded for dp equal shards): ZeRO 0
+// Sequence parallelism also all-reduces each chunk's norm gradients over tp once per step.
+// Data parallel, per step and unit (a layer, wte, wpe, ln_f, lm_head: those the variant has;
+// padded for dp equal shards): ZeRO 0
 // all-reduces the gradients once; ZeRO 1 reduce-scatters them once and all-gathers the updated
 // parameters; ZeRO 2 reduce-scatters every microbatch's gradients and all-gathers once; ZeRO 3
 // reduce-scatters every microbatch's and all-gathers a unit's parameters before each use in
 // forward and backward (comm_volume.cc: data_parallel). Plus the loss (1 fp64) averaged over the
 // replicas, and with ZeRO the squared gradient norm summed over the shards.
 // Tied embeddings with pp > 1: the first and last pipeline ranks all-reduce the word embedding's
-// gradient (Vp/t * h elements) once per step (group "embedding").
+// gradient (Vp/t * h elements) once per step (group "embedding"); an untied lm_head needs none.
+// The variants (model/gpt_config.h) change none of the activation traffic: every message and
+// tensor-parallel collective is b*s*h, whatever the heads, the MLP or the norms.
 
 #include <cstdint>
 #include <string>
@@ -60,9 +63,11 @@ struct StepVolume {
   bool operator==(const StepVolume&) const = default;
 };
 
-// Parameters held by pipeline rank `pp_rank` of one tp shard: its layers' matrices split by tp
-// (biases and LayerNorms of row-parallel layers replicated), the word embedding (Vp/t rows) and
-// position table on the first rank, the word embedding again (tied LM head) and ln_f on the last.
+// Parameters held by pipeline rank `pp_rank` of one tp shard, as model::gpt_param_layout lays
+// them out for any variant: its layers' matrices split by tp (biases of row-parallel layers and
+// norms replicated), the word embedding (Vp/t rows) and a learned position table on the first
+// rank, ln_f and the LM head on the last (the tied word embedding's copy when pp > 1, or
+// lm_head's Vp/t rows).
 int64_t local_parameters(const model::GptConfig& m, const layout::Layout& c, int pp_rank);
 
 // Communication of pipeline rank `pp_rank` for one microbatch (tp and pp only) or for a whole

@@ -54,7 +54,9 @@ double dp_step_time(const Job& job, const layout::Layout& c, const Placement& pl
                      : 0) +
         collective_time(placement.dp, Collective::AllGather, params * pb.weight);
   }
-  if (c.pp > 1) {  // tied embedding: first and last pipeline ranks, over the pp link
+  // The tied embedding's gradient, summed by the first and last pipeline ranks over the pp link
+  // (an untied LM head has no copy to keep in sync).
+  if (c.pp > 1 && job.model.tie_embeddings) {
     GroupLink pair = placement.pp;
     pair.size = 2;
     dp_step += collective_time(

@@ -12,10 +12,15 @@ double compute_peak(const Cluster& c, Precision p) {
 
 namespace {
 
-// Shapes and sizes of one layer on one device, named as in docs/planner.md §3.
+// Shapes and sizes of one layer on one device, named as in docs/planner.md §3. The variant's
+// widths on this rank (model/gpt_config.h): q = qkv_width/t columns of attn.qkv ((a + 2 NKV) d/t),
+// f = fc_width/t of mlp.fc (F/t, SwiGLU's gate and up 2F/t), F = F/t inputs of mlp.proj.
 struct LayerShape {
   int64_t b, s, h, a, t, M, d, heads;  // M = b*s rows, d head size, heads = b*a/t attention GEMMs
-  double n, act, A, e;                 // n = b*s*h; act: the rows a LayerNorm or dropout sees
+  int64_t q, f, F;
+  double n, act, A, e;  // n = b*s*h; act: the rows a LayerNorm or dropout sees
+  double mlp;           // elements the MLP's activation kernel reads and writes
+  double rope;          // elements RoPE reads and writes (q and k), 0 with learned positions
   bool sp;
 };
 
@@ -29,6 +34,15 @@ LayerShape shape_of(const Job& job, const layout::Layout& c) {
   l.M = l.b * l.s;
   l.d = l.h / l.a;
   l.heads = l.b * l.a / l.t;
+  const model::GptConfig& m = job.model;
+  l.q = m.qkv_width() / l.t;
+  l.f = m.fc_width() / l.t;
+  l.F = m.ffn() / l.t;
+  // The fused bias-GeLU reads and writes the F/t intermediate; SwiGLU reads gate and up, writes
+  // their product.
+  l.mlp = static_cast<double>(l.M) * (l.f + l.F);
+  // Rotating q and k (NH + NKV heads of d, split by t): one read and one write.
+  l.rope = m.rope() ? 2.0 * l.M * (m.n_head + m.kv_heads()) * l.d / l.t : 0;
   l.n = static_cast<double>(l.M) * l.h;
   l.sp = c.sequence_parallel;
   l.act = l.sp ? l.n / l.t : l.n;
@@ -37,16 +51,17 @@ LayerShape shape_of(const Job& job, const layout::Layout& c) {
   return l;
 }
 
-// Bytes the memory-bound kernels of one layer's forward stream: 2 LayerNorms (read, write),
-// 2 fused bias-dropout-residual adds (read 2, write 1, a 1-byte mask), the fused bias-GeLU on the
-// 4h/t intermediate, and on the b*a/t*s*s scores the fused scale-mask-softmax and the attention
-// dropout (with its mask). Backward streams twice as much (each reads a gradient and a saved
-// input and writes a gradient).
+// Bytes the memory-bound kernels of one layer's forward stream: 2 norms (LayerNorm or RMSNorm:
+// read, write), 2 fused bias-dropout-residual adds (read 2, write 1, a 1-byte mask), the MLP's
+// activation (the fused bias-GeLU on the 4h/t intermediate, 8n/t elements, or SwiGLU), RoPE on q
+// and k, and on the b*a/t*s*s scores the fused scale-mask-softmax and the attention dropout (with
+// its mask). Backward streams twice as much (each reads a gradient and a saved input and writes a
+// gradient).
 // With a fused attention kernel (Cluster::flash_attention) the scores never reach memory: no A
 // terms.
 double forward_memory_bytes(const LayerShape& l, bool flash) {
   const double scores = flash ? 0 : l.A;
-  return l.e * (4 * l.act + 6 * l.act + 8 * l.n / l.t + 4 * scores) + 2 * l.act + scores;
+  return l.e * (4 * l.act + 6 * l.act + l.mlp + l.rope + 4 * scores) + 2 * l.act + scores;
 }
 double attention_core_memory_bytes(const LayerShape& l) { return l.e * 4 * l.A + l.A; }
 
@@ -89,10 +104,11 @@ StageCost layer_cost(const StageCostInputs& in) {
     return gemm_time(cl, peak, M, N, K, batch);
   };
   const int64_t M = l.M, h = l.h, t = l.t, s = l.s, d = l.d, heads = l.heads;
-  // The four linears' weights on this rank (qkv 3h x h/t, proj h/t x h, fc and fc proj 4h/t x h):
-  // each GEMM call passes over its weight-sized operand once more, whatever its M (hardware.h,
-  // Cluster::weight_passes).
-  const double linear_weights = 12.0 * h * h / t;
+  const int64_t q = l.q, f = l.f, F = l.F;
+  // The four linears' weights on this rank (qkv q x h, proj h x h/t, fc f x h, fc proj h x F;
+  // GPT-2: 12h^2/t): each GEMM call passes over its weight-sized operand once more, whatever its M
+  // (hardware.h, Cluster::weight_passes).
+  const double linear_weights = model::layer_linear_weights(in.job->model) / t;
   const PrecisionBytes pb = precision_bytes(in.job->precision);
   StageCost c;
   // Forward: qkv, attention scores and context (batched over b*a/t heads, or one fused kernel),
@@ -100,8 +116,7 @@ StageCost layer_cost(const StageCostInputs& in) {
   const bool flash = cl.flash_attention();
   const double attention_forward =
       flash ? flash_forward_time(cl, l) : G(s, s, d, heads) + G(s, d, s, heads);
-  c.forward.compute = G(M, 3 * h / t, h) + G(M, h, h / t) + G(M, 4 * h / t, h) +
-                      G(M, h, 4 * h / t) + attention_forward +
+  c.forward.compute = G(M, q, h) + G(M, h, h / t) + G(M, f, h) + G(M, h, F) + attention_forward +
                       memory_time(cl, forward_memory_bytes(l, flash)) +
                       weight_pass_time(cl, linear_weights * pb.weight);
   c.forward.tp_comm = tp_pass_time(cl, l, in.placement->tp);
@@ -109,14 +124,14 @@ StageCost layer_cost(const StageCostInputs& in) {
   // fused kernel's backward).
   const double attention_backward =
       flash ? flash_backward_time(cl, l) : 3 * G(s, d, s, heads) + G(s, s, d, heads);
-  c.backward_input.compute = G(M, h, 3 * h / t) + G(M, h / t, h) + G(M, h, 4 * h / t) +
-                             G(M, 4 * h / t, h) + attention_backward +
+  c.backward_input.compute = G(M, h, q) + G(M, h / t, h) + G(M, h, f) + G(M, F, h) +
+                             attention_backward +
                              memory_time(cl, 2 * forward_memory_bytes(l, flash)) +
                              weight_pass_time(cl, linear_weights * pb.weight);
   c.backward_input.tp_comm = tp_pass_time(cl, l, in.placement->tp);
   // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
-  c.backward_weight.compute = G(3 * h / t, h, M) + G(h, h / t, M) + G(4 * h / t, h, M) +
-                              G(h, 4 * h / t, M) + weight_pass_time(cl, linear_weights * pb.grad);
+  c.backward_weight.compute = G(q, h, M) + G(h, h / t, M) + G(f, h, M) + G(h, F, M) +
+                              weight_pass_time(cl, linear_weights * pb.grad);
   switch (in.config->recompute) {
     case model::Recompute::None:
       break;
@@ -156,12 +171,14 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     c.backward_weight = times(one.backward_weight, layers);
   }
   const double nbytes = l.n * l.e;
-  // Embedding: gather rows of wte and wpe, add (read 2, write 1); its gradient scatters back.
+  // Embedding: gather rows of wte and wpe, add (read 2, write 1; with RoPE wte's rows only: read
+  // 1, write 1); its gradient scatters back.
   // Vocab-parallel: an all-reduce of the output (sp: a reduce-scatter; all-gather backward).
   {
     StageCost& c = out.front();
-    c.forward.compute += memory_time(cl, 3 * nbytes);
-    c.backward_weight.compute += memory_time(cl, 3 * nbytes);
+    const double streams = job.model.rope() ? 2 : 3;
+    c.forward.compute += memory_time(cl, streams * nbytes);
+    c.backward_weight.compute += memory_time(cl, streams * nbytes);
     if (l.sp) {
       c.forward.tp_comm += tp_collective(cl, tp, Collective::ReduceScatter, nbytes);
       c.backward_weight.tp_comm += tp_collective(cl, tp, Collective::AllGather, nbytes);
@@ -175,7 +192,7 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     StageCost& c = out.back();
     const int64_t Vt = job.model.padded_vocab() / l.t;
     const double logits_bytes = static_cast<double>(l.M) * Vt * 4;
-    const double wte = static_cast<double>(Vt) * l.h;  // the tied embedding, the head's weight
+    const double wte = static_cast<double>(Vt) * l.h;  // the head's weight: wte, or lm_head
     const PrecisionBytes pb = precision_bytes(job.precision);
     c.forward.compute += gemm_time(cl, peak, l.M, Vt, l.h) +
                          memory_time(cl, 4 * l.act * l.e + 2 * logits_bytes) +
@@ -221,18 +238,7 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
 }
 
 double hardware_flops_per_step(const Job& job, model::Recompute recompute) {
-  const model::GptConfig& m = job.model;
-  const double B = job.global_batch, s = job.seq_len, l = m.n_layer, h = m.n_embd,
-               V = m.padded_vocab();
-  switch (recompute) {
-    case model::Recompute::None:
-      return model::model_flops_per_step(m, B, s);
-    case model::Recompute::Selective:  // + the attention core's forward again: 4 s^2 h per layer
-      return model::model_flops_per_step(m, B, s) + B * l * 4 * s * s * h;
-    case model::Recompute::Full:
-      return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-  }
-  return 0;
+  return model::training_flops_per_step(job.model, job.global_batch, job.seq_len, recompute);
 }
 
 }  // namespace weft::planner

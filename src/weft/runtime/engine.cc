@@ -36,10 +36,9 @@ int concurrent_ranks(int world_size, int threads) {
 // Three timed batches per shape: the ceiling is a reference line, not a benchmark.
 double gemm_ceiling_of(const model::GptConfig& cfg, int B, int T, bool fresh) {
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int, int, int, int, int>, double> cache;
-  const auto key =
-      std::make_tuple(cfg.n_layer, cfg.n_embd, cfg.n_head, cfg.padded_vocab(), B, T,
-                      kernels::num_threads(), static_cast<int>(kernels::matmul_precision()));
+  static std::map<std::tuple<decltype(cfg.shape_key()), int, int, int, int>, double> cache;
+  const auto key = std::make_tuple(cfg.shape_key(), B, T, kernels::num_threads(),
+                                   static_cast<int>(kernels::matmul_precision()));
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find(key);
   if (!fresh && it != cache.end()) return it->second;

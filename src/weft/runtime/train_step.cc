@@ -25,6 +25,7 @@ std::span<float> wte_grad(const model::Gpt& m, const optim::DistributedOptimizer
 void sync_tied_embedding(std::span<model::Gpt* const> chunks,
                          std::span<optim::DistributedOptimizer* const> opts,
                          comm::Communicator* embedding) {
+  if (chunks.empty() || !chunks.front()->config().tie_embeddings) return;  // lm_head: its own
   int first = -1, last = -1;
   for (size_t i = 0; i < chunks.size(); ++i) {
     if (chunks[i]->stage().embedding && !chunks[i]->stage().head) first = static_cast<int>(i);

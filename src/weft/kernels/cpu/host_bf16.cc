@@ -9,7 +9,11 @@
 // bf16 values is exact in fp32, so only the accumulation order differs from the GPU's tensor
 // cores. Attention is a plain causal loop per (batch, head), OpenMP-parallel over the pairs,
 // with the FlashAttention-2 backward's formulation (probabilities recomputed from lse, D from the
-// stored bf16 out). Compiled without -ffast-math: the cross-entropy's NaN rows must stay NaN.
+// stored bf16 out); grouped-query, its backward runs per (batch, key/value head) and adds the
+// group's query heads in order, as the CUDA kernel. Compiled without -ffast-math: the
+// cross-entropy's NaN rows must stay NaN. Where an expression could be contracted into a fused
+// multiply-add (RoPE, SwiGLU's backward), both this file and the CUDA kernel write the fma out, so
+// the compilers' contraction choices cannot set them apart.
 
 #include <algorithm>
 #include <chrono>
@@ -28,15 +32,12 @@
 #include "weft/core/dtype.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
-#include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
 #include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels {
 namespace {
-
-constexpr float kLayerNormEps = static_cast<float>(ref::kLayerNormEps);
 
 inline float to_float(BF16 x) { return x.to_float(); }
 inline BF16 round_bf16(float x) { return BF16::from_float(x); }
@@ -86,28 +87,43 @@ void check_linear_dims(int N, int IC, int OC) {
   WEFT_CHECK(N >= 0 && IC > 0 && OC > 0, "linear layer with N=", N, " IC=", IC, " OC=", OC);
 }
 
-void check_attention_dims(int B, int T, int C, int NH) {
-  WEFT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0, "attention with B=", B, " T=", T,
-             " C=", C, " NH=", NH, " (C must be divisible by NH)");
+void check_layernorm_norm(const float* mean, const void* bias, Norm norm) {
+  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
+}
+
+void check_attention_dims(int B, int T, int C, int NH, int NKV) {
+  WEFT_CHECK(B > 0 && T > 0 && C > 0 && NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0,
+             "attention with B=", B, " T=", T, " C=", C, " NH=", NH, " NKV=", NKV,
+             " (C must be divisible by NH, NH by NKV)");
 }
 
 // One row of LayerNorm on x[C] (fp32 values of bf16 inputs): two passes for mean and variance,
-// as the CUDA kernel (one warp per row) and ref::layernorm_forward.
+// as the CUDA kernel (one warp per row) and ref::layernorm_forward. RMSNorm: the mean pass is
+// skipped and taken as 0, so the second pass sums squares; mean (null) is not written. A null
+// bias adds nothing (not +0, which would turn a -0 into +0), in a loop of its own so that the
+// compiler's contraction of the biased expression into an fma is what it always was.
 void layernorm_row(BF16* y, float* mean, float* rstd, const float* x, const BF16* weight,
-                   const BF16* bias, int C) {
-  float sum = 0.f;
-  for (int c = 0; c < C; ++c) sum += x[c];
-  const float m = sum / static_cast<float>(C);
+                   const BF16* bias, int C, Norm norm) {
+  float m = 0.f;
+  if (!norm.rms) {
+    float sum = 0.f;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    m = sum / static_cast<float>(C);
+  }
   float var = 0.f;
   for (int c = 0; c < C; ++c) {
     const float d = x[c] - m;
     var += d * d;
   }
-  const float s = 1.f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
-  for (int c = 0; c < C; ++c) {
-    y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  const float s = 1.f / std::sqrt(var / static_cast<float>(C) + norm.eps);
+  if (bias != nullptr) {  // today's expression, as written before RMSNorm: the same bits
+    for (int c = 0; c < C; ++c) {
+      y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    }
+  } else {
+    for (int c = 0; c < C; ++c) y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]));
   }
-  *mean = m;
+  if (mean != nullptr) *mean = m;
   *rstd = s;
 }
 
@@ -132,7 +148,11 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     for (int64_t n = 0; n < N; ++n) {
       BF16* o = out + n * C;                                      // [C]
       const BF16* e = wte + static_cast<int64_t>(tokens[n]) * C;  // [C]
-      const BF16* p = wpe + (n % T) * C;                          // [C]
+      if (wpe == nullptr) {  // no position table (rotary models): the row itself, exact
+        std::copy(e, e + C, o);
+        continue;
+      }
+      const BF16* p = wpe + (n % T) * C;  // [C]
       for (int c = 0; c < C; ++c) o[c] = round_bf16(to_float(e[c]) + to_float(p[c]));
     }
   }
@@ -160,7 +180,7 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   }
 
   // As the CUDA kernels: each token's rows are summed in position order in fp32 and the total is
-  // added to dwte[token] once; dwpe[t] += the sum over b, in order.
+  // added to dwte[token] once; dwpe[t] += the sum over b, in order (dwpe may be null).
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
                           int B, int T, int C) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
@@ -171,7 +191,7 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     }
     add_token_rows(dwte, dout, tokens_host, N, C, 0,
                    int64_t{std::numeric_limits<int32_t>::max()} + 1);
-    add_position_sums(dwpe, dout, B, T, C);
+    if (dwpe != nullptr) add_position_sums(dwpe, dout, B, T, C);
   }
 
   // The same sums as embedding_backward, restricted to this rank's rows: a token's total is
@@ -187,8 +207,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   }
 
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                         const BF16* bias, int N, int C) {
+                         const BF16* bias, int N, int C, Norm norm) {
     check_layernorm_dims(N, C);
+    check_layernorm_norm(mean, bias, norm);
 #pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     {
       std::vector<float> x(static_cast<size_t>(C));  // [C] the row in fp32
@@ -196,7 +217,8 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       for (int n = 0; n < N; ++n) {
         const int64_t row = static_cast<int64_t>(n) * C;
         for (int c = 0; c < C; ++c) x[c] = to_float(inp[row + c]);
-        layernorm_row(out + row, mean + n, rstd + n, x.data(), weight, bias, C);
+        layernorm_row(out + row, mean != nullptr ? mean + n : nullptr, rstd + n, x.data(), weight,
+                      bias, C, norm);
       }
     }
   }
@@ -208,8 +230,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   }
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
-                                        const BF16* bias, int N, int C) {
+                                        const BF16* bias, int N, int C, Norm norm) {
     check_layernorm_dims(N, C);
+    check_layernorm_norm(mean, bias, norm);
     WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
 #pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     {
@@ -222,17 +245,21 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
           residual[row + c] = r;
           x[c] = to_float(r);  // normalize the rounded value, as layernorm_forward(residual)
         }
-        layernorm_row(out + row, mean + n, rstd + n, x.data(), weight, bias, C);
+        layernorm_row(out + row, mean != nullptr ? mean + n : nullptr, rstd + n, x.data(), weight,
+                      bias, C, norm);
       }
     }
   }
 
   // dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), dnorm = dout * weight,
-  // rounded once into the bf16 dinp; dweight += sum_n dout * norm, dbias += sum_n dout (fp32).
+  // rounded once into the bf16 dinp; dweight += sum_n dout * norm, dbias += sum_n dout (fp32;
+  // dbias may be null). RMSNorm: the mean is 0 and mean_c(dnorm) is not subtracted (the CUDA
+  // kernels skip that sum too; x - 0 and a - 0 are exact, so the rest is LayerNorm's arithmetic).
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                          int N, int C) {
+                          int N, int C, Norm norm) {
     check_layernorm_dims(N, C);
+    check_layernorm_norm(mean, dbias, norm);
     if (N == 0) return;
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
@@ -240,22 +267,22 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       const BF16* dy = dout + row;  // [C]
       const BF16* x = inp + row;    // [C]
       BF16* dx = dinp + row;        // [C]
-      const float m = mean[n];
+      const float m = norm.rms ? 0.f : mean[n];
       const float s = rstd[n];
       float dnorm_sum = 0.f;
       float dnorm_norm_sum = 0.f;
       for (int c = 0; c < C; ++c) {
-        const float norm = (to_float(x[c]) - m) * s;
+        const float normed = (to_float(x[c]) - m) * s;
         const float dnorm = to_float(weight[c]) * to_float(dy[c]);
         dnorm_sum += dnorm;
-        dnorm_norm_sum += dnorm * norm;
+        dnorm_norm_sum += dnorm * normed;
       }
-      const float dnorm_mean = dnorm_sum / static_cast<float>(C);
+      const float dnorm_mean = norm.rms ? 0.f : dnorm_sum / static_cast<float>(C);
       const float dnorm_norm_mean = dnorm_norm_sum / static_cast<float>(C);
       for (int c = 0; c < C; ++c) {
-        const float norm = (to_float(x[c]) - m) * s;
+        const float normed = (to_float(x[c]) - m) * s;
         const float dnorm = to_float(weight[c]) * to_float(dy[c]);
-        dx[c] = round_bf16(to_float(dx[c]) + s * (dnorm - dnorm_mean - norm * dnorm_norm_mean));
+        dx[c] = round_bf16(to_float(dx[c]) + s * (dnorm - dnorm_mean - normed * dnorm_norm_mean));
       }
     }
     // Column sums, each column over the rows in order, added once.
@@ -267,9 +294,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
         const int64_t i = static_cast<int64_t>(n) * C + c;
         const float d = to_float(dout[i]);
         sum += d;
-        normed += d * (to_float(inp[i]) - mean[n]) * rstd[n];
+        normed += d * (to_float(inp[i]) - (norm.rms ? 0.f : mean[n])) * rstd[n];
       }
-      dbias[c] += sum;
+      if (dbias != nullptr) dbias[c] += sum;
       dweight[c] += normed;
     }
   }
@@ -341,26 +368,88 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
   }
 
-  // Per (b, h): scores s_tj = q_t . k_j / sqrt(HS) for j <= t in fp32, lse_t = logsumexp_j s_tj,
-  // out_t = sum_j exp(s_tj - max) v_j / sum_j exp(s_tj - max) (normalized at the end, as the
-  // flash forward does), rounded once.
-  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH) {
-    check_attention_dims(B, T, C, NH);
+  // out[N,F] = round(silu(g) * u), silu(g) = g / (1 + exp(-g)) in fp32, as the CUDA kernel.
+  void swiglu_forward(BF16* out, const BF16* inp, int N, int F) {
+    check_swiglu_dims(N, F);
+    const int64_t n = static_cast<int64_t>(N) * F;
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = (i / F) * 2 * F + i % F;  // the gate's column in inp[N, 2F]
+      const float g = to_float(inp[at]), u = to_float(inp[at + F]);
+      out[i] = round_bf16(g / (1.f + std::exp(-g)) * u);
+    }
+  }
+  // dg = round(dout * u * sig * (1 + g (1 - sig))), du = round(dout * g * sig), sig = sigmoid(g):
+  // the products left to right and 1 + g (1 - sig) as one fma, as the CUDA kernel.
+  void swiglu_backward(BF16* dinp, const BF16* dout, const BF16* inp, int N, int F) {
+    check_swiglu_dims(N, F);
+    const int64_t n = static_cast<int64_t>(N) * F;
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = (i / F) * 2 * F + i % F;
+      const float g = to_float(inp[at]), u = to_float(inp[at + F]), dy = to_float(dout[i]);
+      const float sig = 1.f / (1.f + std::exp(-g));
+      dinp[at] = round_bf16(dy * u * sig * std::fma(g, 1.f - sig, 1.f));
+      dinp[at + F] = round_bf16(dy * g * sig);
+    }
+  }
+
+  // Pairs (i, i + HS/2) of the q and k heads rotated by a = t * rope_inv_freq(theta, i, HS) (-a
+  // when inverse): cos a and sin a from double, rounded to float; x1' = fma(x1, c, -(x2 s)),
+  // x2' = fma(x2, c, x1 s), rounded once, as the CUDA kernel.
+  void rope(BF16* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) {
+    check_rope_dims(B, T, NH, NKV, HS);
+    const int half = HS / 2, heads = NH + NKV;  // q's and k's heads are contiguous in a row
+    const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS, N = static_cast<int64_t>(B) * T;
+    std::vector<float> cs(static_cast<size_t>(T) * half * 2);  // [T, half, {cos, sin}]
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < half; ++i) {
+        const double a = t * rope_inv_freq(theta, i, HS);
+        const float sn = static_cast<float>(std::sin(a));
+        cs[(static_cast<size_t>(t) * half + i) * 2] = static_cast<float>(std::cos(a));
+        cs[(static_cast<size_t>(t) * half + i) * 2 + 1] = inverse ? -sn : sn;
+      }
+    }
+#pragma omp parallel for schedule(static) if (N * heads * HS >= kHostMinParallel)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* r = cs.data() + static_cast<size_t>(n % T) * half * 2;  // [half, 2]
+      for (int h = 0; h < heads; ++h) {
+        BF16* x = qkv + n * W + static_cast<int64_t>(h) * HS;  // [HS]
+        for (int i = 0; i < half; ++i) {
+          const float c = r[2 * i], sn = r[2 * i + 1];
+          const float x1 = to_float(x[i]), x2 = to_float(x[i + half]);
+          x[i] = round_bf16(std::fma(x1, c, -(x2 * sn)));
+          x[i + half] = round_bf16(std::fma(x2, c, x1 * sn));
+        }
+      }
+    }
+  }
+
+  // Per (b, h): scores s_tj = q_t . k_j / sqrt(HS) for j <= t in fp32 (k, v: the key/value head
+  // h / (NH/NKV)), lse_t = logsumexp_j s_tj, out_t = sum_j exp(s_tj - max) v_j /
+  // sum_j exp(s_tj - max) (normalized at the end, as the flash forward does), rounded once.
+  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
+                         int NKV) {
+    check_attention_dims(B, T, C, NH, NKV);
     const int HS = C / NH;
+    const int group = NH / NKV;
     const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+    const int64_t head_size = static_cast<int64_t>(T) * HS;
 #pragma omp parallel
     {
-      std::vector<float> head(static_cast<size_t>(3) * T * HS);  // q, k, v of the head: [3, T, HS]
-      std::vector<float> s(static_cast<size_t>(T));              // [T] one row of scores
-      std::vector<float> o(static_cast<size_t>(HS));             // [HS] one output row
+      std::vector<float> head(static_cast<size_t>(3 * head_size));  // q, k, v: [3, T, HS]
+      std::vector<float> s(static_cast<size_t>(T));                 // [T] one row of scores
+      std::vector<float> o(static_cast<size_t>(HS));                // [HS] one output row
 #pragma omp for schedule(dynamic)
       for (int bh = 0; bh < B * NH; ++bh) {
         const int b = bh / NH;
         const int h = bh % NH;
         float* q = head.data();
-        float* k = q + static_cast<int64_t>(T) * HS;
-        float* v = k + static_cast<int64_t>(T) * HS;
-        load_head(q, k, v, qkv, b, h, T, C, HS);
+        float* k = q + head_size;
+        float* v = k + head_size;
+        load_head(q, qkv, b, T, C, NH, NKV, h);
+        load_head(k, qkv, b, T, C, NH, NKV, NH + h / group);
+        load_head(v, qkv, b, T, C, NH, NKV, NH + NKV + h / group);
         for (int t = 0; t < T; ++t) {
           const float* qt = q + static_cast<int64_t>(t) * HS;
           float maxval = -std::numeric_limits<float>::infinity();
@@ -390,11 +479,14 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   // FlashAttention-2's backward (Dao 2023, Algorithm 2) without tiles: P = exp(S - lse),
   // D_t = dout_t . out_t (the stored bf16 out), dS = P (dP - D) with dP = dout V^T;
   // dQ = dS K / sqrt(HS), dK = dS^T Q / sqrt(HS), dV = P^T dout, accumulated in fp32 and written
-  // rounded.
+  // rounded. Per (b, key/value head g): dK and dV sum over the group's query heads, in head order,
+  // in one fp32 accumulator each (the CUDA kernel's order of terms: head, then query), rounded
+  // once; each query head's dQ is written as it is done.
   void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
-                          const float* lse, int B, int T, int C, int NH) {
-    check_attention_dims(B, T, C, NH);
+                          const float* lse, int B, int T, int C, int NH, int NKV) {
+    check_attention_dims(B, T, C, NH, NKV);
     const int HS = C / NH;
+    const int group = NH / NKV;
     const float scale = 1.f / std::sqrt(static_cast<float>(HS));
     const int64_t head_size = static_cast<int64_t>(T) * HS;
 #pragma omp parallel
@@ -403,9 +495,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       std::vector<float> buf(static_cast<size_t>(7 * head_size));
       std::vector<float> D(static_cast<size_t>(T));  // [T]
 #pragma omp for schedule(dynamic)
-      for (int bh = 0; bh < B * NH; ++bh) {
-        const int b = bh / NH;
-        const int h = bh % NH;
+      for (int bg = 0; bg < B * NKV; ++bg) {
+        const int b = bg / NKV;
+        const int g = bg % NKV;
         float* q = buf.data();
         float* k = q + head_size;
         float* v = k + head_size;
@@ -413,52 +505,51 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
         float* dq = dy + head_size;
         float* dk = dq + head_size;
         float* dv = dk + head_size;
-        load_head(q, k, v, qkv, b, h, T, C, HS);
-        std::fill(dq, dq + 3 * head_size, 0.f);
-        for (int t = 0; t < T; ++t) {
-          const int64_t row = (static_cast<int64_t>(b) * T + t) * C + h * HS;
-          float* dyt = dy + static_cast<int64_t>(t) * HS;
-          float dt = 0.f;
-          for (int d = 0; d < HS; ++d) {
-            dyt[d] = to_float(dout[row + d]);
-            dt += dyt[d] * to_float(out[row + d]);
-          }
-          D[t] = dt;
-        }
-        const float* lse_bh = lse + (static_cast<int64_t>(b) * NH + h) * T;  // [T]
-        for (int t = 0; t < T; ++t) {
-          const float* qt = q + static_cast<int64_t>(t) * HS;
-          const float* dyt = dy + static_cast<int64_t>(t) * HS;
-          float* dqt = dq + static_cast<int64_t>(t) * HS;
-          for (int j = 0; j <= t; ++j) {
-            const float* kj = k + static_cast<int64_t>(j) * HS;
-            const float* vj = v + static_cast<int64_t>(j) * HS;
-            float dot = 0.f;
-            float dp = 0.f;
+        load_head(k, qkv, b, T, C, NH, NKV, NH + g);
+        load_head(v, qkv, b, T, C, NH, NKV, NH + NKV + g);
+        std::fill(dk, dk + 2 * head_size, 0.f);
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          load_head(q, qkv, b, T, C, NH, NKV, h);
+          std::fill(dq, dq + head_size, 0.f);
+          for (int t = 0; t < T; ++t) {
+            const int64_t row = (static_cast<int64_t>(b) * T + t) * C + h * HS;
+            float* dyt = dy + static_cast<int64_t>(t) * HS;
+            float dt = 0.f;
             for (int d = 0; d < HS; ++d) {
-              dot += qt[d] * kj[d];
-              dp += dyt[d] * vj[d];
+              dyt[d] = to_float(dout[row + d]);
+              dt += dyt[d] * to_float(out[row + d]);
             }
-            const float p = std::exp(dot * scale - lse_bh[t]);
-            const float ds = p * (dp - D[t]) * scale;
-            float* dkj = dk + static_cast<int64_t>(j) * HS;
-            float* dvj = dv + static_cast<int64_t>(j) * HS;
-            for (int d = 0; d < HS; ++d) {
-              dqt[d] += ds * kj[d];
-              dkj[d] += ds * qt[d];
-              dvj[d] += p * dyt[d];
+            D[t] = dt;
+          }
+          const float* lse_bh = lse + (static_cast<int64_t>(b) * NH + h) * T;  // [T]
+          for (int t = 0; t < T; ++t) {
+            const float* qt = q + static_cast<int64_t>(t) * HS;
+            const float* dyt = dy + static_cast<int64_t>(t) * HS;
+            float* dqt = dq + static_cast<int64_t>(t) * HS;
+            for (int j = 0; j <= t; ++j) {
+              const float* kj = k + static_cast<int64_t>(j) * HS;
+              const float* vj = v + static_cast<int64_t>(j) * HS;
+              float dot = 0.f;
+              float dp = 0.f;
+              for (int d = 0; d < HS; ++d) {
+                dot += qt[d] * kj[d];
+                dp += dyt[d] * vj[d];
+              }
+              const float p = std::exp(dot * scale - lse_bh[t]);
+              const float ds = p * (dp - D[t]) * scale;
+              float* dkj = dk + static_cast<int64_t>(j) * HS;
+              float* dvj = dv + static_cast<int64_t>(j) * HS;
+              for (int d = 0; d < HS; ++d) {
+                dqt[d] += ds * kj[d];
+                dkj[d] += ds * qt[d];
+                dvj[d] += p * dyt[d];
+              }
             }
           }
+          store_head(dqkv, dq, b, T, C, NH, NKV, h);
         }
-        for (int t = 0; t < T; ++t) {
-          BF16* row = dqkv + (static_cast<int64_t>(b) * T + t) * 3 * C + h * HS;  // q part
-          const int64_t at = static_cast<int64_t>(t) * HS;
-          for (int d = 0; d < HS; ++d) {
-            row[d] = round_bf16(dq[at + d]);
-            row[C + d] = round_bf16(dk[at + d]);
-            row[2 * C + d] = round_bf16(dv[at + d]);
-          }
-        }
+        store_head(dqkv, dk, b, T, C, NH, NKV, NH + g);
+        store_head(dqkv, dv, b, T, C, NH, NKV, NH + NKV + g);
       }
     }
   }
@@ -541,6 +632,14 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
                " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
   }
+  static void check_swiglu_dims(int N, int F) {
+    WEFT_CHECK(N >= 0 && F > 0, "SwiGLU with N=", N, " F=", F);
+  }
+  static void check_rope_dims(int B, int T, int NH, int NKV, int HS) {
+    WEFT_CHECK(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0 && HS % 2 == 0,
+               "rotary embedding with B=", B, " T=", T, " NH=", NH, " NKV=", NKV, " HS=", HS,
+               " (HS must be even)");
+  }
   static void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
     WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
                "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
@@ -594,17 +693,23 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     }
   }
 
-  // q, k, v [T, HS] (fp32) of head h of batch b from qkv[B, T, 3C].
-  static void load_head(float* q, float* k, float* v, const BF16* qkv, int b, int h, int T, int C,
-                        int HS) {
+  // Head `head` of batch b of qkv[B, T, (NH + 2 NKV) HS] (heads in row order: q's NH, k's NKV,
+  // v's NKV) as x[T, HS] in fp32, and back, rounded (HS = C / NH).
+  static void load_head(float* x, const BF16* qkv, int b, int T, int C, int NH, int NKV, int head) {
+    const int HS = C / NH;
+    const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS;
     for (int t = 0; t < T; ++t) {
-      const BF16* row = qkv + (static_cast<int64_t>(b) * T + t) * 3 * C + h * HS;
-      const int64_t at = static_cast<int64_t>(t) * HS;
-      for (int d = 0; d < HS; ++d) {
-        q[at + d] = to_float(row[d]);
-        k[at + d] = to_float(row[C + d]);
-        v[at + d] = to_float(row[2 * C + d]);
-      }
+      const BF16* row = qkv + (static_cast<int64_t>(b) * T + t) * W + head * HS;
+      for (int d = 0; d < HS; ++d) x[static_cast<int64_t>(t) * HS + d] = to_float(row[d]);
+    }
+  }
+  static void store_head(BF16* qkv, const float* x, int b, int T, int C, int NH, int NKV,
+                         int head) {
+    const int HS = C / NH;
+    const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS;
+    for (int t = 0; t < T; ++t) {
+      BF16* row = qkv + (static_cast<int64_t>(b) * T + t) * W + head * HS;
+      for (int d = 0; d < HS; ++d) row[d] = round_bf16(x[static_cast<int64_t>(t) * HS + d]);
     }
   }
 

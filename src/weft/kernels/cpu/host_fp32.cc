@@ -78,19 +78,19 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
     cpu::residual_forward(out, a, b, n);
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C) {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+                         const float* weight, const float* bias, int N, int C, Norm norm) {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, norm);
   }
   void fused_residual_layernorm_forward(float* residual, float* out, float* mean, float* rstd,
                                         const float* a, const float* b, const float* weight,
-                                        const float* bias, int N, int C) {
+                                        const float* bias, int N, int C, Norm norm) {
     cpu::residual_forward(residual, a, b, int64_t{N} * C);
-    cpu::layernorm_forward(out, mean, rstd, residual, weight, bias, N, C);
+    cpu::layernorm_forward(out, mean, rstd, residual, weight, bias, N, C, norm);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                          const float* rstd, int N, int C, Norm norm) {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, norm);
   }
 
   void linear_forward(float* out, float* pre_gelu, const float* inp, const float* weight,
@@ -112,12 +112,22 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
     }
   }
 
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  void swiglu_forward(float* out, const float* inp, int N, int F) {
+    cpu::swiglu_forward(out, inp, N, F);
+  }
+  void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F) {
+    cpu::swiglu_backward(dinp, dout, inp, N, F);
+  }
+  void rope(float* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) {
+    cpu::rope(qkv, B, T, NH, NKV, HS, theta, inverse);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                         int NKV) {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH, NKV);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* /*out*/,
-                          const float* att, int B, int T, int C, int NH) {
-    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+                          const float* att, int B, int T, int C, int NH, int NKV) {
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH, NKV);
   }
   int64_t attention_saved_floats(int B, int T, int NH) const override {
     return int64_t{B} * NH * T * T;

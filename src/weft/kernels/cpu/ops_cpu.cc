@@ -43,8 +43,6 @@ constexpr int kLnRowsPerChunk = 32;
 // Elements per chunk of sum_squares's partial sums.
 constexpr int64_t kSumChunk = int64_t{1} << 16;
 
-constexpr float kLayerNormEps = 1e-5f;
-
 // exp(x) for float, written out so that `#pragma omp simd` loops inline it (about 1.5x faster than
 // glibc's vector expf here, and the same on every machine): x = n ln2 + r with |r| <= ln2/2,
 // exp(r) by a degree-7 polynomial (Cephes' expf coefficients), 2^n built in the exponent bits.
@@ -113,7 +111,11 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * C;                                      // [C]
     const float* e = wte + static_cast<int64_t>(tokens[n]) * C;  // [C]
-    const float* p = wpe + (n % T) * C;                          // [C]
+    if (wpe == nullptr) {
+      std::memcpy(o, e, sizeof(float) * static_cast<size_t>(C));
+      continue;
+    }
+    const float* p = wpe + (n % T) * C;  // [C]
 #pragma omp simd
     for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
   }
@@ -130,12 +132,12 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     for (int64_t n = 0; n < N; ++n) {
       const float* d = dout + n * C;                          // [C]
       float* w = dwte + static_cast<int64_t>(tokens[n]) * C;  // [C]
-      float* p = dwpe + (n % T) * C;                          // [C]
 #pragma omp simd
-      for (int64_t c = r.begin; c < r.end; ++c) {
-        w[c] += d[c];
-        p[c] += d[c];
-      }
+      for (int64_t c = r.begin; c < r.end; ++c) w[c] += d[c];
+      if (dwpe == nullptr) continue;
+      float* p = dwpe + (n % T) * C;  // [C]
+#pragma omp simd
+      for (int64_t c = r.begin; c < r.end; ++c) p[c] += d[c];
     }
   }
 }
@@ -143,33 +145,45 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 // ---- LayerNorm over the last dim ---------------------------------------------------------
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C) {
+                       const float* bias, int N, int C, Norm norm) {
+  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
   const int64_t size = static_cast<int64_t>(N) * C;
 #pragma omp parallel for schedule(static) if (size >= kMinParallel)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;  // [C]
     float* y = out + static_cast<int64_t>(n) * C;        // [C]
-    float sum = 0.f;
+    float m = 0.f;                                       // RMSNorm: the statistics of x - 0
+    if (!norm.rms) {
+      float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const float m = sum / static_cast<float>(C);
+      for (int c = 0; c < C; ++c) sum += x[c];
+      m = sum / static_cast<float>(C);
+    }
     float var = 0.f;
 #pragma omp simd reduction(+ : var)
     for (int c = 0; c < C; ++c) {
       const float d = x[c] - m;
       var += d * d;
     }
-    const float s = 1.f / std::sqrt(var / static_cast<float>(C) + kLayerNormEps);
+    const float s = 1.f / std::sqrt(var / static_cast<float>(C) + norm.eps);
+    if (bias != nullptr) {
 #pragma omp simd
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-    mean[n] = m;
+      for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    } else {
+#pragma omp simd
+      for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c];
+    }
+    if (mean != nullptr) mean[n] = m;
     rstd[n] = s;
   }
 }
 
+// RMSNorm's is LayerNorm's with the mean 0 and no mean term in dinp: y = x s w, s = rsqrt(mean
+// x^2 + eps), so dx = s (dnorm - norm mean(dnorm norm)) with norm = x s, dnorm = w dy.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C) {
+                        int N, int C, Norm norm) {
+  const float centre = norm.rms ? 0.f : 1.f;  // weight of the mean term
   const int nchunks = (N + kLnRowsPerChunk - 1) / kLnRowsPerChunk;
   float* partial = scratch(tl_layernorm_partial, static_cast<int64_t>(nchunks) * 2 * C);
   const int64_t size = static_cast<int64_t>(N) * C;
@@ -185,7 +199,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         const float* dy = dout + static_cast<int64_t>(n) * C;  // [C]
         const float* x = inp + static_cast<int64_t>(n) * C;    // [C]
         float* dx = dinp + static_cast<int64_t>(n) * C;        // [C]
-        const float m = mean[n];
+        const float m = norm.rms ? 0.f : mean[n];
         const float s = rstd[n];
         float dnorm_sum = 0.f;
         float dnorm_norm_sum = 0.f;
@@ -196,7 +210,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
           dnorm_sum += dnorm;
           dnorm_norm_sum += dnorm * norm;
         }
-        const float dnorm_mean = dnorm_sum / static_cast<float>(C);
+        const float dnorm_mean = centre * dnorm_sum / static_cast<float>(C);
         const float dnorm_norm_mean = dnorm_norm_sum / static_cast<float>(C);
 #pragma omp simd
         for (int c = 0; c < C; ++c) {
@@ -214,10 +228,10 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       const float* pw = partial + static_cast<int64_t>(k) * 2 * C;
       const float* pb = pw + C;
 #pragma omp simd
-      for (int64_t c = r.begin; c < r.end; ++c) {
-        dweight[c] += pw[c];
-        dbias[c] += pb[c];
-      }
+      for (int64_t c = r.begin; c < r.end; ++c) dweight[c] += pw[c];
+      if (dbias == nullptr) continue;
+#pragma omp simd
+      for (int64_t c = r.begin; c < r.end; ++c) dbias[c] += pb[c];
     }
   }
 }
@@ -260,27 +274,43 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // ---- causal self-attention core -------------------------------------------------------------
-// Per (b, h), with q, k, v read in place from qkv (row stride 3C) and the GEMMs run
-// single-threaded inside the parallel loop over B*NH.
+// Per (b, h), with q, k, v read in place from qkv (row stride W = C + 2*NKV*HS) and the GEMMs run
+// single-threaded inside the parallel loop. Query head h reads key/value head h / (NH/NKV).
 
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+namespace {
+struct AttentionDims {
+  int HS, group;    // head size; query heads per key/value head
+  int64_t W, kv_C;  // qkv's row width; NKV*HS
+  float scale;
+};
+AttentionDims attention_dims(int C, int NH, int NKV) {
   WEFT_CHECK(NH > 0 && C % NH == 0, "C=", C, " is not divisible by NH=", NH);
+  WEFT_CHECK(NKV > 0 && NH % NKV == 0, "NH=", NH, " is not a multiple of NKV=", NKV);
   const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+  return {HS, NH / NKV, C + 2 * static_cast<int64_t>(NKV) * HS, static_cast<int64_t>(NKV) * HS,
+          1.f / std::sqrt(static_cast<float>(HS))};
+}
+}  // namespace
+
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                       int NKV) {
+  const AttentionDims d = attention_dims(C, NH, NKV);
+  const int HS = d.HS;
+  const int64_t W = d.W;
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH;
     const int h = bh % NH;
-    const float* q = qkv + static_cast<int64_t>(b) * T * C3 + h * HS;  // [T, HS], stride 3C
-    const float* k = q + C;                                            // [T, HS], stride 3C
-    const float* v = q + 2 * C;                                        // [T, HS], stride 3C
-    float* a = att + static_cast<int64_t>(bh) * T * T;                 // [T, T]
-    float* o = out + static_cast<int64_t>(b) * T * C + h * HS;         // [T, HS], stride C
+    const float* row0 = qkv + static_cast<int64_t>(b) * T * W;
+    const float* q = row0 + h * HS;                             // [T, HS], stride W
+    const float* k = row0 + C + (h / d.group) * HS;             // [T, HS], stride W
+    const float* v = k + d.kv_C;                                // [T, HS], stride W
+    float* a = att + static_cast<int64_t>(bh) * T * T;          // [T, T]
+    float* o = out + static_cast<int64_t>(b) * T * C + h * HS;  // [T, HS], stride C
     for (int r0 = 0; r0 < T; r0 += kAttBlock) {
       const int r1 = std::min(T, r0 + kAttBlock);
       // a[r0:r1, 0:r1] = scale * q[r0:r1] @ k[0:r1]^T
-      sgemm(false, true, r1 - r0, r1, HS, scale, q + r0 * C3, C3, k, C3, 0.f, a + int64_t{r0} * T,
+      sgemm(false, true, r1 - r0, r1, HS, d.scale, q + r0 * W, W, k, W, 0.f, a + int64_t{r0} * T,
             T);
       for (int t = r0; t < r1; ++t) {
         float* row = a + static_cast<int64_t>(t) * T;  // [T]
@@ -300,62 +330,126 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         std::fill(row + t + 1, row + T, 0.f);
       }
       // o[r0:r1] = a[r0:r1, 0:r1] @ v[0:r1]
-      sgemm(false, false, r1 - r0, HS, r1, 1.f, a + int64_t{r0} * T, T, v, C3, 0.f, o + r0 * C, C);
+      sgemm(false, false, r1 - r0, HS, r1, 1.f, a + int64_t{r0} * T, T, v, W, 0.f, o + r0 * C, C);
     }
   }
 }
 
 // Relies on att holding exact zeros for j > t, as attention_forward writes it. dqkv is written:
-// each block of dq, dk and dv rows comes from one GEMM over every term it sums (beta = 0).
+// each block of dq rows comes from one GEMM over every term it sums (beta = 0); a key/value head's
+// dk and dv sum over its group's query heads, in head order, on the one thread that owns the
+// (b, key/value head) pair (the first head writes, the others add: deterministic, no races).
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH) {
-  WEFT_CHECK(NH > 0 && C % NH == 0, "C=", C, " is not divisible by NH=", NH);
-  const int HS = C / NH;
-  const int64_t C3 = 3 * static_cast<int64_t>(C);
-  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+                        int T, int C, int NH, int NKV) {
+  const AttentionDims d = attention_dims(C, NH, NKV);
+  const int HS = d.HS;
+  const int64_t W = d.W;
 #pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * NH; ++bh) {
-    const int b = bh / NH;
-    const int h = bh % NH;
-    const int64_t head = static_cast<int64_t>(b) * T * C3 + h * HS;
-    const float* q = qkv + head;  // [T, HS], stride 3C
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + head;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* a = att + static_cast<int64_t>(bh) * T * T;                 // [T, T]
-    const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;       // [T, HS], stride C
+  for (int bg = 0; bg < B * NKV; ++bg) {
+    const int b = bg / NKV;
+    const int g = bg % NKV;
+    const int64_t row0 = static_cast<int64_t>(b) * T * W;
+    const float* k = qkv + row0 + C + g * HS;  // [T, HS], stride W
+    const float* v = k + d.kv_C;
+    float* dk = dqkv + row0 + C + g * HS;
+    float* dv = dk + d.kv_C;
     float* ds = scratch(tl_attention_scratch, static_cast<int64_t>(T) * T);  // [T, T]
-    for (int r0 = 0; r0 < T; r0 += kAttBlock) {
-      const int r1 = std::min(T, r0 + kAttBlock);
-      // da[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T
-      sgemm(false, true, r1 - r0, r1, HS, 1.f, dy + r0 * C, C, v, C3, 0.f, ds + int64_t{r0} * T, T);
-      // ds = a * (da - sum_j a da), zero for j > t (up to r1, all the GEMMs below read).
-      for (int t = r0; t < r1; ++t) {
-        const float* arow = a + static_cast<int64_t>(t) * T;
-        float* drow = ds + static_cast<int64_t>(t) * T;
-        float dot = 0.f;
+    for (int h = g * d.group; h < (g + 1) * d.group; ++h) {
+      const float beta = h == g * d.group ? 0.f : 1.f;
+      const float* q = qkv + row0 + h * HS;  // [T, HS], stride W
+      float* dq = dqkv + row0 + h * HS;
+      const float* a = att + (static_cast<int64_t>(b) * NH + h) * T * T;  // [T, T]
+      const float* dy = dout + static_cast<int64_t>(b) * T * C + h * HS;  // [T, HS], stride C
+      for (int r0 = 0; r0 < T; r0 += kAttBlock) {
+        const int r1 = std::min(T, r0 + kAttBlock);
+        // da[r0:r1, 0:r1] = dy[r0:r1] @ v[0:r1]^T
+        sgemm(false, true, r1 - r0, r1, HS, 1.f, dy + r0 * C, C, v, W, 0.f, ds + int64_t{r0} * T,
+              T);
+        // ds = a * (da - sum_j a da), zero for j > t (up to r1, all the GEMMs below read).
+        for (int t = r0; t < r1; ++t) {
+          const float* arow = a + static_cast<int64_t>(t) * T;
+          float* drow = ds + static_cast<int64_t>(t) * T;
+          float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= t; ++j) dot += arow[j] * drow[j];
+          for (int j = 0; j <= t; ++j) dot += arow[j] * drow[j];
 #pragma omp simd
-        for (int j = 0; j <= t; ++j) drow[j] = arow[j] * (drow[j] - dot);
-        std::fill(drow + t + 1, drow + r1, 0.f);
+          for (int j = 0; j <= t; ++j) drow[j] = arow[j] * (drow[j] - dot);
+          std::fill(drow + t + 1, drow + r1, 0.f);
+        }
+        // dq[r0:r1] = scale * ds[r0:r1, 0:r1] @ k[0:r1]
+        sgemm(false, false, r1 - r0, HS, r1, d.scale, ds + int64_t{r0} * T, T, k, W, 0.f,
+              dq + r0 * W, W);
       }
-      // dq[r0:r1] = scale * ds[r0:r1, 0:r1] @ k[0:r1]
-      sgemm(false, false, r1 - r0, HS, r1, scale, ds + int64_t{r0} * T, T, k, C3, 0.f, dq + r0 * C3,
-            C3);
+      // Key/value rows [c0, c1) receive from query rows t >= c0 only.
+      for (int c0 = 0; c0 < T; c0 += kAttBlock) {
+        const int c1 = std::min(T, c0 + kAttBlock);
+        const int64_t corner = static_cast<int64_t>(c0) * T + c0;
+        // dv[c0:c1] (+)= a[c0:T, c0:c1]^T @ dy[c0:T]
+        sgemm(true, false, c1 - c0, HS, T - c0, 1.f, a + corner, T, dy + c0 * C, C, beta,
+              dv + c0 * W, W);
+        // dk[c0:c1] (+)= scale * ds[c0:T, c0:c1]^T @ q[c0:T]
+        sgemm(true, false, c1 - c0, HS, T - c0, d.scale, ds + corner, T, q + c0 * W, W, beta,
+              dk + c0 * W, W);
+      }
     }
-    // Key/value rows [c0, c1) receive from query rows t >= c0 only.
-    for (int c0 = 0; c0 < T; c0 += kAttBlock) {
-      const int c1 = std::min(T, c0 + kAttBlock);
-      const int64_t corner = static_cast<int64_t>(c0) * T + c0;
-      // dv[c0:c1] = a[c0:T, c0:c1]^T @ dy[c0:T]
-      sgemm(true, false, c1 - c0, HS, T - c0, 1.f, a + corner, T, dy + c0 * C, C, 0.f, dv + c0 * C3,
-            C3);
-      // dk[c0:c1] = scale * ds[c0:T, c0:c1]^T @ q[c0:T]
-      sgemm(true, false, c1 - c0, HS, T - c0, scale, ds + corner, T, q + c0 * C3, C3, 0.f,
-            dk + c0 * C3, C3);
+  }
+}
+
+// ---- rotary position embedding ----------------------------------------------------------------
+
+void rope(float* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) {
+  WEFT_CHECK(HS % 2 == 0, "rotary embeddings need an even head size, got ", HS);
+  const int half = HS / 2, heads = NH + NKV;  // q's and k's heads are contiguous in a row
+  const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS, N = static_cast<int64_t>(B) * T;
+  // cos and sin of a = t * theta^(-2i/HS), the angle in double and rounded once: [T, half] each.
+  std::vector<float> cs(static_cast<size_t>(T) * half * 2);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < half; ++i) {
+      const double a = t * std::pow(static_cast<double>(theta), -2.0 * i / HS);
+      cs[(static_cast<size_t>(t) * half + i) * 2] = static_cast<float>(std::cos(a));
+      cs[(static_cast<size_t>(t) * half + i) * 2 + 1] =
+          static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
+    }
+  }
+#pragma omp parallel for schedule(static) if (N * heads * HS >= kMinParallel)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = cs.data() + static_cast<size_t>(n % T) * half * 2;  // [half, 2]
+    for (int h = 0; h < heads; ++h) {
+      float* x = qkv + n * W + static_cast<int64_t>(h) * HS;  // [HS]
+#pragma omp simd
+      for (int i = 0; i < half; ++i) {
+        const float c = r[2 * i], sn = r[2 * i + 1], x1 = x[i], x2 = x[i + half];
+        x[i] = x1 * c - x2 * sn;
+        x[i + half] = x2 * c + x1 * sn;
+      }
+    }
+  }
+}
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+
+void swiglu_forward(float* out, const float* inp, int N, int F) {
+#pragma omp parallel for schedule(static) if (int64_t{N} * F >= kMinParallel)
+  for (int n = 0; n < N; ++n) {
+    const float* g = inp + static_cast<int64_t>(n) * 2 * F;  // [F] gate, then [F] up
+    float* o = out + static_cast<int64_t>(n) * F;
+#pragma omp simd
+    for (int j = 0; j < F; ++j) o[j] = g[j] / (1.f + fast_exp(-g[j])) * g[F + j];
+  }
+}
+
+// d gate = dout * up * sig(g) (1 + g (1 - sig(g))), d up = dout * silu(g).
+void swiglu_backward(float* dinp, const float* dout, const float* inp, int N, int F) {
+#pragma omp parallel for schedule(static) if (int64_t{N} * F >= kMinParallel)
+  for (int n = 0; n < N; ++n) {
+    const float* g = inp + static_cast<int64_t>(n) * 2 * F;
+    const float* dy = dout + static_cast<int64_t>(n) * F;
+    float* dg = dinp + static_cast<int64_t>(n) * 2 * F;
+#pragma omp simd
+    for (int j = 0; j < F; ++j) {
+      const float sig = 1.f / (1.f + fast_exp(-g[j]));
+      dg[j] = dy[j] * g[F + j] * sig * (1.f + g[j] * (1.f - sig));
+      dg[F + j] = dy[j] * g[j] * sig;
     }
   }
 }

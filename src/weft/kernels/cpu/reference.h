@@ -5,7 +5,8 @@
 // kernels (cpu/ops_cpu.cc, cuda/) are tested against these, and these are tested against finite
 // differences (T = double) in tests/kernels/reference_test.cc.
 //
-// Conventions (see ops.inc): row-major; shape letters B, T, C, V, NH, HS = C/NH; N = B*T rows.
+// Conventions (see ops.inc): row-major; shape letters B, T, C, V, NH, HS = C/NH, NKV (key/value
+// heads of grouped-query attention), F (SwiGLU's hidden width); N = B*T rows.
 // The gradient rule (docs/training.md, "Gradients: written or accumulated"): an activation
 // gradient is WRITTEN (=), except layernorm_backward's dinp, which ADDS into the residual stream's
 // gradient; every parameter gradient ADDS (+=).
@@ -21,11 +22,9 @@
 #include <utility>
 
 #include "weft/core/check.h"
+#include "weft/kernels/kernels.h"
 
 namespace weft::kernels::ref {
-
-// LayerNorm epsilon, as GPT-2 / PyTorch nn.LayerNorm default.
-inline constexpr double kLayerNormEps = 1e-5;
 
 // Nondeduced<X> is X, but T is deduced from the other arguments only: so `nullptr` may be passed
 // for a nullable pointer (bias, dinp, dbias) and a double literal for a scalar (lr, dloss)
@@ -35,101 +34,111 @@ using Nondeduced = std::type_identity_t<X>;
 
 // ---- token + position embedding -----------------------------------------------------------
 
-// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]
+// out[B,T,C] = wte[tokens[b,t], :] + wpe[t, :]  (wpe null: no position table, a rotary model)
 template <typename Real>
-void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const Real* wpe, int B,
-                       int T, int C) {
+void embedding_forward(Real* out, const int32_t* tokens, const Real* wte,
+                       Nondeduced<const Real*> wpe, int B, int T, int C) {
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       Real* out_bt = out + (static_cast<int64_t>(b) * T + t) * C;  // [C]
       const int32_t ix = tokens[b * T + t];
       const Real* wte_ix = wte + static_cast<int64_t>(ix) * C;  // [C]
-      const Real* wpe_t = wpe + static_cast<int64_t>(t) * C;    // [C]
-      for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_t[c];
-    }
-  }
-}
-
-// dwte[V,C] += scatter of dout rows by token; dwpe[T,C] += sum over b of dout
-template <typename Real>
-void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int B,
-                        int T, int C) {
-  for (int b = 0; b < B; ++b) {
-    for (int t = 0; t < T; ++t) {
-      const Real* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;  // [C]
-      const int32_t ix = tokens[b * T + t];
-      Real* dwte_ix = dwte + static_cast<int64_t>(ix) * C;  // [C]
-      Real* dwpe_t = dwpe + static_cast<int64_t>(t) * C;    // [C]
       for (int c = 0; c < C; ++c) {
-        dwte_ix[c] += dout_bt[c];
-        dwpe_t[c] += dout_bt[c];
+        out_bt[c] = wte_ix[c] + (wpe != nullptr ? wpe[static_cast<int64_t>(t) * C + c] : Real(0));
       }
     }
   }
 }
 
-// ---- LayerNorm over the last dim ---------------------------------------------------------
-// Ba, Kiros & Hinton 2016, "Layer Normalization"; biased variance (divide by C), eps inside the
-// square root, as torch.nn.LayerNorm.
+// dwte[V,C] += scatter of dout rows by token; dwpe[T,C] += sum over b of dout (dwpe may be null)
+template <typename Real>
+void embedding_backward(Real* dwte, Nondeduced<Real*> dwpe, const Real* dout, const int32_t* tokens,
+                        int B, int T, int C) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const Real* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;  // [C]
+      const int32_t ix = tokens[b * T + t];
+      Real* dwte_ix = dwte + static_cast<int64_t>(ix) * C;  // [C]
+      for (int c = 0; c < C; ++c) {
+        dwte_ix[c] += dout_bt[c];
+        if (dwpe != nullptr) dwpe[static_cast<int64_t>(t) * C + c] += dout_bt[c];
+      }
+    }
+  }
+}
 
-// out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] for backward.
+// ---- LayerNorm or RMSNorm over the last dim -----------------------------------------------
+// LayerNorm: Ba, Kiros & Hinton 2016, "Layer Normalization"; biased variance (divide by C), eps
+// inside the square root, as torch.nn.LayerNorm. RMSNorm: Zhang & Sennrich 2019, "Root Mean Square
+// Layer Normalization" (Llama's): no centring and no bias, rstd = 1/sqrt(mean(x^2) + eps), which
+// is LayerNorm's formula with the mean taken as 0. norm.eps is the epsilon of either.
+
+// LayerNorm: out[N,C] = (inp - mean) * rstd * weight + bias (bias may be null: none); saves
+// mean[N], rstd[N] for backward. RMSNorm (norm.rms): out = inp * rstd * weight; saves rstd[N];
+// mean and bias are null.
 template <typename T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
-                       int N, int C) {
+void layernorm_forward(T* out, Nondeduced<T*> mean, T* rstd, const T* inp, const T* weight,
+                       Nondeduced<const T*> bias, int N, int C, Norm norm = {}) {
+  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
   for (int n = 0; n < N; ++n) {
     const T* x = inp + static_cast<int64_t>(n) * C;  // [C]
     T* y = out + static_cast<int64_t>(n) * C;        // [C]
-    T m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    T var = 0;  // biased variance: mean of squared deviations
+    T m = 0;                                         // RMSNorm: the statistics of x - 0
+    if (!norm.rms) {
+      for (int c = 0; c < C; ++c) m += x[c];
+      m /= C;
+    }
+    T var = 0;  // biased variance: mean of squared deviations (RMSNorm: mean of squares)
     for (int c = 0; c < C; ++c) {
       const T d = x[c] - m;
       var += d * d;
     }
     var /= C;
-    const T s = T(1) / std::sqrt(var + static_cast<T>(kLayerNormEps));
+    const T s = T(1) / std::sqrt(var + static_cast<T>(norm.eps));
     for (int c = 0; c < C; ++c) {
-      const T norm = (x[c] - m) * s;
-      y[c] = norm * weight[c] + bias[c];
+      const T normed = (x[c] - m) * s;
+      y[c] = normed * weight[c] + (bias != nullptr ? bias[c] : T(0));
     }
-    mean[n] = m;
+    if (mean != nullptr) mean[n] = m;
     rstd[n] = s;
   }
 }
 
 // dinp[N,C] += (the one activation gradient that adds: it lands in the residual stream's gradient,
-// which already holds the residual branch's part), dweight[C] +=, dbias[C] +=
+// which already holds the residual branch's part), dweight[C] +=, dbias[C] += (null: no bias)
 // With norm = (x - mean) * rstd and dnorm = dout * weight:
 //   dbias   += dout
 //   dweight += dout * norm
 //   dinp    += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm))
+// RMSNorm (mean 0, not a function of x): dinp += rstd * (dnorm - norm * mean_c(dnorm * norm)).
 template <typename T>
-void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                        const T* mean, const T* rstd, int N, int C) {
+void layernorm_backward(T* dinp, T* dweight, Nondeduced<T*> dbias, const T* dout, const T* inp,
+                        const T* weight, Nondeduced<const T*> mean, const T* rstd, int N, int C,
+                        Norm norm = {}) {
+  WEFT_CHECK(!norm.rms || (mean == nullptr && dbias == nullptr), "RMSNorm has no mean or bias");
   for (int n = 0; n < N; ++n) {
     const T* dy = dout + static_cast<int64_t>(n) * C;  // [C]
     const T* x = inp + static_cast<int64_t>(n) * C;    // [C]
     T* dx = dinp + static_cast<int64_t>(n) * C;        // [C]
-    const T m = mean[n];
+    const T m = norm.rms ? T(0) : mean[n];
     const T s = rstd[n];
     // Two reductions over C.
     T dnorm_mean = 0;
     T dnorm_norm_mean = 0;
     for (int c = 0; c < C; ++c) {
-      const T norm = (x[c] - m) * s;
+      const T normed = (x[c] - m) * s;
       const T dnorm = weight[c] * dy[c];
       dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
+      dnorm_norm_mean += dnorm * normed;
     }
-    dnorm_mean /= C;
+    dnorm_mean = norm.rms ? T(0) : dnorm_mean / C;
     dnorm_norm_mean /= C;
     for (int c = 0; c < C; ++c) {
-      const T norm = (x[c] - m) * s;
+      const T normed = (x[c] - m) * s;
       const T dnorm = weight[c] * dy[c];
-      dbias[c] += dy[c];
-      dweight[c] += norm * dy[c];
-      dx[c] += s * (dnorm - dnorm_mean - norm * dnorm_norm_mean);
+      if (dbias != nullptr) dbias[c] += dy[c];
+      dweight[c] += normed * dy[c];
+      dx[c] += s * (dnorm - dnorm_mean - normed * dnorm_norm_mean);
     }
   }
 }
@@ -180,26 +189,36 @@ void matmul_backward(Nondeduced<T*> dinp, Nondeduced<T*> dweight, Nondeduced<T*>
   }
 }
 
-// ---- causal self-attention core -------------------------------------------------------------
-// Vaswani et al. 2017, scaled dot-product attention, scale 1/sqrt(HS), with a causal mask.
+// ---- causal self-attention core (grouped-query) ---------------------------------------------
+// Vaswani et al. 2017, scaled dot-product attention, scale 1/sqrt(HS), with a causal mask;
+// grouped-query (Ainslie et al. 2023): NKV key/value heads, each read by a group of NH/NKV
+// consecutive query heads (NKV == NH: multi-head attention; NKV == 1: multi-query).
 // Masked entries (j > t) are not -inf: they are skipped in every sum and written as 0.
 
-// qkv[B,T,3C] holds q, k, v side by side; head h uses columns [h*HS, (h+1)*HS) of each, HS = C/NH.
+// qkv[B,T,W], W = C + 2*NKV*HS, holds q (NH heads), k (NKV heads), v (NKV heads) side by side:
+// query head h uses columns [h*HS, (h+1)*HS), its key/value head g = h / (NH/NKV) the columns
+// C + g*HS.. of k and C + NKV*HS + g*HS.. of v; HS = C/NH.
 // att[B,NH,T,T] = softmax_j<=t(q_t . k_j / sqrt(HS)) (entries j > t are written as 0);
 // out[B,T,C] = att @ v, heads concatenated.
 template <typename Real>
-void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int C, int NH) {
+void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int C, int NH,
+                       int NKV) {
+  WEFT_CHECK(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0, "attention with C=", C, " NH=", NH,
+             " NKV=", NKV);
   const int HS = C / NH;
-  const int C3 = 3 * C;
+  const int group = NH / NKV;                                // query heads per key/value head
+  const int64_t W = C + 2 * static_cast<int64_t>(NKV) * HS;  // qkv's row width
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
+      const int64_t k_col = C + static_cast<int64_t>(h / group) * HS;  // its key head's columns
+      const int64_t v_col = k_col + static_cast<int64_t>(NKV) * HS;    // and value head's
       for (int t = 0; t < T; ++t) {
-        const Real* q = qkv + (static_cast<int64_t>(b) * T + t) * C3 + h * HS;  // [HS]
-        Real* att_t = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;   // [T]
+        const Real* q = qkv + (static_cast<int64_t>(b) * T + t) * W + h * HS;  // [HS]
+        Real* att_t = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;  // [T]
         // Scores q_t . k_j * scale for j <= t, and their max (for a stable softmax).
         for (int j = 0; j <= t; ++j) {
-          const Real* k = qkv + (static_cast<int64_t>(b) * T + j) * C3 + C + h * HS;  // [HS]
+          const Real* k = qkv + (static_cast<int64_t>(b) * T + j) * W + k_col;  // [HS]
           Real dot = 0;
           for (int d = 0; d < HS; ++d) dot += q[d] * k[d];
           att_t[j] = dot * scale;
@@ -218,7 +237,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
         Real* o = out + (static_cast<int64_t>(b) * T + t) * C + h * HS;  // [HS]
         for (int d = 0; d < HS; ++d) o[d] = 0;
         for (int j = 0; j <= t; ++j) {
-          const Real* v = qkv + (static_cast<int64_t>(b) * T + j) * C3 + 2 * C + h * HS;  // [HS]
+          const Real* v = qkv + (static_cast<int64_t>(b) * T + j) * W + v_col;  // [HS]
           for (int d = 0; d < HS; ++d) o[d] += att_t[j] * v[d];
         }
       }
@@ -226,23 +245,29 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
   }
 }
 
-// dqkv[B,T,3C] = gradient through the attention core (written), given the saved att
+// dqkv[B,T,W] = gradient through the attention core (written), given the saved att
 // probabilities. With s[t,j] = scale * q_t . k_j, a = softmax_j(s), out_t = sum_j a[t,j] v_j:
 //   da[t,j]  = dout_t . v_j              dv_j = sum_{t>=j} a[t,j] * dout_t
 //   ds[t,j]  = a[t,j] * (da[t,j] - sum_{j'<=t} a[t,j'] da[t,j'])   (softmax Jacobian)
 //   dq_t     = scale * sum_j ds[t,j] k_j    dk_j = scale * sum_{t>=j} ds[t,j] q_t
-// Each of dq, dk, dv is a sum over positions, so dqkv is zeroed first and the terms added to it.
+// A key/value head's dk and dv also sum over the query heads of its group. Each of dq, dk, dv is a
+// sum, so dqkv is zeroed first and the terms added to it.
 template <typename Real>
 void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B,
-                        int T, int C, int NH) {
+                        int T, int C, int NH, int NKV) {
+  WEFT_CHECK(NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0, "attention with C=", C, " NH=", NH,
+             " NKV=", NKV);
   const int HS = C / NH;
-  const int C3 = 3 * C;
+  const int group = NH / NKV;
+  const int64_t W = C + 2 * static_cast<int64_t>(NKV) * HS;
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(HS));
-  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * C3; ++i) dqkv[i] = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(B) * T * W; ++i) dqkv[i] = 0;
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
+      const int64_t k_col = C + static_cast<int64_t>(h / group) * HS;
+      const int64_t v_col = k_col + static_cast<int64_t>(NKV) * HS;
       for (int t = 0; t < T; ++t) {
-        const int64_t row_t = (static_cast<int64_t>(b) * T + t) * C3;
+        const int64_t row_t = (static_cast<int64_t>(b) * T + t) * W;
         const Real* q = qkv + row_t + h * HS;                                        // [HS]
         Real* dq = dqkv + row_t + h * HS;                                            // [HS]
         const Real* att_t = att + ((static_cast<int64_t>(b) * NH + h) * T + t) * T;  // [T]
@@ -251,9 +276,9 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
         // (a local buffer would be natural; recomputing keeps this allocation-free and plain)
         Real weighted = 0;  // sum_j a[t,j] da[t,j]
         for (int j = 0; j <= t; ++j) {
-          const int64_t row_j = (static_cast<int64_t>(b) * T + j) * C3;
-          const Real* v = qkv + row_j + 2 * C + h * HS;  // [HS]
-          Real* dv = dqkv + row_j + 2 * C + h * HS;      // [HS]
+          const int64_t row_j = (static_cast<int64_t>(b) * T + j) * W;
+          const Real* v = qkv + row_j + v_col;  // [HS]
+          Real* dv = dqkv + row_j + v_col;      // [HS]
           Real da = 0;
           for (int d = 0; d < HS; ++d) {
             da += dy[d] * v[d];
@@ -262,10 +287,10 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
           weighted += att_t[j] * da;
         }
         for (int j = 0; j <= t; ++j) {
-          const int64_t row_j = (static_cast<int64_t>(b) * T + j) * C3;
-          const Real* v = qkv + row_j + 2 * C + h * HS;  // [HS]
-          const Real* k = qkv + row_j + C + h * HS;      // [HS]
-          Real* dk = dqkv + row_j + C + h * HS;          // [HS]
+          const int64_t row_j = (static_cast<int64_t>(b) * T + j) * W;
+          const Real* v = qkv + row_j + v_col;  // [HS]
+          const Real* k = qkv + row_j + k_col;  // [HS]
+          Real* dk = dqkv + row_j + k_col;      // [HS]
           Real da = 0;
           for (int d = 0; d < HS; ++d) da += dy[d] * v[d];
           const Real ds = att_t[j] * (da - weighted) * scale;
@@ -275,6 +300,74 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
           }
         }
       }
+    }
+  }
+}
+
+// ---- rotary position embedding ---------------------------------------------------------------
+// Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", in the
+// rotate-half pairing of GPT-NeoX, Megatron-LM and Hugging Face's Llama: within a head, elements
+// i and i + HS/2 (i < HS/2) form a pair rotated by the angle a = t * theta^(-2i/HS) of the row's
+// position t:
+//   (x1, x2) -> (x1 cos a - x2 sin a, x2 cos a + x1 sin a)
+// In place on qkv[B,T,(NH+2*NKV)*HS]'s first NH + NKV heads (q, then k; v is not rotated). The
+// angle is computed in double and its cos and sin rounded to Real. inverse rotates by -a: a
+// rotation's inverse is its transpose, so the inverse applied to dqkv is the backward.
+template <typename Real>
+void rope(Real* qkv, int B, int T, int NH, int NKV, int HS, Nondeduced<Real> theta, bool inverse) {
+  WEFT_CHECK(HS % 2 == 0, "rotary embeddings need an even head size, got ", HS);
+  const int half = HS / 2;
+  const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS;
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      Real* row = qkv + (static_cast<int64_t>(b) * T + t) * W;  // [W]
+      for (int h = 0; h < NH + NKV; ++h) {
+        Real* x = row + static_cast<int64_t>(h) * HS;  // [HS]
+        for (int i = 0; i < half; ++i) {
+          const double a = t * std::pow(static_cast<double>(theta), -2.0 * i / HS);
+          const Real c = static_cast<Real>(std::cos(a));
+          const Real sn = static_cast<Real>(inverse ? -std::sin(a) : std::sin(a));
+          const Real x1 = x[i], x2 = x[i + half];
+          x[i] = x1 * c - x2 * sn;
+          x[i + half] = x2 * c + x1 * sn;
+        }
+      }
+    }
+  }
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------
+// Shazeer 2020, "GLU Variants Improve Transformer" (Llama's MLP): the gate g and the up
+// projection u side by side in one row, out = silu(g) * u, silu(g) = g * sigmoid(g).
+
+// out[N,F] = silu(inp[:, :F]) * inp[:, F:2F]
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int N, int F) {
+  for (int n = 0; n < N; ++n) {
+    const T* g = inp + static_cast<int64_t>(n) * 2 * F;  // [F] gate
+    const T* u = g + F;                                  // [F] up
+    T* o = out + static_cast<int64_t>(n) * F;            // [F]
+    for (int j = 0; j < F; ++j) {
+      const T sig = T(1) / (T(1) + std::exp(-g[j]));
+      o[j] = g[j] * sig * u[j];
+    }
+  }
+}
+
+// dinp[N,2F] (written): with sig = sigmoid(g), silu'(g) = sig (1 + g (1 - sig)):
+//   dg = dout * u * silu'(g),  du = dout * silu(g)
+template <typename T>
+void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int F) {
+  for (int n = 0; n < N; ++n) {
+    const T* g = inp + static_cast<int64_t>(n) * 2 * F;  // [F]
+    const T* u = g + F;                                  // [F]
+    const T* dy = dout + static_cast<int64_t>(n) * F;    // [F]
+    T* dg = dinp + static_cast<int64_t>(n) * 2 * F;      // [F]
+    T* du = dg + F;                                      // [F]
+    for (int j = 0; j < F; ++j) {
+      const T sig = T(1) / (T(1) + std::exp(-g[j]));
+      dg[j] = dy[j] * u[j] * sig * (T(1) + g[j] * (T(1) - sig));
+      du[j] = dy[j] * g[j] * sig;
     }
   }
 }

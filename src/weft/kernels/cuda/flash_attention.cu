@@ -18,6 +18,14 @@
 // the other owns 64 queries and accumulates dQ over the key tiles up to it. The cost is two
 // recomputed products (7 instead of 5).
 //
+// Grouped-query attention (Ainslie et al. 2023): qkv's rows are [q: NH heads | k: NKV | v: NKV]
+// (row width W = C + 2 NKV HS), and query head h reads key/value head h / (NH/NKV). The forward
+// and the dQ kernel only read another head's K and V. The dK/dV kernel owns 64 keys of one
+// key/value head and walks the (query head, query tile) pairs of its group head by head, in one
+// double-buffered sequence, so a key/value head's gradient sums its group's query heads in
+// registers, in a fixed order, without atomics. With NKV == NH the group is one head and every
+// kernel does exactly what it did before grouping.
+//
 // The tensor-core fragment layouts and the ldmatrix addressing are in mma_layout.h, where a host
 // test checks them against an emulation of the two instructions.
 
@@ -228,6 +236,9 @@ struct Shape {
   int T;
   int C;
   int NH;
+  int NKV;           // key/value heads; NH % NKV == 0
+  int group;         // NH / NKV: query heads per key/value head
+  int64_t ld;        // qkv's row width C + 2 NKV HS
   float scale_log2;  // softmax scale 1/sqrt(HS) times log2(e): exp(x) = exp2(x log2 e)
   float softmax_scale;
 };
@@ -250,10 +261,11 @@ __global__ void __launch_bounds__(kThreads)
   const int bh = blockIdx.y;
   const int b = bh / shape.NH;
   const int h = bh % shape.NH;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_base = qkv + static_cast<int64_t>(b) * T_ * ld + h * HS;
-  const T* k_base = q_base + C;
-  const T* v_base = q_base + 2 * C;
+  const int64_t ld = shape.ld;
+  const T* row0 = qkv + static_cast<int64_t>(b) * T_ * ld;
+  const T* q_base = row0 + h * HS;
+  const T* k_base = row0 + C + (h / shape.group) * HS;  // the group's key/value head
+  const T* v_base = k_base + shape.NKV * HS;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int q0 = qt * kTileRows;
@@ -383,8 +395,9 @@ __global__ void flash_backward_dot_kernel(float* d, const T* out, const T* dout,
   if (lane == 0) d[(b * NH + h) * T_ + t] = acc;
 }
 
-// A block owns keys [k0, k0 + 64) of one (b, h); warp w their 16 rows from k0 + 16 w. For each
-// query tile at or after the diagonal:
+// A block owns keys [k0, k0 + 64) of one (b, key/value head g); warp w their 16 rows from
+// k0 + 16 w. For each query head h of g's group, in order, and each query tile at or after the
+// diagonal (one sequence of (h, query tile) steps, double-buffered across heads):
 //   S^T = K Q^T          P^T = exp(S^T scale - lse_q), 0 where q < key or q >= T
 //   dV += P^T dO         dP^T = V dO^T
 //   dS^T = P^T (dP^T - D_q)          dK += dS^T Q   (times the softmax scale at the end)
@@ -405,35 +418,40 @@ __global__ void __launch_bounds__(kThreads)
   const int C = shape.C;
   const int num_tiles = (T_ + kTileRows - 1) / kTileRows;
   const int kt = blockIdx.x;  // key tile 0 sees every query tile: the longest first
-  const int bh = blockIdx.y;
-  const int b = bh / shape.NH;
-  const int h = bh % shape.NH;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_base = qkv + static_cast<int64_t>(b) * T_ * ld + h * HS;
-  const T* k_base = q_base + C;
-  const T* v_base = q_base + 2 * C;
-  const T* do_base = dout + static_cast<int64_t>(b) * T_ * C + h * HS;
-  const float* lse_bh = lse + static_cast<int64_t>(bh) * T_;
-  const float* d_bh = dvec + static_cast<int64_t>(bh) * T_;
+  const int bg = blockIdx.y;
+  const int b = bg / shape.NKV;
+  const int g = bg % shape.NKV;
+  const int64_t ld = shape.ld;
+  const T* row0 = qkv + static_cast<int64_t>(b) * T_ * ld;
+  const T* k_base = row0 + C + g * HS;
+  const T* v_base = k_base + shape.NKV * HS;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int k0 = kt * kTileRows;
   const int warp_key0 = k0 + warp * 16;  // the warp's 16 keys
+  // Steps: (query head h0 + step / nq, query tile kt + step % nq).
+  const int h0 = g * shape.group;
+  const int nq = num_tiles - kt;
+  const int steps = shape.group * nq;
 
-  // Row statistics of a query tile into shared memory (plain loads; read after a barrier).
-  auto load_stats = [&](int buf, int qt) {
+  // Query head h's Q and dO rows, and its row statistics of a query tile into shared memory
+  // (plain loads; read after a barrier).
+  auto q_base = [&](int h) { return row0 + h * HS; };
+  auto do_base = [&](int h) { return dout + static_cast<int64_t>(b) * T_ * C + h * HS; };
+  auto load_stats = [&](int buf, int h, int qt) {
     if (threadIdx.x < kTileRows) {
+      const int64_t bh = static_cast<int64_t>(b) * shape.NH + h;
       const int q = qt * kTileRows + threadIdx.x;
-      lse_tiles[buf * kTileRows + threadIdx.x] = q < T_ ? lse_bh[q] : 0.f;
-      d_tiles[buf * kTileRows + threadIdx.x] = q < T_ ? d_bh[q] : 0.f;
+      lse_tiles[buf * kTileRows + threadIdx.x] = q < T_ ? lse[bh * T_ + q] : 0.f;
+      d_tiles[buf * kTileRows + threadIdx.x] = q < T_ ? dvec[bh * T_ + q] : 0.f;
     }
   };
 
   load_tile<T, HS>(k_tile, k_base, ld, k0, T_);
   load_tile<T, HS>(v_tile, v_base, ld, k0, T_);
-  load_tile<T, HS>(q_tiles, q_base, ld, kt * kTileRows, T_);
-  load_tile<T, HS>(do_tiles, do_base, C, kt * kTileRows, T_);
-  load_stats(0, kt);
+  load_tile<T, HS>(q_tiles, q_base(h0), ld, kt * kTileRows, T_);
+  load_tile<T, HS>(do_tiles, do_base(h0), C, kt * kTileRows, T_);
+  load_stats(0, h0, kt);
   cp_async_commit();
 
   float dk[HS / 8][4];
@@ -447,12 +465,15 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  for (int qt = kt; qt < num_tiles; ++qt) {
-    const int buf = (qt - kt) & 1;
-    if (qt + 1 < num_tiles) {
-      load_tile<T, HS>(q_tiles + (buf ^ 1) * kTile, q_base, ld, (qt + 1) * kTileRows, T_);
-      load_tile<T, HS>(do_tiles + (buf ^ 1) * kTile, do_base, C, (qt + 1) * kTileRows, T_);
-      load_stats(buf ^ 1, qt + 1);
+  for (int step = 0; step < steps; ++step) {
+    const int buf = step & 1;
+    const int qt = kt + step % nq;
+    if (step + 1 < steps) {  // prefetch the next step's tiles, maybe the next head's
+      const int h_next = h0 + (step + 1) / nq;
+      const int qt_next = kt + (step + 1) % nq;
+      load_tile<T, HS>(q_tiles + (buf ^ 1) * kTile, q_base(h_next), ld, qt_next * kTileRows, T_);
+      load_tile<T, HS>(do_tiles + (buf ^ 1) * kTile, do_base(h_next), C, qt_next * kTileRows, T_);
+      load_stats(buf ^ 1, h_next, qt_next);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -490,8 +511,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // this buffer is refilled by the next iteration's prefetch
   }
 
-  T* dk_base = dqkv + static_cast<int64_t>(b) * T_ * ld + C + h * HS;
-  T* dv_base = dk_base + C;
+  T* dk_base = dqkv + static_cast<int64_t>(b) * T_ * ld + C + g * HS;
+  T* dv_base = dk_base + shape.NKV * HS;
   store_rows<T, HS>(dk_base, ld, k0 + warp * 16, T_, dk, shape.softmax_scale, shape.softmax_scale,
                     lane);
   store_rows<T, HS>(dv_base, ld, k0 + warp * 16, T_, dv, 1.f, 1.f, lane);
@@ -499,8 +520,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // A block owns queries [q0, q0 + 64) of one (b, h); for each key tile up to the diagonal:
 //   S = Q K^T    P = exp(S scale - lse)    dP = dO V^T    dS = P (dP - D)    dQ += dS K
+// At HS = 64, 4 blocks per SM (their shared memory allows 4): ptxas gave this kernel 128
+// registers before grouped-query attention and 134 after (3 blocks) until asked for 4; it fits
+// 128 without spilling (nvcc 13, -Xptxas -v).
 template <typename T, int HS>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, HS == 64 ? 4 : 1)
     flash_backward_dq_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse,
                              const float* dvec, Shape shape) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -517,10 +541,11 @@ __global__ void __launch_bounds__(kThreads)
   const int bh = blockIdx.y;
   const int b = bh / shape.NH;
   const int h = bh % shape.NH;
-  const int64_t ld = 3 * static_cast<int64_t>(C);
-  const T* q_base = qkv + static_cast<int64_t>(b) * T_ * ld + h * HS;
-  const T* k_base = q_base + C;
-  const T* v_base = q_base + 2 * C;
+  const int64_t ld = shape.ld;
+  const T* row0 = qkv + static_cast<int64_t>(b) * T_ * ld;
+  const T* q_base = row0 + h * HS;
+  const T* k_base = row0 + C + (h / shape.group) * HS;  // the group's key/value head
+  const T* v_base = k_base + shape.NKV * HS;
   const T* do_base = dout + static_cast<int64_t>(b) * T_ * C + h * HS;
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -612,15 +637,16 @@ void allow_shared_memory(Kernel kernel, size_t bytes) {
                                        static_cast<int>(bytes)));
 }
 
-Shape make_shape(int B, int T_, int C, int NH) {
-  WEFT_CHECK(B > 0 && T_ > 0 && NH > 0 && C % NH == 0, "flash attention with B=", B, " T=", T_,
-             " C=", C, " NH=", NH);
+Shape make_shape(int B, int T_, int C, int NH, int NKV) {
+  WEFT_CHECK(B > 0 && T_ > 0 && NH > 0 && C % NH == 0 && NKV > 0 && NH % NKV == 0,
+             "flash attention with B=", B, " T=", T_, " C=", C, " NH=", NH, " NKV=", NKV);
   WEFT_CHECK(flash_attention_supports(C, NH), "flash attention takes head sizes 64 and 128; C=", C,
              " NH=", NH, " gives ", C / NH);
   WEFT_CHECK(static_cast<int64_t>(B) * NH <= 65535,
              "flash attention: B*NH=", static_cast<int64_t>(B) * NH, " exceeds the grid's 65535");
   const float softmax_scale = 1.f / std::sqrt(static_cast<float>(C / NH));
-  return Shape{T_, C, NH, softmax_scale * kLog2e, softmax_scale};
+  const int64_t ld = C + 2 * static_cast<int64_t>(NKV) * (C / NH);
+  return Shape{T_, C, NH, NKV, NH / NKV, ld, softmax_scale * kLog2e, softmax_scale};
 }
 
 void check_aligned(const void* p, const char* name) {
@@ -649,12 +675,13 @@ void backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* l
   WEFT_CUDA_CHECK_LAUNCH();
 
   const dim3 grid((shape.T + kTileRows - 1) / kTileRows, B * shape.NH);
+  const dim3 kv_grid(grid.x, B * shape.NKV);  // a block per (key tile, b, key/value head)
   const size_t dkdv_smem = 6 * tile_bytes<HS>() + 4 * kTileRows * sizeof(float);
   static const bool dkdv_configured =
       (allow_shared_memory(flash_backward_dkdv_kernel<T, HS>, dkdv_smem), true);
   (void)dkdv_configured;
   flash_backward_dkdv_kernel<T, HS>
-      <<<grid, kThreads, dkdv_smem, stream>>>(dqkv, qkv, dout, lse, dvec, shape);
+      <<<kv_grid, kThreads, dkdv_smem, stream>>>(dqkv, qkv, dout, lse, dvec, shape);
   WEFT_CUDA_CHECK_LAUNCH();
 
   const size_t dq_smem = 6 * tile_bytes<HS>();
@@ -674,8 +701,8 @@ bool flash_attention_supports(int C, int NH) {
 }
 
 void flash_attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
-                             Stream stream) {
-  const detail::Shape shape = detail::make_shape(B, T, C, NH);
+                             int NKV, Stream stream) {
+  const detail::Shape shape = detail::make_shape(B, T, C, NH, NKV);
   detail::check_aligned(out, "out");
   detail::check_aligned(qkv, "qkv");
   using D = detail::device_t<BF16>;
@@ -687,8 +714,9 @@ void flash_attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int 
 }
 
 void flash_attention_backward(Context& ctx, BF16* dqkv, const BF16* dout, const BF16* qkv,
-                              const BF16* out, const float* lse, int B, int T, int C, int NH) {
-  const detail::Shape shape = detail::make_shape(B, T, C, NH);
+                              const BF16* out, const float* lse, int B, int T, int C, int NH,
+                              int NKV) {
+  const detail::Shape shape = detail::make_shape(B, T, C, NH, NKV);
   detail::check_aligned(dqkv, "dqkv");
   detail::check_aligned(dout, "dout");
   detail::check_aligned(qkv, "qkv");

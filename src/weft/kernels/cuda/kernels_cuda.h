@@ -47,20 +47,38 @@ void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, 
 void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const BF16* dout,
                               const int32_t* tokens_host, int B, int T, int C, int v0, int Vl);
 
-// ---- LayerNorm over the last dim (statistics in fp32) ----------------------------------------
-// out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (fp32).
+// ---- LayerNorm or RMSNorm over the last dim (statistics in fp32; backend.h states both) -------
+// LayerNorm: out[N,C] = (inp - mean) * rstd * weight + bias (bias may be null); saves mean[N],
+// rstd[N] (fp32), rstd = 1/sqrt(var + norm.eps). RMSNorm (norm.rms): out = inp * rstd * weight,
+// rstd = 1/sqrt(mean(inp^2) + norm.eps); saves rstd[N]; mean and bias null.
 void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                       const BF16* bias, int N, int C, Stream stream = nullptr);
+                       const BF16* bias, int N, int C, Norm norm, Stream stream = nullptr);
 // The residual add fused in front: residual[N,C] = a + b (rounded to bf16), then
 // out = layernorm(residual) exactly as layernorm_forward(residual). One pass instead of two.
 void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                       const BF16* a, const BF16* b, const BF16* weight,
-                                      const BF16* bias, int N, int C, Stream stream = nullptr);
+                                      const BF16* bias, int N, int C, Norm norm,
+                                      Stream stream = nullptr);
 // dinp[N,C] += (bf16, the residual stream's gradient), dweight[C] +=, dbias[C] += (fp32,
-// deterministic: fixed row splits summed in a fixed order).
+// deterministic: fixed row splits summed in a fixed order; dbias may be null, and is under
+// RMSNorm, whose mean is null too).
 void layernorm_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                         const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                        int N, int C);
+                        int N, int C, Norm norm);
+
+// ---- SwiGLU (backend.h)
+// -------------------------------------------------------------------------- out[N,F] = silu(inp[:,
+// :F]) * inp[:, F:2F], in fp32, rounded once.
+void swiglu_forward(BF16* out, const BF16* inp, int N, int F, Stream stream = nullptr);
+// dinp[N,2F] (written) = the gradient through swiglu_forward of dout[N,F].
+void swiglu_backward(BF16* dinp, const BF16* dout, const BF16* inp, int N, int F,
+                     Stream stream = nullptr);
+
+// ---- rotary position embedding (backend.h, Backend::rope) ---------------------------------------
+// In place on the first NH + NKV heads (q, k) of qkv[B,T,(NH+2*NKV)*HS]; inverse: the backward.
+// HS even, at most 512.
+void rope(BF16* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse,
+          Stream stream = nullptr);
 
 // ---- linear, through cuBLASLt (bf16 inputs, fp32 accumulation) --------------------------------
 // out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null). With pre_gelu non-null,
@@ -86,16 +104,20 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n,
 
 // ---- causal self-attention: FlashAttention-2 ---------------------------------------------------
 // Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning".
-// qkv[B,T,3C] as in ops.inc; out[B,T,C]; lse[B,NH,T] (fp32) = logsumexp_j<=t(q_t . k_j / sqrt(HS)),
-// saved for the backward. Tiles of 64 queries x 64 keys in shared memory, tensor-core products
-// with fp32 accumulation, online softmax: the T x T matrix never exists in memory.
+// Grouped-query (Ainslie et al. 2023): qkv[B,T,C+2*NKV*HS] as in ops.inc (q: NH heads, k and v:
+// NKV heads each; query head h reads key/value head h / (NH/NKV)); out[B,T,C]; lse[B,NH,T]
+// (fp32) = logsumexp_j<=t(q_t . k_j / sqrt(HS)), saved for the backward. Tiles of 64 queries x 64
+// keys in shared memory, tensor-core products with fp32 accumulation, online softmax: the T x T
+// matrix never exists in memory.
 void flash_attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
-                             Stream stream = nullptr);
-// dqkv[B,T,3C] = gradient through the attention core (written), from the forward's out and lse.
-// Deterministic (no atomics): one kernel owns 64 keys and accumulates their dK, dV over the query
-// tiles; a second owns 64 queries and accumulates dQ over the key tiles.
+                             int NKV, Stream stream = nullptr);
+// dqkv[B,T,C+2*NKV*HS] = gradient through the attention core (written), from the forward's out
+// and lse. Deterministic (no atomics): one kernel owns 64 keys of one key/value head and
+// accumulates their dK, dV over the query tiles of each query head of its group, head by head; a
+// second owns 64 queries and accumulates dQ over the key tiles.
 void flash_attention_backward(Context& ctx, BF16* dqkv, const BF16* dout, const BF16* qkv,
-                              const BF16* out, const float* lse, int B, int T, int C, int NH);
+                              const BF16* out, const float* lse, int B, int T, int C, int NH,
+                              int NKV);
 // Whether flash_attention_* takes this shape (HS = C / NH of 64 or 128).
 bool flash_attention_supports(int C, int NH);
 

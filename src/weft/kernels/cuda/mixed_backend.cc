@@ -223,19 +223,20 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
     cuda::residual_forward(out, a, b, n, stream_);
   }
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                         const BF16* bias, int N, int C) {
-    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream_);
+                         const BF16* bias, int N, int C, Norm norm) {
+    cuda::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, norm, stream_);
   }
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
-                                        const BF16* bias, int N, int C) {
+                                        const BF16* bias, int N, int C, Norm norm) {
     cuda::fused_residual_layernorm_forward(residual, out, mean, rstd, a, b, weight, bias, N, C,
-                                           stream_);
+                                           norm, stream_);
   }
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                          int N, int C) {
-    cuda::layernorm_backward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                          int N, int C, Norm norm) {
+    cuda::layernorm_backward(*ctx_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                             norm);
   }
   void linear_forward(BF16* out, BF16* pre_gelu, const BF16* inp, const BF16* weight,
                       const BF16* bias, int N, int IC, int OC) {
@@ -245,12 +246,22 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
                        const BF16* weight, const BF16* gelu_pre, int N, int IC, int OC) {
     cuda::linear_backward(*ctx_, dinp, dweight, dbias, dout, inp, weight, gelu_pre, N, IC, OC);
   }
-  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH) {
-    cuda::flash_attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+  void swiglu_forward(BF16* out, const BF16* inp, int N, int F) {
+    cuda::swiglu_forward(out, inp, N, F, stream_);
+  }
+  void swiglu_backward(BF16* dinp, const BF16* dout, const BF16* inp, int N, int F) {
+    cuda::swiglu_backward(dinp, dout, inp, N, F, stream_);
+  }
+  void rope(BF16* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) {
+    cuda::rope(qkv, B, T, NH, NKV, HS, theta, inverse, stream_);
+  }
+  void attention_forward(BF16* out, float* lse, const BF16* qkv, int B, int T, int C, int NH,
+                         int NKV) {
+    cuda::flash_attention_forward(out, lse, qkv, B, T, C, NH, NKV, stream_);
   }
   void attention_backward(BF16* dqkv, const BF16* dout, const BF16* qkv, const BF16* out,
-                          const float* lse, int B, int T, int C, int NH) {
-    cuda::flash_attention_backward(*ctx_, dqkv, dout, qkv, out, lse, B, T, C, NH);
+                          const float* lse, int B, int T, int C, int NH, int NKV) {
+    cuda::flash_attention_backward(*ctx_, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
   }
   // FlashAttention-2 keeps lse[B,NH,T].
   int64_t attention_saved_floats(int B, int T, int NH) const override {

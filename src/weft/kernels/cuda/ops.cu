@@ -1,6 +1,7 @@
 // The CUDA kernels other than the matrix products (linear.cc) and flash attention
-// (flash_attention.cu): embedding, LayerNorm, GeLU, residual, softmax + cross-entropy, AdamW, the
-// reductions and the bf16 conversion. Each kernel is written once on a device storage type T
+// (flash_attention.cu): embedding, LayerNorm and RMSNorm, GeLU, SwiGLU, rotary embeddings,
+// residual, softmax + cross-entropy, AdamW, the reductions and the bf16 conversion. Each kernel is
+// written once on a device storage type T
 // (__nv_bfloat16, or float where an fp32 tensor is read); arithmetic is fp32 throughout.
 // Reductions that produce parameter gradients run in a fixed order (no atomics), so a step gives
 // the same bits every time.
@@ -10,7 +11,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/cuda/common.cuh"
 #include "weft/kernels/cuda/cuda_check.h"
 #include "weft/kernels/cuda/host_plans.h"
@@ -21,8 +21,6 @@
 namespace weft::kernels::cuda {
 namespace detail {
 namespace {
-
-constexpr float kLayerNormEps = static_cast<float>(ref::kLayerNormEps);
 
 #define WEFT_GRID_STRIDE(i, n)                                                           \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
@@ -60,7 +58,7 @@ void launch_convert(To* out, const From* in, int64_t n, Stream stream) {
 
 // ---- embedding --------------------------------------------------------------------------------
 
-// out[b,t,c] = wte[tokens[b,t], c] + wpe[t, c]
+// out[b,t,c] = wte[tokens[b,t], c] + wpe[t, c]; wpe null (rotary models): the wte row, exact.
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
                                          int T_, int C, int64_t n) {
@@ -69,6 +67,10 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T*
     const int c = static_cast<int>(i % C);
     const int t = static_cast<int>(bt % T_);
     const int64_t token = tokens[bt];
+    if (wpe == nullptr) {
+      out[i] = wte[token * C + c];
+      continue;
+    }
     out[i] = from_float<T>(to_float(wte[token * C + c]) +
                            to_float(wpe[static_cast<int64_t>(t) * C + c]));
   }
@@ -199,16 +201,20 @@ void launch_embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, con
   launch_embedding_backward_runs(ctx, dwte, dwpe, dout, runs, B, T_, C);
 }
 
-// ---- LayerNorm --------------------------------------------------------------------------------
+// ---- LayerNorm and RMSNorm ---------------------------------------------------------------------
 // Ba, Kiros & Hinton 2016; biased variance, eps inside the square root (as ref::layernorm_*).
+// RMSNorm (Zhang & Sennrich 2019; norm.rms) is the same arithmetic with the mean taken as 0 (x - 0
+// is exact): no mean pass, no mean saved (mean null), no bias, and no mean_c(dnorm) term in the
+// backward. A null LayerNorm bias adds nothing.
 // One warp per row; the row is read from global memory once per pass (the later passes hit L1).
 
 constexpr int kRowsPerBlock = 4;  // warps per block
 
-// With kResidual: residual = a + b (rounded to T) is normalized; else a is.
+// With kResidual: residual = a + b (rounded to T) is normalized; else a is. mean may be null.
 template <typename T, bool kResidual>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual, const T* a,
-                                         const T* b, const T* weight, const T* bias, int N, int C) {
+                                         const T* b, const T* weight, const T* bias, int N, int C,
+                                         Norm norm) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= N) return;
@@ -221,28 +227,36 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
       residual[row * C + c] = r;
       sum += to_float(r);
     }
-  } else {
+  } else if (!norm.rms) {
     for (int c = lane; c < C; c += kWarpSize) sum += to_float(x[c]);
   }
-  const float m = warp_sum(sum) / C;
+  // norm.rms is the same for every lane: the branch keeps the warp together for the shuffles.
+  const float m = norm.rms ? 0.f : warp_sum(sum) / C;
   float var = 0.f;
   for (int c = lane; c < C; c += kWarpSize) {
     const float d = to_float(x[c]) - m;
     var += d * d;
   }
-  const float s = 1.f / sqrtf(warp_sum(var) / C + kLayerNormEps);
+  const float s = 1.f / sqrtf(warp_sum(var) / C + norm.eps);
   T* y = out + row * C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    y[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  if (bias != nullptr) {
+    for (int c = lane; c < C; c += kWarpSize) {
+      y[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    }
+  } else {
+    for (int c = lane; c < C; c += kWarpSize) {
+      y[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(weight[c]));
+    }
   }
   if (lane == 0) {
-    mean[row] = m;
+    if (mean != nullptr) mean[row] = m;
     rstd[row] = s;
   }
 }
 
-// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), dnorm = dout * weight.
-template <typename T>
+// dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), dnorm = dout * weight
+// (kRms: mean null, read as 0, and no mean_c(dnorm) term).
+template <typename T, bool kRms>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp,
                                                const T* weight, const float* mean,
                                                const float* rstd, int N, int C) {
@@ -252,7 +266,7 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
   const T* dy = dout + row * C;
   const T* x = inp + row * C;
   T* dx = dinp + row * C;
-  const float m = mean[row];
+  const float m = kRms ? 0.f : mean[row];
   const float s = rstd[row];
   float dnorm_sum = 0.f;
   float dnorm_norm_sum = 0.f;
@@ -262,7 +276,7 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
     dnorm_sum += dnorm;
     dnorm_norm_sum += dnorm * norm;
   }
-  const float dnorm_mean = warp_sum(dnorm_sum) / C;
+  const float dnorm_mean = kRms ? 0.f : warp_sum(dnorm_sum) / C;
   const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
   for (int c = lane; c < C; c += kWarpSize) {
     const float norm = (to_float(x[c]) - m) * s;
@@ -273,9 +287,10 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 
 // ---- deterministic column sums (weight and bias gradients) -----------------------------------
 // sums[c] = sum over n of x[n,c] (and, with kNorm, normed[c] = sum of x[n,c] * norm[n,c] where
-// norm = (inp - mean) * rstd: LayerNorm's dweight). Pass 1: block (cx, split) sums rows
-// [split * split_rows, ...) of 32 columns with 32 x 8 threads, then across its 8 row-phases in a
-// fixed order, into partials[split][c]. Pass 2 adds the splits in order. No atomics.
+// norm = (inp - mean) * rstd: LayerNorm's dweight; mean null: RMSNorm's, inp * rstd). Pass 1: block
+// (cx, split) sums rows [split * split_rows, ...) of 32 columns with 32 x 8 threads, then across
+// its 8 row-phases in a fixed order, into partials[split][c]. Pass 2 adds the splits in order. No
+// atomics.
 
 constexpr int kColumns = 32;
 constexpr int kRowPhases = 8;
@@ -306,7 +321,9 @@ __global__ void column_sums_partial_kernel(float* partial_sums, float* partial_n
       const int64_t i = static_cast<int64_t>(n) * C + c;
       const float v = to_float(x[i]);
       sum += v;
-      if constexpr (kNorm) normed += v * (to_float(inp[i]) - mean[n]) * rstd[n];
+      if constexpr (kNorm) {
+        normed += v * (to_float(inp[i]) - (mean != nullptr ? mean[n] : 0.f)) * rstd[n];
+      }
     }
   }
   shared_sums[threadIdx.y][threadIdx.x] = sum;
@@ -388,18 +405,26 @@ void check_layernorm_dims(int N, int C) {
   WEFT_CHECK(N >= 0 && C > 0, "LayerNorm with N=", N, " C=", C);
 }
 
+// RMSNorm takes no mean and no bias (as the host's, ops.inc): one check for every backend's
+// arguments. `bias` is the forward's bias or the backward's dbias.
+void check_norm_args(const float* mean, const void* bias, Norm norm) {
+  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
+}
+
 template <typename T>
 void launch_layernorm_forward(T* out, float* mean, float* rstd, T* residual, const T* a, const T* b,
-                              const T* weight, const T* bias, int N, int C, Stream stream) {
+                              const T* weight, const T* bias, int N, int C, Norm norm,
+                              Stream stream) {
   check_layernorm_dims(N, C);
+  check_norm_args(mean, bias, norm);
   if (N == 0) return;
   const unsigned blocks = static_cast<unsigned>(ceil_div(N, kRowsPerBlock));
   if (residual != nullptr) {
     layernorm_forward_kernel<device_t<T>, true><<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(
-        dev(out), mean, rstd, dev(residual), dev(a), dev(b), dev(weight), dev(bias), N, C);
+        dev(out), mean, rstd, dev(residual), dev(a), dev(b), dev(weight), dev(bias), N, C, norm);
   } else {
     layernorm_forward_kernel<device_t<T>, false><<<blocks, kRowsPerBlock * kWarpSize, 0, stream>>>(
-        dev(out), mean, rstd, nullptr, dev(a), nullptr, dev(weight), dev(bias), N, C);
+        dev(out), mean, rstd, nullptr, dev(a), nullptr, dev(weight), dev(bias), N, C, norm);
   }
   WEFT_CUDA_CHECK_LAUNCH();
 }
@@ -411,7 +436,9 @@ void launch_layernorm_forward(T* out, float* mean, float* rstd, T* residual, con
 // sums in warp order into partials[block][C], and column_sums_finish_kernel adds the blocks in
 // order. The row groups are a function of N alone, so the bits never depend on the device. Needs C
 // a multiple of the vector width, 16-byte aligned rows and 2 * kLnWarps * C floats of shared
-// memory; otherwise the two-kernel path above (dinp, then column sums) runs.
+// memory; otherwise the two-kernel path above (dinp, then column sums) runs. Both are compiled
+// per norm (kRms), so LayerNorm's code is what it was before RMSNorm joined it (a run-time flag
+// cost the fused kernel 8 registers).
 
 constexpr int kLnWarps = 4;                  // warps per block
 constexpr int kLnMaxBlocks = 1024;           // row groups at most
@@ -423,7 +450,7 @@ int layernorm_rows_per_block(int N) {
   return static_cast<int>(ceil_div(N, blocks));
 }
 
-template <typename T>
+template <typename T, bool kRms>
 __global__ void __launch_bounds__(kLnWarps* kWarpSize)
     layernorm_backward_fused_kernel(T* dinp, float* partial_dweight, float* partial_dbias,
                                     const T* dout, const T* inp, const T* weight, const float* mean,
@@ -446,7 +473,7 @@ __global__ void __launch_bounds__(kLnWarps* kWarpSize)
   const int row_end = min(N, first + rows_per_block);
   for (int row = first + warp; row < row_end; row += kLnWarps) {
     const int64_t off = static_cast<int64_t>(row) * C;
-    const float m = mean[row];
+    const float m = kRms ? 0.f : mean[row];
     const float s = rstd[row];
     float dnorm_sum = 0.f;
     float dnorm_norm_sum = 0.f;
@@ -462,7 +489,7 @@ __global__ void __launch_bounds__(kLnWarps* kWarpSize)
         dnorm_norm_sum += dnorm * norm;
       }
     }
-    const float dnorm_mean = warp_sum(dnorm_sum) / C;
+    const float dnorm_mean = kRms ? 0.f : warp_sum(dnorm_sum) / C;
     const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
     for (int v = lane; v < vecs; v += kWarpSize) {
       const Pack<T> x = load_pack(inp + off + v * kV);
@@ -496,11 +523,13 @@ __global__ void __launch_bounds__(kLnWarps* kWarpSize)
   }
 }
 
+// dbias may be null (no bias; always under RMSNorm): its partial sums are formed and not added.
 template <typename T>
 void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
                                const T* inp, const T* weight, const float* mean, const float* rstd,
-                               int N, int C) {
+                               int N, int C, Norm norm) {
   check_layernorm_dims(N, C);
+  check_norm_args(mean, dbias, norm);
   if (N == 0) return;
   constexpr int kV = Pack<device_t<T>>::kN;
   const size_t shared = size_t{2} * kLnWarps * C * sizeof(float);
@@ -510,7 +539,8 @@ void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbi
   if (C % kV == 0 && shared <= kLnMaxShared && aligned16(dinp) && aligned16(dout) &&
       aligned16(inp) && aligned16(weight) && 2 * partial * sizeof(float) <= ctx.scratch_bytes()) {
     auto* partials = static_cast<float*>(ctx.scratch(2 * partial * sizeof(float)));
-    const auto kernel = layernorm_backward_fused_kernel<device_t<T>>;
+    const auto kernel = norm.rms ? layernorm_backward_fused_kernel<device_t<T>, true>
+                                 : layernorm_backward_fused_kernel<device_t<T>, false>;
     // Set for the current device at every launch (cheap), never once per process: a process that
     // drives a second GPU needs it there too.
     if (shared > 48 * 1024) {
@@ -526,11 +556,13 @@ void launch_layernorm_backward(Context& ctx, T* dinp, float* dweight, float* dbi
     }
     return;
   }
-  layernorm_backward_dinp_kernel<<<static_cast<unsigned>(ceil_div(N, kRowsPerBlock)),
-                                   kRowsPerBlock * kWarpSize, 0, ctx.stream()>>>(
-      dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C);
+  const auto dinp_kernel = norm.rms ? layernorm_backward_dinp_kernel<device_t<T>, true>
+                                    : layernorm_backward_dinp_kernel<device_t<T>, false>;
+  dinp_kernel<<<static_cast<unsigned>(ceil_div(N, kRowsPerBlock)), kRowsPerBlock * kWarpSize, 0,
+                ctx.stream()>>>(dev(dinp), dev(dout), dev(inp), dev(weight), mean, rstd, N, C);
   WEFT_CUDA_CHECK_LAUNCH();
-  launch_column_sums_impl<T, true>(ctx, dbias, dweight, dout, inp, mean, rstd, N, C);
+  launch_column_sums_impl<T, true>(ctx, dbias, dweight, dout, inp, norm.rms ? nullptr : mean, rstd,
+                                   N, C);
 }
 
 // ---- GeLU, residual, bias ---------------------------------------------------------------------
@@ -571,6 +603,100 @@ __global__ void bias_gelu_kernel(T* out, T* pre, const T* bias, int OC, int64_t 
     }
     if (pre != nullptr) out[i] = from_float<T>(gelu(v));
   }
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------
+// inp[N,2F] = [gate | up] per row; element i of out[N,F] reads the pair at row i / F, column
+// i % F. The host twin (cpu/host_bf16.cc) evaluates the same expressions in the same order.
+
+// out = silu(g) * u, silu(g) = g / (1 + exp(-g)), rounded once.
+template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* inp, int F, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    const int64_t at = (i / F) * 2 * F + i % F;
+    const float g = to_float(inp[at]), u = to_float(inp[at + F]);
+    out[i] = from_float<T>(g / (1.f + expf(-g)) * u);
+  }
+}
+
+// dg = dout * u * sig * (1 + g (1 - sig)), du = dout * g * sig (written); the fma written out so
+// that the host's compiler cannot contract it differently.
+template <typename T>
+__global__ void swiglu_backward_kernel(T* dinp, const T* dout, const T* inp, int F, int64_t n) {
+  WEFT_GRID_STRIDE(i, n) {
+    const int64_t at = (i / F) * 2 * F + i % F;
+    const float g = to_float(inp[at]), u = to_float(inp[at + F]), dy = to_float(dout[i]);
+    const float sig = 1.f / (1.f + expf(-g));
+    dinp[at] = from_float<T>(dy * u * sig * fmaf(g, 1.f - sig, 1.f));
+    dinp[at + F] = from_float<T>(dy * g * sig);
+  }
+}
+
+void check_swiglu_dims(int N, int F) { WEFT_CHECK(N >= 0 && F > 0, "SwiGLU with N=", N, " F=", F); }
+
+// ---- rotary position embedding ------------------------------------------------------------------
+// In place on the q and k heads of qkv[B,T,(NH+2*NKV)*HS] (backend.h, Backend::rope). Block
+// (t, y) handles position t of batch rows [y * kRopeRows, ...): it first puts the cos and sin of
+// the position's HS/2 angles in shared memory, t * inv_freq[i] in double (inv_freq from the host,
+// rope_inv_freq: the host twin's values) and rounded to float, then rotates every pair of its
+// rows' NH + NKV heads: x1' = fma(x1, c, -(x2 s)), x2' = fma(x2, c, x1 s), rounded once. The
+// angles cost one double sincos per (position, pair, block), shared by kRopeRows rows.
+
+constexpr int kRopeMaxHalf = 256;  // HS <= 512: the frequencies travel as a kernel parameter
+constexpr int kRopeRows = 4;
+constexpr int kRopeThreads = 256;
+
+struct RopeFrequencies {
+  double inv_freq[kRopeMaxHalf];  // theta^(-2i/HS), i < HS/2
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_kernel(T* qkv, int B, int T_, int heads, int half, int64_t W,
+                const __grid_constant__ RopeFrequencies f, bool inverse) {
+  __shared__ float cs[2 * kRopeMaxHalf];  // [half, {cos, sin}]
+  const int t = blockIdx.x;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    double sn, c;
+    sincos(t * f.inv_freq[i], &sn, &c);
+    const float s = static_cast<float>(sn);
+    cs[2 * i] = static_cast<float>(c);
+    cs[2 * i + 1] = inverse ? -s : s;
+  }
+  __syncthreads();
+  const int HS = 2 * half;
+  const int pairs = heads * half;
+  const int b_end = min(B, static_cast<int>(blockIdx.y + 1) * kRopeRows);
+  for (int b = blockIdx.y * kRopeRows; b < b_end; ++b) {
+    T* row = qkv + (static_cast<int64_t>(b) * T_ + t) * W;  // [W]
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+      const int i = p % half;
+      T* x = row + (p / half) * HS + i;  // element i of head p / half; its pair is x[half]
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float x1 = to_float(x[0]), x2 = to_float(x[half]);
+      x[0] = from_float<T>(fmaf(x1, c, -(x2 * s)));
+      x[half] = from_float<T>(fmaf(x2, c, x1 * s));
+    }
+  }
+}
+
+template <typename T>
+void launch_rope(T* qkv, int B, int T_, int NH, int NKV, int HS, float theta, bool inverse,
+                 Stream stream) {
+  WEFT_CHECK(B >= 0 && T_ >= 0 && NH > 0 && NKV > 0 && HS > 0 && HS % 2 == 0,
+             "rotary embedding with B=", B, " T=", T_, " NH=", NH, " NKV=", NKV, " HS=", HS,
+             " (HS must be even)");
+  WEFT_CHECK(HS / 2 <= kRopeMaxHalf, "the CUDA rotary embedding takes head sizes up to ",
+             2 * kRopeMaxHalf, ", got ", HS);
+  if (B == 0 || T_ == 0) return;
+  const int64_t row_blocks = ceil_div(B, kRopeRows);
+  WEFT_CHECK(row_blocks <= 65535, "rotary embedding: B=", B, " exceeds the grid");
+  RopeFrequencies f{};
+  for (int i = 0; i < HS / 2; ++i) f.inv_freq[i] = rope_inv_freq(theta, i, HS);
+  const dim3 grid(static_cast<unsigned>(T_), static_cast<unsigned>(row_blocks));
+  rope_kernel<<<grid, kRopeThreads, 0, stream>>>(
+      dev(qkv), B, T_, NH + NKV, HS / 2, static_cast<int64_t>(NH + 2 * NKV) * HS, f, inverse);
+  WEFT_CUDA_CHECK_LAUNCH();
 }
 
 // ---- fused softmax + cross-entropy ------------------------------------------------------------
@@ -965,22 +1091,48 @@ void embedding_backward_shard(Context& ctx, float* dwte, float* dwpe, const BF16
 }
 
 void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
-                       const BF16* bias, int N, int C, Stream stream) {
+                       const BF16* bias, int N, int C, Norm norm, Stream stream) {
   detail::launch_layernorm_forward<BF16>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, N, C,
-                                         stream);
+                                         norm, stream);
 }
 
 void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                       const BF16* a, const BF16* b, const BF16* weight,
-                                      const BF16* bias, int N, int C, Stream stream) {
+                                      const BF16* bias, int N, int C, Norm norm, Stream stream) {
   WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
-  detail::launch_layernorm_forward(out, mean, rstd, residual, a, b, weight, bias, N, C, stream);
+  detail::launch_layernorm_forward(out, mean, rstd, residual, a, b, weight, bias, N, C, norm,
+                                   stream);
 }
 
 void layernorm_backward(Context& ctx, BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                         const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
-                        int N, int C) {
-  detail::launch_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+                        int N, int C, Norm norm) {
+  detail::launch_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                    norm);
+}
+
+void swiglu_forward(BF16* out, const BF16* inp, int N, int F, Stream stream) {
+  detail::check_swiglu_dims(N, F);
+  const int64_t n = static_cast<int64_t>(N) * F;
+  if (n == 0) return;
+  detail::swiglu_forward_kernel<<<detail::elementwise_blocks(n), detail::kElementwiseThreads, 0,
+                                  stream>>>(detail::dev(out), detail::dev(inp), F, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_backward(BF16* dinp, const BF16* dout, const BF16* inp, int N, int F, Stream stream) {
+  detail::check_swiglu_dims(N, F);
+  const int64_t n = static_cast<int64_t>(N) * F;
+  if (n == 0) return;
+  detail::swiglu_backward_kernel<<<detail::elementwise_blocks(n), detail::kElementwiseThreads, 0,
+                                   stream>>>(detail::dev(dinp), detail::dev(dout), detail::dev(inp),
+                                             F, n);
+  WEFT_CUDA_CHECK_LAUNCH();
+}
+
+void rope(BF16* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse,
+          Stream stream) {
+  detail::launch_rope(qkv, B, T, NH, NKV, HS, theta, inverse, stream);
 }
 
 void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n, Stream stream) {
