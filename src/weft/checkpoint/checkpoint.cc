@@ -14,11 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <map>
 #include <memory>
-#include <set>
-#include <sstream>
 #include <utility>
 
 #include "weft/core/check.h"

@@ -8,7 +8,6 @@
 
 #include <string>
 
-#include "weft/checkpoint/checkpoint.h"
 #include "weft/core/status.h"
 
 namespace weft::checkpoint {

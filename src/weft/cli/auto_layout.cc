@@ -12,24 +12,9 @@
 #include "weft/core/node.h"
 #include "weft/planner/auto_layout.h"
 #include "weft/planner/stage_costs.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::cli {
 namespace {
-
-// "tp=1 pp=2 dp=3 zero=1 micro_batch=2 1f1b": what the choice line names, every key that differs
-// between layouts of one run.
-std::string describe(const layout::Layout& l) {
-  std::string out = fmt::format("tp={} pp={} dp={}", l.tp, l.pp, l.dp);
-  if (l.vp > 1) out += fmt::format(" vp={}", l.vp);
-  if (l.sequence_parallel) out += " sequence_parallel";
-  out += fmt::format(" zero={} micro_batch={} {}", l.zero, l.micro_batch,
-                     schedule::kind_name(l.schedule));
-  if (l.recompute != model::Recompute::None) {
-    out += fmt::format(" recompute={}", model::recompute_name(l.recompute));
-  }
-  return out;
-}
 
 struct Choice {
   planner::Prediction best;
@@ -77,7 +62,7 @@ void apply_parallel_auto(config::RunConfig& cfg, int world_size, const std::stri
     if (leader) {
       fmt::print(stderr,
                  "weft train: parallel.auto: the run config's {} takes the {} ranks: kept\n",
-                 describe(given), world_size);
+                 layout::short_name(given), world_size);
     }
     return;
   }
@@ -117,9 +102,9 @@ void apply_parallel_auto(config::RunConfig& cfg, int world_size, const std::stri
              "weft train: parallel.auto chose {} for {} ranks: predicted {:.3g} s/step, {} on the "
              "busiest rank (cluster {}); it replaces the run config's tp={} pp={} dp={}, which "
              "takes {} rank{}\n",
-             describe(l), world_size, p.time.total, planner::format_bytes(p.memory.total()),
-             choice->cluster, given.tp, given.pp, given.dp, given.grid().world(),
-             given.grid().world() == 1 ? "" : "s");
+             layout::short_name(l), world_size, p.time.total,
+             planner::format_bytes(p.memory.total()), choice->cluster, given.tp, given.pp, given.dp,
+             given.grid().world(), given.grid().world() == 1 ? "" : "s");
 }
 
 }  // namespace weft::cli

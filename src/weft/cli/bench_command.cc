@@ -45,7 +45,6 @@
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/step_loop.h"
-#include "weft/schedule/schedule.h"
 #include "weft/schedule/simulate.h"
 
 namespace weft::cli {

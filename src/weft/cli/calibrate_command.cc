@@ -15,7 +15,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -41,7 +40,6 @@
 #include "weft/planner/hardware.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::cli {
 namespace {

@@ -12,13 +12,10 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "weft/comm/communicator.h"
 #include "weft/config/run_config.h"
 #include "weft/kernels/backend.h"
-#include "weft/layout/validate.h"
-#include "weft/model/recompute.h"
 
 namespace weft::cli {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "weft/planner/config.h"
 #include "weft/planner/hardware.h"
-#include "weft/planner/simulate.h"
 
 namespace CLI {
 class App;

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
-#include "weft/core/check.h"
 #include "weft/core/stop_signals.h"
 #include "weft/core/suggest.h"
 #include "weft_version.h"  // generated: version.cmake

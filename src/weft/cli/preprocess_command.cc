@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
-#include "weft/core/check.h"
 #include "weft/data/preprocess.h"
 
 namespace weft::cli {

@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
-#include <chrono>
-#include <climits>
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -117,22 +117,16 @@ void run_decode(const DecodeOptions& o) {
     ids.resize(bytes.size() / sizeof(int32_t));
     std::memcpy(ids.data(), bytes.data(), bytes.size());
   } else {
-    std::string word;
-    for (const char c : o.ids + " ") {
-      if (c == ' ' || c == ',' || c == '\n' || c == '\t') {
-        if (word.empty()) continue;
-        try {
-          size_t used = 0;
-          const long v = std::stol(word, &used);
-          if (used != word.size() || v < INT32_MIN || v > INT32_MAX) throw std::out_of_range("");
-          ids.push_back(static_cast<int32_t>(v));
-        } catch (const std::exception&) {
-          throw Error(fmt::format("--ids: '{}' is not a token id", word));
-        }
-        word.clear();
-      } else {
-        word += c;
+    std::string list = o.ids;
+    std::replace(list.begin(), list.end(), ',', ' ');
+    std::istringstream words(list);
+    for (std::string w; words >> w;) {
+      int32_t id = 0;
+      const auto [end, error] = std::from_chars(w.data(), w.data() + w.size(), id);
+      if (error != std::errc() || end != w.data() + w.size()) {
+        throw Error(fmt::format("--ids: '{}' is not a token id", w));
       }
+      ids.push_back(id);
     }
   }
   const std::string text = tok.decode(ids);

@@ -36,7 +36,6 @@
 #include "weft/runtime/engine.h"
 #include "weft/runtime/pipeline_runner.h"
 #include "weft/runtime/trainer.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::cli {
 namespace {

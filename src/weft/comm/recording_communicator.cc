@@ -1,7 +1,5 @@
 #include "weft/comm/recording_communicator.h"
 
-#include <chrono>
-
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
 

@@ -4,7 +4,6 @@
 // with the nearest known one. Problems are added to a weft::Status, so a file's are reported
 // together.
 
-#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <utility>

@@ -3,7 +3,6 @@
 #include <fmt/core.h>
 
 #include <cstring>
-#include <vector>
 
 namespace weft::data {
 

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "weft/core/suggest.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::layout {
 

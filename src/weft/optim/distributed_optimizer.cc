@@ -1,6 +1,5 @@
 #include "weft/optim/distributed_optimizer.h"
 
-#include <algorithm>
 #include <chrono>
 #include <exception>
 

@@ -9,8 +9,6 @@
 // forward, identity backward; with sequence parallelism all-gather / reduce-scatter in their place)
 // are written out where they are used, in model/gpt.cc, forward and backward side by side.
 
-#include <cstdint>
-
 #include "weft/comm/communicator.h"
 
 namespace weft::parallel {

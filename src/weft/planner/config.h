@@ -12,8 +12,6 @@
 #include "weft/layout/layout.h"
 #include "weft/layout/validate.h"
 #include "weft/model/gpt_config.h"
-#include "weft/model/recompute.h"
-#include "weft/schedule/instr.h"
 
 namespace weft::planner {
 

@@ -7,7 +7,6 @@
 //   Result<Cluster> c = load_cluster("configs/clusters/dgx-a100.toml");
 
 #include <string>
-#include <vector>
 
 #include "weft/core/status.h"
 #include "weft/model/memory.h"

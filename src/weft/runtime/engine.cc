@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <mutex>
 #include <span>
@@ -14,11 +13,9 @@
 #include "weft/core/node.h"
 #include "weft/kernels/kernels.h"
 #include "weft/layout/rank.h"
-#include "weft/model/flops.h"
 #include "weft/parallel/topology.h"
 #include "weft/runtime/gemm_ceiling.h"
 #include "weft/runtime/pipeline_runner.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
 namespace {

@@ -1,7 +1,6 @@
 #include "weft/runtime/gemm_ceiling.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "weft/core/clock.h"
 #include "weft/core/rng.h"

@@ -1,14 +1,10 @@
 #include "weft/runtime/pipeline_runner.h"
 
-#include <algorithm>
 #include <chrono>
-#include <exception>
 
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
-#include "weft/layout/rank.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
 

@@ -2,7 +2,6 @@
 // How every training step ends, whatever the layout and backend (finish_step), and the one rule
 // of the global gradient norm. The pipeline runtime (pipeline_runner.h) runs a step's passes.
 
-#include <cstdint>
 #include <functional>
 #include <span>
 

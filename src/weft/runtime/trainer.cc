@@ -7,10 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <tuple>
 
 #include "weft/checkpoint/checkpoint.h"
 #include "weft/core/clock.h"
@@ -30,7 +27,6 @@
 #include "weft/runtime/step_loop.h"
 #include "weft/runtime/stragglers.h"
 #include "weft/runtime/train_step.h"
-#include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
 namespace {

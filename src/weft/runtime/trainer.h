@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "weft/core/status.h"
 #include "weft/core/stop_signals.h"
 #include "weft/data/token_dataset.h"
-#include "weft/kernels/backend.h"
 #include "weft/model/gpt.h"
 #include "weft/optim/adamw.h"
 #include "weft/parallel/groups.h"

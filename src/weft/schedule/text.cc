@@ -6,8 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "weft/schedule/schedule.h"
-
 namespace weft::schedule {
 namespace {
 
