@@ -50,9 +50,6 @@ Gpt::Gpt(const GptConfig& cfg, int B, int T, Recompute recompute, parallel::Tens
       stage_(stage) {
   Status s = validate_stage(cfg, B, T, stage, slots);
   if (s.ok()) s.merge(validate_tensor_parallel(cfg, tp.size(), tp.sequence_parallel, B, T));
-  if (s.ok() && cfg.rope() && tp.size() > 0 && cfg.head_size() % 2 != 0) {
-    s.add("rotary positions need an even head size");
-  }
   if (s.ok() && !be_.attention_supports(cfg.n_embd / tp.size(), cfg.n_head / tp.size())) {
     s.add("the " + be_.name() + " attention kernel does not take heads of size " +
           std::to_string(cfg.n_embd / cfg.n_head) + " (n_embd " + std::to_string(cfg.n_embd) +
