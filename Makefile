@@ -21,11 +21,12 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
 
-# The unit tests under AddressSanitizer + UBSan. The debug test preset leaves out the labels slow,
-# heavy (end-to-end jobs of many ranks, whose code smaller tests run there), mutation, slurm and
-# fuzz (the fuzz targets are clang's, built with both sanitizers whatever the preset, so `make test`
-# has run them). The filter lives in the preset: with --preset, CTest 3.25 drops it for a -LE given
-# here and then applies neither (docs/parallelism.md).
+# The unit tests under AddressSanitizer, with UBSan on src/ (cmake/WeftWarnings.cmake). The debug
+# test preset leaves out the labels slow, heavy (end-to-end jobs of many ranks, whose code smaller
+# tests run there), mutation, slurm and fuzz (the fuzz targets are clang's, built with both
+# sanitizers whatever the preset, so `make test` has run them). The filter lives in the preset:
+# with --preset, CTest 3.25 drops it for a -LE given here and then applies neither
+# (docs/parallelism.md).
 test-debug:
 	$(MAKE) build PRESET=debug
 	ctest --preset debug -j $(JOBS)

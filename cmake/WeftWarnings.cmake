@@ -7,10 +7,19 @@ target_compile_options(weft_flags INTERFACE
 if(WEFT_NATIVE)
   target_compile_options(weft_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-march=native>)
 endif()
+# WEFT_TEST_CODE (a directory property that tests/CMakeLists.txt sets): the tests' own code. Under
+# WEFT_SANITIZE every target gets AddressSanitizer; UBSan instruments the code under test, src/,
+# and not the tests' gtest macros and fixtures, where it costs a third of the debug build's compile
+# time (trainer_test: 21.6 s with both, 14.4 s with ASan alone) and would check only test code.
+define_property(TARGET PROPERTY WEFT_TEST_CODE INHERITED
+                BRIEF_DOCS "a test's own code: no UBSan under WEFT_SANITIZE"
+                FULL_DOCS "Set on tests/ as a directory property (cmake/WeftWarnings.cmake).")
 if(WEFT_SANITIZE)
+  set(_src_code $<NOT:$<BOOL:$<TARGET_PROPERTY:WEFT_TEST_CODE>>>)
   target_compile_options(weft_flags INTERFACE
-    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer
-                               -fno-sanitize-recover=undefined>)
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address -fno-omit-frame-pointer>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,${_src_code}>:-fsanitize=undefined
+                                                 -fno-sanitize-recover=undefined>)
   target_link_options(weft_flags INTERFACE -fsanitize=address,undefined)
 endif()
 

@@ -31,7 +31,7 @@ set(allowed_cli core tensor kernels comm parallel model optim schedule data chec
     config plot runtime planner cli)
 # Sub-modules: a directory inside a module that is its own library with narrower edges; its files
 # are checked against its own list, not the module's. kernels/cuda (weft_kernels_cuda, optional)
-# links weft_core alone and may include the kernels headers (ops.inc, cpu/reference.h).
+# links weft_core alone and may include the kernels headers (ops.inc, kernels.h).
 # comm/cuda (weft_comm_cuda, optional) holds the communicators on device buffers: it may include
 # comm and the CUDA backend's memory headers (kernels/cuda/arena.h, cuda_check.h), which keeps
 # weft_comm itself free of CUDA.

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "support/kernel_reference.h"
 #include "support/reference_gemm.h"
 #include "support/rel_error.h"
-#include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/gemm.h"
 #include "weft/kernels/kernels.h"
 

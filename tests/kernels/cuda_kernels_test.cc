@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "support/kernel_reference.h"
 #include "support/rel_error.h"
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
-#include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/cuda/arena.h"
 #include "weft/kernels/cuda/context.h"
 #include "weft/kernels/cuda/cuda_check.h"

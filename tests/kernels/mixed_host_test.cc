@@ -30,10 +30,10 @@
 #include <utility>
 #include <vector>
 
+#include "support/kernel_reference.h"
 #include "weft/core/check.h"
 #include "weft/core/dtype.h"
 #include "weft/core/rng.h"
-#include "weft/kernels/cpu/reference.h"
 #include "weft/kernels/kernels.h"
 
 namespace weft::kernels {

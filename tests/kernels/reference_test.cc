@@ -1,10 +1,10 @@
-// Tests of the reference kernels (weft/kernels/cpu/reference.h), instantiated with T = double.
+// Tests of the reference kernels (tests/support/kernel_reference.h), instantiated with T = double.
 // The oracle for every backward kernel is central finite differences of its forward kernel:
 // with a random upstream gradient dout and L(x) = sum(dout * forward(x)), the backward kernel's
 // dL/dx (into zeroed buffers, so it does not matter whether the kernel writes or adds) must match
 // (L(x + h) - L(x - h)) / 2h for every element of every input and parameter.
 
-#include "weft/kernels/cpu/reference.h"
+#include "support/kernel_reference.h"
 
 #include <gtest/gtest.h>
 

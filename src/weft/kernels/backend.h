@@ -20,7 +20,7 @@
 //     backend is checked against;
 //   cuda::make_mixed_backend (cuda/mixed_backend.h): the GPU in BF16Mixed, through the kernels of
 //     kernels_cuda.h, on device memory from one Arena.
-// The readable reference templates (cpu/reference.h) stay the oracle of all three.
+// The readable reference templates (tests/support/kernel_reference.h) stay the oracle of all three.
 //
 // Conventions: every pointer is the backend's memory, allocated by allocate(); row-major; N = B*T
 // rows. Gradients follow the one rule of every backend (docs/training.md, "Gradients: written or

@@ -1,7 +1,7 @@
 #pragma once
 // The kernels of weft. `weft::kernels::cpu` is the optimized CPU backend (OpenMP + oneDNN GEMM);
-// `weft::kernels::ref` (cpu/reference.h) holds readable reference templates every fast kernel
-// is tested against. The op list is ops.inc.
+// `weft::kernels::ref` (tests/support/kernel_reference.h) holds readable reference templates every
+// fast kernel is tested against. The op list is ops.inc.
 
 #include <cmath>
 #include <cstdint>

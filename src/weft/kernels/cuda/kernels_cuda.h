@@ -7,8 +7,8 @@
 // activation gradients are WRITTEN (each has one producer), except LayerNorm's dinp, which ADDS
 // into the residual stream's gradient; fp32 parameter gradients ADD, so microbatches accumulate.
 // Kernels that need cuBLASLt or scratch memory take a Context (its stream); the others take the
-// stream directly (default: the default stream). The CPU reference (cpu/reference.h) is the
-// oracle of each (tests/kernels/cuda_kernels_test.cc).
+// stream directly (default: the default stream). The CPU reference
+// (tests/support/kernel_reference.h) is the oracle of each (tests/kernels/cuda_kernels_test.cc).
 //
 // Shapes are checked on entry (WEFT_CHECK); flash attention also needs 16-byte aligned tensors and
 // a head size HS = C / NH of 64 or 128.
