@@ -48,6 +48,7 @@ function(weft_add_mpi_test name)
   target_link_libraries(${name} PRIVATE ${T_DEPS} weft_mpi_test_main GTest::gtest)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name} PRIVATE WEFT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  target_precompile_headers(${name} REUSE_FROM weft_test_pch)  # tests/support/CMakeLists.txt
   foreach(n ${T_RANKS})
     add_test(NAME ${name}_np${n}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${WEFT_MPIEXEC_FLAGS}

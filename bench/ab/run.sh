@@ -83,13 +83,17 @@ md = [f"# Before/after: `weft bench step`, {before} vs {after}", "",
       f"- machine: {cpu}, {platform.platform()}; Open MPI 4.1 (btl self,vader)",
       f"- `bench/ab/run.sh`: the two binaries alternating, {rounds} rounds (before first in odd rounds, after first in even ones); each figure the median over"
       " the rounds of the run's median step, and of the busiest rank's peak memory (resident above"
-      " the start)", "",
-      f"| row | ms {before} | ms {after} | {after} / {before} | MiB {before} | MiB {after} | {after} / {before} |",
-      "|---|---:|---:|---:|---:|---:|---:|"]
+      " the start); of the GEMM ceiling: each run's model FLOP/s over the GEMM ceiling it measured"
+      " between its own steps, so the machine's drift during the run divides out", "",
+      f"| row | ms {before} | ms {after} | {after} / {before} | of the GEMM ceiling {before} |"
+      f" of the GEMM ceiling {after} | MiB {before} | MiB {after} | {after} / {before} |",
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for n in names:
     mb, ma = pick(n, before, "ms_median"), pick(n, after, "ms_median")
+    cb, ca = pick(n, before, "ratio_to_gemm_ceiling"), pick(n, after, "ratio_to_gemm_ceiling")
     gb, ga = pick(n, before, "mem_measured_mib"), pick(n, after, "mem_measured_mib")
-    md.append(f"| {n} | {mb:.0f} | {ma:.0f} | {ma / mb:.3f} | {gb:.1f} | {ga:.1f} | {ga / gb:.3f} |")
+    md.append(f"| {n} | {mb:.0f} | {ma:.0f} | {ma / mb:.3f} | {cb:.1%} | {ca:.1%} | {gb:.1f} |"
+              f" {ga:.1f} | {ga / gb:.3f} |")
 md += ["", "Per round (ms, before / after): " + "; ".join(
     f"{n}: " + ", ".join(f"{r1['ms_median']:.0f}/{r2['ms_median']:.0f}" for r1, r2 in zip(
         [r for r in runs if r['row'] == n and r['side'] == before],
