@@ -37,15 +37,15 @@ std::string join(const std::string& dir, const std::string& name) {
 //
 // Past the page cache (O_DIRECT) where the file system allows it. A buffered save of GPT-2 124M's
 // 1.5 GB on the 2-core VM of the async benchmark cost 5-6 CPU-seconds (copies into the page cache,
-// its writeback) and 6-7 s; O_DIRECT from 64 MiB blocks, 0.3 CPU-seconds and 1.75 s. That CPU is
-// what a background save takes from training. O_DIRECT wants the address, size and offset of each
-// write aligned to the device's blocks, so bytes go through an aligned staging buffer, written in
-// whole blocks; the last one is padded and the file truncated to its size. A file system that
+// its writeback) and 6-7 s; O_DIRECT, 0.3-0.55 CPU-seconds and 1.75-3 s (64 and 2 MiB blocks). That
+// CPU is what a background save takes from training. O_DIRECT wants the address, size and offset of
+// each write aligned to the device's blocks, so bytes go through an aligned staging buffer, written
+// in whole blocks; the last one is padded and the file truncated to its size. A file system that
 // refuses O_DIRECT (tmpfs) gets buffered writes.
 class ShardWriter {
  public:
   static constexpr int64_t kAlign = 4096;
-  static constexpr int64_t kStage = int64_t{16} << 20;
+  static constexpr int64_t kStage = kWriteStageBytes;
 
   ~ShardWriter() {
     if (fd_ >= 0) ::close(fd_);

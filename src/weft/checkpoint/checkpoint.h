@@ -158,6 +158,9 @@ struct RankFiles {
   std::vector<ShardInfo> shards;
   std::vector<TensorInfo> tensors;
 };
+// The files are written past the page cache (O_DIRECT) where the file system allows it, through an
+// aligned staging buffer of this size, one file at a time: the host memory a save adds.
+inline constexpr int64_t kWriteStageBytes = int64_t{16} << 20;
 Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
                                    std::span<const WritePiece> pieces,
                                    std::span<float> staging = {});
