@@ -8,17 +8,23 @@
 #include "support/tiny_gpt.h"
 #include "weft/checkpoint/convert.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <climits>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <map>
+#include <tuple>
 
 #include "weft/core/pending_file.h"
 #include "weft/core/rng.h"
@@ -516,6 +522,90 @@ TEST_F(CheckpointTest, AConvertedCheckpointMissingARanksFileNamesIt) {
   const auto bad = layout::parse("tp=2,pq=1,zero=4");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("unknown key 'pq'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::checkpoint
+
+namespace weft::checkpoint {
+namespace {
+
+// The shard writer sends whole blocks straight from the source where the source's address and the
+// file's position are aligned alike, and the rest through its staging buffer (checkpoint.cc). Here
+// pieces in phase, out of phase (one float off), longer than the 16 MiB stage, shorter than a
+// block, and streamed through a staging window: each file must hold exactly the bytes given, in
+// order, and its size and checksum must say so; a NaN past the first block is named by element.
+TEST(ShardWriting, AFileHoldsTheBytesGivenWhateverTheirAlignment) {
+  constexpr int64_t kFloats = (int64_t{24} << 20) / 4;  // 24 MiB
+  std::unique_ptr<float, decltype(&std::free)> buf(
+      static_cast<float*>(std::aligned_alloc(4096, kFloats * 4)), &std::free);
+  fill_normal(buf.get(), kFloats, stream_key(5, "shard"), 0, 0.0f, 1.0f);
+  const float* a = buf.get();
+  std::vector<float> window(3000);  // a device's staging window: not a whole block
+  auto piece = [](const char* group, int64_t count) {
+    TensorInfo t;
+    t.name = fmt::format("t{}", count);
+    t.group = group;
+    t.global_shape = {count};
+    t.count = count;
+    return t;
+  };
+  // (group, first float in buf, count, through the window)
+  const std::tuple<const char*, int64_t, int64_t, bool> plan[] = {
+      {"params", 0, 1000, false},         // in phase, a seam at its end
+      {"params", 1000, 9000, false},      // contiguous: back in phase after the seam
+      {"params", 10001, 5000, false},     // one float off: through the stage
+      {"params", 15001, 3, false},        // shorter than a block
+      {"params", 0, kFloats - 7, false},  // longer than the stage, out of phase
+      {"adam_m", 4096, 2048, false},      // a new file, in phase from its start
+      {"adam_m", 77, 10000, true},        // streamed through the window
+      {"adam_v", 6144, 1 << 20, false}};
+  std::vector<WritePiece> pieces;
+  std::map<std::string, std::string> expected;  // file -> bytes
+  for (const auto& [group, first, count, windowed] : plan) {
+    WritePiece p{piece(group, count), windowed ? nullptr : a + first, {}};
+    if (windowed) {
+      p.fetch = [a, first](int64_t begin, int64_t n, float* out) {
+        std::copy(a + first + begin, a + first + begin + n, out);
+      };
+    }
+    pieces.push_back(std::move(p));
+    expected[std::string(group) == "params" ? "m.bin" : "o.bin"].append(
+        reinterpret_cast<const char*>(a + first), static_cast<size_t>(count) * 4);
+  }
+  const std::string dir = (fs::temp_directory_path() / fmt::format("weft_shards_{}", ::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto files = write_rank_files(dir, {"m.bin", "o.bin"}, pieces, window);
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  ASSERT_EQ(files.value().shards.size(), 2u);
+  for (const ShardInfo& sh : files.value().shards) {
+    const std::string& want = expected.at(sh.file);
+    std::ifstream f(fs::path(dir) / sh.file, std::ios::binary);
+    const std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(sh.bytes, static_cast<int64_t>(want.size())) << sh.file;
+    ASSERT_EQ(got.size(), want.size()) << sh.file;
+    EXPECT_TRUE(got == want) << sh.file << ": the bytes differ";
+    EXPECT_EQ(sh.xxh3, XXH3_64bits(want.data(), want.size())) << sh.file;
+  }
+  // Each tensor's offset is where its bytes begin in its file.
+  int64_t params_at = 0;
+  for (const TensorInfo& t : files.value().tensors) {
+    if (t.group != "params") continue;
+    EXPECT_EQ(t.offset, params_at) << t.name;
+    params_at += t.count * 4;
+  }
+
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  buf.get()[4096 + 20000] = std::numeric_limits<float>::quiet_NaN();
+  auto bad = write_rank_files(dir, {"m.bin", "o.bin"}, {&pieces[4], 1});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("non-finite value nan in tensor t" +
+                                        std::to_string(kFloats - 7) + " (params), element 24096"),
+            std::string::npos)
+      << bad.status().message();
+  fs::remove_all(dir);
 }
 
 }  // namespace

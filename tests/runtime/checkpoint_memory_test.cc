@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "weft/core/memory_usage.h"
+#include "weft/core/pending_file.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
 #include "weft/runtime/checkpointing.h"
@@ -110,10 +111,9 @@ TEST(CheckpointMemory, ADeviceEngineSavesAndLoadsThroughItsBufferNotACopyOfTheSt
   const int64_t save_rise = peak_resident_bytes() - before_save;
   ASSERT_TRUE(saved.ok()) << saved.status().message();
   std::fprintf(stderr, "weft-memory: save of %.1f MB: resident peak +%.1f MiB (staging %.1f MiB)\n",
-               saved.value().bytes / 1e6, mib(save_rise),
-               mib(kStagingBytes + checkpoint::kWriteStageBytes));
+               saved.value().bytes / 1e6, mib(save_rise), mib(kStagingBytes + kDirectStageBytes));
   EXPECT_GE(saved.value().bytes, state);
-  EXPECT_LE(save_rise, kStagingBytes + checkpoint::kWriteStageBytes + kSlackBytes)
+  EXPECT_LE(save_rise, kStagingBytes + kDirectStageBytes + kSlackBytes)
       << "host memory during a save grows with the state, not with the buffer";
 
   // 3. A load into another engine (initialized from another seed): the peak rises by about

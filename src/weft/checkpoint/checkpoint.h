@@ -158,9 +158,11 @@ struct RankFiles {
   std::vector<ShardInfo> shards;
   std::vector<TensorInfo> tensors;
 };
-// The files are written past the page cache (O_DIRECT) where the file system allows it, through an
-// aligned staging buffer of this size, one file at a time: the host memory a save adds.
-inline constexpr int64_t kWriteStageBytes = int64_t{16} << 20;
+// The first NaN or infinity in [p, p + n), or null.
+const float* first_non_finite(const float* p, int64_t n);
+// The files are written past the page cache (O_DIRECT) where the file system allows it, one at a
+// time, through a staging buffer of kDirectStageBytes (core/pending_file.h): the host memory a save
+// adds.
 Result<RankFiles> write_rank_files(const std::string& tmp_dir, const RankFileNames& files,
                                    std::span<const WritePiece> pieces,
                                    std::span<float> staging = {});

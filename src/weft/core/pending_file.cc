@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -57,17 +58,10 @@ void PendingFile::discard() {
   committed_ = true;
 }
 
-Status PendingFile::write_all(const char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::error(temp_path_ + ": write failed: " + std::string(std::strerror(errno)));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return {};
+Status PendingFile::write_all(const char* p, size_t n, int64_t offset) {
+  const int err = write_fully(fd_, p, static_cast<int64_t>(n), offset);
+  if (err == 0) return {};
+  return Status::error(temp_path_ + ": write failed: " + std::string(std::strerror(err)));
 }
 
 Status PendingFile::flush() {
@@ -95,16 +89,7 @@ Status PendingFile::write(const void* bytes, int64_t n) {
 Status PendingFile::write_at(int64_t offset, const void* bytes, int64_t n) {
   WEFT_CHECK(fd_ >= 0, temp_path_, " is closed");
   if (auto s = flush(); !s.ok()) return s;
-  const char* p = static_cast<const char*>(bytes);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd_, p, static_cast<size_t>(n), offset);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::error(temp_path_ + ": write failed: " + std::string(std::strerror(errno)));
-    }
-    p += w, offset += w, n -= w;
-  }
-  return {};
+  return write_all(static_cast<const char*>(bytes), static_cast<size_t>(n), offset);
 }
 
 Status PendingFile::read_at(int64_t offset, void* bytes, int64_t n) {
@@ -161,6 +146,20 @@ Status fsync_path(const std::string& path) {
   ::close(fd);
   if (!ok) return Status::error(path + ": fsync failed: " + std::strerror(err));
   return {};
+}
+
+int write_fully(int fd, const void* bytes, int64_t n, int64_t offset) {
+  const char* p = static_cast<const char*>(bytes);
+  while (n > 0) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 30));
+    const ssize_t w = offset < 0 ? ::write(fd, p, want) : ::pwrite(fd, p, want, offset);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
+    p += w, n -= w;
+    if (offset >= 0) offset += w;
+  }
+  return 0;
 }
 
 }  // namespace weft

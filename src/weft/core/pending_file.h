@@ -39,7 +39,7 @@ class PendingFile {
  private:
   PendingFile() = default;
   Status flush();
-  Status write_all(const char* p, size_t n);
+  Status write_all(const char* p, size_t n, int64_t offset = -1);
   void discard();
 
   std::string path_, temp_path_;
@@ -55,5 +55,16 @@ Status write_file_atomic(const std::string& path, std::string_view content);
 
 // fsync() of a file or a directory (a rename is durable only once its directory is synced).
 Status fsync_path(const std::string& path);
+
+// Files written past the page cache (O_DIRECT: checkpoint shards) go to disk in whole blocks of
+// kDirectBlockBytes, from addresses aligned alike, through a staging buffer of kDirectStageBytes
+// where the source is not (checkpoint/checkpoint.cc). The memory model counts the stage
+// (model/memory.h).
+inline constexpr int64_t kDirectBlockBytes = 4096;
+inline constexpr int64_t kDirectStageBytes = int64_t{16} << 20;
+
+// Writes all n bytes to fd, at the file's position (offset < 0) or at `offset`, through partial
+// writes and EINTR. 0, or the errno of the write that failed.
+int write_fully(int fd, const void* bytes, int64_t n, int64_t offset = -1);
 
 }  // namespace weft

@@ -10,6 +10,7 @@
 
 #include "weft/core/check.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/pending_file.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/gemm.h"
 #include "weft/model/activation_layout.h"
@@ -364,16 +365,17 @@ int64_t zero_pool_bytes(const GptConfig& cfg, const RankShape& shape, const Rank
 
 int64_t snapshot_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank) {
   const ZeroSharding zero = shape.zero;
-  int64_t bytes = 0;
+  int64_t group = 0;  // floats of the params group over the chunks; m and v hold as many
   for (const ChunkMemory& c : rank.chunks) {
     const ParamLayout& layout =
         stage_param_layout(cfg, shape.tp.tp, c.stage, optim::zero_unit_align(zero.stage, zero.dp));
-    const int64_t group = zero.stage == 0
-                              ? layout.buffer.total()
-                              : optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
-    bytes += 3 * group * kFloat;  // params (or the master shard), m and v
+    group += zero.stage == 0 ? layout.buffer.total()
+                             : optim::zero_owned_elements(layout, zero.stage, zero.dp, 0);
   }
-  return bytes;
+  // The parameters, then from the next block m and v (runtime::CheckpointSaver::plan_snapshot);
+  // and the writer's staging buffer (core/pending_file.h).
+  constexpr int64_t kBlock = kDirectBlockBytes / kFloat;
+  return ((group + kBlock - 1) / kBlock * kBlock + 2 * group) * kFloat + kDirectStageBytes;
 }
 
 // One body for both engines: they run the same model and runtime, and differ only in what else

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +14,7 @@
 
 #include "weft/core/clock.h"
 #include "weft/core/fault.h"
+#include "weft/core/pending_file.h"
 
 namespace weft::runtime {
 namespace {
@@ -196,20 +196,29 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
 CheckpointSaver::CheckpointSaver(const CheckpointJob& job, std::string root, int keep_last)
     : job_(job), root_(std::move(root)), keep_last_(keep_last) {}
 
-// The snapshot: every group this rank writes part of, whole, one after the other; each piece at
-// its group's offset plus its own.
+// The snapshot: every group this rank writes part of, whole, laid out as the files take them
+// (checkpoint::write_rank_files): the parameters of every chunk, then from the next 4 KiB boundary
+// every chunk's m, then every chunk's v, one after the other. Each file's bytes then lie in
+// memory in the file's order, aligned as in the file, and go to disk without a copy (O_DIRECT,
+// checkpoint.cc). Each piece sits at its group's offset plus its own.
 CheckpointSaver::SnapshotPlan CheckpointSaver::plan_snapshot(RankState& st) {
+  constexpr int64_t kBlock = kDirectBlockBytes / int64_t{sizeof(float)};
   SnapshotPlan plan;
+  std::vector<std::vector<checkpoint::StatePiece>> chunks;
   for (int j = 0; j < st.num_chunks(); ++j) {
-    int64_t at[3] = {-1, -1, -1};
-    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
-      if (at[p.group] < 0) {
-        at[p.group] = plan.floats;
-        plan.groups.emplace_back(plan.floats, j * 3 + p.group);
-        plan.floats += st.group_floats(j);
+    chunks.push_back(checkpoint::state_pieces(st.place(j), true));
+  }
+  for (int g = 0; g < 3; ++g) {
+    if (g == 1) plan.floats = (plan.floats + kBlock - 1) / kBlock * kBlock;
+    for (int j = 0; j < st.num_chunks(); ++j) {
+      const int64_t at = plan.floats;
+      const size_t before = plan.pieces.size();
+      for (checkpoint::StatePiece& p : chunks[j]) {
+        if (p.group == g) plan.pieces.emplace_back(std::move(p), at + p.at);
       }
-      const int64_t offset = at[p.group] + p.at;
-      plan.pieces.emplace_back(std::move(p), offset);
+      if (plan.pieces.size() == before) continue;  // it writes no part of this group
+      plan.groups.emplace_back(at, j * 3 + g);
+      plan.floats += st.group_floats(j);
     }
   }
   return plan;
@@ -313,8 +322,7 @@ Status check_parameters_finite(const CheckpointJob& job) {
         const int64_t n = std::min(window, p.tensor.count - at);
         const float* data = host != nullptr ? host + p.at + at : staging.data();
         if (host == nullptr) st.read(j, 0, p.at + at, n, staging.data());
-        const float* bad = std::find_if(data, data + n, [](float x) { return !std::isfinite(x); });
-        if (bad != data + n) {
+        if (const float* bad = checkpoint::first_non_finite(data, n)) {
           mine =
               Status::error(fmt::format("non-finite parameter {} in {} (element {} of this "
                                         "rank's part)",
