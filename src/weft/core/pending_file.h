@@ -58,8 +58,7 @@ Status fsync_path(const std::string& path);
 
 // Files written past the page cache (O_DIRECT: checkpoint shards) go to disk in whole blocks of
 // kDirectBlockBytes, from addresses aligned alike, through a staging buffer of kDirectStageBytes
-// where the source is not (checkpoint/checkpoint.cc). The memory model counts the stage
-// (model/memory.h).
+// where the source is not (checkpoint/checkpoint.cc).
 inline constexpr int64_t kDirectBlockBytes = 4096;
 inline constexpr int64_t kDirectStageBytes = int64_t{16} << 20;
 

@@ -178,7 +178,7 @@ MemoryEstimate estimate_rank_memory(const GptConfig& cfg, const RankShape& shape
 
 // The host memory a rank keeps for asynchronous checkpoints (MemoryCounting::snapshot), whatever
 // its precision: per chunk its fp32 parameters (from ZeRO 1 on, the master shard) and AdamW's two
-// moments, each whole, the moments from a 4 KiB boundary on; and the writer's staging buffer.
+// moments, each whole, the moments from a 4 KiB boundary on.
 int64_t snapshot_bytes(const GptConfig& cfg, const RankShape& shape, const RankProgram& rank);
 
 // ZeRO 2/3: what a rank's unit pool (optim/unit_pool.h) holds once its chunks have run a step, in
