@@ -53,32 +53,13 @@ std::string mpi_error_string(int code) {
 }
 
 MPI_Datatype mpi_type(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return MPI_FLOAT;
-    case DataType::F64:
-      return MPI_DOUBLE;
-    case DataType::I32:
-      return MPI_INT32_T;
-    case DataType::I64:
-      return MPI_INT64_T;
-    case DataType::U8:
-      return MPI_UINT8_T;
-    case DataType::BF16:
-      return MPI_UINT16_T;  // moved as its bits; reduced only by the Ring (reduce_into)
-  }
-  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
+  // Indexed by DataType. BF16 is moved as its bits; reduced only by the Ring (reduce_into).
+  const MPI_Datatype types[] = {MPI_FLOAT,   MPI_DOUBLE,  MPI_INT32_T,
+                                MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T};
+  return types[static_cast<size_t>(t)];
 }
 
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return MPI_SUM;
-    case ReduceOp::Max:
-      return MPI_MAX;
-  }
-  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
-}
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
 // The group an operation runs on, as messages name it. Shared by the operations in flight, so a
 // Work can outlive its communicator's name.
@@ -601,7 +582,7 @@ class MpiCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     // bf16 always (its sum depends on the order of the adds); the other types from kRingMinBytes
     // on, where Open MPI 4.1's MPI_Iallreduce (libnbc) faulted in fresh temporaries each time, as
     // the ring did before its ScratchPool: ZeRO 0's reductions of pipe-8l at dp 2 took 75 ms a step
@@ -620,7 +601,7 @@ class MpiCommunicator final : public Communicator {
 
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     const Op o = make_op("reduce_scatter", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     // In place (out == in): the size*n inputs are read from `out` and the result left first.
     if (size() == 1) {
       if (out != in) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
@@ -707,12 +688,6 @@ class MpiCommunicator final : public Communicator {
   void meet(const Op& o) {
     start(o, [&](MPI_Request* req) { return MPI_Ibarrier(comm_, req); }).wait();
   }
-  static void check_reducible(const Op& o) {
-    if (o.dtype == DataType::U8) {
-      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
-                              o.where(), dtype_name(o.dtype)));
-    }
-  }
   // The next ring operation's place. The Ring's messages get a communicator of their own (created
   // collectively, as the ring operations that call this are), so no other point-to-point message
   // on this group can match. Every rank starts its ring operations in the same order: the same tag
@@ -797,18 +772,6 @@ MpiSession::~MpiSession() {
 
 std::unique_ptr<Communicator> MpiSession::world() const {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world");
-}
-
-int MpiSession::world_rank() const {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int MpiSession::world_size() const {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 void abort_job(const std::string& message, int exit_code) {
