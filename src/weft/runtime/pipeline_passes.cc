@@ -1,28 +1,10 @@
 #include "weft/runtime/pipeline_runner.h"
 
-#include <chrono>
-
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
 
 namespace weft::runtime {
-
-namespace {
-// Adds the seconds of its scope to `total`.
-class ScopedSeconds {
- public:
-  explicit ScopedSeconds(double& total) : total_(total) {}
-  ~ScopedSeconds() { total_ += seconds_since(start_); }
-  ScopedSeconds(const ScopedSeconds&) = delete;
-  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
-
- private:
-  double& total_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
-}  // namespace
 
 PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
   WEFT_CHECK(stage >= 0 && stage < S_ && on_this_rank(stage), "stage ", stage,
@@ -53,26 +35,19 @@ void PipelineRunner::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows. fp32 goes as
 // floats, bf16 as bf16 elements (the planner's volume counts elements of the activation type).
 comm::Work PipelineRunner::send_rows(const kernels::Act* full, int peer, int tag) {
-  if (part_ != nullptr) {
-    const comm::Payload part = payload(part_elements_);
-    return boundary_->send_async(
-        kernels::act_offset(full, tp().rank() * part_elements_, act_bytes_), part.count, part.type,
-        peer, tag);
-  }
-  const comm::Payload whole = payload(boundary_elements());
-  return boundary_->send_async(full, whole.count, whole.type, peer, tag);
+  const int64_t n = part_ != nullptr ? part_elements_ : boundary_elements();
+  const kernels::Act* rows =
+      part_ != nullptr ? kernels::act_offset(full, tp().rank() * part_elements_, act_bytes_) : full;
+  const comm::Payload p = payload(n);
+  return boundary_->send_async(rows, p.count, p.type, peer, tag);
 }
 
 void PipelineRunner::recv_rows(kernels::Act* full, int peer, int tag) {
-  const ScopedSeconds waiting(timing_.waiting);
-  if (part_ != nullptr) {
-    const comm::Payload part = payload(part_elements_);
-    boundary_->recv_async(part_, part.count, part.type, peer, tag).order();
-    o_.tp->all_gather_async(full, part_, part.count, part.type).order();
-    return;
-  }
-  const comm::Payload whole = payload(boundary_elements());
-  boundary_->recv_async(full, whole.count, whole.type, peer, tag).order();
+  const auto t0 = SteadyClock::now();
+  const comm::Payload p = payload(part_ != nullptr ? part_elements_ : boundary_elements());
+  boundary_->recv_async(part_ != nullptr ? part_ : full, p.count, p.type, peer, tag).order();
+  if (part_ != nullptr) o_.tp->all_gather_async(full, part_, p.count, p.type).order();
+  timing_.waiting += seconds_since(t0);
 }
 
 void PipelineRunner::forward(int stage, int mb) {

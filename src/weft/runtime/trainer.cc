@@ -225,7 +225,7 @@ Result<TrainResult> Trainer::run() {
         "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
         signal_name(result.stop_signal), run.step, cfg_.train.steps, result.checkpoint));
   }
-  if (options_.write_plot && run.leader) {
+  if (run.leader) {
     const std::string svg = (std::filesystem::path(cfg_.run.out_dir) / "loss.svg").string();
     Status s = plot::write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
     if (!s.ok()) run.progress->message("weft train: warning: no loss plot: " + s.message());

@@ -43,8 +43,7 @@ struct TrainerOptions {
   // Measures the ceiling (FLOP/s) instead of the engine (Engine::gemm_ceiling's contract): for
   // tests of what the trainer does with a measurement.
   std::function<double(bool fresh)> gemm_ceiling;
-  bool progress = true;    // progress on stderr
-  bool write_plot = true;  // <out_dir>/loss.svg at the end
+  bool progress = true;  // progress on stderr
   // Recorded in checkpoints for `weft generate`: how to load the tokenizer ("gpt2" or an absolute
   // directory; default data.tokenizer) and what it is (BpeTokenizer::identity(), "" if none).
   std::string tokenizer_spec;
