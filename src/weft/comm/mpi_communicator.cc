@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -112,18 +113,16 @@ std::string roll_call(double grace_s) {
   if (g_world.roll_call == MPI_COMM_NULL || g_world.called || g_world.size < 2) return "";
   g_world.called = true;
   const int n = g_world.size, me = g_world.rank;
+  std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
+  std::vector<bool> heard(static_cast<size_t>(n), false);
+  heard[me] = true;
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     MPI_Request req;
     if (MPI_Isend(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
       MPI_Request_free(&req);
     }
-  }
-  std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
-  std::vector<bool> heard(static_cast<size_t>(n), false);
-  heard[me] = true;
-  for (int r = 0; r < n; ++r) {
-    if (r != me) MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
+    MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
   }
   poll_until(grace_s, [&] {
     bool all = true;
@@ -323,7 +322,6 @@ class ScratchPool {
     return block;
   }
   void give(std::unique_ptr<char[]> block, size_t bytes) {
-    if (block == nullptr) return;
     std::lock_guard<std::mutex> lock(mu_);
     free_.emplace_back(bytes, std::move(block));
   }
@@ -334,30 +332,16 @@ class ScratchPool {
 };
 
 // A block of a ScratchPool, given back when it goes.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(std::shared_ptr<ScratchPool> pool, size_t bytes)
-      : pool_(std::move(pool)), bytes_(bytes), block_(pool_->take(bytes_)) {}
-  Scratch(Scratch&&) = default;
-  Scratch& operator=(Scratch&& o) {
-    release();
-    pool_ = std::move(o.pool_);
-    bytes_ = o.bytes_;
-    block_ = std::move(o.block_);
-    return *this;
-  }
-  ~Scratch() { release(); }
-  char* get() const { return block_.get(); }
-
- private:
-  void release() {
-    if (pool_ != nullptr) pool_->give(std::move(block_), bytes_);
-  }
-  std::shared_ptr<ScratchPool> pool_;
-  size_t bytes_ = 0;
-  std::unique_ptr<char[]> block_;
+struct GiveBack {
+  std::shared_ptr<ScratchPool> pool;
+  size_t bytes = 0;
+  void operator()(char* block) const { pool->give(std::unique_ptr<char[]>(block), bytes); }
 };
+using Scratch = std::unique_ptr<char[], GiveBack>;
+Scratch take_scratch(const std::shared_ptr<ScratchPool>& pool, size_t bytes) {
+  std::unique_ptr<char[]> block = pool->take(bytes);
+  return Scratch(block.release(), GiveBack{pool, bytes});
+}
 
 // A reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first half
 // of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
@@ -415,8 +399,6 @@ class Ring {
     if (in != ring->block(r)) {
       std::memmove(ring->block(r), in, static_cast<size_t>(n) * dtype_size(op.dtype));
     }
-    ring->next_ = (r + 1) % p;
-    ring->prev_ = (r + p - 1) % p;
     ring->step_ = p - 1;  // the first gathering step
     ring->steps_ = 2 * (p - 1);
     ring->post(ring->block(r), n, ring->block(r - 1), n);
@@ -455,6 +437,8 @@ class Ring {
         tag_(at.tag),
         in_(in),
         timeout_s_(at.timeout_s),
+        next_(wrap(op.group->rank + 1)),
+        prev_(wrap(op.group->rank - 1)),
         scratch_(at.scratch) {}
 
   // `total` elements in the p blocks, none longer than `longest`.
@@ -465,10 +449,8 @@ class Ring {
     steps_ = (all_ != nullptr ? 2 : 1) * (p - 1);
     const auto bytes = static_cast<size_t>(longest) * dtype_size(op_.dtype);
     // Not zero-filled: the receives and the sums write them before they are read.
-    recv_buf_ = Scratch(scratch_, bytes);
-    if (p > 2) sum_buf_ = Scratch(scratch_, bytes);
-    next_ = (r + 1) % p;
-    prev_ = (r + p - 1) % p;
+    recv_buf_ = take_scratch(scratch_, bytes);
+    if (p > 2) sum_buf_ = take_scratch(scratch_, bytes);
     // Step 0 sends this rank's own input block.
     post(in_block(r - 1), count(r - 1), recv_buf_.get(), count(r - 2));
   }
@@ -546,7 +528,7 @@ class Ring {
 // The world rank of each rank of `comm`.
 std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
   std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
-  for (int r = 0; r < size; ++r) mine[r] = r;
+  std::iota(mine.begin(), mine.end(), 0);
   MPI_Group group, world_group;
   if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return world;
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
