@@ -140,14 +140,6 @@ Engine::~Engine() = default;
 
 void Engine::init(uint64_t seed) { runner_->init(seed); }
 
-StepStats Engine::step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm) {
-  return runner_->step(tokens, targets, lr, clip_norm);
-}
-
-float Engine::evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) {
-  return runner_->evaluate(tokens, targets, batches, total);
-}
-
 std::string Engine::describe() const {
   const auto& p = cfg_.parallel;
   const int world = p.tp * p.pp * p.dp;

@@ -28,8 +28,9 @@ int PipelineRunner::tag(int stage, int mb, bool grad) const {
   return stage_message_tag(stage, mb, m_, grad);
 }
 
-void PipelineRunner::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
-  backend_.copy(dst, src, boundary_bytes());
+void PipelineRunner::read_held(SendPool& pool, int stage, int mb, kernels::Act* dst) {
+  backend_.copy(dst, pool.held(stage, mb), boundary_bytes());
+  pool.read(stage, mb);
 }
 
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows. fp32 goes as
@@ -55,8 +56,7 @@ void PipelineRunner::forward(int stage, int mb) {
   const int slot = c.acquire(mb);
   if (stage > 0 && on_this_rank(stage - 1)) {
     // The previous stage is on this rank (pp = 1): its output, from the send buffer.
-    copy_boundary(c.model->stage_input(slot), acts_out_.held(stage - 1, mb));
-    acts_out_.read(stage - 1, mb);
+    read_held(acts_out_, stage - 1, mb, c.model->stage_input(slot));
   }
   kernels::Act* output = stage < S_ - 1 ? acts_out_.take(stage, mb) : nullptr;
   const int64_t block = int64_t{o_.shape.B} * o_.shape.T;
@@ -73,8 +73,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
   if (stage < S_ - 1) {
     if (on_this_rank(stage + 1)) {  // pp = 1: the next stage's input gradient, from its buffer
-      copy_boundary(c.model->output_grad(), grads_out_.held(stage + 1, mb));
-      grads_out_.read(stage + 1, mb);
+      read_held(grads_out_, stage + 1, mb, c.model->output_grad());
     } else {  // recv_grad wrote it into the workspace right before this
       WEFT_CHECK(received_grad_ == std::make_pair(stage, mb), "backward of stage ", stage,
                  " microbatch ", mb, " right after receiving another output gradient");
@@ -84,7 +83,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   if (!split) c.opt->set_final_pass(++c.weight_passes == m_);
   c.model->backward(slot, /*defer_weight_grads=*/split);
   // d(stage input) into a send buffer, for the previous stage (its rank, or this one).
-  if (stage > 0) copy_boundary(grads_out_.take(stage, mb), c.model->input_grad());
+  if (stage > 0) backend_.copy(grads_out_.take(stage, mb), c.model->input_grad(), boundary_bytes());
   if (!split) c.release(mb);
 }
 
@@ -167,8 +166,7 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
       if (!on_this_rank(s)) continue;
       Chunk& c = chunk(s);
       if (s > 0 && on_this_rank(s - 1)) {
-        copy_boundary(c.model->stage_input(0), acts_out_.held(s - 1, k));
-        acts_out_.read(s - 1, k);
+        read_held(acts_out_, s - 1, k, c.model->stage_input(0));
       } else if (s > 0) {
         recv_rows(c.model->stage_input(0), sh.rank_of(s - 1), tag(s, k % m_, false));
       }

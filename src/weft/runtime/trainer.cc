@@ -356,7 +356,7 @@ float Trainer::evaluate(Run& run) {
   for (int k = 0; k < mine; ++k) {
     run.sampler->val_batch(k, vt.data() + k * block, vy.data() + k * block);
   }
-  return engine_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
+  return engine_->runner().evaluate(vt.data(), vy.data(), mine, t.eval_batches);
 }
 
 Status Trainer::train(Run& run) {
