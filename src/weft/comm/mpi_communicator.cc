@@ -195,11 +195,6 @@ struct Op {
   int world_rank(int r) const {
     return r < static_cast<int>(group->world_ranks.size()) ? group->world_ranks[r] : -1;
   }
-  // " at step 7" while training
-  static std::string at_step() {
-    const int64_t step = current_step();
-    return step > 0 ? fmt::format(" at step {}", step) : "";
-  }
   void check(int rc) const {
     if (rc != MPI_SUCCESS) throw Error(where() + " failed: " + mpi_error_string(rc) + detail());
   }
@@ -228,7 +223,9 @@ class Pending {
     if (poll_until(timeout_s_, done) && !called) return;
     if (!called && give_up()) return;  // it completed while being cancelled
     const double grace = roll_call_grace(timeout_s_);
-    throw Error(fmt::format("{}{} {}{}{}{}", op_.where(), Op::at_step(),
+    const int64_t step = current_step();  // " at step 7" while training
+    throw Error(fmt::format("{}{} {}{}{}{}", op_.where(),
+                            step > 0 ? fmt::format(" at step {}", step) : "",
                             called ? "gave up: another rank timed out and called the roll"
                                    : fmt::format("timed out after {:g} s", timeout_s_),
                             op_.detail(), op_.world_names(), roll_call(grace)));

@@ -68,8 +68,6 @@ struct TrainResult {
   std::vector<StepRecord> records;
 };
 
-class Progress;
-
 class Trainer {
  public:
   // cfg must have passed validate() and validate_data() with this dataset (the CLI does both).
@@ -101,8 +99,6 @@ class Trainer {
   // A collective error that ends the run (the same on every rank): `why`, then the last
   // checkpoint, then `advice`.
   Status give_up(Run& run, const std::string& why, const std::string& advice = "");
-  void report_memory(Progress& progress, const parallel::Topology& topo,
-                     comm::Communicator* world) const;
 
   config::RunConfig cfg_;
   const data::TokenDataset* dataset_;
