@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -14,40 +15,33 @@
 
 namespace weft::comm {
 
-size_t dtype_size(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return 4;
-    case DataType::F64:
-      return 8;
-    case DataType::I32:
-      return 4;
-    case DataType::I64:
-      return 8;
-    case DataType::U8:
-      return 1;
-    case DataType::BF16:
-      return 2;
-  }
-  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
+namespace {
+
+// Indexed by DataType and ReduceOp.
+struct DataTypeInfo {
+  size_t size;
+  std::string_view name;
+};
+constexpr DataTypeInfo kDataTypes[] = {{4, "f32"}, {8, "f64"}, {4, "i32"},
+                                       {8, "i64"}, {1, "u8"},  {2, "bf16"}};
+constexpr std::string_view kReduceOpNames[] = {"sum", "max"};
+
+const DataTypeInfo& info(DataType t) {
+  const auto i = static_cast<size_t>(t);
+  if (i >= std::size(kDataTypes)) WEFT_FAIL("unknown DataType ", static_cast<int>(t));
+  return kDataTypes[i];
 }
 
-std::string_view dtype_name(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return "f32";
-    case DataType::F64:
-      return "f64";
-    case DataType::I32:
-      return "i32";
-    case DataType::I64:
-      return "i64";
-    case DataType::U8:
-      return "u8";
-    case DataType::BF16:
-      return "bf16";
+}  // namespace
+
+size_t dtype_size(DataType t) { return info(t).size; }
+std::string_view dtype_name(DataType t) { return info(t).name; }
+
+void check_reducible(std::string_view where, DataType t) {
+  if (t == DataType::U8) {
+    throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)", where,
+                            dtype_name(t)));
   }
-  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
 }
 
 namespace {
@@ -97,13 +91,9 @@ void reduce_into(void* dst, const void* a, const void* b, int64_t n, DataType t,
 }
 
 std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return "sum";
-    case ReduceOp::Max:
-      return "max";
-  }
-  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
+  const auto i = static_cast<size_t>(op);
+  if (i >= std::size(kReduceOpNames)) WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
+  return kReduceOpNames[i];
 }
 
 namespace {
@@ -111,11 +101,8 @@ namespace {
 std::atomic<int64_t> g_current_step{0};
 std::atomic<int64_t> g_waiting_ns{0};
 thread_local int t_wait_depth = 0;  // a wrapper's wait calls its inner one's: count the outer
+RollCall g_roll_call;               // set once, before any wait (MpiSession)
 
-}  // namespace
-
-namespace {
-RollCall g_roll_call;  // set once, before any wait (MpiSession)
 }  // namespace
 
 void set_roll_call(RollCall r) { g_roll_call = std::move(r); }
@@ -175,12 +162,14 @@ class LocalCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     check_count("all_reduce", n);
-    check_reducible("all_reduce", t);
+    // As every other backend, although one rank has nothing to add: code that reduces bytes on a
+    // group of one would fail only once it runs on two.
+    check_reducible(where("all_reduce"), t);
     return {};
   }
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     check_count("reduce_scatter", n);
-    check_reducible("reduce_scatter", t);
+    check_reducible(where("reduce_scatter"), t);
     copy(out, in, n, t);
     return {};
   }
@@ -214,16 +203,7 @@ class LocalCommunicator final : public Communicator {
   void check_count(const char* op, int64_t n) const {
     WEFT_CHECK(n >= 0, op, " on group '", name_, "': negative count ", n);
   }
-  // As every other backend, although one rank has nothing to add: code that reduces bytes on a
-  // group of one would fail only once it runs on two.
-  void check_reducible(const char* op, DataType t) const {
-    if (t == DataType::U8) {
-      throw Error(
-          fmt::format("{} on group '{}': {} cannot be reduced (f32, f64, i32, i64 and bf16 "
-                      "can)",
-                      op, name_, dtype_name(t)));
-    }
-  }
+  std::string where(const char* op) const { return fmt::format("{} on group '{}'", op, name_); }
   static void copy(void* out, const void* in, int64_t n, DataType t) {
     if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
   }

@@ -81,6 +81,8 @@ std::string_view dtype_name(DataType t);
 
 enum class ReduceOp { Sum, Max };
 std::string_view reduce_op_name(ReduceOp op);
+// Throws weft::Error "<where>: u8 cannot be reduced (...)" for a type no backend reduces (U8).
+void check_reducible(std::string_view where, DataType t);
 // dst[i] = a[i] op b[i] for n elements of a reducible type (not U8); dst may be a: the arithmetic
 // of every host-memory reduction (the thread communicator's collectives, the MPI rings). BF16: the
 // op in fp32, rounded once to nearest even, as NCCL's bf16 reductions (so not associative: see

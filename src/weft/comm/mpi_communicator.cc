@@ -15,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -53,32 +54,13 @@ std::string mpi_error_string(int code) {
 }
 
 MPI_Datatype mpi_type(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return MPI_FLOAT;
-    case DataType::F64:
-      return MPI_DOUBLE;
-    case DataType::I32:
-      return MPI_INT32_T;
-    case DataType::I64:
-      return MPI_INT64_T;
-    case DataType::U8:
-      return MPI_UINT8_T;
-    case DataType::BF16:
-      return MPI_UINT16_T;  // moved as its bits; reduced only by the Ring (reduce_into)
-  }
-  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
+  // Indexed by DataType. BF16 is moved as its bits; reduced only by the Ring (reduce_into).
+  const MPI_Datatype types[] = {MPI_FLOAT,   MPI_DOUBLE,  MPI_INT32_T,
+                                MPI_INT64_T, MPI_UINT8_T, MPI_UINT16_T};
+  return types[static_cast<size_t>(t)];
 }
 
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return MPI_SUM;
-    case ReduceOp::Max:
-      return MPI_MAX;
-  }
-  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
-}
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::Sum ? MPI_SUM : MPI_MAX; }
 
 // The group an operation runs on, as messages name it. Shared by the operations in flight, so a
 // Work can outlive its communicator's name.
@@ -131,18 +113,16 @@ std::string roll_call(double grace_s) {
   if (g_world.roll_call == MPI_COMM_NULL || g_world.called || g_world.size < 2) return "";
   g_world.called = true;
   const int n = g_world.size, me = g_world.rank;
+  std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
+  std::vector<bool> heard(static_cast<size_t>(n), false);
+  heard[me] = true;
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     MPI_Request req;
     if (MPI_Isend(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
       MPI_Request_free(&req);
     }
-  }
-  std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
-  std::vector<bool> heard(static_cast<size_t>(n), false);
-  heard[me] = true;
-  for (int r = 0; r < n; ++r) {
-    if (r != me) MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
+    MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
   }
   poll_until(grace_s, [&] {
     bool all = true;
@@ -215,11 +195,6 @@ struct Op {
   int world_rank(int r) const {
     return r < static_cast<int>(group->world_ranks.size()) ? group->world_ranks[r] : -1;
   }
-  // " at step 7" while training
-  static std::string at_step() {
-    const int64_t step = current_step();
-    return step > 0 ? fmt::format(" at step {}", step) : "";
-  }
   void check(int rc) const {
     if (rc != MPI_SUCCESS) throw Error(where() + " failed: " + mpi_error_string(rc) + detail());
   }
@@ -248,7 +223,9 @@ class Pending {
     if (poll_until(timeout_s_, done) && !called) return;
     if (!called && give_up()) return;  // it completed while being cancelled
     const double grace = roll_call_grace(timeout_s_);
-    throw Error(fmt::format("{}{} {}{}{}{}", op_.where(), Op::at_step(),
+    const int64_t step = current_step();  // " at step 7" while training
+    throw Error(fmt::format("{}{} {}{}{}{}", op_.where(),
+                            step > 0 ? fmt::format(" at step {}", step) : "",
                             called ? "gave up: another rank timed out and called the roll"
                                    : fmt::format("timed out after {:g} s", timeout_s_),
                             op_.detail(), op_.world_names(), roll_call(grace)));
@@ -342,7 +319,6 @@ class ScratchPool {
     return block;
   }
   void give(std::unique_ptr<char[]> block, size_t bytes) {
-    if (block == nullptr) return;
     std::lock_guard<std::mutex> lock(mu_);
     free_.emplace_back(bytes, std::move(block));
   }
@@ -353,30 +329,16 @@ class ScratchPool {
 };
 
 // A block of a ScratchPool, given back when it goes.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(std::shared_ptr<ScratchPool> pool, size_t bytes)
-      : pool_(std::move(pool)), bytes_(bytes), block_(pool_->take(bytes_)) {}
-  Scratch(Scratch&&) = default;
-  Scratch& operator=(Scratch&& o) {
-    release();
-    pool_ = std::move(o.pool_);
-    bytes_ = o.bytes_;
-    block_ = std::move(o.block_);
-    return *this;
-  }
-  ~Scratch() { release(); }
-  char* get() const { return block_.get(); }
-
- private:
-  void release() {
-    if (pool_ != nullptr) pool_->give(std::move(block_), bytes_);
-  }
-  std::shared_ptr<ScratchPool> pool_;
-  size_t bytes_ = 0;
-  std::unique_ptr<char[]> block_;
+struct GiveBack {
+  std::shared_ptr<ScratchPool> pool;
+  size_t bytes = 0;
+  void operator()(char* block) const { pool->give(std::unique_ptr<char[]>(block), bytes); }
 };
+using Scratch = std::unique_ptr<char[], GiveBack>;
+Scratch take_scratch(const std::shared_ptr<ScratchPool>& pool, size_t bytes) {
+  std::unique_ptr<char[]> block = pool->take(bytes);
+  return Scratch(block.release(), GiveBack{pool, bytes});
+}
 
 // A reduce-scatter over a ring of point-to-point messages (Patarasuk & Yuan 2009; the first half
 // of the ring all-reduce NCCL and Horovod run): in step k = 0 .. p-2, rank r sends block
@@ -434,8 +396,6 @@ class Ring {
     if (in != ring->block(r)) {
       std::memmove(ring->block(r), in, static_cast<size_t>(n) * dtype_size(op.dtype));
     }
-    ring->next_ = (r + 1) % p;
-    ring->prev_ = (r + p - 1) % p;
     ring->step_ = p - 1;  // the first gathering step
     ring->steps_ = 2 * (p - 1);
     ring->post(ring->block(r), n, ring->block(r - 1), n);
@@ -474,6 +434,8 @@ class Ring {
         tag_(at.tag),
         in_(in),
         timeout_s_(at.timeout_s),
+        next_(wrap(op.group->rank + 1)),
+        prev_(wrap(op.group->rank - 1)),
         scratch_(at.scratch) {}
 
   // `total` elements in the p blocks, none longer than `longest`.
@@ -484,10 +446,8 @@ class Ring {
     steps_ = (all_ != nullptr ? 2 : 1) * (p - 1);
     const auto bytes = static_cast<size_t>(longest) * dtype_size(op_.dtype);
     // Not zero-filled: the receives and the sums write them before they are read.
-    recv_buf_ = Scratch(scratch_, bytes);
-    if (p > 2) sum_buf_ = Scratch(scratch_, bytes);
-    next_ = (r + 1) % p;
-    prev_ = (r + p - 1) % p;
+    recv_buf_ = take_scratch(scratch_, bytes);
+    if (p > 2) sum_buf_ = take_scratch(scratch_, bytes);
     // Step 0 sends this rank's own input block.
     post(in_block(r - 1), count(r - 1), recv_buf_.get(), count(r - 2));
   }
@@ -565,7 +525,7 @@ class Ring {
 // The world rank of each rank of `comm`.
 std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
   std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
-  for (int r = 0; r < size; ++r) mine[r] = r;
+  std::iota(mine.begin(), mine.end(), 0);
   MPI_Group group, world_group;
   if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return world;
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
@@ -601,7 +561,7 @@ class MpiCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     // bf16 always (its sum depends on the order of the adds); the other types from kRingMinBytes
     // on, where Open MPI 4.1's MPI_Iallreduce (libnbc) faulted in fresh temporaries each time, as
     // the ring did before its ScratchPool: ZeRO 0's reductions of pipe-8l at dp 2 took 75 ms a step
@@ -620,7 +580,7 @@ class MpiCommunicator final : public Communicator {
 
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     const Op o = make_op("reduce_scatter", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     // In place (out == in): the size*n inputs are read from `out` and the result left first.
     if (size() == 1) {
       if (out != in) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
@@ -707,12 +667,6 @@ class MpiCommunicator final : public Communicator {
   void meet(const Op& o) {
     start(o, [&](MPI_Request* req) { return MPI_Ibarrier(comm_, req); }).wait();
   }
-  static void check_reducible(const Op& o) {
-    if (o.dtype == DataType::U8) {
-      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
-                              o.where(), dtype_name(o.dtype)));
-    }
-  }
   // The next ring operation's place. The Ring's messages get a communicator of their own (created
   // collectively, as the ring operations that call this are), so no other point-to-point message
   // on this group can match. Every rank starts its ring operations in the same order: the same tag
@@ -797,18 +751,6 @@ MpiSession::~MpiSession() {
 
 std::unique_ptr<Communicator> MpiSession::world() const {
   return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world");
-}
-
-int MpiSession::world_rank() const {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int MpiSession::world_size() const {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
 }
 
 void abort_job(const std::string& message, int exit_code) {

@@ -27,8 +27,6 @@ class MpiSession {
 
   // MPI_COMM_WORLD as a Communicator named "world".
   std::unique_ptr<Communicator> world() const;
-  int world_rank() const;
-  int world_size() const;
 };
 
 // A failure on one rank ends the whole job (DESIGN.md §5): prints "[rank r] error: <message>" to

@@ -1,28 +1,22 @@
 #include "weft/comm/recording_communicator.h"
 
+#include <iterator>
+
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
 
 namespace weft::comm {
 
+namespace {
+constexpr std::string_view kCommOpNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                             "broadcast",  "send",           "recv",
+                                             "barrier"};  // indexed by CommOp
+}  // namespace
+
 std::string_view comm_op_name(CommOp op) {
-  switch (op) {
-    case CommOp::AllReduce:
-      return "all_reduce";
-    case CommOp::ReduceScatter:
-      return "reduce_scatter";
-    case CommOp::AllGather:
-      return "all_gather";
-    case CommOp::Broadcast:
-      return "broadcast";
-    case CommOp::Send:
-      return "send";
-    case CommOp::Recv:
-      return "recv";
-    case CommOp::Barrier:
-      return "barrier";
-  }
-  WEFT_FAIL("unknown CommOp ", static_cast<int>(op));
+  const auto i = static_cast<size_t>(op);
+  if (i >= std::size(kCommOpNames)) WEFT_FAIL("unknown CommOp ", static_cast<int>(op));
+  return kCommOpNames[i];
 }
 
 size_t CommRecorder::add(CommRecord r) {

@@ -21,17 +21,10 @@ int edit_distance(std::string_view a, std::string_view b) {
 }
 
 std::string did_you_mean(std::string_view name, const std::vector<std::string>& candidates) {
-  const std::string* best = nullptr;
-  int best_d = 0;
-  for (const auto& c : candidates) {
-    int d = edit_distance(name, c);
-    if (best == nullptr || d < best_d) {
-      best = &c;
-      best_d = d;
-    }
-  }
-  int limit = std::max<int>(2, static_cast<int>(name.size()) / 3);
-  if (best == nullptr || best_d > limit) return "";
+  const auto distance = [&](const std::string& c) { return edit_distance(name, c); };
+  const auto best = std::ranges::min_element(candidates, {}, distance);  // the first of the nearest
+  const int limit = std::max<int>(2, static_cast<int>(name.size()) / 3);
+  if (best == candidates.end() || distance(*best) > limit) return "";
   return " (did you mean '" + *best + "'?)";
 }
 

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/core/suggest.h"
@@ -16,6 +19,11 @@ bool parse_int(std::string_view v, int& out) {
   const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
   return ec == std::errc() && ptr == v.data() + v.size();
 }
+
+// The keys whose value is an integer field.
+constexpr std::pair<std::string_view, int Layout::*> kIntKeys[] = {
+    {"tp", &Layout::tp}, {"pp", &Layout::pp},          {"dp", &Layout::dp},
+    {"vp", &Layout::vp}, {"mb", &Layout::micro_batch}, {"zero", &Layout::zero}};
 
 }  // namespace
 
@@ -44,19 +52,11 @@ Result<Layout> parse(std::string_view text, int world) {
     auto integer = [&](int& out) {
       if (!parse_int(value, out)) s.add(fmt::format("{}={} must be an integer", key, value));
     };
-    if (key == "tp") {
-      integer(c.tp);
-    } else if (key == "pp") {
-      integer(c.pp);
-    } else if (key == "dp") {
-      integer(c.dp);
-      dp_given = true;
-    } else if (key == "vp") {
-      integer(c.vp);
-    } else if (key == "mb") {
-      integer(c.micro_batch);
-    } else if (key == "zero") {
-      integer(c.zero);
+    const auto field = std::find_if(std::begin(kIntKeys), std::end(kIntKeys),
+                                    [&](const auto& k) { return k.first == key; });
+    if (field != std::end(kIntKeys)) {
+      integer(c.*field->second);
+      dp_given = dp_given || key == "dp";
     } else if (key == "sp") {
       int v = 0;
       integer(v);

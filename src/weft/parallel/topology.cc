@@ -33,26 +33,17 @@ int Topology::rank(Coord c) const {
   return c.tp + shape_.tp * (c.dp + shape_.dp * c.pp);
 }
 
-std::vector<int> Topology::tp_group(int r) const {
+// The ranks of r's group along `axis`, of `size` ranks.
+std::vector<int> Topology::group_along(int r, int Coord::*axis, int size) const {
   Coord c = coord(r);
   std::vector<int> g;
-  for (c.tp = 0; c.tp < shape_.tp; ++c.tp) g.push_back(rank(c));
+  for (c.*axis = 0; c.*axis < size; ++(c.*axis)) g.push_back(rank(c));
   return g;
 }
 
-std::vector<int> Topology::dp_group(int r) const {
-  Coord c = coord(r);
-  std::vector<int> g;
-  for (c.dp = 0; c.dp < shape_.dp; ++c.dp) g.push_back(rank(c));
-  return g;
-}
-
-std::vector<int> Topology::pp_group(int r) const {
-  Coord c = coord(r);
-  std::vector<int> g;
-  for (c.pp = 0; c.pp < shape_.pp; ++c.pp) g.push_back(rank(c));
-  return g;
-}
+std::vector<int> Topology::tp_group(int r) const { return group_along(r, &Coord::tp, shape_.tp); }
+std::vector<int> Topology::dp_group(int r) const { return group_along(r, &Coord::dp, shape_.dp); }
+std::vector<int> Topology::pp_group(int r) const { return group_along(r, &Coord::pp, shape_.pp); }
 
 int Topology::tp_group_id(int r) const {
   const Coord c = coord(r);

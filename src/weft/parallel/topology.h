@@ -47,6 +47,7 @@ class Topology {
   std::string name(int rank) const;
 
  private:
+  std::vector<int> group_along(int rank, int Coord::*axis, int size) const;
   GridShape shape_;
 };
 

@@ -140,17 +140,9 @@ Engine::~Engine() = default;
 
 void Engine::init(uint64_t seed) { runner_->init(seed); }
 
-StepStats Engine::step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm) {
-  return runner_->step(tokens, targets, lr, clip_norm);
-}
-
-float Engine::evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total) {
-  return runner_->evaluate(tokens, targets, batches, total);
-}
-
 std::string Engine::describe() const {
   const auto& p = cfg_.parallel;
-  const int world = p.tp * p.pp * p.dp;
+  const int world = p.grid().world();
   if (device_ != nullptr) {  // "tp=1 pp=2 dp=1, 2 ranks on host, bf16 mixed precision; "
     return fmt::format(
         "{}{}, bf16 mixed precision; ",
@@ -172,8 +164,7 @@ double Engine::gemm_ceiling(bool fresh) {
   // Each rank's ceiling at its thread count, times the ranks that can run at once: the job's.
   double mine = 0;
   outside_training([&] { mine = gemm_ceiling_of(cfg_.model, b, T, fresh); });
-  return mine * concurrent_ranks(cfg_.parallel.tp * cfg_.parallel.pp * cfg_.parallel.dp,
-                                 kernels::num_threads());
+  return mine * concurrent_ranks(cfg_.parallel.grid().world(), kernels::num_threads());
 }
 
 void Engine::outside_training(const std::function<void()>& measure) {

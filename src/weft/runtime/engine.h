@@ -52,12 +52,6 @@ class Engine {
 
   // GPT-2 initialization of this rank's chunks (a fresh run; a resume loads the state instead).
   void init(uint64_t seed);
-  // One optimizer step over the replica's microbatches: tokens/targets are [m, B, T] (every rank
-  // passes the same). The mean loss and the gradient norm, on every rank.
-  StepStats step(const int32_t* tokens, const int32_t* targets, float lr, double clip_norm);
-  // The mean loss of forward passes over `total` [B,T] blocks the replicas share, this replica
-  // running `batches` of them. On every rank.
-  float evaluate(const int32_t* tokens, const int32_t* targets, int batches, int total);
 
   // Where the job runs, for the start line: "tp=2 pp=1 dp=1, 2 ranks x 1 thread; " (CPU) or
   // "host, bf16 mixed precision; " (a device).
@@ -82,8 +76,9 @@ class Engine {
   // holds it: a save streams it from there, a load into it.
   CheckpointJob checkpoint_job();
 
-  // The pipeline runner itself, for what benchmarks read of it (its optimizers' reduction times,
-  // the time it waited on other stages, its memory prediction term by term).
+  // The pipeline runner itself: what steps and evaluates (PipelineRunner::step, evaluate), and
+  // what benchmarks read of it (its optimizers' reduction times, the time it waited on other
+  // stages, its memory prediction term by term).
   PipelineRunner& runner() { return *runner_; }
 
  private:

@@ -1,28 +1,10 @@
 #include "weft/runtime/pipeline_runner.h"
 
-#include <chrono>
-
 #include "weft/core/check.h"
 #include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
 
 namespace weft::runtime {
-
-namespace {
-// Adds the seconds of its scope to `total`.
-class ScopedSeconds {
- public:
-  explicit ScopedSeconds(double& total) : total_(total) {}
-  ~ScopedSeconds() { total_ += seconds_since(start_); }
-  ScopedSeconds(const ScopedSeconds&) = delete;
-  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
-
- private:
-  double& total_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
-
-}  // namespace
 
 PipelineRunner::Chunk& PipelineRunner::chunk(int stage) {
   WEFT_CHECK(stage >= 0 && stage < S_ && on_this_rank(stage), "stage ", stage,
@@ -46,33 +28,27 @@ int PipelineRunner::tag(int stage, int mb, bool grad) const {
   return stage_message_tag(stage, mb, m_, grad);
 }
 
-void PipelineRunner::copy_boundary(kernels::Act* dst, const kernels::Act* src) {
-  backend_.copy(dst, src, boundary_bytes());
+void PipelineRunner::read_held(SendPool& pool, int stage, int mb, kernels::Act* dst) {
+  backend_.copy(dst, pool.held(stage, mb), boundary_bytes());
+  pool.read(stage, mb);
 }
 
 // A boundary tensor: whole, or with scatter/gather this tp rank's 1/tp of its rows. fp32 goes as
 // floats, bf16 as bf16 elements (the planner's volume counts elements of the activation type).
 comm::Work PipelineRunner::send_rows(const kernels::Act* full, int peer, int tag) {
-  if (part_ != nullptr) {
-    const comm::Payload part = payload(part_elements_);
-    return boundary_->send_async(
-        kernels::act_offset(full, tp().rank() * part_elements_, act_bytes_), part.count, part.type,
-        peer, tag);
-  }
-  const comm::Payload whole = payload(boundary_elements());
-  return boundary_->send_async(full, whole.count, whole.type, peer, tag);
+  const int64_t n = part_ != nullptr ? part_elements_ : boundary_elements();
+  const kernels::Act* rows =
+      part_ != nullptr ? kernels::act_offset(full, tp().rank() * part_elements_, act_bytes_) : full;
+  const comm::Payload p = payload(n);
+  return boundary_->send_async(rows, p.count, p.type, peer, tag);
 }
 
 void PipelineRunner::recv_rows(kernels::Act* full, int peer, int tag) {
-  const ScopedSeconds waiting(timing_.waiting);
-  if (part_ != nullptr) {
-    const comm::Payload part = payload(part_elements_);
-    boundary_->recv_async(part_, part.count, part.type, peer, tag).order();
-    o_.tp->all_gather_async(full, part_, part.count, part.type).order();
-    return;
-  }
-  const comm::Payload whole = payload(boundary_elements());
-  boundary_->recv_async(full, whole.count, whole.type, peer, tag).order();
+  const auto t0 = SteadyClock::now();
+  const comm::Payload p = payload(part_ != nullptr ? part_elements_ : boundary_elements());
+  boundary_->recv_async(part_ != nullptr ? part_ : full, p.count, p.type, peer, tag).order();
+  if (part_ != nullptr) o_.tp->all_gather_async(full, part_, p.count, p.type).order();
+  timing_.waiting += seconds_since(t0);
 }
 
 void PipelineRunner::forward(int stage, int mb) {
@@ -80,8 +56,7 @@ void PipelineRunner::forward(int stage, int mb) {
   const int slot = c.acquire(mb);
   if (stage > 0 && on_this_rank(stage - 1)) {
     // The previous stage is on this rank (pp = 1): its output, from the send buffer.
-    copy_boundary(c.model->stage_input(slot), acts_out_.held(stage - 1, mb));
-    acts_out_.read(stage - 1, mb);
+    read_held(acts_out_, stage - 1, mb, c.model->stage_input(slot));
   }
   kernels::Act* output = stage < S_ - 1 ? acts_out_.take(stage, mb) : nullptr;
   const int64_t block = int64_t{o_.shape.B} * o_.shape.T;
@@ -98,8 +73,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   WEFT_CHECK(slot >= 0, "backward of stage ", stage, " microbatch ", mb, " before its forward");
   if (stage < S_ - 1) {
     if (on_this_rank(stage + 1)) {  // pp = 1: the next stage's input gradient, from its buffer
-      copy_boundary(c.model->output_grad(), grads_out_.held(stage + 1, mb));
-      grads_out_.read(stage + 1, mb);
+      read_held(grads_out_, stage + 1, mb, c.model->output_grad());
     } else {  // recv_grad wrote it into the workspace right before this
       WEFT_CHECK(received_grad_ == std::make_pair(stage, mb), "backward of stage ", stage,
                  " microbatch ", mb, " right after receiving another output gradient");
@@ -109,7 +83,7 @@ void PipelineRunner::run_backward(int stage, int mb, bool split) {
   if (!split) c.opt->set_final_pass(++c.weight_passes == m_);
   c.model->backward(slot, /*defer_weight_grads=*/split);
   // d(stage input) into a send buffer, for the previous stage (its rank, or this one).
-  if (stage > 0) copy_boundary(grads_out_.take(stage, mb), c.model->input_grad());
+  if (stage > 0) backend_.copy(grads_out_.take(stage, mb), c.model->input_grad(), boundary_bytes());
   if (!split) c.release(mb);
 }
 
@@ -192,8 +166,7 @@ float PipelineRunner::evaluate(const int32_t* tokens, const int32_t* targets, in
       if (!on_this_rank(s)) continue;
       Chunk& c = chunk(s);
       if (s > 0 && on_this_rank(s - 1)) {
-        copy_boundary(c.model->stage_input(0), acts_out_.held(s - 1, k));
-        acts_out_.read(s - 1, k);
+        read_held(acts_out_, s - 1, k, c.model->stage_input(0));
       } else if (s > 0) {
         recv_rows(c.model->stage_input(0), sh.rank_of(s - 1), tag(s, k % m_, false));
       }

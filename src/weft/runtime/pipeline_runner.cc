@@ -13,6 +13,18 @@
 #include "weft/schedule/schedule.h"
 
 namespace weft::runtime {
+namespace {
+
+// What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
+// layout::rank_program): its predicted_memory(), and device_bytes before the runner exists.
+model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
+                                  const model::RankShape& shape,
+                                  const model::MemoryCounting& counting) {
+  return model::estimate_rank_memory(cfg, shape, layout::rank_program(cfg, schedule, shape.pp_rank),
+                                     counting);
+}
+
+}  // namespace
 
 Result<schedule::Schedule> runner_schedule(const model::GptConfig& cfg, schedule::Kind kind, int pp,
                                            int vp, int microbatches) {
@@ -146,13 +158,6 @@ double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cf
     seconds += s * g.count;
   }
   return seconds > 0 ? flops / seconds : 0.0;
-}
-
-model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                  const model::RankShape& shape,
-                                  const model::MemoryCounting& counting) {
-  return model::estimate_rank_memory(cfg, shape, layout::rank_program(cfg, schedule, shape.pp_rank),
-                                     counting);
 }
 
 model::MemoryEstimate PipelineRunner::predicted_memory(bool snapshot) const {

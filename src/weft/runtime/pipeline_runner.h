@@ -35,8 +35,8 @@
 //
 // Memory: the boundaries live in the backend's memory (the chunks' models and the send buffers,
 // taken from their backend); the communicators given here must reach it (the host ones for the
-// host backends, comm/cuda for a GPU), and the backend is synchronized before each send, receive
-// and collective (a communicator may run on another stream, or on the host).
+// host backends, comm/cuda for a GPU), which order their operations after the backend's work
+// (comm/communicator.h): nothing synchronizes the backend before a send, receive or collective.
 
 #include <cstdint>
 #include <functional>
@@ -74,12 +74,6 @@ struct PipelineOptions {
   ModelGroups groups = {};  // for finish_step
   optim::AdamWConfig adamw = {};
 };
-
-// What a rank of `schedule` allocates as PipelineRunner builds it (model::estimate_rank_memory over
-// layout::rank_program): its predicted_memory(), and device_bytes before the runner exists.
-model::MemoryEstimate rank_memory(const model::GptConfig& cfg, const schedule::Schedule& schedule,
-                                  const model::RankShape& shape,
-                                  const model::MemoryCounting& counting);
 
 // The program every rank of a pipeline runs: `kind` over pp ranks of vp chunks each, `microbatches`
 // per step, checked against the model (model::validate_pipeline) and lowered with its
@@ -180,8 +174,9 @@ class PipelineRunner : public StageRunner {
   void run_backward(int stage, int microbatch, bool split);
   comm::Work send_rows(const kernels::Act* full, int peer, int tag);
   void recv_rows(kernels::Act* full, int peer, int tag);
-  // Copies a stage boundary from one chunk's memory to another's (the same rank).
-  void copy_boundary(kernels::Act* dst, const kernels::Act* src);
+  // Copies the boundary `pool` holds for (stage, microbatch) into `dst` (a chunk's memory on this
+  // rank: the next stage reads it there) and frees the buffer.
+  void read_held(SendPool& pool, int stage, int microbatch, kernels::Act* dst);
   int tag(int stage, int microbatch, bool grad) const;
   int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
   int64_t boundary_bytes() const { return boundary_elements() * act_bytes_; }

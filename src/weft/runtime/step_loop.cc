@@ -33,7 +33,7 @@ StepRecord StepLoop::step(double lr, double clip) {
   static const int64_t slow_ms = fault_value("slow");
   if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
   const StepStats stats =
-      engine_.step(tokens_.data(), targets_.data(), static_cast<float>(lr), clip);
+      engine_.runner().step(tokens_.data(), targets_.data(), static_cast<float>(lr), clip);
   r.step_seconds = seconds_since(t0);
   r.comm_seconds = comm::waiting_seconds() - waited;
   r.step = ++steps_done_;

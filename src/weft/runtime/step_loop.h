@@ -1,11 +1,11 @@
 #pragma once
 // The step loop that `weft train`, `weft bench step` and `weft tune`'s trials share (issue 42):
 // this rank's Engine (made by make_engine, on any backend), where its batches come from, and per
-// step the next batch, Engine::step timed on the host (a step ends with its loss and gradient norm
-// on the host, so a device is idle when the clock stops) and the step's record. What each command
-// adds stays with it: train validates, saves and writes the records (trainer.cc); bench measures
-// the GEMM ceiling between the steps (cli/bench_command.cc); tune agrees on failures and stop
-// requests between the ranks (cli/tune_command.cc).
+// step the next batch, PipelineRunner::step timed on the host (a step ends with its loss and
+// gradient norm on the host, so a device is idle when the clock stops) and the step's record. What
+// each command adds stays with it: train validates, saves and writes the records (trainer.cc);
+// bench measures the GEMM ceiling between the steps (cli/bench_command.cc); tune agrees on failures
+// and stop requests between the ranks (cli/tune_command.cc).
 
 #include <cstdint>
 #include <functional>

@@ -67,14 +67,15 @@ double sum_squares(kernels::Backend& be, std::span<const optim::GradPart> parts)
   return sum;
 }
 
-}  // namespace
-
+// Whether slice `slice` of a stage's layout counts in tp rank `tp_rank`'s share of the norm.
 bool counts_in_grad_norm(const model::ParamLayout& layout, size_t slice,
                          const model::StageSpec& stage, int tp_rank) {
   if (layout.splits[slice].replicated() && tp_rank != 0) return false;
   // The last stage's copy of the tied embedding is the first stage's parameter: counted there.
   return !(layout.buffer.slices()[slice].name == "wte" && !stage.embedding);
 }
+
+}  // namespace
 
 GradNorm global_grad_norm(std::span<const NormChunk> chunks, const SumSquares& sum_squares,
                           comm::Communicator* model_group, comm::Communicator* shard_group,

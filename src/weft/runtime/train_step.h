@@ -42,10 +42,6 @@ struct ModelGroups {
 // Then the clip factor optim::clip_factor(norm, clip_norm), and the step is skipped (no update)
 // when the loss or the norm is not finite. Only the per-element sum of squares is the engine's.
 
-// Whether slice `slice` of a stage's layout counts in tp rank `tp_rank`'s share of the norm.
-bool counts_in_grad_norm(const model::ParamLayout& layout, size_t slice,
-                         const model::StageSpec& stage, int tp_rank);
-
 // One model chunk of this rank: its layout, stage and tp rank, and its gradient parts in buffer
 // order (whole slices, or the ZeRO shard's parts).
 struct NormChunk {

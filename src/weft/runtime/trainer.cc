@@ -42,10 +42,11 @@ Trainer::Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, Train
 
 Trainer::~Trainer() = default;
 
+namespace {
+
 // Every rank's memory, measured against predicted (Engine::memory), on rank 0's progress output.
-void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
-                            comm::Communicator* world) const {
-  const Engine::Memory mem = engine_->memory();
+void report_memory(const Engine::Memory& mem, Progress& progress, const parallel::Topology& topo,
+                   comm::Communicator* world) {
   const double mine[2] = {mem.used, mem.predicted};
   const int n = world != nullptr ? world->size() : 1;
   const std::vector<double> all = comm::all_gather_values(world, mine);
@@ -57,8 +58,6 @@ void Trainer::report_memory(Progress& progress, const parallel::Topology& topo,
   }
   progress.message(fmt::format("weft train: {}: {}", mem.title, fmt::join(ranks, ", ")));
 }
-
-namespace {
 
 // Where a run starts: "" (fresh) or the checkpoint directory it resumes from, decided (and
 // checked) before anything is allocated or written.
@@ -217,7 +216,7 @@ Result<TrainResult> Trainer::run() {
   if (Status s = train(run); !s.ok()) return s;
 
   run.progress->finish();
-  report_memory(*run.progress, topo, run.world);
+  report_memory(engine_->memory(), *run.progress, topo, run.world);
   if (Status s = save(run, false); !s.ok()) return s;
   TrainResult& result = run.result;
   if (result.stopped) {
@@ -225,7 +224,7 @@ Result<TrainResult> Trainer::run() {
         "weft train: stopped by {} after step {}/{}; checkpoint {}. Continue with --resume.",
         signal_name(result.stop_signal), run.step, cfg_.train.steps, result.checkpoint));
   }
-  if (options_.write_plot && run.leader) {
+  if (run.leader) {
     const std::string svg = (std::filesystem::path(cfg_.run.out_dir) / "loss.svg").string();
     Status s = plot::write_loss_plot(cfg_.metrics_path(), svg, cfg_.model.name);
     if (!s.ok()) run.progress->message("weft train: warning: no loss plot: " + s.message());
@@ -356,7 +355,7 @@ float Trainer::evaluate(Run& run) {
   for (int k = 0; k < mine; ++k) {
     run.sampler->val_batch(k, vt.data() + k * block, vy.data() + k * block);
   }
-  return engine_->evaluate(vt.data(), vy.data(), mine, t.eval_batches);
+  return engine_->runner().evaluate(vt.data(), vy.data(), mine, t.eval_batches);
 }
 
 Status Trainer::train(Run& run) {

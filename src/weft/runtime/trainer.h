@@ -43,8 +43,7 @@ struct TrainerOptions {
   // Measures the ceiling (FLOP/s) instead of the engine (Engine::gemm_ceiling's contract): for
   // tests of what the trainer does with a measurement.
   std::function<double(bool fresh)> gemm_ceiling;
-  bool progress = true;    // progress on stderr
-  bool write_plot = true;  // <out_dir>/loss.svg at the end
+  bool progress = true;  // progress on stderr
   // Recorded in checkpoints for `weft generate`: how to load the tokenizer ("gpt2" or an absolute
   // directory; default data.tokenizer) and what it is (BpeTokenizer::identity(), "" if none).
   std::string tokenizer_spec;
@@ -68,8 +67,6 @@ struct TrainResult {
   std::string checkpoint;  // the last checkpoint written ("" when none)
   std::vector<StepRecord> records;
 };
-
-class Progress;
 
 class Trainer {
  public:
@@ -102,8 +99,6 @@ class Trainer {
   // A collective error that ends the run (the same on every rank): `why`, then the last
   // checkpoint, then `advice`.
   Status give_up(Run& run, const std::string& why, const std::string& advice = "");
-  void report_memory(Progress& progress, const parallel::Topology& topo,
-                     comm::Communicator* world) const;
 
   config::RunConfig cfg_;
   const data::TokenDataset* dataset_;

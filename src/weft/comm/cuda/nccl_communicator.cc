@@ -74,32 +74,13 @@ namespace {
 using Stream = kernels::cuda::Stream;
 
 ncclDataType_t nccl_type(DataType t) {
-  switch (t) {
-    case DataType::F32:
-      return ncclFloat32;
-    case DataType::F64:
-      return ncclFloat64;
-    case DataType::I32:
-      return ncclInt32;
-    case DataType::I64:
-      return ncclInt64;
-    case DataType::U8:
-      return ncclUint8;
-    case DataType::BF16:
-      return ncclBfloat16;
-  }
-  WEFT_FAIL("unknown DataType ", static_cast<int>(t));
+  // Indexed by DataType.
+  constexpr ncclDataType_t types[] = {ncclFloat32, ncclFloat64, ncclInt32,
+                                      ncclInt64,   ncclUint8,   ncclBfloat16};
+  return types[static_cast<size_t>(t)];
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return ncclSum;
-    case ReduceOp::Max:
-      return ncclMax;
-  }
-  WEFT_FAIL("unknown ReduceOp ", static_cast<int>(op));
-}
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclMax; }
 
 ncclConfig_t nonblocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -127,35 +108,25 @@ class DeviceGuard {
   bool changed_ = false;
 };
 
+// Destroys a CUDA handle a unique_ptr owns (the error, if any, ignored).
+template <auto destroy>
+struct Destroy {
+  void operator()(auto* handle) const { (void)destroy(handle); }
+};
 // A CUDA event for ordering only (no timing: cheaper to record and query).
-class Event {
- public:
-  Event() { WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~Event() {
-    if (event_ != nullptr) (void)cudaEventDestroy(event_);
-  }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
-
+using Event = std::unique_ptr<CUevent_st, Destroy<cudaEventDestroy> >;
+Event make_event() {
+  cudaEvent_t event = nullptr;
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return Event(event);
+}
 // A non-blocking stream the communicator owns.
-class OwnedStream {
- public:
-  OwnedStream() { WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~OwnedStream() {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  Stream get() const { return stream_; }
-
- private:
-  Stream stream_ = nullptr;
-};
+using OwnedStream = std::unique_ptr<CUstream_st, Destroy<cudaStreamDestroy> >;
+OwnedStream make_stream() {
+  Stream stream = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return OwnedStream(stream);
+}
 
 // The NCCL communicator and what messages say about it. Shared by the communicator and the Works
 // in flight, so a Work may outlive its communicator; the last owner finalizes NCCL's.
@@ -319,8 +290,8 @@ class NcclCommunicator final : public Communicator {
       : group_(std::move(group)), compute_(compute != nullptr ? compute : cudaStreamLegacy) {
     set_timeout_seconds(timeout_s);
     DeviceGuard on(group_->device);
-    stream_ = std::make_unique<OwnedStream>();
-    after_compute_ = std::make_unique<Event>();  // on the group's device, as the stream
+    stream_ = make_stream();
+    after_compute_ = make_event();  // on the group's device, as the stream
     WEFT_CUDA_CHECK(cudaMalloc(&barrier_value_, sizeof(int32_t)));
     WEFT_CUDA_CHECK(cudaMemset(barrier_value_, 0, sizeof(int32_t)));
   }
@@ -336,7 +307,7 @@ class NcclCommunicator final : public Communicator {
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(n), nccl_type(t),
                                            nccl_op(op), comm, stream()),
@@ -346,7 +317,7 @@ class NcclCommunicator final : public Communicator {
 
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override {
     const Op o = make_op("reduce_scatter", t, n);
-    check_reducible(o);
+    check_reducible(o.where(), t);
     check_in_place(o, in, static_cast<size_t>(size()) * n, out, n, "out == in + rank*n");
     return enqueue(o, [&](ncclComm_t comm) {
       return WEFT_NCCL_CHECK(
@@ -474,12 +445,6 @@ class NcclCommunicator final : public Communicator {
     o.peer = peer;
     return o;
   }
-  static void check_reducible(const Op& o) {
-    if (o.dtype == DataType::U8) {
-      throw Error(fmt::format("{}: {} cannot be reduced (f32, f64, i32, i64 and bf16 can)",
-                              o.where(), dtype_name(o.dtype)));
-    }
-  }
   // `small` (n elements) may lie inside `big` (size*n elements) only at this rank's block
   // (NCCL's in-place form); any other overlap is an error.
   void check_in_place(const Op& o, const void* big, size_t big_n, const void* small,
@@ -501,10 +466,10 @@ class NcclCommunicator final : public Communicator {
     const double timeout_s = timeout_seconds();
     group_->timeout_s = timeout_s;
     DeviceGuard on(group_->device);
-    WEFT_CUDA_CHECK(cudaEventRecord(after_compute_->get(), compute_));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream(), after_compute_->get(), 0));
+    WEFT_CUDA_CHECK(cudaEventRecord(after_compute_.get(), compute_));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(stream(), after_compute_.get(), 0));
     if (call(group_->comm) == ncclInProgress) settle(o, group_->comm, timeout_s);
-    auto done = std::make_shared<Event>();
+    auto done = std::make_shared<Event>(make_event());
     WEFT_CUDA_CHECK(cudaEventRecord(done->get(), stream()));
     // order(): the compute stream (the backend's kernels) waits for the event, the host does not;
     // wait_ordered() bounds the wait later.
@@ -532,14 +497,14 @@ class NcclCommunicator final : public Communicator {
     std::shared_ptr<Event> done;
   };
 
-  Stream stream() const { return stream_->get(); }
+  Stream stream() const { return stream_.get(); }
 
   std::shared_ptr<Group> group_;
   // The stream whose work the operations follow and which order() makes wait: the caller's
   // kernels' (Backend::cuda_stream), else the legacy default stream.
   Stream compute_;
-  std::unique_ptr<OwnedStream> stream_;
-  std::unique_ptr<Event> after_compute_;  // orders the stream after compute_
+  OwnedStream stream_;
+  Event after_compute_;  // orders the stream after compute_
   void* barrier_value_ = nullptr;
   // Shared with the Works' order(), which may outlive the communicator.
   std::shared_ptr<std::vector<Ordered> > ordered_ = std::make_shared<std::vector<Ordered> >();
