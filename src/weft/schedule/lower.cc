@@ -22,32 +22,23 @@ Schedule add_communication(Schedule schedule) {
       WEFT_CHECK(!is_p2p(instr.op) && instr.op != Op::ReduceGrads && instr.op != Op::OptimizerStep,
                  "add_communication expects a compute-only schedule, found ", op_name(instr.op));
       const int s = instr.stage, mb = instr.microbatch;
-      // Neighbouring stages share a rank only when pp == 1; then no message is needed.
+      // A forward receives its input and sends its output; a B or I receives the gradient of its
+      // output and sends that of its input; a W neither. Neighbouring stages share a rank only
+      // when pp == 1; then no message is needed.
+      const bool forward = instr.op == Op::Forward;
+      const bool input_grad = instr.op == Op::Backward || instr.op == Op::BackwardInput;
       auto remote = [&](int other) { return shape.rank_of(other) != rank; };
-      switch (instr.op) {
-        case Op::Forward:
-          if (s > 0 && remote(s - 1)) out.push_back({Op::RecvAct, s, mb, shape.rank_of(s - 1)});
-          out.push_back(instr);
-          if (s < last && remote(s + 1)) out.push_back({Op::SendAct, s, mb, shape.rank_of(s + 1)});
-          break;
-        case Op::Backward:
-        case Op::BackwardInput:
-          if (s < last && remote(s + 1)) {
-            out.push_back({Op::RecvGrad, s, mb, shape.rank_of(s + 1)});
-          }
-          out.push_back(instr);
-          if (s > 0 && remote(s - 1)) out.push_back({Op::SendGrad, s, mb, shape.rank_of(s - 1)});
-          break;
-        case Op::BackwardWeight:
-          out.push_back(instr);
-          break;
-        case Op::SendAct:
-        case Op::RecvAct:
-        case Op::SendGrad:
-        case Op::RecvGrad:
-        case Op::ReduceGrads:
-        case Op::OptimizerStep:
-          break;  // rejected above
+      if (forward && s > 0 && remote(s - 1))
+        out.push_back({Op::RecvAct, s, mb, shape.rank_of(s - 1)});
+      if (input_grad && s < last && remote(s + 1)) {
+        out.push_back({Op::RecvGrad, s, mb, shape.rank_of(s + 1)});
+      }
+      out.push_back(instr);
+      if (forward && s < last && remote(s + 1)) {
+        out.push_back({Op::SendAct, s, mb, shape.rank_of(s + 1)});
+      }
+      if (input_grad && s > 0 && remote(s - 1)) {
+        out.push_back({Op::SendGrad, s, mb, shape.rank_of(s - 1)});
       }
     }
     schedule.programs[rank] = std::move(out);

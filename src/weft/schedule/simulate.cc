@@ -87,6 +87,12 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
     if (t != kNotYet) need.ready = t + (shape.rank_of(stage) != rank ? p2p : 0);
     return need;
   };
+  // The message, not the compute: a receive needs its send to be posted.
+  auto posted = [&](std::vector<double>& v, Op send, int stage) {
+    Need need{.producer = {send, stage, mb, rank}, .ready = kNotYet};
+    if (const double t = ev.at(v, stage, mb); t != kNotYet) need.ready = t + p2p;
+    return need;
+  };
   Need ready{.producer = in, .ready = 0, .any_backward = false};
   auto combine = [&](const Need& need) {
     if (ready.ready == kNotYet) return;
@@ -114,19 +120,12 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
     case Op::SendGrad:
       combine(from(ev.input_grad, Op::Backward, s, /*any_backward=*/true));
       break;
-    case Op::RecvAct: {
-      // The message, not the compute: a receive needs its send to be posted.
-      Need need{.producer = {Op::SendAct, s - 1, mb, rank}, .ready = kNotYet};
-      if (const double t = ev.at(ev.act_sent, s - 1, mb); t != kNotYet) need.ready = t + p2p;
-      combine(need);
+    case Op::RecvAct:
+      combine(posted(ev.act_sent, Op::SendAct, s - 1));
       break;
-    }
-    case Op::RecvGrad: {
-      Need need{.producer = {Op::SendGrad, s + 1, mb, rank}, .ready = kNotYet};
-      if (const double t = ev.at(ev.grad_sent, s + 1, mb); t != kNotYet) need.ready = t + p2p;
-      combine(need);
+    case Op::RecvGrad:
+      combine(posted(ev.grad_sent, Op::SendGrad, s + 1));
       break;
-    }
     case Op::ReduceGrads:
     case Op::OptimizerStep:
       break;

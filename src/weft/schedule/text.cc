@@ -37,24 +37,11 @@ std::string chunk_marker(int chunk) {
 }  // namespace
 
 std::string instr_to_text(const Instr& in) {
-  switch (in.op) {
-    case Op::Forward:
-    case Op::Backward:
-    case Op::BackwardInput:
-    case Op::BackwardWeight:
-      return fmt::format("{}{}{}", in.stage, op_code(in.op), in.microbatch);
-    case Op::SendAct:
-    case Op::SendGrad:
-      return fmt::format("{}{}{}>{}", in.stage, op_code(in.op), in.microbatch, in.peer);
-    case Op::RecvAct:
-    case Op::RecvGrad:
-      return fmt::format("{}{}{}<{}", in.stage, op_code(in.op), in.microbatch, in.peer);
-    case Op::ReduceGrads:
-      return fmt::format("{}{}", in.stage, op_code(in.op));
-    case Op::OptimizerStep:
-      return std::string(op_code(in.op));
-  }
-  WEFT_FAIL("unknown Op");
+  if (in.op == Op::OptimizerStep) return std::string(op_code(in.op));
+  std::string text = fmt::format("{}{}", in.stage, op_code(in.op));
+  if (has_microbatch(in.op)) text += std::to_string(in.microbatch);
+  if (is_p2p(in.op)) text += fmt::format("{}{}", is_send(in.op) ? '>' : '<', in.peer);
+  return text;
 }
 
 Result<Instr> parse_instr(std::string_view text) {
