@@ -16,6 +16,7 @@
 #include "weft/planner/comm_volume.h"
 #include "weft/planner/report.h"
 #include "weft/planner/simulate.h"
+#include "weft/schedule/svg.h"
 
 namespace weft::cli {
 namespace {
@@ -60,7 +61,7 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("trace           {}  (chrome://tracing or ui.perfetto.dev)\n", o.trace);
   }
   if (!o.svg.empty()) {
-    write_output(o.svg, timeline_svg(sim.timeline, title), "SVG");
+    write_output(o.svg, schedule::render_svg(sim.timeline, title), "SVG");
     fmt::print("svg             {}\n", o.svg);
   }
   // The breakdown above says why; the exit code lets a script tell a layout that cannot run.

@@ -182,7 +182,6 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
   Simulation sim;
   Prediction& p = sim.prediction;
   p.config = c;
-  p.memory_capacity = cl.memory_bytes;
   Status v = validate(c, job);
   if (compute_peak(cl, job.precision) <= 0) {
     v.add(fmt::format("cluster {} gives no peak rate for {} (its [peak_tflops] lacks {})", cl.name,
@@ -240,7 +239,12 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
 
   const double tokens = static_cast<double>(job.global_batch) * job.seq_len;
   p.tokens_per_s = tokens / t.total;
-  p.tflops_per_device = hardware_flops_per_step(job, c.recompute) / (t.total * job.world) / 1e12;
+  // The FLOPs of the GEMMs the step runs, recomputation counted (PTD-P Eq. 3 with 72, or 96
+  // under full recomputation, for GPT-2): what "TFLOP/s per device" is quoted in, as in the
+  // PTD-P paper's tables.
+  p.tflops_per_device =
+      model::training_flops_per_step(job.model, job.global_batch, job.seq_len, c.recompute) /
+      (t.total * job.world) / 1e12;
   const double peak = compute_peak(cl, job.precision);
   p.mfu = model::model_flops_per_step(job.model, job.global_batch, job.seq_len) /
           (t.total * job.world * peak);

@@ -237,8 +237,4 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   return out;
 }
 
-double hardware_flops_per_step(const Job& job, model::Recompute recompute) {
-  return model::training_flops_per_step(job.model, job.global_batch, job.seq_len, recompute);
-}
-
 }  // namespace weft::planner
