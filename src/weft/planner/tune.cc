@@ -184,12 +184,9 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
         out.stopped = cut = true;
         break;
       }
-      if (o.max_trials > 0 && out.trials >= o.max_trials) {
-        out.budget_spent = cut = true;
-        break;
-      }
-      if (o.max_seconds > 0 &&
-          elapsed() + estimate_trial_seconds(out, rec, o.warmup, steps) > o.max_seconds) {
+      if ((o.max_trials > 0 && out.trials >= o.max_trials) ||
+          (o.max_seconds > 0 &&
+           elapsed() + estimate_trial_seconds(out, rec, o.warmup, steps) > o.max_seconds)) {
         out.budget_spent = cut = true;
         break;
       }
