@@ -70,12 +70,10 @@ void run_inspect(const std::string& path) {
 
   size_t name_w = 4, file_w = 4;
   for (const auto& sh : md.shards) file_w = std::max(file_w, sh.file.size());
+  int64_t params = 0;
   for (const auto& ti : md.tensors) {
     name_w = std::max(name_w, ti.name.size());
     file_w = std::max(file_w, ti.file.size());
-  }
-  int64_t params = 0;
-  for (const auto& ti : md.tensors) {
     if (ti.group == "params") params += ti.count;  // every element is in exactly one piece
   }
   fmt::print("\ntensors     {} pieces ({} parameters)\n", md.tensors.size(), params);
