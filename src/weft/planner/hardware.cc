@@ -62,17 +62,10 @@ std::string_view number_format_name(NumberFormat f) {
 }
 
 double Cluster::peak(NumberFormat f) const {
-  switch (f) {
-    case NumberFormat::BF16:
-      return peak_bf16;
-    case NumberFormat::FP16:
-      return peak_fp16;
-    case NumberFormat::TF32:
-      return peak_tf32;
-    case NumberFormat::FP32:
-      return peak_fp32;
-  }
-  return 0;
+  return f == NumberFormat::BF16   ? peak_bf16
+         : f == NumberFormat::FP16 ? peak_fp16
+         : f == NumberFormat::TF32 ? peak_tf32
+                                   : peak_fp32;
 }
 
 Status validate(const Cluster& c) {

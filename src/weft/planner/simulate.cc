@@ -132,34 +132,18 @@ StepBreakdown break_down(const schedule::Timeline& timeline, const std::vector<S
   StepBreakdown t;
   t.total = timeline.makespan;
   for (const schedule::Slot& slot : timeline.ranks[rank]) {
-    const schedule::Instr& i = slot.instr;
-    PassCost pass;
-    switch (i.op) {
-      case schedule::Op::Forward:
-        pass = stages[i.stage].forward;
-        break;
-      case schedule::Op::Backward:
-        pass = stages[i.stage].backward();
-        break;
-      case schedule::Op::BackwardInput:
-        pass = stages[i.stage].recompute;
-        pass += stages[i.stage].backward_input;
-        break;
-      case schedule::Op::BackwardWeight:
-        pass = stages[i.stage].backward_weight;
-        break;
-      case schedule::Op::ReduceGrads:
-        t.dp_comm += slot.end - slot.start;
-        break;
-      case schedule::Op::OptimizerStep:
-        t.optimizer += slot.end - slot.start;
-        break;
-      case schedule::Op::SendAct:
-      case schedule::Op::SendGrad:
-      case schedule::Op::RecvAct:
-      case schedule::Op::RecvGrad:
-        break;
-    }
+    using schedule::Op;
+    const Op op = slot.instr.op;
+    if (op == Op::ReduceGrads) t.dp_comm += slot.end - slot.start;
+    if (op == Op::OptimizerStep) t.optimizer += slot.end - slot.start;
+    if (!schedule::is_compute(op)) continue;
+    const StageCost& sc = stages[slot.instr.stage];
+    // An I pass is the input-gradient half with the recomputation it needs.
+    PassCost pass = op == Op::Forward          ? sc.forward
+                    : op == Op::Backward       ? sc.backward()
+                    : op == Op::BackwardWeight ? sc.backward_weight
+                                               : sc.recompute;
+    if (op == Op::BackwardInput) pass += sc.backward_input;
     t.compute += pass.compute;
     t.tp_comm += pass.tp_comm;
     t.dp_comm += pass.dp_comm;

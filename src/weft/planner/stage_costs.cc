@@ -132,17 +132,11 @@ StageCost layer_cost(const StageCostInputs& in) {
   // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
   c.backward_weight.compute = G(q, h, M) + G(h, h / t, M) + G(f, h, M) + G(h, F, M) +
                               weight_pass_time(cl, linear_weights * pb.grad);
-  switch (in.config->recompute) {
-    case model::Recompute::None:
-      break;
-    case model::Recompute::Selective:
-      c.recompute.compute =
-          attention_forward + (flash ? 0 : memory_time(cl, attention_core_memory_bytes(l)));
-      break;
-    case model::Recompute::Full:
-      c.recompute = c.forward;
-      break;
+  if (in.config->recompute == model::Recompute::Selective) {
+    c.recompute.compute =
+        attention_forward + (flash ? 0 : memory_time(cl, attention_core_memory_bytes(l)));
   }
+  if (in.config->recompute == model::Recompute::Full) c.recompute = c.forward;
   return c;
 }
 
