@@ -94,8 +94,7 @@ double tp_pass_time(const Cluster& cl, const LayerShape& l, const GroupLink& tp)
   return 2 * tp_collective(cl, tp, Collective::AllReduce, bytes);
 }
 
-}  // namespace
-
+// Costs of one transformer layer (the same on every stage).
 StageCost layer_cost(const StageCostInputs& in) {
   const Cluster& cl = *in.cluster;
   const LayerShape l = shape_of(*in.job, *in.config);
@@ -139,6 +138,8 @@ StageCost layer_cost(const StageCostInputs& in) {
   if (in.config->recompute == model::Recompute::Full) c.recompute = c.forward;
   return c;
 }
+
+}  // namespace
 
 std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   const Cluster& cl = *in.cluster;

@@ -47,8 +47,6 @@ struct StageCostInputs {
   bool overlap_dp = true;  // SimulateOptions::overlap_dp
 };
 
-// Costs of one transformer layer (the same on every stage).
-StageCost layer_cost(const StageCostInputs& in);
 // Per global stage 0 .. pp*vp-1: its layers plus the embedding (stage 0) or LM head and loss
 // (the last stage).
 std::vector<StageCost> stage_costs(const StageCostInputs& in);
