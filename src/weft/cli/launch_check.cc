@@ -12,14 +12,12 @@
 namespace weft::cli {
 
 planner::Job planned_job(const config::RunConfig& cfg, int world, Precision precision) {
-  planner::Job job;
-  job.model = cfg.model;
-  job.seq_len = cfg.train.seq_len;
-  job.global_batch = cfg.train.global_batch;
-  job.world = world;
-  job.precision = precision;
-  job.checkpoint_snapshot = cfg.keeps_snapshot();
-  return job;
+  return {.model = cfg.model,
+          .seq_len = cfg.train.seq_len,
+          .global_batch = cfg.train.global_batch,
+          .world = world,
+          .precision = precision,
+          .checkpoint_snapshot = cfg.keeps_snapshot()};
 }
 
 Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precision precision) {

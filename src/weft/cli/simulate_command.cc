@@ -44,9 +44,7 @@ void run_simulate(const SimulateOptions& o) {
       layout::parse(o.config, o.job.gpus).value_or_throw(fmt::format("--config {}", o.config));
   validate(c, job).throw_if_error("the configuration cannot run this job");
 
-  Options options;
-  options.keep_timeline = true;
-  options.pp_scatter_gather = o.job.scatter_gather;
+  const Options options{.pp_scatter_gather = o.job.scatter_gather, .keep_timeline = true};
   const Simulation sim = simulate_config(cluster, job, c, options);
   fmt::print("{}\n\n{}", describe(cluster, job), format_prediction(sim.prediction, cluster, job));
   if (o.volume) {

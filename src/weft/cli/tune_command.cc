@@ -386,18 +386,15 @@ Tune::Tune(const TuneOptions& options, comm::Communicator* w, const StopSignalLi
 // the host's GEMMs: not a device's.)
 void Tune::check_machine() {
   using planner::kForeignPresetSpeed;
-  if (host) {
-    for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
-  }
+  for (int i = 0; host && i < 3; ++i) speed.probe(world, cluster);
   const double reference = cluster.gemm_speed > 0 ? cluster.gemm_speed : 1.0;
   relative = speed.fastest() / reference;
-  if (host) {
-    say(fmt::format(
-        "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
-        "at{})\n",
-        speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
-  }
-  foreign = host && (relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed);
+  if (!host) return;  // nothing probed: relative 0, not foreign
+  say(fmt::format(
+      "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
+      "at{})\n",
+      speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
+  foreign = relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed;
   if (foreign) {
     say(fmt::format(
         "warning: this machine runs the run's GEMMs at {:.2f}x the speed {} was calibrated and "
