@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <ranges>
 
 #include <fmt/format.h>
 
@@ -88,12 +89,7 @@ Result<Instr> parse_instr(std::string_view text) {
 
 std::string program_to_text(const Program& program) {
   if (program.empty()) return "-";
-  std::string out;
-  for (const Instr& in : program) {
-    if (!out.empty()) out += ',';
-    out += instr_to_text(in);
-  }
-  return out;
+  return fmt::format("{}", fmt::join(program | std::views::transform(instr_to_text), ","));
 }
 
 Result<Program> parse_program(std::string_view line) {
