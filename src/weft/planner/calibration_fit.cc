@@ -21,8 +21,7 @@ std::vector<double> predicted_times(const Cluster& c, const std::vector<TrialMea
   for (size_t i = 0; i < trials.size(); ++i) {
     const Prediction p = predict(c, trials[i].job, trials[i].config, o);
     if (!(p.time.total > 0)) {
-      std::string why;
-      for (const std::string& r : p.reasons) why += (why.empty() ? "" : "; ") + r;
+      const std::string why = fmt::format("{}", fmt::join(p.reasons, "; "));
       throw Error(fmt::format(
           "trial {} ({}): the planner cannot price this layout on {}{}{}; drop the trial or fix "
           "its layout",
