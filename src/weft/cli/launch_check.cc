@@ -22,9 +22,7 @@ planner::Job planned_job(const config::RunConfig& cfg, int world, Precision prec
 
 Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precision precision) {
   using namespace planner;
-  PlannedRun r;
-  r.job = planned_job(cfg, world, precision);
-  r.config = cfg.parallel;
+  PlannedRun r{planned_job(cfg, world, precision), cfg.parallel};
   Status s = validate(r.job);
   if (s.ok()) s.merge(validate(r.config, r.job));
   if (!s.ok()) return s;

@@ -425,14 +425,13 @@ std::vector<planner::TuneCandidate> Tune::rank_layouts() {
   }
   std::vector<TuneCandidate> ranked;
   for (const Prediction& p : sr.ranked) {
-    TuneCandidate c;
-    c.config = p.config;
-    c.predicted_seconds = p.time.total;
-    c.predicted_bytes = p.memory.total();
-    c.predicted_rank0_bytes =
-        weft_rank_memory(job, p.config, 0, threads, cluster.runtime_bytes).total();
-    c.predicted_rank = static_cast<int>(ranked.size()) + 1;
-    ranked.push_back(c);
+    ranked.push_back(
+        {.config = p.config,
+         .predicted_seconds = p.time.total,
+         .predicted_bytes = p.memory.total(),
+         .predicted_rank0_bytes = static_cast<double>(
+             weft_rank_memory(job, p.config, 0, threads, cluster.runtime_bytes).total()),
+         .predicted_rank = static_cast<int>(ranked.size()) + 1});
   }
   return ranked;
 }
