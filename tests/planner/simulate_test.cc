@@ -10,6 +10,7 @@
 #include "weft/model/gpt_config.h"
 #include "weft/planner/report.h"
 #include "weft/planner/simulate.h"
+#include "weft/schedule/svg.h"
 
 namespace weft::planner {
 namespace {
@@ -198,7 +199,7 @@ TEST(Report, TheChromeTraceHasOneTrackPerPipelineRank) {
   }
   EXPECT_EQ(tracks, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(forwards, 4 * 32);  // every rank runs m = 64/2 forwards
-  EXPECT_NE(timeline_svg(sim.timeline, "t").find("<svg"), std::string::npos);
+  EXPECT_NE(schedule::render_svg(sim.timeline, "t").find("<svg"), std::string::npos);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 // training process holds beyond its model's buffers (the preset's memory.runtime_mib), with a few
 // steps of a small GPT.
 
+#include <fmt/chrono.h>
 #include <fmt/core.h>
 #include <malloc.h>
 #include <omp.h>
@@ -286,13 +287,6 @@ RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
   return r;
 }
 
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
 void run_calibrate(const CalibrateOptions& o) {
   using namespace planner;
   const bool use_mpi = !o.no_mpi && comm::launched_by_mpi();
@@ -364,14 +358,14 @@ void run_calibrate(const CalibrateOptions& o) {
   }
   if (rank != 0) return;
   std::string header = fmt::format(
-      "# This machine, measured by `weft calibrate` on {} (docs/planner.md §2).\n"
+      "# This machine, measured by `weft calibrate` on {:%Y-%m-%d} (docs/planner.md §2).\n"
       "# peak_tflops.fp32: the best rate of the measured GEMMs (sgemm through oneDNN, {} "
       "threads),\n"
       "# not a spec sheet's figure; gemm.*: the GEMM model fitted to {} shapes by least squares\n"
       "# on log time. memory.bandwidth_gbps: a streaming copy (bytes read + written per second);\n"
       "# memory.optimizer_bandwidth_gbps: AdamW over fp32 buffers, 28 bytes per parameter.\n"
       "{}# GEMMs measured (M x N x K: GFLOP/s):",
-      today(), threads, gemms.size(), notes);
+      fmt::gmtime(std::time(nullptr)), threads, gemms.size(), notes);
   for (size_t i = 0; i < gemms.size(); ++i) {
     const Measured& x = gemms[i];
     header += fmt::format("{}{}x{}x{}: {:.1f}", i % 4 == 0 ? "\n#   " : ", ", x.M, x.N, x.K,

@@ -70,12 +70,10 @@ void run_inspect(const std::string& path) {
 
   size_t name_w = 4, file_w = 4;
   for (const auto& sh : md.shards) file_w = std::max(file_w, sh.file.size());
+  int64_t params = 0;
   for (const auto& ti : md.tensors) {
     name_w = std::max(name_w, ti.name.size());
     file_w = std::max(file_w, ti.file.size());
-  }
-  int64_t params = 0;
-  for (const auto& ti : md.tensors) {
     if (ti.group == "params") params += ti.count;  // every element is in exactly one piece
   }
   fmt::print("\ntensors     {} pieces ({} parameters)\n", md.tensors.size(), params);
@@ -159,19 +157,18 @@ void add_ckpt_command(CLI::App& app) {
       "ckpt", "Inspect checkpoints; convert them to another layout, to and from Hugging Face");
   cmd->require_subcommand(1);
 
+  const std::string checkpoint_help = "a checkpoint directory, or a directory holding `latest`";
   auto* inspect = cmd->add_subcommand(
       "inspect", "Print a checkpoint's config, layout, tensors and files; verify every checksum");
   auto dir = std::make_shared<std::string>();
-  inspect->add_option("DIR", *dir, "a checkpoint directory, or a directory holding `latest`")
-      ->required();
+  inspect->add_option("DIR", *dir, checkpoint_help)->required();
   inspect->callback([dir] { run_inspect(*dir); });
 
   auto* conv = cmd->add_subcommand(
       "convert", "Rewrite a checkpoint as a job of another parallel layout would write it");
   auto conv_in = std::make_shared<std::string>(), conv_out = std::make_shared<std::string>();
   auto layout = std::make_shared<std::string>();
-  conv->add_option("IN", *conv_in, "a checkpoint directory, or a directory holding `latest`")
-      ->required();
+  conv->add_option("IN", *conv_in, checkpoint_help)->required();
   conv->add_option("OUT", *conv_out, "checkpoint root to write (gets step_<N> and latest)")
       ->required();
   conv->add_option("--to-layout", *layout,
@@ -184,8 +181,7 @@ void add_ckpt_command(CLI::App& app) {
       "Write a checkpoint's weights as a Hugging Face directory: GPT-2 (GPT2LMHeadModel) or, for "
       "rope + rmsnorm + swiglu, Llama (LlamaForCausalLM)");
   auto exp_in = std::make_shared<std::string>(), exp_out = std::make_shared<std::string>();
-  exp->add_option("DIR", *exp_in, "a checkpoint directory, or a directory holding `latest`")
-      ->required();
+  exp->add_option("DIR", *exp_in, checkpoint_help)->required();
   exp->add_option("OUT", *exp_out, "output directory: model.safetensors and config.json")
       ->required();
   auto exp_tok = std::make_shared<std::string>();

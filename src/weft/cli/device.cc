@@ -60,29 +60,26 @@ Precision device_precision(const std::string& device) {
 }
 
 std::unique_ptr<kernels::Backend> make_device(const std::string& device, int64_t arena_bytes) {
-  if (device == "cpu") return nullptr;
+  // An unknown name, or a malformed cuda:N, is device_precision's error.
+  if (device_precision(device) == Precision::FP32) return nullptr;
   if (device == "host-bf16") return kernels::make_host_backend(Precision::BF16Mixed);
-  if (is_cuda(device)) {
 #ifdef WEFT_HAVE_CUDA
-    const int visible = kernels::cuda::device_count();
-    const int index = cuda_index(device, visible);
-    if (index < 0 || index >= visible) {
-      throw Error(fmt::format(
-          "--device {}: {} CUDA device(s) visible to this process (check nvidia-smi and "
-          "CUDA_VISIBLE_DEVICES)",
-          device, visible));
-    }
-    return kernels::cuda::make_mixed_backend(arena_bytes, index);
-#else
-    (void)arena_bytes;
-    cuda_index(device, 0);  // a malformed name is still that error
-    throw Error(fmt::format(
-        "--device {}: this weft was built without CUDA (configure with nvcc available, or "
-        "-DWEFT_CUDA=ON -DCMAKE_CUDA_COMPILER=/path/to/nvcc; docs/cuda.md)",
-        device));
-#endif
+  const int visible = kernels::cuda::device_count();
+  const int index = cuda_index(device, visible);
+  if (index < 0 || index >= visible) {
+    throw Error(
+        fmt::format("--device {}: {} CUDA device(s) visible to this process (check nvidia-smi and "
+                    "CUDA_VISIBLE_DEVICES)",
+                    device, visible));
   }
-  throw Error(fmt::format("--device must be cpu, cuda[:N] or host-bf16, not '{}'", device));
+  return kernels::cuda::make_mixed_backend(arena_bytes, index);
+#else
+  (void)arena_bytes;
+  throw Error(fmt::format(
+      "--device {}: this weft was built without CUDA (configure with nvcc available, or "
+      "-DWEFT_CUDA=ON -DCMAKE_CUDA_COMPILER=/path/to/nvcc; docs/cuda.md)",
+      device));
+#endif
 }
 
 std::unique_ptr<kernels::Backend> make_device(const std::string& device,

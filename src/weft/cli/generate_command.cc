@@ -64,13 +64,11 @@ void run_generate(const GenerateOptions& o) {
   CheckpointTokenizer loaded = load_checkpoint_tokenizer(dir, md, o.tokenizer);
   std::optional<data::BpeTokenizer>& tok = loaded.tokenizer;
   const std::string& spec = loaded.dir;
-  if (tok) {
-    if (tok->vocab_size() > cfg.vocab_size) {
-      throw Error(fmt::format(
-          "vocabulary mismatch: tokenizer {} has {} tokens, more than the model's vocab_size={} "
-          "({})",
-          spec, tok->vocab_size(), cfg.vocab_size, dir));
-    }
+  if (tok && tok->vocab_size() > cfg.vocab_size) {
+    throw Error(fmt::format(
+        "vocabulary mismatch: tokenizer {} has {} tokens, more than the model's vocab_size={} "
+        "({})",
+        spec, tok->vocab_size(), cfg.vocab_size, dir));
   }
   std::vector<int32_t> ids = tok ? tok->encode(o.prompt) : parse_ids(o.prompt, cfg.vocab_size);
   if (ids.empty()) {

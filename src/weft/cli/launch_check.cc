@@ -12,21 +12,17 @@
 namespace weft::cli {
 
 planner::Job planned_job(const config::RunConfig& cfg, int world, Precision precision) {
-  planner::Job job;
-  job.model = cfg.model;
-  job.seq_len = cfg.train.seq_len;
-  job.global_batch = cfg.train.global_batch;
-  job.world = world;
-  job.precision = precision;
-  job.checkpoint_snapshot = cfg.keeps_snapshot();
-  return job;
+  return {.model = cfg.model,
+          .seq_len = cfg.train.seq_len,
+          .global_batch = cfg.train.global_batch,
+          .world = world,
+          .precision = precision,
+          .checkpoint_snapshot = cfg.keeps_snapshot()};
 }
 
 Result<PlannedRun> planned_run(const config::RunConfig& cfg, int world, Precision precision) {
   using namespace planner;
-  PlannedRun r;
-  r.job = planned_job(cfg, world, precision);
-  r.config = cfg.parallel;
+  PlannedRun r{planned_job(cfg, world, precision), cfg.parallel};
   Status s = validate(r.job);
   if (s.ok()) s.merge(validate(r.config, r.job));
   if (!s.ok()) return s;

@@ -21,18 +21,13 @@ int main(int argc, char** argv) {
                        std::string("weft ") + WEFT_VERSION + " (commit " + WEFT_COMMIT + ")");
   // Every option bound to a variable shows its default in --help (subcommands inherit this).
   app.option_defaults()->always_capture_default();
-  weft::cli::add_bench_command(app);
-  weft::cli::add_schedule_command(app);
-  weft::cli::add_tokenizer_command(app);
-  weft::cli::add_preprocess_command(app);
-  weft::cli::add_train_command(app);
-  weft::cli::add_generate_command(app);
-  weft::cli::add_plot_command(app);
-  weft::cli::add_plan_command(app);
-  weft::cli::add_simulate_command(app);
-  weft::cli::add_calibrate_command(app);
-  weft::cli::add_ckpt_command(app);
-  weft::cli::add_tune_command(app);
+  using namespace weft::cli;
+  for (auto add :
+       {add_bench_command, add_schedule_command, add_tokenizer_command, add_preprocess_command,
+        add_train_command, add_generate_command, add_plot_command, add_plan_command,
+        add_simulate_command, add_calibrate_command, add_ckpt_command, add_tune_command}) {
+    add(app);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

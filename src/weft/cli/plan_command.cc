@@ -83,8 +83,7 @@ void run_scaling(const PlanOptions& o) {
     fixed = layout::parse(o.config, o.gpus.front())
                 .value_or_throw(fmt::format("--config {}", o.config));
   }
-  Options model;
-  model.pp_scatter_gather = o.job.scatter_gather;
+  const Options model{.pp_scatter_gather = o.job.scatter_gather};
   const ScalingStudy study = scaling_study(cluster, job, mode, o.gpus, fixed, SearchSpace{}, model);
   fmt::print("{}", format_scaling(study, cluster, job));
   if (o.svg.empty()) return;
@@ -116,8 +115,7 @@ void run_search(const PlanOptions& o) {
   const auto [cluster, job] = load_job(o.job, "weft plan (or --check RUN.toml --world N)");
   check_peak(cluster, job, o.job.cluster);
   check_size(cluster, o.job.gpus);
-  Options model;
-  model.pp_scatter_gather = o.job.scatter_gather;
+  const Options model{.pp_scatter_gather = o.job.scatter_gather};
   const SearchResult r = search(cluster, job, SearchSpace{}, o.top, model);
   fmt::print("{}\n", describe(cluster, job));
   fmt::print(

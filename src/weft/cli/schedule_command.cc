@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <memory>
+#include <ranges>
 #include <sstream>
 #include <string>
 
@@ -109,18 +110,14 @@ void run_schedule(const ScheduleOptions& o, bool pp_given, bool m_given) {
   if (o.check) {
     const Status status = validate(s);
     if (!status.ok()) throw Error(status.message("check failed: the schedule is invalid"));
-    int compute = 0, sends = 0, recvs = 0;
-    for (const Program& p : s.programs) {
-      for (const Instr& in : p) {
-        compute += is_compute(in.op);
-        sends += is_send(in.op);
-        recvs += is_recv(in.op);
-      }
-    }
+    const auto count = [&](bool (*is)(Op)) {
+      return std::ranges::count_if(s.programs | std::views::join,
+                                   [&](const Instr& in) { return is(in.op); });
+    };
     fmt::print(
         "check            ok: every invariant holds and the simulation ends ({} compute, {} "
         "sends, {} receives; sends eager, receives blocking)\n",
-        compute, sends, recvs);
+        count(is_compute), count(is_send), count(is_recv));
   } else if (timeline.deadlocked()) {
     Status status;
     for (const Blocked& b : timeline.blocked) {

@@ -16,6 +16,7 @@
 #include "weft/planner/comm_volume.h"
 #include "weft/planner/report.h"
 #include "weft/planner/simulate.h"
+#include "weft/schedule/svg.h"
 
 namespace weft::cli {
 namespace {
@@ -43,9 +44,7 @@ void run_simulate(const SimulateOptions& o) {
       layout::parse(o.config, o.job.gpus).value_or_throw(fmt::format("--config {}", o.config));
   validate(c, job).throw_if_error("the configuration cannot run this job");
 
-  Options options;
-  options.keep_timeline = true;
-  options.pp_scatter_gather = o.job.scatter_gather;
+  const Options options{.pp_scatter_gather = o.job.scatter_gather, .keep_timeline = true};
   const Simulation sim = simulate_config(cluster, job, c, options);
   fmt::print("{}\n\n{}", describe(cluster, job), format_prediction(sim.prediction, cluster, job));
   if (o.volume) {
@@ -60,7 +59,7 @@ void run_simulate(const SimulateOptions& o) {
     fmt::print("trace           {}  (chrome://tracing or ui.perfetto.dev)\n", o.trace);
   }
   if (!o.svg.empty()) {
-    write_output(o.svg, timeline_svg(sim.timeline, title), "SVG");
+    write_output(o.svg, schedule::render_svg(sim.timeline, title), "SVG");
     fmt::print("svg             {}\n", o.svg);
   }
   // The breakdown above says why; the exit code lets a script tell a layout that cannot run.

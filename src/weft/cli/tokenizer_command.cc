@@ -156,10 +156,8 @@ void add_tokenizer_command(CLI::App& app) {
 
   auto enc_o = std::make_shared<EncodeOptions>();
   CLI::App* encode = cmd->add_subcommand("encode", "print the token ids of a text");
-  encode
-      ->add_option("--tokenizer", enc_o->tokenizer,
-                   "gpt2, or a folder with encoder.json and vocab.bpe")
-      ->required();
+  const std::string tokenizer_help = "gpt2, or a folder with encoder.json and vocab.bpe";
+  encode->add_option("--tokenizer", enc_o->tokenizer, tokenizer_help)->required();
   encode->add_option("--text", enc_o->text, "the text");
   encode->add_option("--input", enc_o->input, "a file holding the text");
   encode->add_option("--output", enc_o->output, "write int32 ids here instead of printing them");
@@ -167,10 +165,7 @@ void add_tokenizer_command(CLI::App& app) {
 
   auto dec_o = std::make_shared<DecodeOptions>();
   CLI::App* decode = cmd->add_subcommand("decode", "print the text of token ids");
-  decode
-      ->add_option("--tokenizer", dec_o->tokenizer,
-                   "gpt2, or a folder with encoder.json and vocab.bpe")
-      ->required();
+  decode->add_option("--tokenizer", dec_o->tokenizer, tokenizer_help)->required();
   decode->add_option("--ids", dec_o->ids, "ids separated by spaces or commas");
   decode->add_option("--input", dec_o->input, "a file of int32 ids");
   decode->callback([dec_o] { run_decode(*dec_o); });

@@ -126,25 +126,20 @@ void train(const TrainOptions& o, Checked in, comm::Communicator* world,
     return;
   }
   const auto& last = result.records.back();
-  std::string val;
-  for (auto it = result.records.rbegin(); it != result.records.rend(); ++it) {
-    if (it->val_loss) {
-      val = fmt::format(", val_loss {:.4f} (step {})", *it->val_loss, it->step);
-      break;
-    }
-  }
+  // The latest validation, if any.
+  const auto it = std::find_if(result.records.rbegin(), result.records.rend(),
+                               [](const auto& r) { return r.val_loss.has_value(); });
+  const bool validated = it != result.records.rend();
   fmt::print(stderr, "weft train: step {}/{}: loss {:.4f}{}; checkpoint {}; metrics {}\n",
-             last.step, cfg.train.steps, last.loss, val, result.checkpoint, cfg.metrics_path());
-  for (auto it = result.records.rbegin(); it != result.records.rend(); ++it) {
-    if (it->val_loss) {
-      const double below = 1.0 - *it->val_loss / unigram;  // > 0: the model beats the unigram
-      fmt::print(stderr,
-                 "weft train: validation loss {:.4f} nats/token vs unigram entropy {:.4f} "
-                 "nats/token ({:.1f}% {})\n",
-                 *it->val_loss, unigram, 100.0 * std::abs(below), below >= 0 ? "lower" : "higher");
-      break;
-    }
-  }
+             last.step, cfg.train.steps, last.loss,
+             validated ? fmt::format(", val_loss {:.4f} (step {})", *it->val_loss, it->step) : "",
+             result.checkpoint, cfg.metrics_path());
+  if (!validated) return;
+  const double below = 1.0 - *it->val_loss / unigram;  // > 0: the model beats the unigram
+  fmt::print(stderr,
+             "weft train: validation loss {:.4f} nats/token vs unigram entropy {:.4f} "
+             "nats/token ({:.1f}% {})\n",
+             *it->val_loss, unigram, 100.0 * std::abs(below), below >= 0 ? "lower" : "higher");
 }
 
 void run_train(const TrainOptions& o) {

@@ -371,11 +371,8 @@ Tune::Tune(const TuneOptions& options, comm::Communicator* w, const StopSignalLi
       cfg.train.threads > 0 ? cfg.train.threads : threads_per_process(local_processes(world_size));
   kernels::set_num_threads(threads);
   check_machine();
-  job.model = cfg.model;
-  job.seq_len = cfg.train.seq_len;
-  job.global_batch = cfg.train.global_batch;
-  job.world = world_size;
-  job.precision = precision;
+  job = planned_job(cfg, world_size, precision);
+  job.checkpoint_snapshot = false;  // the trials save no checkpoints
   validate(job).throw_if_error("invalid job");
   // Earlier tunes' figures for the refit, read before any trial: a wrong file fails now.
   for (const std::string& path : o.refit_from) {
@@ -389,18 +386,15 @@ Tune::Tune(const TuneOptions& options, comm::Communicator* w, const StopSignalLi
 // the host's GEMMs: not a device's.)
 void Tune::check_machine() {
   using planner::kForeignPresetSpeed;
-  if (host) {
-    for (int i = 0; i < 3; ++i) speed.probe(world, cluster);
-  }
+  for (int i = 0; host && i < 3; ++i) speed.probe(world, cluster);
   const double reference = cluster.gemm_speed > 0 ? cluster.gemm_speed : 1.0;
   relative = speed.fastest() / reference;
-  if (host) {
-    say(fmt::format(
-        "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
-        "at{})\n",
-        speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
-  }
-  foreign = host && (relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed);
+  if (!host) return;  // nothing probed: relative 0, not foreign
+  say(fmt::format(
+      "GEMM speed {:.3f}x the preset's GEMM model ({:.3f}x the speed its factors were fitted "
+      "at{})\n",
+      speed.fastest(), relative, cluster.gemm_speed > 0 ? "" : ": it does not say, taken as 1"));
+  foreign = relative < 1 / kForeignPresetSpeed || relative > kForeignPresetSpeed;
   if (foreign) {
     say(fmt::format(
         "warning: this machine runs the run's GEMMs at {:.2f}x the speed {} was calibrated and "
@@ -431,14 +425,13 @@ std::vector<planner::TuneCandidate> Tune::rank_layouts() {
   }
   std::vector<TuneCandidate> ranked;
   for (const Prediction& p : sr.ranked) {
-    TuneCandidate c;
-    c.config = p.config;
-    c.predicted_seconds = p.time.total;
-    c.predicted_bytes = p.memory.total();
-    c.predicted_rank0_bytes =
-        weft_rank_memory(job, p.config, 0, threads, cluster.runtime_bytes).total();
-    c.predicted_rank = static_cast<int>(ranked.size()) + 1;
-    ranked.push_back(c);
+    ranked.push_back(
+        {.config = p.config,
+         .predicted_seconds = p.time.total,
+         .predicted_bytes = p.memory.total(),
+         .predicted_rank0_bytes = static_cast<double>(
+             weft_rank_memory(job, p.config, 0, threads, cluster.runtime_bytes).total()),
+         .predicted_rank = static_cast<int>(ranked.size()) + 1});
   }
   return ranked;
 }
@@ -446,15 +439,14 @@ std::vector<planner::TuneCandidate> Tune::rank_layouts() {
 // 2. The budget, checked before any trial.
 planner::HalvingOptions Tune::halving_options(const std::vector<TuneCandidate>& ranked) {
   using namespace planner;
-  HalvingOptions h;
-  h.initial = o.top;
-  h.warmup = o.warmup;
-  h.first_steps = o.steps;
-  h.grid = o.grid;
-  h.passes = o.passes;
-  h.max_trials = o.budget_trials;
-  h.max_seconds = o.budget_minutes * 60;
-  if (o.budget_trials == 0 && o.budget_minutes == 0) h.max_seconds = kDefaultBudgetMinutes * 60;
+  const bool no_budget = o.budget_trials == 0 && o.budget_minutes == 0;
+  const HalvingOptions h{.initial = o.top,
+                         .warmup = o.warmup,
+                         .first_steps = o.steps,
+                         .max_trials = o.budget_trials,
+                         .max_seconds = (no_budget ? kDefaultBudgetMinutes : o.budget_minutes) * 60,
+                         .grid = o.grid,
+                         .passes = o.passes};
   const double first_trial = (h.warmup + h.first_steps) * ranked.front().predicted_seconds;
   if (h.max_seconds > 0 && h.max_seconds < first_trial) {
     throw Error(fmt::format(
@@ -626,25 +618,23 @@ nlohmann::json layouts_json(const planner::TuneOutcome& out) {
                         {"step_series_ms", milliseconds(t.step_series_seconds)}});
     }
     const double figure = r.figure();
-    const bool has_figure = figure > 0;
+    const auto measured = [&](double v) { return figure > 0 ? nlohmann::json(v) : nullptr; };
     const CandidateRecord::Memory mem = r.least_memory();
     const TuneCandidate& c = r.candidate;
-    layouts.push_back(
-        {{"layout", to_string(c.config)},
-         {"short", short_name(c.config)},
-         {"planner_rank", c.predicted_rank},
-         {"predicted_ms", c.predicted_seconds * 1e3},
-         {"predicted_mib", mib(c.predicted_bytes)},
-         {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
-         {"measured_ms", has_figure ? nlohmann::json(figure * 1e3) : nlohmann::json()},
-         {"measured_fastest_ms", has_figure ? nlohmann::json(r.fastest() * 1e3) : nlohmann::json()},
-         {"measured_mib", has_figure ? nlohmann::json(mib(mem.peak_bytes)) : nlohmann::json()},
-         {"measured_rank0_mib",
-          has_figure ? nlohmann::json(mib(mem.rank0_bytes)) : nlohmann::json()},
-         {"timed_steps", r.timed_steps()},
-         {"failed", r.failed},
-         {"last_round", r.last_round},
-         {"trials", trials}});
+    layouts.push_back({{"layout", to_string(c.config)},
+                       {"short", short_name(c.config)},
+                       {"planner_rank", c.predicted_rank},
+                       {"predicted_ms", c.predicted_seconds * 1e3},
+                       {"predicted_mib", mib(c.predicted_bytes)},
+                       {"predicted_rank0_mib", mib(c.predicted_rank0_bytes)},
+                       {"measured_ms", measured(figure * 1e3)},
+                       {"measured_fastest_ms", measured(r.fastest() * 1e3)},
+                       {"measured_mib", measured(mib(mem.peak_bytes))},
+                       {"measured_rank0_mib", measured(mib(mem.rank0_bytes))},
+                       {"timed_steps", r.timed_steps()},
+                       {"failed", r.failed},
+                       {"last_round", r.last_round},
+                       {"trials", trials}});
   }
   return layouts;
 }

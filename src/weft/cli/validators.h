@@ -9,23 +9,22 @@
 
 namespace weft::cli {
 
-// A number > 0 (an integer option's value is converted as a double here; CLI11 converts it to
-// the option's own type after the check).
-inline const CLI::Validator kPositive(
-    [](std::string& in) -> std::string {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a number";
-      return v > 0 ? std::string() : "must be > 0, got " + in;
-    },
-    "> 0", "positive");
+// A number for which `holds` is true, `bound` saying which ("> 0"). An integer option's value is
+// converted as a double here; CLI11 converts it to the option's own type after the check.
+inline CLI::Validator number_check(bool (*holds)(double), const std::string& bound,
+                                   const std::string& name) {
+  return CLI::Validator(
+      [holds, bound](std::string& in) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a number";
+        return holds(v) ? std::string() : "must be " + bound + ", got " + in;
+      },
+      bound, name);
+}
 
-// A number >= 0.
-inline const CLI::Validator kNonNegative(
-    [](std::string& in) -> std::string {
-      double v = 0;
-      if (!CLI::detail::lexical_cast(in, v)) return "'" + in + "' is not a number";
-      return v >= 0 ? std::string() : "must be >= 0, got " + in;
-    },
-    ">= 0", "non-negative");
+inline const CLI::Validator kPositive =
+    number_check([](double v) { return v > 0; }, "> 0", "positive");
+inline const CLI::Validator kNonNegative =
+    number_check([](double v) { return v >= 0; }, ">= 0", "non-negative");
 
 }  // namespace weft::cli

@@ -15,17 +15,13 @@ namespace {
 // Predicted step times of the trials on `c` (the makespan alone: no bubble split, no timeline).
 std::vector<double> predicted_times(const Cluster& c, const std::vector<TrialMeasurement>& trials,
                                     ScheduleCache& cache) {
-  Options o;
-  o.detailed = false;
-  o.keep_timeline = false;
-  o.time_infeasible = true;  // a trial that ran is priced even if the model says it cannot fit
-  o.cache = &cache;
+  // A trial that ran is priced even if the model says it cannot fit.
+  const Options o{.detailed = false, .time_infeasible = true, .cache = &cache};
   std::vector<double> out;
   for (size_t i = 0; i < trials.size(); ++i) {
     const Prediction p = predict(c, trials[i].job, trials[i].config, o);
     if (!(p.time.total > 0)) {
-      std::string why;
-      for (const std::string& r : p.reasons) why += (why.empty() ? "" : "; ") + r;
+      const std::string why = fmt::format("{}", fmt::join(p.reasons, "; "));
       throw Error(fmt::format(
           "trial {} ({}): the planner cannot price this layout on {}{}{}; drop the trial or fix "
           "its layout",

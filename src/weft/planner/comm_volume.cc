@@ -48,8 +48,9 @@ void add(OpVolume& v, int64_t ops, int64_t elements_each, int64_t element_bytes)
   v.bytes += ops * elements_each * element_bytes;
 }
 
-// tp and pp traffic of one microbatch on pipeline rank r.
-StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
+}  // namespace
+
+StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int r) {
   StepVolume v;
   const model::GptConfig& m = job.model;
   const int64_t b = c.micro_batch, s = job.seq_len, h = m.n_embd;
@@ -57,32 +58,26 @@ StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
   const int64_t layers = m.n_layer / c.pp;
   const int64_t e = precision_bytes(job.precision).activation;
   if (c.tp > 1) {
+    // `ops` reductions of an activation over tp: all-reduces, or under sequence parallelism as
+    // many all-gathers and reduce-scatters.
+    const auto reduce = [&](int64_t ops) {
+      if (c.sequence_parallel) {
+        add(v.tp.all_gather, ops, n, e);
+        add(v.tp.reduce_scatter, ops, n, e);
+      } else {
+        add(v.tp.all_reduce, ops, n, e);
+      }
+    };
     // Forward passes that run the layer's collectives: the forward, plus the recomputed one.
     const int64_t forwards = c.recompute == model::Recompute::Full ? 2 : 1;
-    if (c.sequence_parallel) {
-      add(v.tp.all_gather, layers * 2 * (forwards + 1), n, e);
-      add(v.tp.reduce_scatter, layers * 2 * (forwards + 1), n, e);
-    } else {
-      add(v.tp.all_reduce, layers * 2 * (forwards + 1), n, e);
-    }
-    if (r == 0) {  // vocab-parallel embedding
-      if (c.sequence_parallel) {
-        add(v.tp.reduce_scatter, 1, n, e);
-        add(v.tp.all_gather, 1, n, e);
-      } else {
-        add(v.tp.all_reduce, 1, n, e);
-      }
-    }
+    reduce(layers * 2 * (forwards + 1));
+    if (r == 0) reduce(1);  // vocab-parallel embedding
     if (r == c.pp - 1) {
       // Vocab-parallel cross-entropy: one all-gather of 3 fp32 statistics per row
-      // (kernels/vocab_parallel_ce.h), t * 3bs elements gathered; then the LM head.
+      // (kernels/vocab_parallel_ce.h), t * 3bs elements gathered; then the LM head (under
+      // sequence parallelism ln_f's output is gathered for it).
       add(v.tp.all_gather, 1, c.tp * 3 * b * s, 4);
-      if (c.sequence_parallel) {
-        add(v.tp.all_gather, 1, n, e);  // ln_f's output, gathered for the LM head
-        add(v.tp.reduce_scatter, 1, n, e);
-      } else {
-        add(v.tp.all_reduce, 1, n, e);
-      }
+      reduce(1);
     }
   }
   if (c.pp > 1) {
@@ -108,6 +103,8 @@ StepVolume per_microbatch(const Job& job, const layout::Layout& c, int r) {
   }
   return v;
 }
+
+namespace {
 
 // The data-parallel traffic of optim::DistributedOptimizer on pipeline rank r, unit by unit
 // (optim::ParamUnit: wte, wpe, each layer, ln_f, lm_head; those the variant has), each unit
@@ -165,12 +162,8 @@ void scale(GroupVolume& g, int64_t k) {
 
 }  // namespace
 
-StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int pp_rank) {
-  return per_microbatch(job, c, pp_rank);
-}
-
 StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int dp_rank) {
-  StepVolume v = per_microbatch(job, c, pp_rank);
+  StepVolume v = microbatch_volume(job, c, pp_rank);
   const int64_t m = c.microbatches(job.global_batch);
   scale(v.tp, m);
   scale(v.pp, m);

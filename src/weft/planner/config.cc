@@ -9,13 +9,7 @@
 namespace weft::planner {
 
 std::string_view precision_name(Precision p) {
-  switch (p) {
-    case Precision::FP32:
-      return "fp32";
-    case Precision::BF16Mixed:
-      return "bf16-mixed";
-  }
-  return "?";
+  return p == Precision::FP32 ? "fp32" : "bf16-mixed";
 }
 
 Result<Precision> parse_precision(std::string_view name) {
@@ -27,13 +21,8 @@ Result<Precision> parse_precision(std::string_view name) {
 }
 
 PrecisionBytes precision_bytes(Precision p) {
-  switch (p) {
-    case Precision::FP32:
-      return {.weight = 4, .grad = 4, .optimizer = 8, .activation = 4};
-    case Precision::BF16Mixed:
-      return {.weight = 2, .grad = 4, .optimizer = 12, .activation = 2};
-  }
-  return {};
+  if (p == Precision::FP32) return {.weight = 4, .grad = 4, .optimizer = 8, .activation = 4};
+  return {.weight = 2, .grad = 4, .optimizer = 12, .activation = 2};  // bf16-mixed
 }
 
 Status validate(const Job& job) {

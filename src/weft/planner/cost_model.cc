@@ -1,6 +1,7 @@
 #include "weft/planner/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 
@@ -47,17 +48,8 @@ double weight_pass_time(const Cluster& c, double bytes) {
 }
 
 std::string_view span_name(Span s) {
-  switch (s) {
-    case Span::Device:
-      return "device";
-    case Span::Package:
-      return "package";
-    case Span::Node:
-      return "node";
-    case Span::Network:
-      return "network";
-  }
-  return "?";
+  constexpr std::array<std::string_view, 4> kNames = {"device", "package", "node", "network"};
+  return kNames.at(static_cast<size_t>(s));  // in Span's order
 }
 
 namespace {

@@ -17,11 +17,13 @@ double model_time(const GemmModel& g, double peak, const GemmSample& s) {
                   flops(s) / (peak * g.efficiency * gemm_shape_efficiency(g, s.M, s.N, s.K)));
 }
 
-}  // namespace
-
+// The predicted rate over the measured one, minus 1 (= measured time / predicted time - 1): the
+// relative error the fit minimizes.
 double gemm_rate_error(const GemmModel& g, double peak, const GemmSample& s) {
   return s.seconds / model_time(g, peak, s) - 1;
 }
+
+}  // namespace
 
 double gemm_speed(const GemmModel& g, double peak, std::span<const GemmSample> samples) {
   WEFT_CHECK(!samples.empty() && peak > 0, "gemm_speed needs samples and a peak rate");

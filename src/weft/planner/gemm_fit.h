@@ -27,15 +27,12 @@ struct GemmFitGrid {
   double min_time_step = 1e-6, min_time_max = 40e-6;  // s
 };
 
-// The predicted rate over the measured one, minus 1 (= measured time / predicted time - 1): the
-// relative error the fit minimizes and the tests bound.
-double gemm_rate_error(const GemmModel& g, double peak, const GemmSample& s);
-
-// Least squares on gemm_rate_error over the samples: every (tile, k_half, min_time) of the grid,
-// and for each the efficiency in closed form (on the shapes above the floor the error is
-// efficiency * x - 1 with x = seconds * peak * shape_efficiency / flops, so the best efficiency is
-// sum x / sum x^2; the set above the floor is iterated to a fixed point). `base` gives
-// compute_units; the first best grid point wins ties, so the fit is deterministic.
+// Least squares on the relative rate error (measured time / predicted time - 1) over the samples:
+// every (tile, k_half, min_time) of the grid, and for each the efficiency in closed form (on the
+// shapes above the floor the error is efficiency * x - 1 with x = seconds * peak * shape_efficiency
+// / flops, so the best efficiency is sum x / sum x^2; the set above the floor is iterated to a
+// fixed point). `base` gives compute_units; the first best grid point wins ties, so the fit is
+// deterministic.
 GemmModel fit_gemm_model(const GemmModel& base, double peak, std::span<const GemmSample> samples,
                          const GemmFitGrid& grid = {});
 

@@ -62,23 +62,19 @@ std::string_view number_format_name(NumberFormat f) {
 }
 
 double Cluster::peak(NumberFormat f) const {
-  switch (f) {
-    case NumberFormat::BF16:
-      return peak_bf16;
-    case NumberFormat::FP16:
-      return peak_fp16;
-    case NumberFormat::TF32:
-      return peak_tf32;
-    case NumberFormat::FP32:
-      return peak_fp32;
-  }
-  return 0;
+  return f == NumberFormat::BF16   ? peak_bf16
+         : f == NumberFormat::FP16 ? peak_fp16
+         : f == NumberFormat::TF32 ? peak_tf32
+                                   : peak_fp32;
 }
 
 Status validate(const Cluster& c) {
   Status s;
   auto positive = [&](const char* key, double v) {
     if (!(v > 0)) s.add(fmt::format("{}={} must be > 0", key, v));
+  };
+  auto non_negative = [&](const char* key, double v, const char* note = "") {
+    if (!(v >= 0)) s.add(fmt::format("{}={} must be >= 0{}", key, v, note));
   };
   auto fraction = [&](const char* key, double v) {
     if (!(v > 0 && v <= 1)) s.add(fmt::format("{}={} must be in (0, 1]", key, v));
@@ -102,10 +98,8 @@ Status validate(const Cluster& c) {
     s.add(fmt::format("memory.runtime_mib={:.4g} must be >= 0", c.runtime_bytes / kMiB));
   }
   fraction("memory.efficiency", c.memory_efficiency);
-  if (!(c.optimizer_bandwidth >= 0)) {
-    s.add(fmt::format("memory.optimizer_bandwidth_gbps={} must be >= 0 (0: bandwidth_gbps)",
-                      c.optimizer_bandwidth / kGB));
-  }
+  non_negative("memory.optimizer_bandwidth_gbps", c.optimizer_bandwidth / kGB,
+               " (0: bandwidth_gbps)");
   if (c.peak_bf16 <= 0 && c.peak_fp16 <= 0 && c.peak_tf32 <= 0 && c.peak_fp32 <= 0) {
     s.add("peak_tflops needs at least one rate (bf16, fp16, tf32 or fp32)");
   }
@@ -134,19 +128,10 @@ Status validate(const Cluster& c) {
         c.flash_forward / kTera, c.flash_backward / kTera));
   }
   positive("calibration.compute_scale", c.compute_scale);
-  if (!(c.step_overhead >= 0)) {
-    s.add(fmt::format("calibration.step_overhead_ms={} must be >= 0", c.step_overhead / kMilli));
-  }
-  if (!(c.weight_passes >= 0)) {
-    s.add(fmt::format("calibration.weight_passes={} must be >= 0", c.weight_passes));
-  }
-  if (!(c.tp_collective_overhead >= 0)) {
-    s.add(fmt::format("calibration.tp_collective_overhead_us={} must be >= 0",
-                      c.tp_collective_overhead / kMicro));
-  }
-  if (!(c.gemm_speed >= 0)) {
-    s.add(fmt::format("calibration.gemm_speed={} must be >= 0 (0: not measured)", c.gemm_speed));
-  }
+  non_negative("calibration.step_overhead_ms", c.step_overhead / kMilli);
+  non_negative("calibration.weight_passes", c.weight_passes);
+  non_negative("calibration.tp_collective_overhead_us", c.tp_collective_overhead / kMicro);
+  non_negative("calibration.gemm_speed", c.gemm_speed, " (0: not measured)");
   positive("link.network.bandwidth_gbps", c.network.bandwidth);
   return s;
 }

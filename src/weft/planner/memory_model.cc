@@ -29,23 +29,13 @@ model::MemoryEstimate rank_memory(const Job& job, const layout::Layout& c,
   return model::estimate_rank_memory(
       job.model, layout::rank_shape(c, job.seq_len, pp_rank),
       layout::rank_program(job.model, c.schedule, shape, pp_rank, slots, buffers),
-      {.precision = model_precision(job.precision),
+      {.precision = job.precision,
        .threads = threads,
        .runtime_bytes = runtime_bytes,
        .snapshot = job.checkpoint_snapshot});
 }
 
 }  // namespace
-
-model::Precision model_precision(Precision p) {
-  switch (p) {
-    case Precision::FP32:
-      return model::Precision::FP32;
-    case Precision::BF16Mixed:
-      return model::Precision::BF16Mixed;
-  }
-  return model::Precision::FP32;
-}
 
 MemoryBreakdown peak_memory(const Job& job, const layout::Layout& c,
                             const schedule::Schedule& schedule, int64_t runtime_bytes) {
@@ -88,16 +78,11 @@ double snapshot_memory(const Job& job, const layout::Layout& c) {
   return static_cast<double>(most);
 }
 
-model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c,
-                                       const schedule::Schedule& s, int pp_rank, int threads,
-                                       int64_t runtime_bytes) {
-  return rank_memory(job, c, s.shape, layout::pool_slots(s).at(pp_rank),
-                     schedule::send_buffers(s).at(pp_rank), pp_rank, threads, runtime_bytes);
-}
-
 model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c, int pp_rank,
                                        int threads, int64_t runtime_bytes) {
-  return weft_rank_memory(job, c, make(job, c), pp_rank, threads, runtime_bytes);
+  const schedule::Schedule s = make(job, c);
+  return rank_memory(job, c, s.shape, layout::pool_slots(s).at(pp_rank),
+                     schedule::send_buffers(s).at(pp_rank), pp_rank, threads, runtime_bytes);
 }
 
 std::string format_bytes(double bytes) {

@@ -23,9 +23,6 @@ struct MemoryBreakdown {
   double total() const { return weights + grads + optimizer + activations + buffers + snapshot; }
 };
 
-// The memory model's policy for a number format.
-model::Precision model_precision(Precision p);
-
 // The device that needs the most: the largest weft_rank_memory over the pipeline ranks, with
 // `buffers` its workspace and runtime. `schedule`: the configuration's (compute only or lowered),
 // whose peaks of microbatches in flight size each rank's slot pools and whose send buffers
@@ -51,11 +48,6 @@ double snapshot_memory(const Job& job, const layout::Layout& c);
 // Exactly what pipeline rank `pp_rank` of weft's trainer for the job's precision allocates
 // (model::estimate_rank_memory over the chunks and activation slots of its schedule program):
 // what `weft bench step` measures against (fp32), and what the device trainer allocates (bf16).
-model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c,
-                                       const schedule::Schedule& schedule, int pp_rank,
-                                       int threads = 1,
-                                       int64_t runtime_bytes = model::kDefaultRuntimeBytes);
-// The same, making the configuration's schedule.
 model::MemoryEstimate weft_rank_memory(const Job& job, const layout::Layout& c, int pp_rank,
                                        int threads = 1,
                                        int64_t runtime_bytes = model::kDefaultRuntimeBytes);

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "weft/planner/memory_model.h"
-#include "weft/schedule/svg.h"
 #include "weft/schedule/text.h"
 
 namespace weft::planner {
@@ -147,27 +146,19 @@ std::string chrome_trace_json(const schedule::Timeline& timeline, const std::str
     for (const schedule::Slot& slot : timeline.ranks[r]) {
       const schedule::Instr& in = slot.instr;
       if (slot.end <= slot.start) continue;
-      std::string name;
-      if (schedule::is_compute(in.op)) {
-        name = schedule::grid_label(in, timeline.shape);
-      } else {
-        name = schedule::instr_to_text(in);
-      }
-      events.push_back({{"name", name},
-                        {"cat", std::string(schedule::op_name(in.op))},
-                        {"ph", "X"},
-                        {"pid", 0},
-                        {"tid", r},
-                        {"ts", slot.start * 1e6},
-                        {"dur", (slot.end - slot.start) * 1e6},
-                        {"args", {{"stage", in.stage}, {"microbatch", in.microbatch}}}});
+      events.push_back(
+          {{"name", schedule::is_compute(in.op) ? schedule::grid_label(in, timeline.shape)
+                                                : schedule::instr_to_text(in)},
+           {"cat", std::string(schedule::op_name(in.op))},
+           {"ph", "X"},
+           {"pid", 0},
+           {"tid", r},
+           {"ts", slot.start * 1e6},
+           {"dur", (slot.end - slot.start) * 1e6},
+           {"args", {{"stage", in.stage}, {"microbatch", in.microbatch}}}});
     }
   }
   return json({{"traceEvents", events}, {"displayTimeUnit", "ms"}}).dump(1) + "\n";
-}
-
-std::string timeline_svg(const schedule::Timeline& timeline, const std::string& title) {
-  return schedule::render_svg(timeline, title);
 }
 
 }  // namespace weft::planner

@@ -1,7 +1,7 @@
 #pragma once
 // What `weft plan` and `weft simulate` print and write: the ranking table, one configuration's
 // breakdown, the infeasible ones with their reasons, a Chrome trace (chrome://tracing, Perfetto)
-// with one track per pipeline rank, and the SVG timeline (schedule::render_svg).
+// with one track per pipeline rank. (The SVG timeline: schedule::render_svg.)
 
 #include <string>
 
@@ -25,6 +25,5 @@ std::string format_prediction(const Prediction& p, const Cluster& cluster, const
 // Chrome trace event format: one track (tid) per pipeline rank, a complete event per instruction
 // that takes time, named like the grid ("F3b"), times in microseconds.
 std::string chrome_trace_json(const schedule::Timeline& timeline, const std::string& title);
-std::string timeline_svg(const schedule::Timeline& timeline, const std::string& title);
 
 }  // namespace weft::planner

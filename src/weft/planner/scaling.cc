@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "weft/core/check.h"
@@ -79,12 +80,9 @@ ScalingStudy scaling_study(const Cluster& cluster, const Job& job, ScalingMode m
 }
 
 std::string format_scaling(const ScalingStudy& study, const Cluster& cluster, const Job& job) {
-  const bool giga = [&] {
-    for (const ScalingPoint& p : study.points) {
-      if (p.feasible) return p.best.tflops_per_device < 1;
-    }
-    return false;
-  }();
+  // GFLOP/s when the devices are CPUs, by the first feasible size.
+  const auto first = std::ranges::find_if(study.points, &ScalingPoint::feasible);
+  const bool giga = first != study.points.end() && first->best.tflops_per_device < 1;
   std::string out =
       fmt::format("{} scaling of {} on {} ({}), {} tokens per sequence, {}; layout {}\n",
                   scaling_mode_name(study.mode), job.model.name, cluster.device, cluster.name,

@@ -61,9 +61,7 @@ std::vector<layout::Layout> enumerate(const Job& job, const SearchSpace& space) 
       for (int b : space.micro_batches) {
         for (schedule::Kind kind : space.schedules) {
           if (pp == 1 && kind != schedule::Kind::OneFOneB) continue;  // all the same with pp = 1
-          std::vector<int> vps = {1};
-          if (kind == schedule::Kind::Interleaved) vps = space.vps;
-          for (int vp : vps) {
+          for (int vp : kind == schedule::Kind::Interleaved ? space.vps : std::vector<int>{1}) {
             for (model::Recompute r : space.recomputes) {
               for (bool sp : space.sequence_parallel) {
                 if (sp && tp == 1) continue;

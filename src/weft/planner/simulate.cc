@@ -132,34 +132,18 @@ StepBreakdown break_down(const schedule::Timeline& timeline, const std::vector<S
   StepBreakdown t;
   t.total = timeline.makespan;
   for (const schedule::Slot& slot : timeline.ranks[rank]) {
-    const schedule::Instr& i = slot.instr;
-    PassCost pass;
-    switch (i.op) {
-      case schedule::Op::Forward:
-        pass = stages[i.stage].forward;
-        break;
-      case schedule::Op::Backward:
-        pass = stages[i.stage].backward();
-        break;
-      case schedule::Op::BackwardInput:
-        pass = stages[i.stage].recompute;
-        pass += stages[i.stage].backward_input;
-        break;
-      case schedule::Op::BackwardWeight:
-        pass = stages[i.stage].backward_weight;
-        break;
-      case schedule::Op::ReduceGrads:
-        t.dp_comm += slot.end - slot.start;
-        break;
-      case schedule::Op::OptimizerStep:
-        t.optimizer += slot.end - slot.start;
-        break;
-      case schedule::Op::SendAct:
-      case schedule::Op::SendGrad:
-      case schedule::Op::RecvAct:
-      case schedule::Op::RecvGrad:
-        break;
-    }
+    using schedule::Op;
+    const Op op = slot.instr.op;
+    if (op == Op::ReduceGrads) t.dp_comm += slot.end - slot.start;
+    if (op == Op::OptimizerStep) t.optimizer += slot.end - slot.start;
+    if (!schedule::is_compute(op)) continue;
+    const StageCost& sc = stages[slot.instr.stage];
+    // An I pass is the input-gradient half with the recomputation it needs.
+    PassCost pass = op == Op::Forward          ? sc.forward
+                    : op == Op::Backward       ? sc.backward()
+                    : op == Op::BackwardWeight ? sc.backward_weight
+                                               : sc.recompute;
+    if (op == Op::BackwardInput) pass += sc.backward_input;
     t.compute += pass.compute;
     t.tp_comm += pass.tp_comm;
     t.dp_comm += pass.dp_comm;
@@ -182,7 +166,6 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
   Simulation sim;
   Prediction& p = sim.prediction;
   p.config = c;
-  p.memory_capacity = cl.memory_bytes;
   Status v = validate(c, job);
   if (compute_peak(cl, job.precision) <= 0) {
     v.add(fmt::format("cluster {} gives no peak rate for {} (its [peak_tflops] lacks {})", cl.name,
@@ -240,7 +223,12 @@ Simulation simulate_config(const Cluster& cl, const Job& job, const layout::Layo
 
   const double tokens = static_cast<double>(job.global_batch) * job.seq_len;
   p.tokens_per_s = tokens / t.total;
-  p.tflops_per_device = hardware_flops_per_step(job, c.recompute) / (t.total * job.world) / 1e12;
+  // The FLOPs of the GEMMs the step runs, recomputation counted (PTD-P Eq. 3 with 72, or 96
+  // under full recomputation, for GPT-2): what "TFLOP/s per device" is quoted in, as in the
+  // PTD-P paper's tables.
+  p.tflops_per_device =
+      model::training_flops_per_step(job.model, job.global_batch, job.seq_len, c.recompute) /
+      (t.total * job.world) / 1e12;
   const double peak = compute_peak(cl, job.precision);
   p.mfu = model::model_flops_per_step(job.model, job.global_batch, job.seq_len) /
           (t.total * job.world * peak);

@@ -35,8 +35,7 @@ struct Prediction {
   bool feasible = true;
   std::vector<std::string> reasons;  // why not, in the user's terms
   StepBreakdown time;
-  MemoryBreakdown memory;  // of the device that needs the most
-  double memory_capacity = 0;
+  MemoryBreakdown memory;      // of the device that needs the most
   std::vector<int> in_flight;  // per pipeline rank
   double tokens_per_s = 0;
   double tflops_per_device = 0;  // hardware FLOPs (recomputation counted, PTD-P Eq. 3 style)

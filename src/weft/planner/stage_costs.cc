@@ -94,8 +94,7 @@ double tp_pass_time(const Cluster& cl, const LayerShape& l, const GroupLink& tp)
   return 2 * tp_collective(cl, tp, Collective::AllReduce, bytes);
 }
 
-}  // namespace
-
+// Costs of one transformer layer (the same on every stage).
 StageCost layer_cost(const StageCostInputs& in) {
   const Cluster& cl = *in.cluster;
   const LayerShape l = shape_of(*in.job, *in.config);
@@ -132,19 +131,15 @@ StageCost layer_cost(const StageCostInputs& in) {
   // Weight gradients: dW = dY^T X, inner dimension M, accumulated into the gradient buffer.
   c.backward_weight.compute = G(q, h, M) + G(h, h / t, M) + G(f, h, M) + G(h, F, M) +
                               weight_pass_time(cl, linear_weights * pb.grad);
-  switch (in.config->recompute) {
-    case model::Recompute::None:
-      break;
-    case model::Recompute::Selective:
-      c.recompute.compute =
-          attention_forward + (flash ? 0 : memory_time(cl, attention_core_memory_bytes(l)));
-      break;
-    case model::Recompute::Full:
-      c.recompute = c.forward;
-      break;
+  if (in.config->recompute == model::Recompute::Selective) {
+    c.recompute.compute =
+        attention_forward + (flash ? 0 : memory_time(cl, attention_core_memory_bytes(l)));
   }
+  if (in.config->recompute == model::Recompute::Full) c.recompute = c.forward;
   return c;
 }
+
+}  // namespace
 
 std::vector<StageCost> stage_costs(const StageCostInputs& in) {
   const Cluster& cl = *in.cluster;
@@ -235,10 +230,6 @@ std::vector<StageCost> stage_costs(const StageCostInputs& in) {
     }
   }
   return out;
-}
-
-double hardware_flops_per_step(const Job& job, model::Recompute recompute) {
-  return model::training_flops_per_step(job.model, job.global_batch, job.seq_len, recompute);
 }
 
 }  // namespace weft::planner

@@ -47,19 +47,11 @@ struct StageCostInputs {
   bool overlap_dp = true;  // SimulateOptions::overlap_dp
 };
 
-// Costs of one transformer layer (the same on every stage).
-StageCost layer_cost(const StageCostInputs& in);
 // Per global stage 0 .. pp*vp-1: its layers plus the embedding (stage 0) or LM head and loss
 // (the last stage).
 std::vector<StageCost> stage_costs(const StageCostInputs& in);
 
 // The device's peak for the job's number format (bf16, else fp16, for bf16-mixed; fp32).
 double compute_peak(const Cluster& c, Precision p);
-
-// The FLOPs of the GEMMs one training step runs over the whole model, counting recomputation
-// (model::training_flops_per_step: PTD-P Eq. 3 with 72, or 96 under full recomputation, for
-// GPT-2; selective adds the attention core's forward). What "TFLOP/s per device" is quoted in, as
-// in the PTD-P paper's tables.
-double hardware_flops_per_step(const Job& job, model::Recompute recompute);
 
 }  // namespace weft::planner

@@ -85,9 +85,8 @@ int halving_trials(int n) {
 }
 
 int halving_rounds(int n) {
-  if (n <= 1) return 1;
-  int rounds = 0;
-  for (int size = n; size > 1; size = (size + 1) / 2) ++rounds;
+  int rounds = 1;  // the halving passes through a round of 2, the last
+  for (int size = n; size > 2; size = (size + 1) / 2) ++rounds;
   return rounds;
 }
 
@@ -128,21 +127,17 @@ double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, 
 }  // namespace
 
 std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n) {
-  n = std::min<int>(n, static_cast<int>(ranked.size()));
   std::vector<bool> taken(ranked.size(), false);
   std::set<std::tuple<int, int, int>> shapes;
   int count = 0;
-  for (size_t i = 0; i < ranked.size() && count < n; ++i) {  // the best of each shape
-    const layout::Layout& c = ranked[i].config;
-    if (shapes.insert({c.tp, c.pp, c.dp}).second) {
-      taken[i] = true;
-      ++count;
-    }
-  }
-  for (size_t i = 0; i < ranked.size() && count < n; ++i) {  // then the best of the rest
-    if (!taken[i]) {
-      taken[i] = true;
-      ++count;
+  // Pass 0: the best of each shape; pass 1: the best of the rest.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < ranked.size() && count < n; ++i) {
+      const layout::Layout& c = ranked[i].config;
+      if (!taken[i] && (pass == 1 || shapes.insert({c.tp, c.pp, c.dp}).second)) {
+        taken[i] = true;
+        ++count;
+      }
     }
   }
   std::vector<int> out;
@@ -184,12 +179,9 @@ TuneOutcome successive_halving(const std::vector<TuneCandidate>& ranked, const H
         out.stopped = cut = true;
         break;
       }
-      if (o.max_trials > 0 && out.trials >= o.max_trials) {
-        out.budget_spent = cut = true;
-        break;
-      }
-      if (o.max_seconds > 0 &&
-          elapsed() + estimate_trial_seconds(out, rec, o.warmup, steps) > o.max_seconds) {
+      if ((o.max_trials > 0 && out.trials >= o.max_trials) ||
+          (o.max_seconds > 0 &&
+           elapsed() + estimate_trial_seconds(out, rec, o.warmup, steps) > o.max_seconds)) {
         out.budget_spent = cut = true;
         break;
       }

@@ -49,6 +49,19 @@ constexpr std::array<KindEntry, 4> kKinds = {{
 constexpr std::array<Kind, kKinds.size()> kKindList = {Kind::GPipe, Kind::OneFOneB,
                                                        Kind::Interleaved, Kind::ZeroBubbleH1};
 
+// The value of the entry of `table` named `name`; else the error "unknown <what> 'name'".
+template <class Entry, std::size_t N, class Value>
+Result<Value> parse_named(const std::array<Entry, N>& table, Value Entry::*value,
+                          std::string_view name, std::string_view what) {
+  std::vector<std::string> known;
+  for (const Entry& e : table) {
+    if (e.name == name) return e.*value;
+    known.emplace_back(e.name);
+  }
+  return Status::error(fmt::format("unknown {} '{}'{}; known: {}", what, name,
+                                   did_you_mean(name, known), fmt::join(known, ", ")));
+}
+
 const OpEntry& entry(Op op) {
   for (const auto& e : kOps) {
     if (e.op == op) return e;
@@ -62,15 +75,7 @@ std::span<const Op> all_ops() { return kOpList; }
 std::string_view op_name(Op op) { return entry(op).name; }
 std::string_view op_code(Op op) { return entry(op).code; }
 
-Result<Op> parse_op(std::string_view name) {
-  std::vector<std::string> known;
-  for (const auto& e : kOps) {
-    if (e.name == name) return e.op;
-    known.emplace_back(e.name);
-  }
-  return Status::error(fmt::format("unknown op '{}'{}; known: {}", name, did_you_mean(name, known),
-                                   fmt::join(known, ", ")));
-}
+Result<Op> parse_op(std::string_view name) { return parse_named(kOps, &OpEntry::op, name, "op"); }
 
 std::span<const Kind> all_kinds() { return kKindList; }
 
@@ -82,13 +87,7 @@ std::string_view kind_name(Kind kind) {
 }
 
 Result<Kind> parse_kind(std::string_view name) {
-  std::vector<std::string> known;
-  for (const auto& e : kKinds) {
-    if (e.name == name) return e.kind;
-    known.emplace_back(e.name);
-  }
-  return Status::error(fmt::format("unknown schedule kind '{}'{}; known: {}", name,
-                                   did_you_mean(name, known), fmt::join(known, ", ")));
+  return parse_named(kKinds, &KindEntry::kind, name, "schedule kind");
 }
 
 bool is_compute(Op op) {

@@ -5,7 +5,7 @@
 // right before its consumer and a send right after its producer add no wait the compute-only
 // order did not already have, so lowering cannot introduce a deadlock.
 
-#include <algorithm>
+#include <set>
 
 #include "weft/schedule/schedule.h"
 
@@ -22,32 +22,23 @@ Schedule add_communication(Schedule schedule) {
       WEFT_CHECK(!is_p2p(instr.op) && instr.op != Op::ReduceGrads && instr.op != Op::OptimizerStep,
                  "add_communication expects a compute-only schedule, found ", op_name(instr.op));
       const int s = instr.stage, mb = instr.microbatch;
-      // Neighbouring stages share a rank only when pp == 1; then no message is needed.
+      // A forward receives its input and sends its output; a B or I receives the gradient of its
+      // output and sends that of its input; a W neither. Neighbouring stages share a rank only
+      // when pp == 1; then no message is needed.
+      const bool forward = instr.op == Op::Forward;
+      const bool input_grad = instr.op == Op::Backward || instr.op == Op::BackwardInput;
       auto remote = [&](int other) { return shape.rank_of(other) != rank; };
-      switch (instr.op) {
-        case Op::Forward:
-          if (s > 0 && remote(s - 1)) out.push_back({Op::RecvAct, s, mb, shape.rank_of(s - 1)});
-          out.push_back(instr);
-          if (s < last && remote(s + 1)) out.push_back({Op::SendAct, s, mb, shape.rank_of(s + 1)});
-          break;
-        case Op::Backward:
-        case Op::BackwardInput:
-          if (s < last && remote(s + 1)) {
-            out.push_back({Op::RecvGrad, s, mb, shape.rank_of(s + 1)});
-          }
-          out.push_back(instr);
-          if (s > 0 && remote(s - 1)) out.push_back({Op::SendGrad, s, mb, shape.rank_of(s - 1)});
-          break;
-        case Op::BackwardWeight:
-          out.push_back(instr);
-          break;
-        case Op::SendAct:
-        case Op::RecvAct:
-        case Op::SendGrad:
-        case Op::RecvGrad:
-        case Op::ReduceGrads:
-        case Op::OptimizerStep:
-          break;  // rejected above
+      if (forward && s > 0 && remote(s - 1))
+        out.push_back({Op::RecvAct, s, mb, shape.rank_of(s - 1)});
+      if (input_grad && s < last && remote(s + 1)) {
+        out.push_back({Op::RecvGrad, s, mb, shape.rank_of(s + 1)});
+      }
+      out.push_back(instr);
+      if (forward && s < last && remote(s + 1)) {
+        out.push_back({Op::SendAct, s, mb, shape.rank_of(s + 1)});
+      }
+      if (input_grad && s > 0 && remote(s - 1)) {
+        out.push_back({Op::SendGrad, s, mb, shape.rank_of(s - 1)});
       }
     }
     schedule.programs[rank] = std::move(out);
@@ -57,30 +48,19 @@ Schedule add_communication(Schedule schedule) {
 
 Schedule add_optimizer_step(Schedule schedule) {
   for (Program& program : schedule.programs) {
-    // Position of the last instruction of each stage on this rank.
-    std::vector<std::pair<int, int>> last_of_stage;  // (index, stage)
-    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
-      const Instr& instr = program[i];
-      WEFT_CHECK(instr.op != Op::ReduceGrads && instr.op != Op::OptimizerStep,
+    // Each stage's ReduceGrads follows its last instruction on this rank.
+    std::vector<bool> last_of_stage(program.size(), false);
+    std::set<int> stages;
+    for (std::size_t i = program.size(); i-- > 0;) {
+      WEFT_CHECK(program[i].op != Op::ReduceGrads && program[i].op != Op::OptimizerStep,
                  "add_optimizer_step: the schedule already ends its step");
-      auto it = std::find_if(last_of_stage.begin(), last_of_stage.end(),
-                             [&](const auto& e) { return e.second == instr.stage; });
-      if (it == last_of_stage.end()) {
-        last_of_stage.emplace_back(i, instr.stage);
-      } else {
-        it->first = i;
-      }
+      last_of_stage[i] = stages.insert(program[i].stage).second;
     }
-    std::sort(last_of_stage.begin(), last_of_stage.end());
     Program out;
-    out.reserve(program.size() + last_of_stage.size() + 1);
-    std::size_t next = 0;
-    for (int i = 0; i < static_cast<int>(program.size()); ++i) {
+    out.reserve(program.size() + stages.size() + 1);
+    for (std::size_t i = 0; i < program.size(); ++i) {
       out.push_back(program[i]);
-      while (next < last_of_stage.size() && last_of_stage[next].first == i) {
-        out.push_back({Op::ReduceGrads, last_of_stage[next].second, -1, -1});
-        ++next;
-      }
+      if (last_of_stage[i]) out.push_back({Op::ReduceGrads, program[i].stage, -1, -1});
     }
     out.push_back({Op::OptimizerStep, -1, -1, -1});
     program = std::move(out);

@@ -64,13 +64,13 @@ Result<Schedule> make_schedule(Kind kind, const Shape& shape) {
       schedule.programs = detail::gpipe_programs(shape);
       break;
     case Kind::OneFOneB:
-      schedule.programs = detail::one_f_one_b_programs(shape);
+      schedule.programs = detail::one_f_one_b_programs(shape, /*split_backward=*/false);
       break;
     case Kind::Interleaved:
       schedule.programs = detail::interleaved_programs(shape);
       break;
     case Kind::ZeroBubbleH1:
-      schedule.programs = detail::zero_bubble_h1_programs(shape);
+      schedule.programs = detail::one_f_one_b_programs(shape, /*split_backward=*/true);
       break;
   }
   return schedule;

@@ -87,6 +87,12 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
     if (t != kNotYet) need.ready = t + (shape.rank_of(stage) != rank ? p2p : 0);
     return need;
   };
+  // The message, not the compute: a receive needs its send to be posted.
+  auto posted = [&](std::vector<double>& v, Op send, int stage) {
+    Need need{.producer = {send, stage, mb, rank}, .ready = kNotYet};
+    if (const double t = ev.at(v, stage, mb); t != kNotYet) need.ready = t + p2p;
+    return need;
+  };
   Need ready{.producer = in, .ready = 0, .any_backward = false};
   auto combine = [&](const Need& need) {
     if (ready.ready == kNotYet) return;
@@ -96,41 +102,16 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
       ready.ready = std::max(ready.ready, need.ready);
     }
   };
-  switch (in.op) {
-    case Op::Forward:
-      if (s > 0) combine(from(ev.forward, Op::Forward, s - 1));
-      break;
-    case Op::Backward:
-    case Op::BackwardInput:
-      combine(from(ev.forward, Op::Forward, s));
-      if (s < last) combine(from(ev.input_grad, Op::Backward, s + 1, /*any_backward=*/true));
-      break;
-    case Op::BackwardWeight:
-      combine(from(ev.input_grad, Op::BackwardInput, s));
-      break;
-    case Op::SendAct:
-      combine(from(ev.forward, Op::Forward, s));
-      break;
-    case Op::SendGrad:
-      combine(from(ev.input_grad, Op::Backward, s, /*any_backward=*/true));
-      break;
-    case Op::RecvAct: {
-      // The message, not the compute: a receive needs its send to be posted.
-      Need need{.producer = {Op::SendAct, s - 1, mb, rank}, .ready = kNotYet};
-      if (const double t = ev.at(ev.act_sent, s - 1, mb); t != kNotYet) need.ready = t + p2p;
-      combine(need);
-      break;
-    }
-    case Op::RecvGrad: {
-      Need need{.producer = {Op::SendGrad, s + 1, mb, rank}, .ready = kNotYet};
-      if (const double t = ev.at(ev.grad_sent, s + 1, mb); t != kNotYet) need.ready = t + p2p;
-      combine(need);
-      break;
-    }
-    case Op::ReduceGrads:
-    case Op::OptimizerStep:
-      break;
+  const bool input_grad = in.op == Op::Backward || in.op == Op::BackwardInput;
+  if (in.op == Op::Forward && s > 0) combine(from(ev.forward, Op::Forward, s - 1));
+  if (input_grad || in.op == Op::SendAct) combine(from(ev.forward, Op::Forward, s));
+  if (input_grad && s < last) {
+    combine(from(ev.input_grad, Op::Backward, s + 1, /*any_backward=*/true));
   }
+  if (in.op == Op::BackwardWeight) combine(from(ev.input_grad, Op::BackwardInput, s));
+  if (in.op == Op::SendGrad) combine(from(ev.input_grad, Op::Backward, s, /*any_backward=*/true));
+  if (in.op == Op::RecvAct) combine(posted(ev.act_sent, Op::SendAct, s - 1));
+  if (in.op == Op::RecvGrad) combine(posted(ev.grad_sent, Op::SendGrad, s + 1));
   if (turns.buffers.empty()) return ready;
   // A producer's send buffer: free once the output that held it before was taken.
   auto buffer = [&](const std::pair<int, int>& before, bool act) {
@@ -151,7 +132,7 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
     WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the output of stage ", s);
     if (k >= K) buffer(turns.acts[rank][k - K], true);
   }
-  if ((in.op == Op::Backward || in.op == Op::BackwardInput) && s > 0) {
+  if (input_grad && s > 0) {
     const int k = turns.grad_turn[s * ev.m + mb], K = turns.buffers[rank].gradients;
     WEFT_CHECK(K > 0, "rank ", rank, " has no send buffer for the input gradient of stage ", s);
     if (k >= K) buffer(turns.grads[rank][k - K], false);
@@ -160,26 +141,14 @@ Need needs(const Instr& in, int rank, const Schedule& schedule, const Turns& tur
 }
 
 double duration(const Instr& in, const Costs& costs) {
-  switch (in.op) {
-    case Op::Forward:
-      return costs.stages[in.stage].forward;
-    case Op::Backward:
-      return costs.stages[in.stage].backward;
-    case Op::BackwardInput:
-      return costs.stages[in.stage].backward_input;
-    case Op::BackwardWeight:
-      return costs.stages[in.stage].backward_weight;
-    case Op::SendAct:
-    case Op::SendGrad:
-    case Op::RecvAct:
-    case Op::RecvGrad:
-      return 0;  // a receive's wait is computed from its send, not a cost
-    case Op::ReduceGrads:
-      return costs.reduce_grads;
-    case Op::OptimizerStep:
-      return costs.optimizer_step;
-  }
-  WEFT_FAIL("unknown Op");
+  if (is_p2p(in.op)) return 0;  // a receive's wait is computed from its send, not a cost
+  if (in.op == Op::ReduceGrads) return costs.reduce_grads;
+  if (in.op == Op::OptimizerStep) return costs.optimizer_step;
+  const StageCosts& s = costs.stages[in.stage];
+  return in.op == Op::Forward         ? s.forward
+         : in.op == Op::Backward      ? s.backward
+         : in.op == Op::BackwardInput ? s.backward_input
+                                      : s.backward_weight;
 }
 
 // Where the producer a blocked instruction needs is: "rank 1 has not reached it (blocked at
@@ -274,33 +243,16 @@ Timeline run(const Schedule& schedule, const Costs& costs, std::span<const SendB
           double& at = ev.at(taken, stage, in.microbatch);
           if (at == kNotYet) at = t;
         };
-        switch (in.op) {
-          case Op::Forward:
-            ev.at(ev.forward, in.stage, in.microbatch) = slot.end;
-            if (in.stage > 0) take(ev.act_taken, in.stage - 1, slot.start);
-            break;
-          case Op::Backward:
-          case Op::BackwardInput:
-            ev.at(ev.input_grad, in.stage, in.microbatch) = slot.end;
-            if (in.stage < shape.num_stages() - 1) take(ev.grad_taken, in.stage + 1, slot.start);
-            break;
-          case Op::SendAct:
-            ev.at(ev.act_sent, in.stage, in.microbatch) = slot.start;
-            break;
-          case Op::SendGrad:
-            ev.at(ev.grad_sent, in.stage, in.microbatch) = slot.start;
-            break;
-          case Op::RecvAct:
-            take(ev.act_taken, in.stage - 1, slot.end);
-            break;
-          case Op::RecvGrad:
-            take(ev.grad_taken, in.stage + 1, slot.end);
-            break;
-          case Op::BackwardWeight:
-          case Op::ReduceGrads:
-          case Op::OptimizerStep:
-            break;
-        }
+        const int s = in.stage, mb = in.microbatch;
+        const bool input_grad = in.op == Op::Backward || in.op == Op::BackwardInput;
+        if (in.op == Op::Forward) ev.at(ev.forward, s, mb) = slot.end;
+        if (input_grad) ev.at(ev.input_grad, s, mb) = slot.end;
+        if (in.op == Op::SendAct) ev.at(ev.act_sent, s, mb) = slot.start;
+        if (in.op == Op::SendGrad) ev.at(ev.grad_sent, s, mb) = slot.start;
+        if (in.op == Op::Forward && s > 0) take(ev.act_taken, s - 1, slot.start);
+        if (input_grad && s < shape.num_stages() - 1) take(ev.grad_taken, s + 1, slot.start);
+        if (in.op == Op::RecvAct) take(ev.act_taken, s - 1, slot.end);
+        if (in.op == Op::RecvGrad) take(ev.grad_taken, s + 1, slot.end);
         free_at[rank] = slot.end;
         if (keep_slots) timeline.ranks[rank].push_back(slot);
         ++pc[rank];

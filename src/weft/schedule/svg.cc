@@ -1,6 +1,7 @@
 #include "weft/schedule/svg.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -15,26 +16,11 @@ constexpr double kLeft = 70, kTop = 34, kRowHeight = 30, kBoxHeight = 22, kRight
 constexpr double kTargetWidth = 1400;
 
 std::string_view colour(Op op) {
-  switch (op) {
-    case Op::Forward:
-      return "#4e79a7";
-    case Op::Backward:
-      return "#59a14f";
-    case Op::BackwardInput:
-      return "#8cd17d";
-    case Op::BackwardWeight:
-      return "#f28e2b";
-    case Op::ReduceGrads:
-      return "#b07aa1";
-    case Op::OptimizerStep:
-      return "#79706e";
-    case Op::SendAct:
-    case Op::RecvAct:
-    case Op::SendGrad:
-    case Op::RecvGrad:
-      return "#333333";
-  }
-  return "#000000";
+  // In Op's order: F, B, I, W, the four sends and receives, R, O.
+  constexpr std::array<std::string_view, 10> kColours = {"#4e79a7", "#59a14f", "#8cd17d", "#f28e2b",
+                                                         "#333333", "#333333", "#333333", "#333333",
+                                                         "#b07aa1", "#79706e"};
+  return kColours.at(static_cast<size_t>(op));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <ranges>
 
 #include <fmt/format.h>
 
@@ -37,24 +38,11 @@ std::string chunk_marker(int chunk) {
 }  // namespace
 
 std::string instr_to_text(const Instr& in) {
-  switch (in.op) {
-    case Op::Forward:
-    case Op::Backward:
-    case Op::BackwardInput:
-    case Op::BackwardWeight:
-      return fmt::format("{}{}{}", in.stage, op_code(in.op), in.microbatch);
-    case Op::SendAct:
-    case Op::SendGrad:
-      return fmt::format("{}{}{}>{}", in.stage, op_code(in.op), in.microbatch, in.peer);
-    case Op::RecvAct:
-    case Op::RecvGrad:
-      return fmt::format("{}{}{}<{}", in.stage, op_code(in.op), in.microbatch, in.peer);
-    case Op::ReduceGrads:
-      return fmt::format("{}{}", in.stage, op_code(in.op));
-    case Op::OptimizerStep:
-      return std::string(op_code(in.op));
-  }
-  WEFT_FAIL("unknown Op");
+  if (in.op == Op::OptimizerStep) return std::string(op_code(in.op));
+  std::string text = fmt::format("{}{}", in.stage, op_code(in.op));
+  if (has_microbatch(in.op)) text += std::to_string(in.microbatch);
+  if (is_p2p(in.op)) text += fmt::format("{}{}", is_send(in.op) ? '>' : '<', in.peer);
+  return text;
 }
 
 Result<Instr> parse_instr(std::string_view text) {
@@ -101,12 +89,7 @@ Result<Instr> parse_instr(std::string_view text) {
 
 std::string program_to_text(const Program& program) {
   if (program.empty()) return "-";
-  std::string out;
-  for (const Instr& in : program) {
-    if (!out.empty()) out += ',';
-    out += instr_to_text(in);
-  }
-  return out;
+  return fmt::format("{}", fmt::join(program | std::views::transform(instr_to_text), ","));
 }
 
 Result<Program> parse_program(std::string_view line) {

@@ -40,28 +40,18 @@ std::string at(int rank, int index, const Instr& in) {
   return fmt::format("rank {} #{} {}", rank, index, instr_to_text(in));
 }
 
-// The ops indexed per (stage, microbatch) below.
-constexpr std::array<Op, 8> kPerMicrobatch = {Op::Forward,        Op::Backward, Op::BackwardInput,
-                                              Op::BackwardWeight, Op::SendAct,  Op::RecvAct,
-                                              Op::SendGrad,       Op::RecvGrad};
-int slot_of(Op op) {
-  for (std::size_t i = 0; i < kPerMicrobatch.size(); ++i) {
-    if (kPerMicrobatch[i] == op) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-// Count and first program position of every (op, stage, microbatch); positions are on the
-// stage's own rank.
+// Count and first program position of every (op, stage, microbatch), indexed by the op: the ops
+// with a microbatch are Op's first names, Forward .. RecvGrad. Positions are on the stage's own
+// rank.
 struct Index {
   Index(int stages, int m) : m(m) {
     for (auto& c : count) c.assign(stages * m, 0);
     for (auto& p : pos) p.assign(stages * m, -1);
   }
   int m;
-  std::array<std::vector<int>, kPerMicrobatch.size()> count, pos;
-  int n(Op op, int stage, int mb) const { return count[slot_of(op)][stage * m + mb]; }
-  int where(Op op, int stage, int mb) const { return pos[slot_of(op)][stage * m + mb]; }
+  std::array<std::vector<int>, static_cast<int>(Op::ReduceGrads)> count, pos;
+  int n(Op op, int stage, int mb) const { return count[static_cast<int>(op)][stage * m + mb]; }
+  int where(Op op, int stage, int mb) const { return pos[static_cast<int>(op)][stage * m + mb]; }
 };
 
 }  // namespace
@@ -176,7 +166,7 @@ class Checker {
           }
           continue;
         }
-        const int k = slot_of(in.op), key = in.stage * m_ + in.microbatch;
+        const int k = static_cast<int>(in.op), key = in.stage * m_ + in.microbatch;
         if (index_.count[k][key]++ == 0) index_.pos[k][key] = i;
       }
     }
@@ -340,24 +330,12 @@ Status validate(const Schedule& schedule) {
   return Checker(schedule).run();
 }
 
-std::vector<int> peak_in_flight(const Schedule& schedule) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight: malformed schedule"));
-  std::vector<int> peaks;
-  for (const Program& program : schedule.programs) {
-    int running = 0, peak = 0;
-    for (const Instr& in : program) {
-      // Activations live from the forward to the last backward pass that reads them.
-      if (in.op == Op::Forward) ++running;
-      if (in.op == Op::Backward || in.op == Op::BackwardWeight) --running;
-      peak = std::max(peak, running);
-    }
-    peaks.push_back(peak);
-  }
-  return peaks;
-}
-
 namespace {
+
+void check_well_formed(const Schedule& schedule, std::string_view caller) {
+  const Status structure = check_structure(schedule);
+  WEFT_CHECK(structure.ok(), structure.message(fmt::format("{}: malformed schedule", caller)));
+}
 
 // peak_in_flight_per_group of one rank of a schedule whose structure was checked.
 std::vector<int> group_peaks(const Schedule& schedule, int rank, std::span<const int> group_of) {
@@ -368,6 +346,7 @@ std::vector<int> group_peaks(const Schedule& schedule, int rank, std::span<const
   for (const Instr& in : schedule.programs.at(rank)) {
     if (in.stage < 0) continue;
     const int g = group_of[schedule.shape.chunk_of(in.stage)];
+    // Activations live from the forward to the last backward pass that reads them.
     if (in.op == Op::Forward) peak[g] = std::max(peak[g], ++live[g]);
     if (in.op == Op::Backward || in.op == Op::BackwardWeight) --live[g];
   }
@@ -376,17 +355,24 @@ std::vector<int> group_peaks(const Schedule& schedule, int rank, std::span<const
 
 }  // namespace
 
+std::vector<int> peak_in_flight(const Schedule& schedule) {
+  check_well_formed(schedule, "peak_in_flight");
+  const std::vector<int> one_group(schedule.shape.vp, 0);
+  std::vector<int> peaks;
+  for (int r = 0; r < schedule.shape.pp; ++r)
+    peaks.push_back(group_peaks(schedule, r, one_group)[0]);
+  return peaks;
+}
+
 std::vector<int> peak_in_flight_per_group(const Schedule& schedule, int rank,
                                           std::span<const int> group_of_chunk) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_group: malformed schedule"));
+  check_well_formed(schedule, "peak_in_flight_per_group");
   return group_peaks(schedule, rank, group_of_chunk);
 }
 
 std::vector<std::vector<int>> peak_in_flight_per_group(
     const Schedule& schedule, const std::vector<std::vector<int>>& group_of_chunk) {
-  const Status structure = check_structure(schedule);
-  WEFT_CHECK(structure.ok(), structure.message("peak_in_flight_per_group: malformed schedule"));
+  check_well_formed(schedule, "peak_in_flight_per_group");
   WEFT_CHECK(static_cast<int>(group_of_chunk.size()) == schedule.shape.pp, "groups for ",
              group_of_chunk.size(), " ranks, the schedule has ", schedule.shape.pp);
   std::vector<std::vector<int>> peaks;
