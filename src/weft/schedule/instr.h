@@ -18,6 +18,8 @@
 
 namespace weft::schedule {
 
+// The ops of a microbatch come first, Forward .. RecvGrad: validate.cc indexes arrays by them, and
+// svg.cc's colours follow this order.
 enum class Op : std::uint8_t {
   Forward,         // F: forward of (stage, microbatch)
   Backward,        // B: full backward (input and weight gradients) of (stage, microbatch)
