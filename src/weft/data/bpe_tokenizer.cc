@@ -28,24 +28,6 @@ namespace {
 
 // ---- the byte <-> character table ------------------------------------------------------------
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // bytes_to_unicode() of GPT-2's encoder.py: printable Latin-1 bytes ('!'..'~', '¡'..'¬',
 // '®'..'ÿ') stand for themselves; the other 68 bytes, in increasing order, take U+0100.. .
 struct ByteTable {
@@ -59,7 +41,10 @@ struct ByteTable {
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
       code_point[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
-      append_utf8(utf8[b], code_point[b]);
+      const char32_t cp = code_point[b];  // < 0x800: one or two UTF-8 bytes
+      utf8[b] = cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                          : std::string{static_cast<char>(0xC0 | (cp >> 6)),
+                                        static_cast<char>(0x80 | (cp & 0x3F))};
       byte_of[code_point[b]] = b;
     }
   }

@@ -9,44 +9,26 @@
 
 namespace weft::data {
 
+namespace {
 // Megatron's DType enum (megatron/core/datasets/indexed_dataset.py): the code is the enum value.
+// It has no uint32; 6 float64 and 7 float32 hold no token ids.
+constexpr std::pair<TokenType, uint8_t> kMegatronCodes[] = {
+    {TokenType::U8, 1},  {TokenType::I8, 2},  {TokenType::I16, 3},
+    {TokenType::I32, 4}, {TokenType::I64, 5}, {TokenType::U16, 8}};
+}  // namespace
+
 uint8_t megatron_dtype_code(TokenType type) {
-  switch (type) {
-    case TokenType::U8:
-      return 1;
-    case TokenType::I8:
-      return 2;
-    case TokenType::I16:
-      return 3;
-    case TokenType::I32:
-      return 4;
-    case TokenType::I64:
-      return 5;
-    case TokenType::U16:
-      return 8;
-    case TokenType::U32:
-      break;  // Megatron has no uint32
+  for (const auto& [t, code] : kMegatronCodes) {
+    if (t == type) return code;
   }
   WEFT_FAIL("Megatron's indexed dataset cannot store ", token_type_name(type));
 }
 
 std::optional<TokenType> token_type_from_megatron_code(uint8_t code) {
-  switch (code) {
-    case 1:
-      return TokenType::U8;
-    case 2:
-      return TokenType::I8;
-    case 3:
-      return TokenType::I16;
-    case 4:
-      return TokenType::I32;
-    case 5:
-      return TokenType::I64;
-    case 8:
-      return TokenType::U16;
-    default:
-      return std::nullopt;  // 6 float64 and 7 float32 hold no token ids; the rest are unknown
+  for (const auto& [t, c] : kMegatronCodes) {
+    if (c == code) return t;
   }
+  return std::nullopt;
 }
 
 namespace {
@@ -78,7 +60,7 @@ struct IndexedDatasetWriter::State {
   int64_t num_sequences = 0;
   int64_t num_documents = 0;
   int64_t sequence_length = 0;  // tokens in the open sequence
-  std::vector<std::byte> staging;
+  std::vector<std::byte> staging = {};
   bool finished = false;
 
   Status close_sequence() {
@@ -103,17 +85,11 @@ Result<IndexedDatasetWriter> IndexedDatasetWriter::create(const std::string& pre
   if (!idx.ok()) return idx.status();
   auto doc_ends = PendingFile::create(prefix + ".idx.documents");
   if (!doc_ends.ok()) return doc_ends.status();
-  auto s = std::unique_ptr<State>(new State{prefix,
-                                            type,
-                                            std::move(bin).value(),
-                                            std::move(idx).value(),
-                                            std::move(doc_ends).value(),
-                                            0,
-                                            0,
-                                            0,
-                                            0,
-                                            {},
-                                            false});
+  auto s = std::unique_ptr<State>(new State{.prefix = prefix,
+                                            .type = type,
+                                            .bin = std::move(bin).value(),
+                                            .idx = std::move(idx).value(),
+                                            .doc_ends = std::move(doc_ends).value()});
   // The header's counts are unknown until finish(); reserve its bytes now so that the lengths can
   // stream in behind it.
   std::byte header[kMmidIdxHeaderBytes] = {};
@@ -136,38 +112,14 @@ Status IndexedDatasetWriter::append(std::span<const int32_t> tokens) {
     }
     const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(tokens.size() - i),
                                                            kMaxSequence - s.sequence_length));
-    s.staging.resize(n * static_cast<size_t>(width));
-    for (size_t k = 0; k < n; ++k) {
-      const int32_t t = tokens[i + k];
-      if (t < 0 || t > max_id) {
-        return Status::error(fmt::format("{}: token id {} does not fit the stored type {}",
-                                         s.bin.path(), t, token_type_name(s.type)));
-      }
-      std::byte* dst = s.staging.data() + k * static_cast<size_t>(width);
-      switch (s.type) {
-        case TokenType::U8:
-          store(dst, static_cast<uint8_t>(t));
-          break;
-        case TokenType::I8:
-          store(dst, static_cast<int8_t>(t));
-          break;
-        case TokenType::I16:
-          store(dst, static_cast<int16_t>(t));
-          break;
-        case TokenType::U16:
-          store(dst, static_cast<uint16_t>(t));
-          break;
-        case TokenType::I32:
-          store(dst, static_cast<int32_t>(t));
-          break;
-        case TokenType::U32:
-          store(dst, static_cast<uint32_t>(t));
-          break;
-        case TokenType::I64:
-          store(dst, static_cast<int64_t>(t));
-          break;
-      }
+    const std::span<const int32_t> part = tokens.subspan(i, n);
+    const auto bad = std::ranges::find_if(part, [&](int32_t t) { return t < 0 || t > max_id; });
+    if (bad != part.end()) {
+      return Status::error(fmt::format("{}: token id {} does not fit the stored type {}",
+                                       s.bin.path(), *bad, token_type_name(s.type)));
     }
+    s.staging.resize(n * static_cast<size_t>(width));
+    narrow_tokens(part.data(), static_cast<int64_t>(n), s.type, s.staging.data());
     if (auto st = s.bin.write(s.staging.data(), static_cast<int64_t>(s.staging.size())); !st.ok()) {
       return st;
     }
