@@ -39,11 +39,6 @@
 
 namespace weft::checkpoint {
 
-// One Hugging Face tensor of a weft parameter.
-struct HfPart {
-  std::string name;
-  Shape shape;  // in the HF file
-};
 // The HF tensors weft parameter `weft_name` of `cfg` is made of, in its row order ("h.0.attn.qkv.
 // weight" -> q_proj, k_proj, v_proj of layer 0). Throws for a name that is not a parameter of cfg.
 std::vector<HfPart> hf_llama_parts(const model::GptConfig& cfg, std::string_view weft_name);
