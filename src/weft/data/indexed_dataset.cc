@@ -336,7 +336,7 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
   ds->num_documents_ = index.num_documents;
   const int64_t width = token_type_size(index.type);
   const int64_t expected = index.bin_bytes;
-  const int64_t bin_size = ds->bin_.size();
+  const int64_t bin_size = ds->file_.size();
   if (bin_size < expected) {
     return Status::error(
         fmt::format("{}: truncated: {} bytes, but {} describes {} {} tokens ({} bytes)", bin_path,
@@ -349,14 +349,7 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
         bin_path, bin_size, idx_path, expected / width, token_type_name(index.type), expected));
   }
   ds->num_tokens_ = expected / width;
-  if (sidecar) {
-    if (auto st =
-            check_sidecar(*sidecar, bin_path, ds->num_tokens_, ds->num_documents_, index.type);
-        !st.ok()) {
-      return st;
-    }
-    ds->sidecar_ = std::move(sidecar);
-  }
+  if (Status st = ds->set_sidecar(std::move(sidecar), bin_path); !st.ok()) return st;
   return ds;
 }
 
@@ -374,32 +367,6 @@ int64_t IndexedDataset::document_index(int64_t i) const {
   WEFT_CHECK(i >= 0 && i <= num_documents_, "document index entry ", i, " of ", num_documents_ + 1);
   return load<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 12 * num_sequences_ + 8 * i);
 }
-
-void IndexedDataset::read(int64_t offset, int64_t n, int32_t* out) const {
-  WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
-             offset + n, ") of ", bin_.path(), " which holds ", num_tokens_);
-  const int64_t limit =
-      sidecar_ ? sidecar_->vocab_size : int64_t{std::numeric_limits<int32_t>::max()} + 1;
-  const int64_t width = token_type_size(type_);
-  const int64_t bad = widen_tokens(bin_.data() + offset * width, type_, n, out, limit);
-  if (bad >= 0) {
-    throw Error(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}){}",
-                            bin_.path(), load_token(bin_.data() + (offset + bad) * width, type_),
-                            offset + bad, limit,
-                            sidecar_ ? " of " + sidecar_->path : std::string()));
-  }
-}
-
-std::pair<int64_t, int64_t> IndexedDataset::id_min_max(int64_t offset, int64_t n) const {
-  return token_min_max(bin_.data() + offset * token_type_size(type_), type_, n);
-}
-
-std::optional<int> IndexedDataset::vocab_size() const {
-  if (!sidecar_) return std::nullopt;
-  return sidecar_->vocab_size;
-}
-
-std::string IndexedDataset::tokenizer() const { return sidecar_ ? sidecar_->tokenizer : ""; }
 
 std::string IndexedDataset::describe() const {
   std::string d = fmt::format("megatron mmididx v1, {}, {} tokens, {} docs", token_type_name(type_),
