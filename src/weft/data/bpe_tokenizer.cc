@@ -148,8 +148,7 @@ class Problems {
   int count_ = 0;
 };
 
-// ---- the merge table: (left id, right id) -> (rank, merged id), open addressing
-// ------------------
+// ---- the merge table: (left id, right id) -> (rank, merged id), open addressing ----------------
 
 class MergeTable {
  public:
@@ -170,6 +169,9 @@ class MergeTable {
     keys_[i] = key;
     entries_[i] = e;
   }
+  static uint64_t pack(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
   const Entry* find(int32_t a, int32_t b) const {
     const uint64_t key = pack(a, b);
     for (size_t i = slot(key);; i = (i + 1) & mask_) {
@@ -180,9 +182,6 @@ class MergeTable {
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static uint64_t pack(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
   size_t slot(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 29) & mask_; }
   std::vector<uint64_t> keys_;
   std::vector<Entry> entries_;
@@ -387,9 +386,7 @@ struct BpeTokenizer::Impl {
     std::unordered_map<uint64_t, std::set<int32_t>> occurrences;  // ranked pair -> left nodes
     using RankKey = std::pair<int32_t, uint64_t>;
     std::priority_queue<RankKey, std::vector<RankKey>, std::greater<>> heap;
-    auto pack = [](int32_t a, int32_t b) {
-      return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-    };
+    const auto pack = &MergeTable::pack;
     auto add = [&](int32_t left) {
       if (left < 0 || next[left] >= n) return;
       const int32_t right = next[left];

@@ -31,32 +31,24 @@ std::string human_count(int64_t n) {
 
 // ---- MappedFile ----
 
+Fd::~Fd() {
+  if (fd >= 0) ::close(fd);
+}
+
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::error(path + ": cannot open: " + errno_text());
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};  // the mapping keeps the file alive
+  if (file.fd < 0) return Status::error(path + ": cannot open: " + errno_text());
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    std::string e = errno_text();
-    ::close(fd);
-    return Status::error(path + ": cannot stat: " + e);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::error(path + ": not a regular file");
-  }
+  if (::fstat(file.fd, &st) != 0) return Status::error(path + ": cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) return Status::error(path + ": not a regular file");
   MappedFile f;
   f.path_ = path;
   f.size_ = st.st_size;
   if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(f.size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      std::string e = errno_text();
-      ::close(fd);
-      return Status::error(path + ": cannot map: " + e);
-    }
+    void* p = ::mmap(nullptr, static_cast<size_t>(f.size_), PROT_READ, MAP_PRIVATE, file.fd, 0);
+    if (p == MAP_FAILED) return Status::error(path + ": cannot map: " + errno_text());
     f.data_ = static_cast<const std::byte*>(p);
   }
-  ::close(fd);  // the mapping keeps the file alive
   return f;
 }
 
@@ -66,12 +58,9 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
       size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), static_cast<size_t>(size_));
-    path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
+  std::swap(path_, other.path_);  // other unmaps what this held
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
   return *this;
 }
 

@@ -14,6 +14,12 @@
 
 namespace weft::data {
 
+// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd();
+};
+
 // A whole file mapped read-only. An empty file maps to no pages (data() is null, size() 0).
 class MappedFile {
  public:

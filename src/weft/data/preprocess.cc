@@ -434,14 +434,6 @@ class Progress {
   Clock::time_point start_ = Clock::now(), last_ = Clock::now();
 };
 
-// Closes a file descriptor on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // Every problem with the options and the input that shows before any work, together.
 Status check_options(const PreprocessOptions& o) {
   Status invalid;
