@@ -42,20 +42,20 @@ bool is_mask_buffer(std::string_view name) {
 
 // One part per parameter: wte without its padding rows, the Conv1D weights transposed.
 std::vector<HfPart> gpt2_parts(const model::GptConfig& cfg, const SliceSpec& sl) {
-  const HfName hf = hf_gpt2_name(sl.name);
-  Shape shape = hf.transposed ? Shape{sl.shape[1], sl.shape[0]} : sl.shape;
-  if (sl.name == "wte") shape = {cfg.vocab_size, sl.shape[1]};
-  return {{hf.name, shape, hf.transposed}};
+  HfPart part = hf_gpt2_name(sl.name);
+  part.shape = part.transposed ? Shape{sl.shape[1], sl.shape[0]} : sl.shape;
+  if (sl.name == "wte") part.shape = {cfg.vocab_size, sl.shape[1]};
+  return {part};
 }
 
 }  // namespace
 
-HfName hf_gpt2_name(std::string_view weft_name) {
+HfPart hf_gpt2_name(std::string_view weft_name) {
   const std::string prefix(kPrefix);
   if (weft_name == "wte" || weft_name == "wpe")
-    return {prefix + std::string(weft_name) + ".weight"};
+    return {prefix + std::string(weft_name) + ".weight", {}};
   if (weft_name == "ln_f.weight" || weft_name == "ln_f.bias")
-    return {prefix + std::string(weft_name)};
+    return {prefix + std::string(weft_name), {}};
   if (weft_name.starts_with("h.")) {
     const size_t dot = weft_name.find('.', 2);
     if (dot != std::string_view::npos) {
@@ -63,7 +63,7 @@ HfName hf_gpt2_name(std::string_view weft_name) {
                              suffix = weft_name.substr(dot + 1);
       for (const auto& n : kLayerNames) {
         if (n.weft == suffix) {
-          return {prefix + std::string(layer) + std::string(n.hf), n.transposed};
+          return {prefix + std::string(layer) + std::string(n.hf), {}, n.transposed};
         }
       }
     }

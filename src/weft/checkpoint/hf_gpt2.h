@@ -38,12 +38,9 @@
 namespace weft::checkpoint {
 
 // The Hugging Face name of weft parameter `name` ("h.3.attn.qkv.weight" ->
-// "transformer.h.3.attn.c_attn.weight"), and whether its matrix is stored transposed there.
-struct HfName {
-  std::string name;
-  bool transposed = false;
-};
-HfName hf_gpt2_name(std::string_view weft_name);
+// "transformer.h.3.attn.c_attn.weight"), and whether its matrix is stored transposed there (the
+// shape is left empty).
+HfPart hf_gpt2_name(std::string_view weft_name);
 
 // transformers' GPT2Config for cfg (config.json). bos/eos are `eot_id`, the tokenizer's
 // <|endoftext|> (hf_tokenizer_eot), when the model has a tokenizer; absent without one, so that
