@@ -207,12 +207,6 @@ Result<HfModel> read_hf_model(const HfDir& dir, const model::GptConfig& cfg, con
   return out;
 }
 
-std::map<std::string, std::string> hf_export_metadata(const model::GptConfig& cfg, int64_t step) {
-  return {{"weft.name", cfg.name},
-          {"weft.pad_vocab_to", std::to_string(cfg.pad_vocab_to)},
-          {"weft.step", std::to_string(step)}};
-}
-
 Status write_hf(const std::string& out_dir, const model::GptConfig& cfg, const FlatBuffer& params,
                 std::optional<int> eot_id, const std::map<std::string, std::string>& metadata) {
   auto arch = hf_architecture(cfg);
@@ -302,7 +296,12 @@ Result<HfArchitecture> export_hf(const std::string& checkpoint, const std::strin
       return s;
     }
   }
-  Status s = write_hf(out_dir, m.model, params, eot, hf_export_metadata(m.model, m.train.step));
+  // Beside the tensors, so that an import restores the name, the padding and the step.
+  const std::map<std::string, std::string> meta = {
+      {"weft.name", m.model.name},
+      {"weft.pad_vocab_to", std::to_string(m.model.pad_vocab_to)},
+      {"weft.step", std::to_string(m.train.step)}};
+  Status s = write_hf(out_dir, m.model, params, eot, meta);
   if (!s.ok()) return s;
   return arch.value();
 }

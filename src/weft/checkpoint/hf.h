@@ -89,10 +89,6 @@ struct HfTensors {
 Result<HfModel> read_hf_model(const HfDir& dir, const model::GptConfig& cfg, const HfPartsOf& parts,
                               HfTensors tensors);
 
-// The safetensors metadata weft writes beside the tensors, so that an import restores the name,
-// the padding and the step.
-std::map<std::string, std::string> hf_export_metadata(const model::GptConfig& cfg, int64_t step);
-
 // Writes OUT/model.safetensors (F32) and OUT/config.json for serial parameters `params` of `cfg`
 // as hf_architecture(cfg) (an error otherwise). `eot_id`: the tokenizer's <|endoftext|>, bos and
 // eos in config.json.

@@ -15,7 +15,6 @@ namespace {
 constexpr std::pair<TokenType, uint8_t> kMegatronCodes[] = {
     {TokenType::U8, 1},  {TokenType::I8, 2},  {TokenType::I16, 3},
     {TokenType::I32, 4}, {TokenType::I64, 5}, {TokenType::U16, 8}};
-}  // namespace
 
 uint8_t megatron_dtype_code(TokenType type) {
   for (const auto& [t, code] : kMegatronCodes) {
@@ -30,8 +29,6 @@ std::optional<TokenType> token_type_from_megatron_code(uint8_t code) {
   }
   return std::nullopt;
 }
-
-namespace {
 
 template <typename T>
 T load(const std::byte* p) {

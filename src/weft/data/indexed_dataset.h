@@ -36,10 +36,6 @@ namespace weft::data {
 inline constexpr char kMmidIdxMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr int64_t kMmidIdxHeaderBytes = 34;
 
-// Megatron's DType code for a token type, and back (nullopt: a float or unknown code).
-uint8_t megatron_dtype_code(TokenType type);
-std::optional<TokenType> token_type_from_megatron_code(uint8_t code);
-
 // Writes PREFIX.bin and PREFIX.idx as a stream: tokens go to disk as they arrive and the index is
 // built on disk too, so memory stays flat however large the dataset. Everything is written under
 // temporary names (PREFIX.bin.tmp-<pid>, ...) and renamed into place by finish(); a writer
