@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <vector>
 
 namespace weft::checkpoint {
@@ -14,26 +15,11 @@ namespace {
 
 constexpr std::string_view kPrefix = "transformer.";
 
-// Per-layer names: weft suffix, Hugging Face suffix, whether HF stores the matrix transposed
-// (Conv1D keeps weights [in, out]).
-struct LayerName {
-  std::string_view weft, hf;
-  bool transposed;
-};
-constexpr LayerName kLayerNames[] = {
-    {"ln_1.weight", "ln_1.weight", false},
-    {"ln_1.bias", "ln_1.bias", false},
-    {"attn.qkv.weight", "attn.c_attn.weight", true},
-    {"attn.qkv.bias", "attn.c_attn.bias", false},
-    {"attn.proj.weight", "attn.c_proj.weight", true},
-    {"attn.proj.bias", "attn.c_proj.bias", false},
-    {"ln_2.weight", "ln_2.weight", false},
-    {"ln_2.bias", "ln_2.bias", false},
-    {"mlp.fc.weight", "mlp.c_fc.weight", true},
-    {"mlp.fc.bias", "mlp.c_fc.bias", false},
-    {"mlp.proj.weight", "mlp.c_proj.weight", true},
-    {"mlp.proj.bias", "mlp.c_proj.bias", false},
-};
+// Per-layer modules: weft's name, Hugging Face's, and whether HF stores the weight transposed
+// (a Conv1D keeps weights [in, out]); each has a .weight and a .bias.
+constexpr std::tuple<std::string_view, std::string_view, bool> kLayerModules[] = {
+    {"ln_1", "ln_1", false}, {"attn.qkv", "attn.c_attn", true}, {"attn.proj", "attn.c_proj", true},
+    {"ln_2", "ln_2", false}, {"mlp.fc", "mlp.c_fc", true},      {"mlp.proj", "mlp.c_proj", true}};
 
 // An attention-mask buffer of old HF exports: not a parameter.
 bool is_mask_buffer(std::string_view name) {
@@ -61,9 +47,14 @@ HfPart hf_gpt2_name(std::string_view weft_name) {
     if (dot != std::string_view::npos) {
       const std::string_view layer = weft_name.substr(0, dot + 1),
                              suffix = weft_name.substr(dot + 1);
-      for (const auto& n : kLayerNames) {
-        if (n.weft == suffix) {
-          return {prefix + std::string(layer) + std::string(n.hf), {}, n.transposed};
+      const size_t last = suffix.rfind('.');
+      const std::string_view module = suffix.substr(0, last),
+                             param = suffix.substr(last == std::string_view::npos ? 0 : last + 1);
+      for (const auto& [weft, hf, conv1d] : kLayerModules) {
+        if (weft == module && (param == "weight" || param == "bias")) {
+          return {prefix + std::string(layer) + std::string(hf) + "." + std::string(param),
+                  {},
+                  conv1d && param == "weight"};
         }
       }
     }
