@@ -21,11 +21,6 @@ constexpr std::tuple<std::string_view, std::string_view, bool> kLayerModules[] =
     {"ln_1", "ln_1", false}, {"attn.qkv", "attn.c_attn", true}, {"attn.proj", "attn.c_proj", true},
     {"ln_2", "ln_2", false}, {"mlp.fc", "mlp.c_fc", true},      {"mlp.proj", "mlp.c_proj", true}};
 
-// An attention-mask buffer of old HF exports: not a parameter.
-bool is_mask_buffer(std::string_view name) {
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
-}
-
 // One part per parameter: wte without its padding rows, the Conv1D weights transposed.
 std::vector<HfPart> gpt2_parts(const model::GptConfig& cfg, const SliceSpec& sl) {
   HfPart part = hf_gpt2_name(sl.name);
@@ -194,7 +189,8 @@ Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& o
   for (const auto& t : dir.reader.header().tensors) {
     std::string_view n = t.name;
     if (n.starts_with(kPrefix)) n.remove_prefix(kPrefix.size());
-    if (is_mask_buffer(n)) continue;
+    // The attention-mask buffers of old exports: not parameters.
+    if (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) continue;
     // Some exports keep the tied head as its own tensor; weft can take it only if it is wte.
     if (n == "lm_head.weight") {
       file.tied_head = &t;
