@@ -78,7 +78,8 @@ Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path
 void MappedTokenDataset::read(int64_t offset, int64_t n, int32_t* out) const {
   WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
              offset + n, ") of ", file_.path(), " which holds ", num_tokens_);
-  const int64_t limit = vocab_size().value_or(int64_t{std::numeric_limits<int32_t>::max()} + 1);
+  const std::optional<int> vocab = vocab_size();  // not value_or: an int cannot hold 2^31
+  const int64_t limit = vocab ? *vocab : int64_t{std::numeric_limits<int32_t>::max()} + 1;
   const int64_t width = token_type_size(type_);
   const std::byte* src = file_.data() + first_byte_ + offset * width;
   const int64_t bad = widen_tokens(src, type_, n, out, limit);
