@@ -70,7 +70,7 @@ TEST(HfGpt2, NamesAreTransformersGpt2LMHeadModelsWithConv1DWeightsTransposed) {
   EXPECT_EQ(hf_gpt2_name("wpe").name, "transformer.wpe.weight");
   EXPECT_EQ(hf_gpt2_name("ln_f.bias").name, "transformer.ln_f.bias");
   EXPECT_EQ(hf_gpt2_name("h.11.ln_1.weight").name, "transformer.h.11.ln_1.weight");
-  const HfName qkv = hf_gpt2_name("h.3.attn.qkv.weight");
+  const HfPart qkv = hf_gpt2_name("h.3.attn.qkv.weight");
   EXPECT_EQ(qkv.name, "transformer.h.3.attn.c_attn.weight");
   EXPECT_TRUE(qkv.transposed);
   EXPECT_FALSE(hf_gpt2_name("h.3.attn.qkv.bias").transposed);
@@ -190,7 +190,7 @@ FlatBuffer write_hf_dir(const std::string& in, const model::GptConfig& cfg,
   };
   for (const SliceSpec& s : params.layout().slices()) {
     float* p = params.data() + s.offset;
-    const HfName hf = hf_gpt2_name(s.name);
+    const HfPart hf = hf_gpt2_name(s.name);
     const std::string name = hf.name.substr(std::strlen("transformer."));
     if (std::find(drop.begin(), drop.end(), name) != drop.end()) continue;
     Shape shape = s.shape;

@@ -11,17 +11,6 @@
 
 namespace weft::checkpoint {
 
-namespace {
-
-Status check_layout(const layout::Layout& l) {
-  Status s;
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vp < 1) s.add("tp, pp, dp and vp must be >= 1");
-  if (l.zero < 0 || l.zero > 3) s.add(fmt::format("zero={} is not 0, 1, 2 or 3", l.zero));
-  return s;
-}
-
-}  // namespace
-
 Result<std::string> convert(const std::string& in, const std::string& out_root,
                             const layout::Layout& to) {
   auto dir = resolve(in);
@@ -30,7 +19,9 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
   if (!md.ok()) return md.status();
   const Metadata& src = md.value();
   const model::GptConfig& cfg = src.model;
-  Status s = check_layout(to);
+  Status s;
+  if (to.tp < 1 || to.pp < 1 || to.dp < 1 || to.vp < 1) s.add("tp, pp, dp and vp must be >= 1");
+  if (to.zero < 0 || to.zero > 3) s.add(fmt::format("zero={} is not 0, 1, 2 or 3", to.zero));
   if (!s.ok()) return s;
   s.merge(model::validate_tensor_parallel(cfg, to.tp));
   s.merge(model::validate_pipeline(cfg, to.pp, to.vp));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "weft/core/status.h"
+#include "weft/layout/layout.h"
 
 namespace weft::checkpoint {
 

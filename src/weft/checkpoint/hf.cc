@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -23,6 +24,13 @@ namespace {
 
 constexpr int kGpt2Vocab = 50257;  // GPT-2's tokenizer; <|endoftext|> is its last id
 constexpr const char* kEndOfText = "<|endoftext|>";  // the one special token of byte-level BPE
+
+// [R, K] -> [K, R].
+void transpose(const float* in, int64_t R, int64_t K, float* out) {
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t k = 0; k < K; ++k) out[k * R + r] = in[r * K + k];
+  }
+}
 
 }  // namespace
 
@@ -96,7 +104,10 @@ Result<HfDir> open_hf_dir(const std::string& in_dir, const HfImportOptions& opti
   return d;
 }
 
-Status check_hf_export(const model::GptConfig& cfg, const FlatBuffer& params, HfArchitecture want) {
+Status write_hf_dir(const std::string& out_dir, const model::GptConfig& cfg,
+                    const FlatBuffer& params, HfArchitecture want, const HfPartsOf& parts,
+                    const nlohmann::ordered_json& config,
+                    const std::map<std::string, std::string>& metadata) {
   auto arch = hf_architecture(cfg);
   if (!arch.ok()) return arch.status();
   if (arch.value() != want) {
@@ -108,12 +119,21 @@ Status check_hf_export(const model::GptConfig& cfg, const FlatBuffer& params, Hf
   WEFT_CHECK(params.layout().slices().size() == layout.buffer.slices().size() &&
                  params.layout().numel() == layout.buffer.numel(),
              "the parameters are not the serial layout of model '", cfg.name, "'");
-  return Status{};
-}
-
-Status write_hf_dir(const std::string& out_dir, std::span<const SafetensorsInput> tensors,
-                    const nlohmann::ordered_json& config,
-                    const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsInput> tensors;
+  std::vector<std::vector<float>> transposed;  // storage for the transposed parts
+  for (const SliceSpec& sl : params.layout().slices()) {
+    const float* data = params.data() + sl.offset;
+    for (const HfPart& part : parts(sl)) {
+      const float* src = data;
+      if (part.transposed) {
+        transposed.emplace_back(static_cast<size_t>(numel(part.shape)));
+        transpose(data, part.shape[1], part.shape[0], transposed.back().data());
+        src = transposed.back().data();
+      }
+      tensors.push_back({part.name, part.shape, src});
+      data += numel(part.shape);
+    }
+  }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return Status::error(fmt::format("{}: cannot create: {}", out_dir, ec.message()));
@@ -124,10 +144,67 @@ Status write_hf_dir(const std::string& out_dir, std::span<const SafetensorsInput
   return write_file_atomic((fs::path(out_dir) / kHfConfigFile).string(), config.dump(2) + "\n");
 }
 
-std::map<std::string, std::string> hf_export_metadata(const model::GptConfig& cfg, int64_t step) {
-  return {{"weft.name", cfg.name},
-          {"weft.pad_vocab_to", std::to_string(cfg.pad_vocab_to)},
-          {"weft.step", std::to_string(step)}};
+Result<HfModel> read_hf_model(const HfDir& dir, const model::GptConfig& cfg, const HfPartsOf& parts,
+                              HfTensors tensors) {
+  Status s = std::move(tensors.problems);
+  const model::ParamLayout layout = model::gpt_param_layout(cfg);
+  struct Target {
+    const SafetensorsTensor* tensor;
+    int64_t offset;  // in the flat buffer
+    HfPart part;
+  };
+  std::vector<Target> targets;
+  for (const SliceSpec& sl : layout.buffer.slices()) {
+    int64_t offset = sl.offset;
+    for (HfPart& part : parts(sl)) {
+      const int64_t n = numel(part.shape);
+      auto it = tensors.by_name.find(part.name);
+      if (it == tensors.by_name.end()) {
+        s.add(fmt::format("{}: tensor '{}' is missing (weft's {})", dir.weights_path, part.name,
+                          sl.name));
+      } else {
+        const SafetensorsTensor* t = it->second;
+        if (t->shape != part.shape) {
+          s.add(fmt::format("{}: tensor '{}' has shape {}; {} says {}", dir.weights_path, t->name,
+                            shape_str(t->shape), kHfConfigFile, shape_str(part.shape)));
+        }
+        targets.push_back({t, offset, std::move(part)});
+        tensors.by_name.erase(it);
+      }
+      offset += n;
+    }
+  }
+  for (const auto& [n, t] : tensors.by_name) {
+    s.add(fmt::format("{}: tensor '{}' is not {}", dir.weights_path, t->name, tensors.stray));
+  }
+  const SafetensorsTensor* head = tensors.tied_head;
+  if (head != nullptr && head->shape != Shape{cfg.vocab_size, cfg.n_embd}) {
+    s.add(fmt::format("{}: lm_head.weight has shape {}, not {} [{}, {}]", dir.weights_path,
+                      shape_str(head->shape), tensors.embedding, cfg.vocab_size, cfg.n_embd));
+  }
+  if (!s.ok()) return s;
+
+  HfModel out{cfg, FlatBuffer(layout.buffer), dir.reader.header().metadata};
+  out.params.zero();  // the vocabulary's padding rows stay zero
+  std::vector<float> scratch;
+  for (const Target& t : targets) {
+    float* dst = out.params.data() + t.offset;
+    if (!t.part.transposed) {
+      if (Status r = dir.reader.read(*t.tensor, dst); !r.ok()) return r;
+      continue;
+    }
+    scratch.resize(static_cast<size_t>(numel(t.part.shape)));
+    if (Status r = dir.reader.read(*t.tensor, scratch.data()); !r.ok()) return r;
+    transpose(scratch.data(), t.part.shape[0], t.part.shape[1], dst);
+  }
+  if (head != nullptr) {
+    scratch.resize(static_cast<size_t>(int64_t{cfg.vocab_size} * cfg.n_embd));
+    if (Status r = dir.reader.read(*head, scratch.data()); !r.ok()) return r;
+    if (std::memcmp(scratch.data(), out.params.ptr("wte"), scratch.size() * sizeof(float)) != 0) {
+      return Status::error(tensors.head_differs);
+    }
+  }
+  return out;
 }
 
 Status write_hf(const std::string& out_dir, const model::GptConfig& cfg, const FlatBuffer& params,
@@ -219,7 +296,12 @@ Result<HfArchitecture> export_hf(const std::string& checkpoint, const std::strin
       return s;
     }
   }
-  Status s = write_hf(out_dir, m.model, params, eot, hf_export_metadata(m.model, m.train.step));
+  // Beside the tensors, so that an import restores the name, the padding and the step.
+  const std::map<std::string, std::string> meta = {
+      {"weft.name", m.model.name},
+      {"weft.pad_vocab_to", std::to_string(m.model.pad_vocab_to)},
+      {"weft.step", std::to_string(m.train.step)}};
+  Status s = write_hf(out_dir, m.model, params, eot, meta);
   if (!s.ok()) return s;
   return arch.value();
 }

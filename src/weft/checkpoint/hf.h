@@ -8,11 +8,12 @@
 // Any other combination is refused, naming what each architecture cannot hold. An import reads
 // config.json's model_type ("gpt2" or "llama").
 
+#include <functional>
 #include <map>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -57,17 +58,36 @@ struct HfDir {
 Result<HfDir> open_hf_dir(const std::string& in_dir, const HfImportOptions& options,
                           const std::string& default_name);
 
+// One Hugging Face tensor of a weft parameter: a block of its rows, in order, or (GPT-2's Conv1D
+// weights, stored [in, out]) the whole parameter transposed.
+struct HfPart {
+  std::string name;
+  Shape shape;  // in the HF file
+  bool transposed = false;
+};
+// An architecture's HF tensors for each parameter of a serial layout (model::gpt_param_layout).
+using HfPartsOf = std::function<std::vector<HfPart>(const SliceSpec&)>;
+
 // What each architecture's writer shares: `cfg` is a model of architecture `want` and `params`
-// its serial layout (model::gpt_param_layout(cfg)); then OUT/model.safetensors (F32, `metadata`
-// and {"format": "pt"}) and OUT/config.json, creating OUT.
-Status check_hf_export(const model::GptConfig& cfg, const FlatBuffer& params, HfArchitecture want);
-Status write_hf_dir(const std::string& out_dir, std::span<const SafetensorsInput> tensors,
+// its serial layout; then OUT/model.safetensors (F32, `metadata` and {"format": "pt"}) and
+// OUT/config.json, creating OUT.
+Status write_hf_dir(const std::string& out_dir, const model::GptConfig& cfg,
+                    const FlatBuffer& params, HfArchitecture want, const HfPartsOf& parts,
                     const nlohmann::ordered_json& config,
                     const std::map<std::string, std::string>& metadata);
 
-// The safetensors metadata weft writes beside the tensors, so that an import restores the name,
-// the padding and the step.
-std::map<std::string, std::string> hf_export_metadata(const model::GptConfig& cfg, int64_t step);
+// IN/model.safetensors as each architecture's reader hands it over, and how its problems read.
+struct HfTensors {
+  Status problems;                                          // found while naming the tensors
+  std::map<std::string, const SafetensorsTensor*> by_name;  // by HfPart::name; a stray: an error
+  const SafetensorsTensor* tied_head = nullptr;  // a tied export's head: it must equal wte
+  std::string stray;         // what a tensor no part names is not: "a GPT-2 parameter"
+  std::string embedding;     // the tied head's shape "not <embedding> [V, C]"
+  std::string head_differs;  // the error when the tied head is not wte
+};
+// The serial parameters of `cfg` read as `parts` of dir's tensors; every problem at once.
+Result<HfModel> read_hf_model(const HfDir& dir, const model::GptConfig& cfg, const HfPartsOf& parts,
+                              HfTensors tensors);
 
 // Writes OUT/model.safetensors (F32) and OUT/config.json for serial parameters `params` of `cfg`
 // as hf_architecture(cfg) (an error otherwise). `eot_id`: the tokenizer's <|endoftext|>, bos and

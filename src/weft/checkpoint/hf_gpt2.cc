@@ -3,14 +3,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
-#include <set>
+#include <tuple>
 #include <vector>
-
-#include "weft/checkpoint/safetensors.h"
-#include "weft/model/param_layout.h"
 
 namespace weft::checkpoint {
 using nlohmann::json;
@@ -19,63 +15,41 @@ namespace {
 
 constexpr std::string_view kPrefix = "transformer.";
 
-// Per-layer names: weft suffix, Hugging Face suffix, whether HF stores the matrix transposed
-// (Conv1D keeps weights [in, out]).
-struct LayerName {
-  std::string_view weft, hf;
-  bool transposed;
-};
-constexpr LayerName kLayerNames[] = {
-    {"ln_1.weight", "ln_1.weight", false},
-    {"ln_1.bias", "ln_1.bias", false},
-    {"attn.qkv.weight", "attn.c_attn.weight", true},
-    {"attn.qkv.bias", "attn.c_attn.bias", false},
-    {"attn.proj.weight", "attn.c_proj.weight", true},
-    {"attn.proj.bias", "attn.c_proj.bias", false},
-    {"ln_2.weight", "ln_2.weight", false},
-    {"ln_2.bias", "ln_2.bias", false},
-    {"mlp.fc.weight", "mlp.c_fc.weight", true},
-    {"mlp.fc.bias", "mlp.c_fc.bias", false},
-    {"mlp.proj.weight", "mlp.c_proj.weight", true},
-    {"mlp.proj.bias", "mlp.c_proj.bias", false},
-};
+// Per-layer modules: weft's name, Hugging Face's, and whether HF stores the weight transposed
+// (a Conv1D keeps weights [in, out]); each has a .weight and a .bias.
+constexpr std::tuple<std::string_view, std::string_view, bool> kLayerModules[] = {
+    {"ln_1", "ln_1", false}, {"attn.qkv", "attn.c_attn", true}, {"attn.proj", "attn.c_proj", true},
+    {"ln_2", "ln_2", false}, {"mlp.fc", "mlp.c_fc", true},      {"mlp.proj", "mlp.c_proj", true}};
 
-// [R, K] -> [K, R].
-void transpose(const float* in, int64_t R, int64_t K, float* out) {
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t k = 0; k < K; ++k) out[k * R + r] = in[r * K + k];
-  }
-}
-
-// The shape a weft parameter has in the HF file.
-Shape hf_shape(const model::GptConfig& cfg, const std::string& weft_name, const Shape& shape,
-               bool transposed) {
-  if (weft_name == "wte") return {cfg.vocab_size, shape[1]};
-  if (transposed) return {shape[1], shape[0]};
-  return shape;
-}
-
-// An attention-mask buffer of old HF exports: not a parameter.
-bool is_mask_buffer(std::string_view name) {
-  return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+// One part per parameter: wte without its padding rows, the Conv1D weights transposed.
+std::vector<HfPart> gpt2_parts(const model::GptConfig& cfg, const SliceSpec& sl) {
+  HfPart part = hf_gpt2_name(sl.name);
+  part.shape = part.transposed ? Shape{sl.shape[1], sl.shape[0]} : sl.shape;
+  if (sl.name == "wte") part.shape = {cfg.vocab_size, sl.shape[1]};
+  return {part};
 }
 
 }  // namespace
 
-HfName hf_gpt2_name(std::string_view weft_name) {
+HfPart hf_gpt2_name(std::string_view weft_name) {
   const std::string prefix(kPrefix);
   if (weft_name == "wte" || weft_name == "wpe")
-    return {prefix + std::string(weft_name) + ".weight"};
+    return {prefix + std::string(weft_name) + ".weight", {}};
   if (weft_name == "ln_f.weight" || weft_name == "ln_f.bias")
-    return {prefix + std::string(weft_name)};
+    return {prefix + std::string(weft_name), {}};
   if (weft_name.starts_with("h.")) {
     const size_t dot = weft_name.find('.', 2);
     if (dot != std::string_view::npos) {
       const std::string_view layer = weft_name.substr(0, dot + 1),
                              suffix = weft_name.substr(dot + 1);
-      for (const auto& n : kLayerNames) {
-        if (n.weft == suffix) {
-          return {prefix + std::string(layer) + std::string(n.hf), n.transposed};
+      const size_t last = suffix.rfind('.');
+      const std::string_view module = suffix.substr(0, last),
+                             param = suffix.substr(last == std::string_view::npos ? 0 : last + 1);
+      for (const auto& [weft, hf, conv1d] : kLayerModules) {
+        if (weft == module && (param == "weight" || param == "bias")) {
+          return {prefix + std::string(layer) + std::string(hf) + "." + std::string(param),
+                  {},
+                  conv1d && param == "weight"};
         }
       }
     }
@@ -192,110 +166,42 @@ Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::strin
 Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
                      const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata) {
-  if (Status s = check_hf_export(cfg, params, HfArchitecture::Gpt2); !s.ok()) return s;
-  std::vector<SafetensorsInput> tensors;
-  std::vector<std::vector<float>> transposed;  // storage for the Conv1D weights
-  transposed.reserve(params.layout().slices().size());
-  for (const SliceSpec& sl : params.layout().slices()) {
-    const HfName hf = hf_gpt2_name(sl.name);
-    const Shape shape = hf_shape(cfg, sl.name, sl.shape, hf.transposed);
-    const float* data = params.data() + sl.offset;
-    if (hf.transposed) {
-      transposed.emplace_back(static_cast<size_t>(sl.numel));
-      transpose(data, sl.shape[0], sl.shape[1], transposed.back().data());
-      data = transposed.back().data();
-    }
-    tensors.push_back({hf.name, shape, data});
-  }
-  return write_hf_dir(out_dir, tensors, hf_gpt2_config(cfg, eot_id), metadata);
+  return write_hf_dir(
+      out_dir, cfg, params, HfArchitecture::Gpt2,
+      [&](const SliceSpec& sl) { return gpt2_parts(cfg, sl); }, hf_gpt2_config(cfg, eot_id),
+      metadata);
 }
 
 Result<HfModel> read_hf_gpt2(const std::string& in_dir, const HfImportOptions& options) {
   auto dir_or = open_hf_dir(in_dir, options, "gpt2");
   if (!dir_or.ok()) return dir_or.status();
   const HfDir& dir = dir_or.value();
-  const std::string& weights_path = dir.weights_path;
-  const SafetensorsReader& reader = dir.reader;
-  auto cfg_or = gpt_config_from_hf(dir.config, dir.config_path, dir.name, dir.pad_vocab_to);
-  if (!cfg_or.ok()) return cfg_or.status();
-  HfModel out;
-  out.config = cfg_or.value();
-  out.metadata = reader.header().metadata;
-  const model::GptConfig& cfg = out.config;
+  auto cfg = gpt_config_from_hf(dir.config, dir.config_path, dir.name, dir.pad_vocab_to);
+  if (!cfg.ok()) return cfg.status();
 
-  // The file's tensors under their names without "transformer.".
-  Status s;
-  std::map<std::string, const SafetensorsTensor*> by_name;
-  const SafetensorsTensor* lm_head = nullptr;
-  for (const auto& t : reader.header().tensors) {
+  // The file's tensors under their "transformer." names, whether they carry the prefix or not.
+  HfTensors file;
+  file.stray = "a GPT-2 parameter";
+  file.embedding = "wte's";
+  file.head_differs = fmt::format(
+      "{}: lm_head.weight differs from wte.weight; weft ties the LM head to the embedding",
+      dir.weights_path);
+  for (const auto& t : dir.reader.header().tensors) {
     std::string_view n = t.name;
     if (n.starts_with(kPrefix)) n.remove_prefix(kPrefix.size());
-    if (is_mask_buffer(n)) continue;
-    if (n == "lm_head.weight") {
-      lm_head = &t;
-      continue;
-    }
-    if (!by_name.emplace(std::string(n), &t).second) {
-      s.add(fmt::format("{}: tensor '{}' appears with and without the '{}' prefix", weights_path, n,
-                        kPrefix));
-    }
-  }
-  const model::ParamLayout layout = model::gpt_param_layout(cfg);
-  struct Target {
-    const SafetensorsTensor* tensor;
-    const SliceSpec* slice;
-    bool transposed;
-  };
-  std::vector<Target> targets;
-  for (const SliceSpec& sl : layout.buffer.slices()) {
-    const HfName hf = hf_gpt2_name(sl.name);
-    const std::string key = hf.name.substr(kPrefix.size());
-    const Shape want = hf_shape(cfg, sl.name, sl.shape, hf.transposed);
-    auto it = by_name.find(key);
-    if (it == by_name.end()) {
-      s.add(fmt::format("{}: tensor '{}' is missing (weft's {})", weights_path, hf.name, sl.name));
-      continue;
-    }
-    if (it->second->shape != want) {
-      s.add(fmt::format("{}: tensor '{}' has shape {}; {} says {}", weights_path, it->second->name,
-                        shape_str(it->second->shape), kHfConfigFile, shape_str(want)));
-    }
-    targets.push_back({it->second, &sl, hf.transposed});
-    by_name.erase(it);
-  }
-  for (const auto& [n, t] : by_name) {
-    s.add(fmt::format("{}: tensor '{}' is not a GPT-2 parameter", weights_path, t->name));
-  }
-  if (lm_head != nullptr && lm_head->shape != Shape{cfg.vocab_size, cfg.n_embd}) {
-    s.add(fmt::format("{}: lm_head.weight has shape {}, not wte's [{}, {}]", weights_path,
-                      shape_str(lm_head->shape), cfg.vocab_size, cfg.n_embd));
-  }
-  if (!s.ok()) return s;
-
-  out.params = FlatBuffer(layout.buffer);
-  out.params.zero();  // wte's padding rows stay zero
-  std::vector<float> scratch;
-  for (const Target& t : targets) {
-    float* dst = out.params.data() + t.slice->offset;
-    if (!t.transposed) {
-      if (Status r = reader.read(*t.tensor, dst); !r.ok()) return r;
-      continue;
-    }
-    scratch.resize(static_cast<size_t>(t.slice->numel));
-    if (Status r = reader.read(*t.tensor, scratch.data()); !r.ok()) return r;
-    transpose(scratch.data(), t.slice->shape[1], t.slice->shape[0], dst);
-  }
-  if (lm_head != nullptr) {
+    // The attention-mask buffers of old exports: not parameters.
+    if (n.ends_with(".attn.bias") || n.ends_with(".attn.masked_bias")) continue;
     // Some exports keep the tied head as its own tensor; weft can take it only if it is wte.
-    scratch.resize(static_cast<size_t>(int64_t{cfg.vocab_size} * cfg.n_embd));
-    if (Status r = reader.read(*lm_head, scratch.data()); !r.ok()) return r;
-    if (std::memcmp(scratch.data(), out.params.ptr("wte"), scratch.size() * sizeof(float)) != 0) {
-      return Status::error(fmt::format(
-          "{}: lm_head.weight differs from wte.weight; weft ties the LM head to the embedding",
-          weights_path));
+    if (n == "lm_head.weight") {
+      file.tied_head = &t;
+    } else if (!file.by_name.emplace(std::string(kPrefix) + std::string(n), &t).second) {
+      file.problems.add(fmt::format("{}: tensor '{}' appears with and without the '{}' prefix",
+                                    dir.weights_path, n, kPrefix));
     }
   }
-  return out;
+  return read_hf_model(
+      dir, cfg.value(), [&](const SliceSpec& sl) { return gpt2_parts(cfg.value(), sl); },
+      std::move(file));
 }
 
 }  // namespace weft::checkpoint

@@ -38,12 +38,9 @@
 namespace weft::checkpoint {
 
 // The Hugging Face name of weft parameter `name` ("h.3.attn.qkv.weight" ->
-// "transformer.h.3.attn.c_attn.weight"), and whether its matrix is stored transposed there.
-struct HfName {
-  std::string name;
-  bool transposed = false;
-};
-HfName hf_gpt2_name(std::string_view weft_name);
+// "transformer.h.3.attn.c_attn.weight"), and whether its matrix is stored transposed there (the
+// shape is left empty).
+HfPart hf_gpt2_name(std::string_view weft_name);
 
 // transformers' GPT2Config for cfg (config.json). bos/eos are `eot_id`, the tokenizer's
 // <|endoftext|> (hf_tokenizer_eot), when the model has a tokenizer; absent without one, so that
@@ -56,9 +53,7 @@ nlohmann::ordered_json hf_gpt2_config(const model::GptConfig& cfg, std::optional
 Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::string_view origin,
                                             const std::string& name, int pad_vocab_to);
 
-// Writes OUT/model.safetensors (F32) and OUT/config.json for serial parameters `params` of `cfg`
-// (layout model::gpt_param_layout(cfg)), creating OUT. `metadata` goes into the safetensors
-// header next to {"format": "pt"}.
+// write_hf_dir() with this architecture's tensors and config.json; a model of another is refused.
 Status write_hf_gpt2(const std::string& out_dir, const model::GptConfig& cfg,
                      const FlatBuffer& params, std::optional<int> eot_id,
                      const std::map<std::string, std::string>& metadata = {});

@@ -2,13 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <limits>
 #include <map>
 #include <vector>
 
 #include "weft/core/check.h"
-#include "weft/model/param_layout.h"
 
 namespace weft::checkpoint {
 using nlohmann::json;
@@ -199,17 +197,11 @@ Result<model::GptConfig> llama_config_from_hf(const json& hf, std::string_view o
 Status write_hf_llama(const std::string& out_dir, const model::GptConfig& cfg,
                       const FlatBuffer& params, std::optional<int> eot_id,
                       const std::map<std::string, std::string>& metadata) {
-  if (Status s = check_hf_export(cfg, params, HfArchitecture::Llama); !s.ok()) return s;
   // Every HF tensor is a block of rows of a weft tensor, in place: no copies.
-  std::vector<SafetensorsInput> tensors;
-  for (const SliceSpec& sl : params.layout().slices()) {
-    const float* data = params.data() + sl.offset;
-    for (const HfPart& part : hf_llama_parts(cfg, sl.name)) {
-      tensors.push_back({part.name, part.shape, data});
-      data += numel(part.shape);
-    }
-  }
-  return write_hf_dir(out_dir, tensors, hf_llama_config(cfg, eot_id), metadata);
+  return write_hf_dir(
+      out_dir, cfg, params, HfArchitecture::Llama,
+      [&](const SliceSpec& sl) { return hf_llama_parts(cfg, sl.name); },
+      hf_llama_config(cfg, eot_id), metadata);
 }
 
 Result<HfModel> read_hf_llama(const std::string& in_dir, const HfImportOptions& options) {
@@ -218,74 +210,27 @@ Result<HfModel> read_hf_llama(const std::string& in_dir, const HfImportOptions& 
   const HfDir& dir = dir_or.value();
   auto cfg_or = llama_config_from_hf(dir.config, dir.config_path, dir.name, dir.pad_vocab_to);
   if (!cfg_or.ok()) return cfg_or.status();
-  HfModel out;
-  out.config = cfg_or.value();
-  out.metadata = dir.reader.header().metadata;
-  const model::GptConfig& cfg = out.config;
+  const model::GptConfig& cfg = cfg_or.value();
 
-  Status s;
-  std::map<std::string, const SafetensorsTensor*> by_name;
+  HfTensors file;
+  file.stray = fmt::format("a parameter of the Llama model {} describes", kHfConfigFile);
+  file.embedding = "embed_tokens'";
+  file.head_differs = fmt::format(
+      "{}: lm_head.weight differs from model.embed_tokens.weight, but {} says "
+      "tie_word_embeddings=true",
+      dir.weights_path, kHfConfigFile);
   for (const auto& t : dir.reader.header().tensors) {
     // transformers' non-persistent rotary buffer, which old exports carry: not a parameter.
     if (t.name.ends_with(".self_attn.rotary_emb.inv_freq")) continue;
-    by_name.emplace(t.name, &t);
-  }
-  // A tied export may still carry the head; weft takes it only if it is the embedding.
-  const SafetensorsTensor* tied_head = nullptr;
-  if (cfg.tie_embeddings && by_name.count("lm_head.weight")) {
-    tied_head = by_name["lm_head.weight"];
-    by_name.erase("lm_head.weight");
-  }
-  const model::ParamLayout layout = model::gpt_param_layout(cfg);
-  struct Target {
-    const SafetensorsTensor* tensor;
-    int64_t offset;  // in the flat buffer
-  };
-  std::vector<Target> targets;
-  for (const SliceSpec& sl : layout.buffer.slices()) {
-    int64_t offset = sl.offset;
-    for (const HfPart& part : hf_llama_parts(cfg, sl.name)) {
-      auto it = by_name.find(part.name);
-      if (it == by_name.end()) {
-        s.add(fmt::format("{}: tensor '{}' is missing (weft's {})", dir.weights_path, part.name,
-                          sl.name));
-      } else {
-        if (it->second->shape != part.shape) {
-          s.add(fmt::format("{}: tensor '{}' has shape {}; {} says {}", dir.weights_path, part.name,
-                            shape_str(it->second->shape), kHfConfigFile, shape_str(part.shape)));
-        }
-        targets.push_back({it->second, offset});
-        by_name.erase(it);
-      }
-      offset += numel(part.shape);
+    // A tied export may still carry the head; weft takes it only if it is the embedding.
+    if (cfg.tie_embeddings && t.name == "lm_head.weight") {
+      file.tied_head = &t;
+    } else {
+      file.by_name.emplace(t.name, &t);
     }
   }
-  for (const auto& [n, t] : by_name) {
-    s.add(fmt::format("{}: tensor '{}' is not a parameter of the Llama model {} describes",
-                      dir.weights_path, n, kHfConfigFile));
-  }
-  if (tied_head != nullptr && tied_head->shape != Shape{cfg.vocab_size, cfg.n_embd}) {
-    s.add(fmt::format("{}: lm_head.weight has shape {}, not embed_tokens' [{}, {}]",
-                      dir.weights_path, shape_str(tied_head->shape), cfg.vocab_size, cfg.n_embd));
-  }
-  if (!s.ok()) return s;
-
-  out.params = FlatBuffer(layout.buffer);
-  out.params.zero();  // the vocabulary's padding rows stay zero
-  for (const Target& t : targets) {
-    if (Status r = dir.reader.read(*t.tensor, out.params.data() + t.offset); !r.ok()) return r;
-  }
-  if (tied_head != nullptr) {
-    std::vector<float> head(static_cast<size_t>(int64_t{cfg.vocab_size} * cfg.n_embd));
-    if (Status r = dir.reader.read(*tied_head, head.data()); !r.ok()) return r;
-    if (std::memcmp(head.data(), out.params.ptr("wte"), head.size() * sizeof(float)) != 0) {
-      return Status::error(
-          fmt::format("{}: lm_head.weight differs from model.embed_tokens.weight, but {} says "
-                      "tie_word_embeddings=true",
-                      dir.weights_path, kHfConfigFile));
-    }
-  }
-  return out;
+  return read_hf_model(
+      dir, cfg, [&](const SliceSpec& sl) { return hf_llama_parts(cfg, sl.name); }, std::move(file));
 }
 
 }  // namespace weft::checkpoint

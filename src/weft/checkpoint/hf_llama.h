@@ -39,11 +39,6 @@
 
 namespace weft::checkpoint {
 
-// One Hugging Face tensor of a weft parameter.
-struct HfPart {
-  std::string name;
-  Shape shape;  // in the HF file
-};
 // The HF tensors weft parameter `weft_name` of `cfg` is made of, in its row order ("h.0.attn.qkv.
 // weight" -> q_proj, k_proj, v_proj of layer 0). Throws for a name that is not a parameter of cfg.
 std::vector<HfPart> hf_llama_parts(const model::GptConfig& cfg, std::string_view weft_name);
@@ -58,9 +53,7 @@ nlohmann::ordered_json hf_llama_config(const model::GptConfig& cfg, std::optiona
 Result<model::GptConfig> llama_config_from_hf(const nlohmann::json& hf, std::string_view origin,
                                               const std::string& name, int pad_vocab_to);
 
-// Writes OUT/model.safetensors (F32) and OUT/config.json for serial parameters `params` of `cfg`
-// (layout model::gpt_param_layout(cfg)), creating OUT. `metadata` goes into the safetensors
-// header next to {"format": "pt"}.
+// write_hf_dir() with this architecture's tensors and config.json; a model of another is refused.
 Status write_hf_llama(const std::string& out_dir, const model::GptConfig& cfg,
                       const FlatBuffer& params, std::optional<int> eot_id,
                       const std::map<std::string, std::string>& metadata = {});

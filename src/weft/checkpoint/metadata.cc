@@ -126,16 +126,12 @@ model::GptConfig model_config_fields(const json& j, const std::string& path) {
   auto choice = [&](const char* key, auto& out, std::initializer_list<const char*> names) {
     if (!has(key)) return;
     const std::string v = string_field(j, path, key);
-    int i = 0;
-    for (const char* n : names) {
-      if (v == n) {
-        out = static_cast<std::remove_reference_t<decltype(out)>>(i);
-        return;
-      }
-      ++i;
+    const auto it = std::ranges::find(names, v);
+    if (it == names.end()) {
+      throw FieldError{fmt::format("{}.{}={} is not one of {}", path, key, shown(j[key]),
+                                   fmt::join(names, ", "))};
     }
-    throw FieldError{
-        fmt::format("{}.{}={} is not one of {}", path, key, shown(j[key]), fmt::join(names, ", "))};
+    out = static_cast<std::remove_reference_t<decltype(out)>>(it - names.begin());
   };
   auto boolean = [&](const char* key, bool& out) {
     if (!has(key)) return;

@@ -175,10 +175,12 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
   // Each stored piece is read once, only the span the copies need, a bounded window at a time,
   // then scattered: straight into a target in host memory, or through its `store` in runs of
   // consecutive elements (a tensor-parallel shard's rows are consecutive in the target).
-  std::map<std::string, int> fds;
-  auto close_all = [&] {
-    for (auto& [name, fd] : fds) ::close(fd);
-  };
+  struct Fds {  // closed on every return
+    std::map<std::string, int> by_file;
+    ~Fds() {
+      for (auto& [file, fd] : by_file) ::close(fd);
+    }
+  } fds;
   std::vector<float> buf, run;
   const ReadPiece* run_target = nullptr;
   int64_t run_begin = 0;
@@ -202,14 +204,11 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
   };
   for (const auto& [piece, piece_jobs] : jobs) {
     const std::string path = (fs::path(dir) / piece->file).string();
-    auto fd_it = fds.find(piece->file);
-    if (fd_it == fds.end()) {
+    auto fd_it = fds.by_file.find(piece->file);
+    if (fd_it == fds.by_file.end()) {
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) {
-        close_all();
-        return Status::error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
-      }
-      fd_it = fds.emplace(piece->file, fd).first;
+      if (fd < 0) return Status::error(fmt::format("{}: cannot open: {}", path, strerror(errno)));
+      fd_it = fds.by_file.emplace(piece->file, fd).first;
     }
     int64_t lo = piece->count, hi = 0;
     for (const Job& j : piece_jobs) {
@@ -224,14 +223,10 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
       Status r = pread_all(fd_it->second, path, reinterpret_cast<char*>(buf.data()),
                            (w1 - w0) * int64_t{sizeof(float)},
                            piece->offset + w0 * int64_t{sizeof(float)});
-      if (!r.ok()) {
-        close_all();
-        return r;
-      }
+      if (!r.ok()) return r;
       const auto bad =
           std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
       if (bad != buf.end()) {
-        close_all();
         return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
                                          path, *bad, piece->name, piece->group,
                                          piece->begin + w0 + (bad - buf.begin())));
@@ -245,7 +240,6 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
       flush();
     }
   }
-  close_all();
   return {};
 }
 

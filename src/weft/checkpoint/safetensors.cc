@@ -126,6 +126,19 @@ Status check_prefix(uint64_t n, int64_t size, std::string_view origin) {
   return {};
 }
 
+// Reads up to n bytes at byte `at` of fd into dst, through short reads; returns the bytes read.
+int64_t pread_full(int fd, char* dst, int64_t n, int64_t at) {
+  int64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, dst + done,
+                              static_cast<size_t>(std::min<int64_t>(n - done, 1 << 30)), at + done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += r;
+  }
+  return done;
+}
+
 }  // namespace
 
 const SafetensorsTensor* SafetensorsHeader::find(std::string_view name) const {
@@ -242,17 +255,10 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
   if (size >= 8 && ::pread(fd, &n, 8, 0) != 8) n = 0;
   Status s = check_prefix(n, size, path);
   std::string header(s.ok() ? n : 0, '\0');
-  size_t got = 0;
-  while (got < header.size()) {
-    const ssize_t r =
-        ::pread(fd, header.data() + got, header.size() - got, static_cast<off_t>(8 + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
+  const int64_t got = pread_full(fd, header.data(), static_cast<int64_t>(header.size()), 8);
   ::close(fd);
   if (!s.ok()) return s;
-  if (got != header.size()) {
+  if (got != static_cast<int64_t>(header.size())) {
     return Status::error(fmt::format("{}: cannot read the {}-byte header", path, n));
   }
   auto h = parse_safetensors_header(header, size - 8 - static_cast<int64_t>(n), path);
@@ -277,15 +283,7 @@ Status SafetensorsReader::read(const SafetensorsTensor& t, float* out) const {
   }
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error(fmt::format("{}: cannot open: {}", path_, strerror(errno)));
-  int64_t done = 0;
-  while (done < bytes) {
-    const ssize_t r =
-        ::pread(fd, dst + done, static_cast<size_t>(std::min<int64_t>(bytes - done, 1 << 30)),
-                header_.data_start() + t.begin + done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    done += r;
-  }
+  const int64_t done = pread_full(fd, dst, bytes, header_.data_start() + t.begin);
   ::close(fd);
   if (done != bytes) {
     return Status::error(

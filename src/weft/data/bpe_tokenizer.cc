@@ -28,24 +28,6 @@ namespace {
 
 // ---- the byte <-> character table ------------------------------------------------------------
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // bytes_to_unicode() of GPT-2's encoder.py: printable Latin-1 bytes ('!'..'~', '¡'..'¬',
 // '®'..'ÿ') stand for themselves; the other 68 bytes, in increasing order, take U+0100.. .
 struct ByteTable {
@@ -59,7 +41,10 @@ struct ByteTable {
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
       code_point[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
-      append_utf8(utf8[b], code_point[b]);
+      const char32_t cp = code_point[b];  // < 0x800: one or two UTF-8 bytes
+      utf8[b] = cp < 0x80 ? std::string(1, static_cast<char>(cp))
+                          : std::string{static_cast<char>(0xC0 | (cp >> 6)),
+                                        static_cast<char>(0x80 | (cp & 0x3F))};
       byte_of[code_point[b]] = b;
     }
   }
@@ -163,8 +148,7 @@ class Problems {
   int count_ = 0;
 };
 
-// ---- the merge table: (left id, right id) -> (rank, merged id), open addressing
-// ------------------
+// ---- the merge table: (left id, right id) -> (rank, merged id), open addressing ----------------
 
 class MergeTable {
  public:
@@ -185,6 +169,9 @@ class MergeTable {
     keys_[i] = key;
     entries_[i] = e;
   }
+  static uint64_t pack(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
   const Entry* find(int32_t a, int32_t b) const {
     const uint64_t key = pack(a, b);
     for (size_t i = slot(key);; i = (i + 1) & mask_) {
@@ -195,9 +182,6 @@ class MergeTable {
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
-  static uint64_t pack(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-  }
   size_t slot(uint64_t key) const { return ((key * 0x9E3779B97F4A7C15ull) >> 29) & mask_; }
   std::vector<uint64_t> keys_;
   std::vector<Entry> entries_;
@@ -402,9 +386,7 @@ struct BpeTokenizer::Impl {
     std::unordered_map<uint64_t, std::set<int32_t>> occurrences;  // ranked pair -> left nodes
     using RankKey = std::pair<int32_t, uint64_t>;
     std::priority_queue<RankKey, std::vector<RankKey>, std::greater<>> heap;
-    auto pack = [](int32_t a, int32_t b) {
-      return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-    };
+    const auto pack = &MergeTable::pack;
     auto add = [&](int32_t left) {
       if (left < 0 || next[left] >= n) return;
       const int32_t right = next[left];

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 namespace weft::data {
 namespace {
@@ -35,72 +36,6 @@ std::array<uint8_t, 256> bytes_in_gpt2_order() {
   for (int b = 0; b < 256; ++b)
     if (!printable(b)) order[n++] = static_cast<uint8_t>(b);
   return order;
-}
-
-// Python's json.dumps(ensure_ascii=True) string escaping, for encoder.json byte for byte.
-void append_json_string(std::string& out, std::string_view utf8) {
-  out += '"';
-  for (size_t i = 0; i < utf8.size();) {
-    const auto c = static_cast<uint8_t>(utf8[i]);
-    uint32_t cp = c;
-    int len = 1;
-    if (c >= 0xF0) {
-      cp = c & 0x07, len = 4;
-    } else if (c >= 0xE0) {
-      cp = c & 0x0F, len = 3;
-    } else if (c >= 0xC0) {
-      cp = c & 0x1F, len = 2;
-    }
-    for (int k = 1; k < len && i + k < utf8.size(); ++k) {
-      cp = (cp << 6) | (static_cast<uint8_t>(utf8[i + k]) & 0x3F);
-    }
-    i += len;
-    switch (cp) {
-      case '"':
-        out += "\\\"";
-        continue;
-      case '\\':
-        out += "\\\\";
-        continue;
-      case '\n':
-        out += "\\n";
-        continue;
-      case '\r':
-        out += "\\r";
-        continue;
-      case '\t':
-        out += "\\t";
-        continue;
-      case '\b':
-        out += "\\b";
-        continue;
-      case '\f':
-        out += "\\f";
-        continue;
-      default:
-        break;
-    }
-    if (cp >= 0x20 && cp <= 0x7E) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x10000) {
-      out += fmt::format("\\u{:04x}", cp);
-    } else {
-      cp -= 0x10000;
-      out += fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-    }
-  }
-  out += '"';
-}
-
-// Written to a temporary and renamed: a failed or interrupted run leaves PATH as it was.
-Status write_text(const std::string& path, const std::string& text) {
-  auto file = PendingFile::create(path);
-  if (!file.ok()) return file.status();
-  PendingFile f = std::move(file).value();
-  Status s = f.write(text.data(), static_cast<int64_t>(text.size()));
-  if (s.ok()) s = f.close();
-  if (s.ok()) s = f.commit();
-  return s;
 }
 
 }  // namespace
@@ -287,7 +222,8 @@ std::string format_encoder_json(const BpeVocab& vocab) {
   std::string out = "{";
   for (size_t id = 0; id < vocab.tokens.size(); ++id) {
     if (id > 0) out += ", ";
-    append_json_string(out, vocab.tokens[id]);
+    // Python's json.dumps(ensure_ascii=True) escaping, for encoder.json byte for byte.
+    out += nlohmann::json(vocab.tokens[id]).dump(-1, ' ', /*ensure_ascii=*/true);
     out += fmt::format(": {}", id);
   }
   out += "}";
@@ -309,8 +245,8 @@ Status write_bpe_files(const BpeVocab& vocab, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::error(fmt::format("cannot create {}: {}", dir, ec.message()));
-  Status status = write_text(dir + "/encoder.json", format_encoder_json(vocab));
-  status.merge(write_text(dir + "/vocab.bpe", format_vocab_bpe(vocab)));
+  Status status = write_file_atomic(dir + "/encoder.json", format_encoder_json(vocab));
+  status.merge(write_file_atomic(dir + "/vocab.bpe", format_vocab_bpe(vocab)));
   return status;
 }
 

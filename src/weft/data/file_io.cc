@@ -31,32 +31,24 @@ std::string human_count(int64_t n) {
 
 // ---- MappedFile ----
 
+Fd::~Fd() {
+  if (fd >= 0) ::close(fd);
+}
+
 Result<MappedFile> MappedFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::error(path + ": cannot open: " + errno_text());
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};  // the mapping keeps the file alive
+  if (file.fd < 0) return Status::error(path + ": cannot open: " + errno_text());
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    std::string e = errno_text();
-    ::close(fd);
-    return Status::error(path + ": cannot stat: " + e);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::error(path + ": not a regular file");
-  }
+  if (::fstat(file.fd, &st) != 0) return Status::error(path + ": cannot stat: " + errno_text());
+  if (!S_ISREG(st.st_mode)) return Status::error(path + ": not a regular file");
   MappedFile f;
   f.path_ = path;
   f.size_ = st.st_size;
   if (f.size_ > 0) {
-    void* p = ::mmap(nullptr, static_cast<size_t>(f.size_), PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      std::string e = errno_text();
-      ::close(fd);
-      return Status::error(path + ": cannot map: " + e);
-    }
+    void* p = ::mmap(nullptr, static_cast<size_t>(f.size_), PROT_READ, MAP_PRIVATE, file.fd, 0);
+    if (p == MAP_FAILED) return Status::error(path + ": cannot map: " + errno_text());
     f.data_ = static_cast<const std::byte*>(p);
   }
-  ::close(fd);  // the mapping keeps the file alive
   return f;
 }
 
@@ -66,12 +58,9 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
       size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    if (data_) ::munmap(const_cast<std::byte*>(data_), static_cast<size_t>(size_));
-    path_ = std::move(other.path_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
+  std::swap(path_, other.path_);  // other unmaps what this held
+  std::swap(data_, other.data_);
+  std::swap(size_, other.size_);
   return *this;
 }
 
@@ -80,63 +69,6 @@ MappedFile::~MappedFile() {
 }
 
 // ---- token types ----
-
-int64_t token_type_size(TokenType t) {
-  switch (t) {
-    case TokenType::U8:
-    case TokenType::I8:
-      return 1;
-    case TokenType::I16:
-    case TokenType::U16:
-      return 2;
-    case TokenType::I32:
-    case TokenType::U32:
-      return 4;
-    case TokenType::I64:
-      return 8;
-  }
-  return 0;
-}
-
-std::string_view token_type_name(TokenType t) {
-  switch (t) {
-    case TokenType::U8:
-      return "uint8";
-    case TokenType::I8:
-      return "int8";
-    case TokenType::I16:
-      return "int16";
-    case TokenType::U16:
-      return "uint16";
-    case TokenType::I32:
-      return "int32";
-    case TokenType::U32:
-      return "uint32";
-    case TokenType::I64:
-      return "int64";
-  }
-  return "?";
-}
-
-int64_t token_type_max(TokenType t) {
-  switch (t) {
-    case TokenType::U8:
-      return std::numeric_limits<uint8_t>::max();
-    case TokenType::I8:
-      return std::numeric_limits<int8_t>::max();
-    case TokenType::I16:
-      return std::numeric_limits<int16_t>::max();
-    case TokenType::U16:
-      return std::numeric_limits<uint16_t>::max();
-    case TokenType::I32:
-      return std::numeric_limits<int32_t>::max();
-    case TokenType::U32:
-      return std::numeric_limits<uint32_t>::max();
-    case TokenType::I64:
-      return std::numeric_limits<int64_t>::max();
-  }
-  return 0;
-}
 
 namespace {
 // The files are little-endian, as is every machine weft runs on (x86-64, aarch64); memcpy makes the
@@ -172,6 +104,22 @@ auto with_token_type(TokenType type, F&& f) {
 }
 }  // namespace
 
+int64_t token_type_size(TokenType t) {
+  return with_token_type(t, [](auto zero) { return int64_t{sizeof zero}; });
+}
+
+std::string_view token_type_name(TokenType t) {
+  constexpr std::string_view kNames[] = {"uint8", "int8",   "int16", "uint16",
+                                         "int32", "uint32", "int64"};  // in TokenType's order
+  return kNames[static_cast<int>(t)];
+}
+
+int64_t token_type_max(TokenType t) {
+  return with_token_type(t, [](auto zero) {
+    return static_cast<int64_t>(std::numeric_limits<decltype(zero)>::max());
+  });
+}
+
 std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, int64_t n) {
   return with_token_type(type, [&](auto zero) {
     using T = decltype(zero);
@@ -199,6 +147,15 @@ int64_t widen_tokens(const std::byte* src, TokenType type, int64_t n, int32_t* o
       out[i] = static_cast<int32_t>(w);
     }
     return bad;
+  });
+}
+
+void narrow_tokens(const int32_t* src, int64_t n, TokenType type, std::byte* dst) {
+  with_token_type(type, [&](auto zero) {
+    for (int64_t i = 0; i < n; ++i) {
+      const auto v = static_cast<decltype(zero)>(src[i]);
+      std::memcpy(dst + i * int64_t{sizeof v}, &v, sizeof v);
+    }
   });
 }
 

@@ -14,6 +14,12 @@
 
 namespace weft::data {
 
+// Closes a file descriptor on scope exit.
+struct Fd {
+  int fd = -1;
+  ~Fd();
+};
+
 // A whole file mapped read-only. An empty file maps to no pages (data() is null, size() 0).
 class MappedFile {
  public:
@@ -45,6 +51,8 @@ int64_t token_type_max(TokenType t);  // the largest id the type holds
 // Widens n tokens stored as `type` at src (unaligned, little-endian) into out. Returns the index of
 // the first token outside [0, limit) (a corrupt or mismatched file), or -1 when all are inside.
 int64_t widen_tokens(const std::byte* src, TokenType type, int64_t n, int32_t* out, int64_t limit);
+// widen_tokens' inverse: stores n tokens, each within the range of `type`, at dst.
+void narrow_tokens(const int32_t* src, int64_t n, TokenType type, std::byte* dst);
 
 // The least and the largest of n tokens stored as `type` at src (n > 0): the loop the id scan of
 // data/token_scan.h runs, one type at a time so that it vectorizes.

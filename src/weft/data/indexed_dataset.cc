@@ -9,47 +9,26 @@
 
 namespace weft::data {
 
+namespace {
 // Megatron's DType enum (megatron/core/datasets/indexed_dataset.py): the code is the enum value.
+// It has no uint32; 6 float64 and 7 float32 hold no token ids.
+constexpr std::pair<TokenType, uint8_t> kMegatronCodes[] = {
+    {TokenType::U8, 1},  {TokenType::I8, 2},  {TokenType::I16, 3},
+    {TokenType::I32, 4}, {TokenType::I64, 5}, {TokenType::U16, 8}};
+
 uint8_t megatron_dtype_code(TokenType type) {
-  switch (type) {
-    case TokenType::U8:
-      return 1;
-    case TokenType::I8:
-      return 2;
-    case TokenType::I16:
-      return 3;
-    case TokenType::I32:
-      return 4;
-    case TokenType::I64:
-      return 5;
-    case TokenType::U16:
-      return 8;
-    case TokenType::U32:
-      break;  // Megatron has no uint32
+  for (const auto& [t, code] : kMegatronCodes) {
+    if (t == type) return code;
   }
   WEFT_FAIL("Megatron's indexed dataset cannot store ", token_type_name(type));
 }
 
 std::optional<TokenType> token_type_from_megatron_code(uint8_t code) {
-  switch (code) {
-    case 1:
-      return TokenType::U8;
-    case 2:
-      return TokenType::I8;
-    case 3:
-      return TokenType::I16;
-    case 4:
-      return TokenType::I32;
-    case 5:
-      return TokenType::I64;
-    case 8:
-      return TokenType::U16;
-    default:
-      return std::nullopt;  // 6 float64 and 7 float32 hold no token ids; the rest are unknown
+  for (const auto& [t, c] : kMegatronCodes) {
+    if (c == code) return t;
   }
+  return std::nullopt;
 }
-
-namespace {
 
 template <typename T>
 T load(const std::byte* p) {
@@ -78,7 +57,7 @@ struct IndexedDatasetWriter::State {
   int64_t num_sequences = 0;
   int64_t num_documents = 0;
   int64_t sequence_length = 0;  // tokens in the open sequence
-  std::vector<std::byte> staging;
+  std::vector<std::byte> staging = {};
   bool finished = false;
 
   Status close_sequence() {
@@ -103,17 +82,11 @@ Result<IndexedDatasetWriter> IndexedDatasetWriter::create(const std::string& pre
   if (!idx.ok()) return idx.status();
   auto doc_ends = PendingFile::create(prefix + ".idx.documents");
   if (!doc_ends.ok()) return doc_ends.status();
-  auto s = std::unique_ptr<State>(new State{prefix,
-                                            type,
-                                            std::move(bin).value(),
-                                            std::move(idx).value(),
-                                            std::move(doc_ends).value(),
-                                            0,
-                                            0,
-                                            0,
-                                            0,
-                                            {},
-                                            false});
+  auto s = std::unique_ptr<State>(new State{.prefix = prefix,
+                                            .type = type,
+                                            .bin = std::move(bin).value(),
+                                            .idx = std::move(idx).value(),
+                                            .doc_ends = std::move(doc_ends).value()});
   // The header's counts are unknown until finish(); reserve its bytes now so that the lengths can
   // stream in behind it.
   std::byte header[kMmidIdxHeaderBytes] = {};
@@ -136,38 +109,14 @@ Status IndexedDatasetWriter::append(std::span<const int32_t> tokens) {
     }
     const size_t n = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(tokens.size() - i),
                                                            kMaxSequence - s.sequence_length));
-    s.staging.resize(n * static_cast<size_t>(width));
-    for (size_t k = 0; k < n; ++k) {
-      const int32_t t = tokens[i + k];
-      if (t < 0 || t > max_id) {
-        return Status::error(fmt::format("{}: token id {} does not fit the stored type {}",
-                                         s.bin.path(), t, token_type_name(s.type)));
-      }
-      std::byte* dst = s.staging.data() + k * static_cast<size_t>(width);
-      switch (s.type) {
-        case TokenType::U8:
-          store(dst, static_cast<uint8_t>(t));
-          break;
-        case TokenType::I8:
-          store(dst, static_cast<int8_t>(t));
-          break;
-        case TokenType::I16:
-          store(dst, static_cast<int16_t>(t));
-          break;
-        case TokenType::U16:
-          store(dst, static_cast<uint16_t>(t));
-          break;
-        case TokenType::I32:
-          store(dst, static_cast<int32_t>(t));
-          break;
-        case TokenType::U32:
-          store(dst, static_cast<uint32_t>(t));
-          break;
-        case TokenType::I64:
-          store(dst, static_cast<int64_t>(t));
-          break;
-      }
+    const std::span<const int32_t> part = tokens.subspan(i, n);
+    const auto bad = std::ranges::find_if(part, [&](int32_t t) { return t < 0 || t > max_id; });
+    if (bad != part.end()) {
+      return Status::error(fmt::format("{}: token id {} does not fit the stored type {}",
+                                       s.bin.path(), *bad, token_type_name(s.type)));
     }
+    s.staging.resize(n * static_cast<size_t>(width));
+    narrow_tokens(part.data(), static_cast<int64_t>(n), s.type, s.staging.data());
     if (auto st = s.bin.write(s.staging.data(), static_cast<int64_t>(s.staging.size())); !st.ok()) {
       return st;
     }
@@ -384,7 +333,7 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
   ds->num_documents_ = index.num_documents;
   const int64_t width = token_type_size(index.type);
   const int64_t expected = index.bin_bytes;
-  const int64_t bin_size = ds->bin_.size();
+  const int64_t bin_size = ds->file_.size();
   if (bin_size < expected) {
     return Status::error(
         fmt::format("{}: truncated: {} bytes, but {} describes {} {} tokens ({} bytes)", bin_path,
@@ -397,14 +346,7 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
         bin_path, bin_size, idx_path, expected / width, token_type_name(index.type), expected));
   }
   ds->num_tokens_ = expected / width;
-  if (sidecar) {
-    if (auto st =
-            check_sidecar(*sidecar, bin_path, ds->num_tokens_, ds->num_documents_, index.type);
-        !st.ok()) {
-      return st;
-    }
-    ds->sidecar_ = std::move(sidecar);
-  }
+  if (Status st = ds->set_sidecar(std::move(sidecar), bin_path); !st.ok()) return st;
   return ds;
 }
 
@@ -422,32 +364,6 @@ int64_t IndexedDataset::document_index(int64_t i) const {
   WEFT_CHECK(i >= 0 && i <= num_documents_, "document index entry ", i, " of ", num_documents_ + 1);
   return load<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 12 * num_sequences_ + 8 * i);
 }
-
-void IndexedDataset::read(int64_t offset, int64_t n, int32_t* out) const {
-  WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
-             offset + n, ") of ", bin_.path(), " which holds ", num_tokens_);
-  const int64_t limit =
-      sidecar_ ? sidecar_->vocab_size : int64_t{std::numeric_limits<int32_t>::max()} + 1;
-  const int64_t width = token_type_size(type_);
-  const int64_t bad = widen_tokens(bin_.data() + offset * width, type_, n, out, limit);
-  if (bad >= 0) {
-    throw Error(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}){}",
-                            bin_.path(), load_token(bin_.data() + (offset + bad) * width, type_),
-                            offset + bad, limit,
-                            sidecar_ ? " of " + sidecar_->path : std::string()));
-  }
-}
-
-std::pair<int64_t, int64_t> IndexedDataset::id_min_max(int64_t offset, int64_t n) const {
-  return token_min_max(bin_.data() + offset * token_type_size(type_), type_, n);
-}
-
-std::optional<int> IndexedDataset::vocab_size() const {
-  if (!sidecar_) return std::nullopt;
-  return sidecar_->vocab_size;
-}
-
-std::string IndexedDataset::tokenizer() const { return sidecar_ ? sidecar_->tokenizer : ""; }
 
 std::string IndexedDataset::describe() const {
   std::string d = fmt::format("megatron mmididx v1, {}, {} tokens, {} docs", token_type_name(type_),

@@ -36,10 +36,6 @@ namespace weft::data {
 inline constexpr char kMmidIdxMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 inline constexpr int64_t kMmidIdxHeaderBytes = 34;
 
-// Megatron's DType code for a token type, and back (nullopt: a float or unknown code).
-uint8_t megatron_dtype_code(TokenType type);
-std::optional<TokenType> token_type_from_megatron_code(uint8_t code);
-
 // Writes PREFIX.bin and PREFIX.idx as a stream: tokens go to disk as they arrive and the index is
 // built on disk too, so memory stays flat however large the dataset. Everything is written under
 // temporary names (PREFIX.bin.tmp-<pid>, ...) and renamed into place by finish(); a writer
@@ -85,20 +81,14 @@ Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::st
 
 // Reads a Megatron MMIDIDX v1 dataset in place (both files memory-mapped), after checking the
 // index against itself and against the size of the .bin; every problem names the file.
-class IndexedDataset final : public TokenDataset {
+class IndexedDataset final : public MappedTokenDataset {
  public:
   // PREFIX.idx + PREFIX.bin; `sidecar` (PREFIX.json, when present) is checked against the data.
   static Result<std::unique_ptr<IndexedDataset>> open(const std::string& prefix,
                                                       std::optional<Sidecar> sidecar = {});
 
-  int64_t num_tokens() const override { return num_tokens_; }
-  int64_t num_documents() const override { return num_documents_; }
-  void read(int64_t offset, int64_t n, int32_t* out) const override;
-  std::optional<int> vocab_size() const override;
-  std::string tokenizer() const override;
   std::string describe() const override;
-  std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const override;
-  std::vector<std::string> files() const override { return {bin_.path(), idx_.path()}; }
+  std::vector<std::string> files() const override { return {file_.path(), idx_.path()}; }
 
   int64_t num_sequences() const { return num_sequences_; }
   TokenType token_type() const { return type_; }
@@ -107,11 +97,10 @@ class IndexedDataset final : public TokenDataset {
   int64_t document_index(int64_t i) const;  // i in [0, num_documents()]
 
  private:
-  IndexedDataset(MappedFile idx, MappedFile bin) : idx_(std::move(idx)), bin_(std::move(bin)) {}
-  MappedFile idx_, bin_;
-  TokenType type_ = TokenType::U16;
-  int64_t num_sequences_ = 0, num_documents_ = 0, num_tokens_ = 0;
-  std::optional<Sidecar> sidecar_;
+  IndexedDataset(MappedFile idx, MappedFile bin)
+      : MappedTokenDataset(std::move(bin), 0), idx_(std::move(idx)) {}
+  MappedFile idx_;  // the .bin is file_
+  int64_t num_sequences_ = 0;
 };
 
 }  // namespace weft::data

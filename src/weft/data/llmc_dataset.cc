@@ -61,39 +61,9 @@ Result<std::unique_ptr<LlmcDataset>> LlmcDataset::open(const std::string& path,
     docs += t == eod;
   }
   ds->num_documents_ = docs > 0 ? docs : (count > 0 ? 1 : 0);
-  if (sidecar) {
-    if (auto st =
-            check_sidecar(*sidecar, path, ds->num_tokens_, ds->num_documents_, TokenType::U16);
-        !st.ok()) {
-      return st;
-    }
-    ds->sidecar_ = std::move(sidecar);
-  }
+  if (Status st = ds->set_sidecar(std::move(sidecar), path); !st.ok()) return st;
   return ds;
 }
-
-void LlmcDataset::read(int64_t offset, int64_t n, int32_t* out) const {
-  WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
-             offset + n, ") of ", file_.path(), " which holds ", num_tokens_);
-  const int64_t limit = *vocab_size();
-  const std::byte* src = file_.data() + kLlmcHeaderBytes + 2 * offset;
-  const int64_t bad = widen_tokens(src, TokenType::U16, n, out, limit);
-  if (bad >= 0) {
-    throw Error(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}) of {}",
-                            file_.path(), out[bad], offset + bad, limit,
-                            sidecar_ ? sidecar_->path : "GPT-2 (llm.c version 1)"));
-  }
-}
-
-std::pair<int64_t, int64_t> LlmcDataset::id_min_max(int64_t offset, int64_t n) const {
-  return token_min_max(file_.data() + kLlmcHeaderBytes + 2 * offset, TokenType::U16, n);
-}
-
-std::optional<int> LlmcDataset::vocab_size() const {
-  return sidecar_ ? sidecar_->vocab_size : kGpt2VocabSize;
-}
-
-std::string LlmcDataset::tokenizer() const { return sidecar_ ? sidecar_->tokenizer : "gpt2"; }
 
 std::string LlmcDataset::describe() const {
   return fmt::format("llm.c v1, uint16, {} tokens, {} docs, tokenizer {}", human_count(num_tokens_),

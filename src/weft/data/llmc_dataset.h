@@ -31,28 +31,23 @@ inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 inline constexpr int32_t kGpt2EndOfText = 50256;
 inline constexpr int kGpt2VocabSize = 50257;
 
-class LlmcDataset final : public TokenDataset {
+class LlmcDataset final : public MappedTokenDataset {
  public:
   // `sidecar` (PATH without .bin, plus .json), when present, is checked against the data.
   static Result<std::unique_ptr<LlmcDataset>> open(const std::string& path,
                                                    std::optional<Sidecar> sidecar = {});
 
-  int64_t num_tokens() const override { return num_tokens_; }
-  int64_t num_documents() const override { return num_documents_; }
-  void read(int64_t offset, int64_t n, int32_t* out) const override;
-  std::optional<int> vocab_size() const override;
-  std::string tokenizer() const override;
   std::string describe() const override;
-  std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const override;
   std::vector<std::string> files() const override { return {file_.path()}; }
   // GPT-2's vocabulary is only assumed (llm.c's files do not say), so the ids are scanned.
   bool ids_recorded() const override { return sidecar_.has_value(); }
 
  private:
-  explicit LlmcDataset(MappedFile file) : file_(std::move(file)) {}
-  MappedFile file_;
-  int64_t num_tokens_ = 0, num_documents_ = 0;
-  std::optional<Sidecar> sidecar_;
+  explicit LlmcDataset(MappedFile file) : MappedTokenDataset(std::move(file), kLlmcHeaderBytes) {
+    assumed_vocab_size_ = kGpt2VocabSize;
+    assumed_tokenizer_ = "gpt2";
+    assumed_vocab_ = " of GPT-2 (llm.c version 1)";
+  }
 };
 
 }  // namespace weft::data

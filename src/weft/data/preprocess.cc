@@ -97,8 +97,7 @@ int32_t decode_before(std::string_view text, size_t end) {
   for (int k = 0; k < 4 && i > 0; ++k) {
     --i;
     if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
-      const int32_t cp = decode_at(text.substr(0, end), i);
-      return cp;
+      return decode_at(text.substr(0, end), i);
     }
   }
   return -1;
@@ -340,8 +339,6 @@ std::string json_problem(const nlohmann::json::parse_error& e) {
   return fmt::format("{} (at byte {})", what, e.byte);
 }
 
-const char* json_type(const nlohmann::json& j) { return j.type_name(); }
-
 Encoded encode_item(const WorkItem& item, Format format, const TextEncoder& encoder,
                     const std::string& path, const std::string& key) {
   Encoded out;
@@ -367,7 +364,7 @@ Encoded encode_item(const WorkItem& item, Format format, const TextEncoder& enco
       }
       if (!j.is_object()) {
         out.status =
-            Status::error(fmt::format("{}: expected a JSON object, not {}", where, json_type(j)));
+            Status::error(fmt::format("{}: expected a JSON object, not {}", where, j.type_name()));
         return out;
       }
       const auto it = j.find(key);
@@ -378,7 +375,7 @@ Encoded encode_item(const WorkItem& item, Format format, const TextEncoder& enco
       }
       if (!it->is_string()) {
         out.status = Status::error(
-            fmt::format("{}: field \"{}\" is {}, not a string", where, key, json_type(*it)));
+            fmt::format("{}: field \"{}\" is {}, not a string", where, key, it->type_name()));
         return out;
       }
       encoder.encode_into(it->get_ref<const std::string&>(), out.tokens);
@@ -435,14 +432,6 @@ class Progress {
   bool enabled_, tty_, printed_ = false;
   int64_t total_;
   Clock::time_point start_ = Clock::now(), last_ = Clock::now();
-};
-
-// Closes a file descriptor on scope exit.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
 };
 
 // Every problem with the options and the input that shows before any work, together.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -27,8 +28,7 @@ int64_t shuffled_window(uint64_t seed, int64_t epoch, int64_t position, int64_t 
   // A balanced Feistel network permutes [0, 2^(2*half)); cycle-walking (re-applying it until the
   // value falls below n) turns that into a permutation of [0, n). The domain is < 4n, so a walk
   // takes fewer than 4 rounds on average.
-  int bits = 0;
-  while ((int64_t{1} << bits) < n) ++bits;
+  const int bits = std::bit_width(static_cast<uint64_t>(n - 1));  // 2^bits >= n
   const int half = (bits + 1) / 2;
   const uint64_t mask = (uint64_t{1} << half) - 1;
   const uint64_t key = stream_key(seed, "sampler.order");

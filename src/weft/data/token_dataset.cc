@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <vector>
 
 #include "weft/data/indexed_dataset.h"
@@ -72,6 +73,35 @@ Result<std::unique_ptr<TokenDataset>> open_token_dataset(const std::string& path
   auto ds = IndexedDataset::open(prefix, std::move(sidecar).value());
   if (!ds.ok()) return ds.status();
   return std::unique_ptr<TokenDataset>(std::move(ds).value());
+}
+
+void MappedTokenDataset::read(int64_t offset, int64_t n, int32_t* out) const {
+  WEFT_CHECK(offset >= 0 && n >= 0 && offset + n <= num_tokens_, "reading tokens [", offset, ", ",
+             offset + n, ") of ", file_.path(), " which holds ", num_tokens_);
+  const std::optional<int> vocab = vocab_size();  // not value_or: an int cannot hold 2^31
+  const int64_t limit = vocab ? *vocab : int64_t{std::numeric_limits<int32_t>::max()} + 1;
+  const int64_t width = token_type_size(type_);
+  const std::byte* src = file_.data() + first_byte_ + offset * width;
+  const int64_t bad = widen_tokens(src, type_, n, out, limit);
+  if (bad >= 0) {
+    throw Error(fmt::format("{}: token {} at position {} is outside the vocabulary [0, {}){}",
+                            file_.path(), load_token(src + bad * width, type_), offset + bad, limit,
+                            sidecar_ ? " of " + sidecar_->path : assumed_vocab_));
+  }
+}
+
+std::pair<int64_t, int64_t> MappedTokenDataset::id_min_max(int64_t offset, int64_t n) const {
+  return token_min_max(file_.data() + first_byte_ + offset * token_type_size(type_), type_, n);
+}
+
+Status MappedTokenDataset::set_sidecar(std::optional<Sidecar> sidecar,
+                                       const std::string& data_path) {
+  if (sidecar) {
+    Status s = check_sidecar(*sidecar, data_path, num_tokens_, num_documents_, type_);
+    if (!s.ok()) return s;
+  }
+  sidecar_ = std::move(sidecar);
+  return {};
 }
 
 std::pair<int64_t, int64_t> TokenDataset::id_min_max(int64_t offset, int64_t n) const {

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "weft/core/status.h"
+#include "weft/data/file_io.h"
+#include "weft/data/sidecar.h"
 
 namespace weft::data {
 
@@ -37,6 +39,39 @@ class TokenDataset {
   virtual std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const;
   // The files the tokens are read from (for token_scan.h's cache key); none for in-memory data.
   virtual std::vector<std::string> files() const { return {}; }
+};
+
+// What both file formats are: num_tokens() ids of one type back to back from a byte of a
+// memory-mapped file, and the sidecar (PREFIX.json), when there is one, checked against them.
+class MappedTokenDataset : public TokenDataset {
+ public:
+  int64_t num_tokens() const override { return num_tokens_; }
+  int64_t num_documents() const override { return num_documents_; }
+  std::optional<int> vocab_size() const override {
+    return sidecar_ ? sidecar_->vocab_size : assumed_vocab_size_;
+  }
+  std::string tokenizer() const override {
+    return sidecar_ ? sidecar_->tokenizer : assumed_tokenizer_;
+  }
+  // Throws for an id outside the vocabulary: vocab_size(), else int32's range.
+  void read(int64_t offset, int64_t n, int32_t* out) const override;
+  std::pair<int64_t, int64_t> id_min_max(int64_t offset, int64_t n) const override;
+
+ protected:
+  MappedTokenDataset(MappedFile file, int64_t first_byte)
+      : file_(std::move(file)), first_byte_(first_byte) {}
+  // Keeps `sidecar` once check_sidecar() passes (`data_path` names the data in its messages).
+  Status set_sidecar(std::optional<Sidecar> sidecar, const std::string& data_path);
+
+  MappedFile file_;
+  int64_t first_byte_ = 0;  // the first token's
+  TokenType type_ = TokenType::U16;
+  int64_t num_tokens_ = 0, num_documents_ = 0;
+  std::optional<Sidecar> sidecar_;
+  // What the data is taken to be without a sidecar (llm.c's: GPT-2's tokens); assumed_vocab_
+  // ends read()'s error: "" or " of <the vocabulary>".
+  std::optional<int> assumed_vocab_size_;
+  std::string assumed_tokenizer_, assumed_vocab_;
 };
 
 // Opens PATH by its format: PREFIX (with PREFIX.bin + PREFIX.idx), PREFIX.bin/.idx, or an llm.c

@@ -17,6 +17,7 @@
 #include "weft/core/clock.h"
 #include "weft/core/pending_file.h"
 #include "weft/core/text_file.h"
+#include "weft/data/file_io.h"
 
 namespace weft::data {
 namespace {
@@ -30,23 +31,19 @@ constexpr int64_t kSampleBytes = int64_t{1} << 20;  // checksummed at each end o
 
 // "<size>:<mtime ns>:<xxh3 of the first and last MiB>" of one file, or "" when unreadable.
 std::string file_key(const std::string& path) {
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   struct stat st {};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  std::string key;
-  if (::fstat(fd, &st) == 0) {
-    const int64_t size = st.st_size;
-    std::vector<char> buf(static_cast<size_t>(std::min(size, 2 * kSampleBytes)));
-    const int64_t head = std::min(size, kSampleBytes);
-    const int64_t tail = std::min(size - head, kSampleBytes);
-    if (::pread(fd, buf.data(), static_cast<size_t>(head), 0) == head &&
-        ::pread(fd, buf.data() + head, static_cast<size_t>(tail), size - tail) == tail) {
-      const int64_t ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-      key = fmt::format("{}:{}:{:016x}", size, ns, XXH3_64bits(buf.data(), buf.size()));
-    }
+  if (file.fd < 0 || ::fstat(file.fd, &st) != 0) return "";
+  const int64_t size = st.st_size;
+  std::vector<char> buf(static_cast<size_t>(std::min(size, 2 * kSampleBytes)));
+  const int64_t head = std::min(size, kSampleBytes);
+  const int64_t tail = std::min(size - head, kSampleBytes);
+  if (::pread(file.fd, buf.data(), static_cast<size_t>(head), 0) != head ||
+      ::pread(file.fd, buf.data() + head, static_cast<size_t>(tail), size - tail) != tail) {
+    return "";
   }
-  ::close(fd);
-  return key;
+  const int64_t ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return fmt::format("{}:{}:{:016x}", size, ns, XXH3_64bits(buf.data(), buf.size()));
 }
 
 // Where the verdict for `files` is kept: beside the first file when its directory is writable,

@@ -4,6 +4,7 @@
 
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <limits>
 #include <type_traits>
 
@@ -152,15 +153,12 @@ Result<GptConfig> parse_gpt_config(const std::string& text, const std::string& o
   auto choice = [&](const char* key, auto& out, std::initializer_list<const char*> names) {
     std::string v;
     if (!read_toml(t->get(key), std::string("model.") + key, v, s) || v.empty()) return;
-    int i = 0;
-    for (const char* n : names) {
-      if (v == n) {
-        out = static_cast<std::remove_reference_t<decltype(out)>>(i);
-        return;
-      }
-      ++i;
+    const auto it = std::ranges::find(names, v);
+    if (it == names.end()) {
+      s.add(fmt::format("model.{}=\"{}\" must be one of {}", key, v, fmt::join(names, ", ")));
+    } else {
+      out = static_cast<std::remove_reference_t<decltype(out)>>(it - names.begin());
     }
-    s.add(fmt::format("model.{}=\"{}\" must be one of {}", key, v, fmt::join(names, ", ")));
   };
   choice("position", c.position, {"learned", "rope"});
   choice("norm", c.norm, {"layernorm", "rmsnorm"});

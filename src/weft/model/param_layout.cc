@@ -25,17 +25,16 @@ std::pair<int64_t, int64_t> TpSplit::part_rows(int b, int64_t rows) const {
 
 std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int rank,
                                  int64_t begin, int64_t end) {
-  int64_t numel = 1;
-  for (int64_t d : global) numel *= d;
+  const int64_t total = numel(global);
   const bool whole = split.replicated() || tp == 1;
-  if (end < 0) end = whole ? numel : numel / tp;
+  if (end < 0) end = whole ? total : total / tp;
   std::vector<ShardRun> runs;
   auto add = [&](int64_t local, int64_t global_offset, int64_t n) {  // clipped to [begin, end)
     const int64_t a = std::max(local, begin), b = std::min(local + n, end);
     if (a < b) runs.push_back({a - begin, global_offset + (a - local), b - a});
   };
   if (whole) {
-    add(0, 0, numel);
+    add(0, 0, total);
     return runs;
   }
   WEFT_CHECK(split.dim < static_cast<int>(global.size()), "split dim ", split.dim, " of a ",
@@ -43,7 +42,7 @@ std::vector<ShardRun> shard_runs(const Shape& global, TpSplit split, int tp, int
   if (split.dim == 0) {
     // [R, cols]: each of the `blocks` row blocks contributes rows [rank*r, (rank+1)*r) of itself
     // (r: its rows / tp), one after the other in the shard.
-    const int64_t cols = numel / global[0];
+    const int64_t cols = total / global[0];
     int64_t local = 0;
     for (int b = 0; b < split.blocks; ++b) {
       const auto [first, rows] = split.part_rows(b, global[0]);
@@ -123,21 +122,18 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpe
   p.tp = tp;
   p.tp_rank = tp_rank;
   p.unit_align = unit_align;
-  auto add = [&](const std::string& name, const Shape& shape, ParamInit init, TpSplit split) {
-    p.buffer.add(name, shard_shape(shape, split, tp));
+  auto add = [&](const std::string& name, const Shape& shape, ParamInit init, TpSplit split,
+                 int64_t align = BufferLayout::kAlignElems) {
     p.init.push_back(init);
     p.global_shapes.push_back(shape);
     p.splits.push_back(split);
+    return p.buffer.add(name, shard_shape(shape, split, tp), align);
   };
   // Starts a unit: its first slice goes on a unit boundary; the previous unit ends there.
   auto unit = [&](const std::string& name, const std::string& first, const Shape& shape,
                   ParamInit init, TpSplit split) {
     const size_t slice = p.buffer.slices().size();
-    p.buffer.add(first, shard_shape(shape, split, tp), unit_align);
-    p.init.push_back(init);
-    p.global_shapes.push_back(shape);
-    p.splits.push_back(split);
-    p.units.push_back({name, slice, 0, p.buffer.slices()[slice].offset, 0});
+    p.units.push_back({name, slice, 0, add(first, shape, init, split, unit_align), 0});
   };
   const bool tied = cfg.tie_embeddings;
   if (stage.embedding || (stage.head && tied)) {
@@ -196,8 +192,7 @@ void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t 
     case ParamInit::Kind::Normal: {
       // Global elements at or beyond `live` (padding rows) stay zero.
       const Shape& g = layout.global_shapes[slice];
-      int64_t live = 1;
-      for (int64_t d : g) live *= d;
+      int64_t live = numel(g);
       if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
       const uint64_t key = stream_key(seed, s.name);
       for (const ShardRun& r : layout.runs(slice, begin, begin + n)) {

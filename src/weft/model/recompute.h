@@ -11,21 +11,15 @@ namespace weft::model {
 
 enum class Recompute { None, Selective, Full };
 
+inline constexpr std::string_view kRecomputeNames[] = {"none", "selective", "full"};  // in order
+
 inline constexpr std::string_view recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::None:
-      return "none";
-    case Recompute::Selective:
-      return "selective";
-    case Recompute::Full:
-      return "full";
-  }
-  return "?";
+  return kRecomputeNames[static_cast<int>(r)];
 }
 
 inline std::optional<Recompute> parse_recompute(std::string_view s) {
-  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
-    if (recompute_name(r) == s) return r;
+  for (int i = 0; i < 3; ++i) {
+    if (kRecomputeNames[i] == s) return static_cast<Recompute>(i);
   }
   return std::nullopt;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "weft/tensor/aligned_buffer.h"
@@ -64,10 +65,8 @@ class FlatBuffer {
   FlatBuffer& operator=(FlatBuffer&& o) noexcept {
     layout_ = std::move(o.layout_);
     own_ = std::move(o.own_);
-    data_ = o.data_;
-    view_size_ = o.view_size_;
-    o.data_ = nullptr;
-    o.view_size_ = 0;
+    data_ = std::exchange(o.data_, nullptr);
+    view_size_ = std::exchange(o.view_size_, 0);
     return *this;
   }
 
