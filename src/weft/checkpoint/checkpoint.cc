@@ -182,8 +182,32 @@ int open_shard(const std::string& path, const ShardInfo& sh, Status& problem) {
   return fd;
 }
 
+bool parse_step_dir(const std::string& name, int64_t& step) {
+  if (!name.starts_with("step_") || name.size() < 6) return false;
+  step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    step = step * 10 + (name[i] - '0');
+  }
+  return true;
+}
+
+// kill(pid, 0) fails with ESRCH when no such process exists; any other answer means it may, unless
+// /proc says it is a zombie: dead, not yet reaped (a rank mpirun killed whose parent is gone, until
+// init reaps it, which some containers' init never does).
+bool process_runs(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(')');  // "pid (comm) S ...": comm may hold spaces
+  return name_end == std::string::npos || name_end + 2 >= line.size() || line[name_end + 2] != 'Z';
+}
+
+}  // namespace
+
 // Streams the file through XXH3 and checks its size and checksum against the metadata.
-Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
+Status verify_shard(const std::string& dir, const ShardInfo& sh) {
   const std::string path = join(dir, sh.file);
   Status opened;
   const int fd = open_shard(path, sh, opened);
@@ -209,34 +233,6 @@ Status verify_shard_file(const std::string& dir, const ShardInfo& sh) {
                     path, hex64(digest), hex64(sh.xxh3), kMetadataFile));
   }
   return {};
-}
-
-bool parse_step_dir(const std::string& name, int64_t& step) {
-  if (!name.starts_with("step_") || name.size() < 6) return false;
-  step = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    step = step * 10 + (name[i] - '0');
-  }
-  return true;
-}
-
-// kill(pid, 0) fails with ESRCH when no such process exists; any other answer means it may, unless
-// /proc says it is a zombie: dead, not yet reaped (a rank mpirun killed whose parent is gone, until
-// init reaps it, which some containers' init never does).
-bool process_runs(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const size_t name_end = line.rfind(')');  // "pid (comm) S ...": comm may hold spaces
-  return name_end == std::string::npos || name_end + 2 >= line.size() || line[name_end + 2] != 'Z';
-}
-
-}  // namespace
-
-Status verify_shard(const std::string& dir, const ShardInfo& shard) {
-  return verify_shard_file(dir, shard);
 }
 
 Status check_shard_size(const std::string& dir, const ShardInfo& shard) {

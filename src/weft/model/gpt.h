@@ -17,7 +17,7 @@
 // Under pipeline parallelism a Gpt is one stage (a model chunk, StageSpec): its layers, plus the
 // embedding on the first stage and the head on the last. It keeps the activations of `slots`
 // microbatches at once (a pipeline rank has several in flight); the executor moves the stage's
-// input and output activations and gradients between ranks (stage_input, stage_output,
+// input and output activations and gradients between ranks (stage_input, ForwardOut::output,
 // output_grad, input_grad).
 #include <cstdint>
 #include <memory>
@@ -108,7 +108,7 @@ class Gpt final : public optim::Params {
   // ignored. Every tp rank passes the same batch. Returns the mean loss over the non-ignored
   // targets. With targets == nullptr only logits are computed (inference) and 0 is returned.
   // A stage without the embedding reads stage_input(slot) instead of tokens (tokens may be null);
-  // a stage without the head leaves its output in stage_output(slot), ignores targets and
+  // a stage without the head writes its output to out.output, ignores targets and
   // returns 0. Both arrays must stay valid until the slot's backward.
   // `loss_scale` is the scale of the backward() that may follow (1/k to average over k
   // accumulated microbatches): the fused softmax + cross-entropy (backend.h) writes

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -42,39 +43,27 @@ std::string rank_name(const CheckpointJob& job) {
   return fmt::format("rank tp{}-dp{}-pp{}", job.tp_rank, job.dp_rank, job.pp_rank);
 }
 
-// The pieces of this rank's state it writes (`writing`) or reads: in host memory they point into
-// the buffers, elsewhere they go through RankState::read/write.
-std::vector<checkpoint::WritePiece> write_pieces(RankState& st) {
-  std::vector<checkpoint::WritePiece> out;
+// The pieces of this rank's state it writes (WritePiece) or reads (ReadPiece): in host memory they
+// point into the buffers, elsewhere they go through RankState::read/write.
+template <class Piece>
+std::vector<Piece> rank_pieces(RankState& st, bool moments) {
+  constexpr bool kWriting = std::is_same_v<Piece, checkpoint::WritePiece>;
+  std::vector<Piece> out;
   for (int j = 0; j < st.num_chunks(); ++j) {
-    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), true)) {
-      checkpoint::WritePiece w{std::move(p.tensor), nullptr, {}};
-      if (const float* host = st.host_buffer(j, p.group)) {
-        w.data = host + p.at;
-      } else {
-        w.fetch = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, float* out) {
+    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), kWriting, moments)) {
+      Piece piece{std::move(p.tensor), nullptr, {}};
+      if (float* host = st.host_buffer(j, p.group)) {
+        piece.data = host + p.at;
+      } else if constexpr (kWriting) {
+        piece.fetch = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, float* out) {
           st.read(j, g, at + begin, n, out);
         };
-      }
-      out.push_back(std::move(w));
-    }
-  }
-  return out;
-}
-
-std::vector<checkpoint::ReadPiece> read_pieces(RankState& st, bool moments) {
-  std::vector<checkpoint::ReadPiece> out;
-  for (int j = 0; j < st.num_chunks(); ++j) {
-    for (checkpoint::StatePiece& p : checkpoint::state_pieces(st.place(j), false, moments)) {
-      checkpoint::ReadPiece r{std::move(p.tensor), nullptr, {}};
-      if (float* host = st.host_buffer(j, p.group)) {
-        r.data = host + p.at;
       } else {
-        r.store = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, const float* in) {
+        piece.store = [&st, j, g = p.group, at = p.at](int64_t begin, int64_t n, const float* in) {
           st.write(j, g, at + begin, n, in);
         };
       }
-      out.push_back(std::move(r));
+      out.push_back(std::move(piece));
     }
   }
   return out;
@@ -184,7 +173,8 @@ Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string
   if (!tmp.ok()) return tmp.status();
   // Every rank writes its part, straight from its buffers or through its staging buffer.
   const auto files =
-      write_files(job, tmp.value(), write_pieces(*job.state), job.state->staging(), state.step);
+      write_files(job, tmp.value(), rank_pieces<checkpoint::WritePiece>(*job.state, true),
+                  job.state->staging(), state.step);
   auto bytes =
       commit_save(job, root, tmp.value(), files, state, job.state->step_count(), keep_last);
   if (!bytes.ok()) return bytes.status();
@@ -347,7 +337,8 @@ Result<CheckpointIo> load_checkpoint(const CheckpointJob& job, const std::string
     s = Status::error(fmt::format("{}/{}: the checkpoint has no optimizer state to resume from",
                                   dir, checkpoint::kMetadataFile));
   } else {
-    s = checkpoint::load_pieces(dir, md.value(), job.model, read_pieces(*job.state, true));
+    s = checkpoint::load_pieces(dir, md.value(), job.model,
+                                rank_pieces<checkpoint::ReadPiece>(*job.state, true));
   }
   // Every rank reads the same metadata, so most problems are everyone's: report them once.
   Status all = agree(job.world, s, rank_name(job));
