@@ -15,7 +15,7 @@
 # The data is synthetic (a token file written here): a save's cost does not depend on the text.
 # Writes bench/results/checkpoint-async-<stamp>.{json,md}. Needs ~5 GB free under $TMPDIR.
 #
-# Usage: bench/checkpoint/async.sh [ROUNDS [STEPS]]   (default 2 26)
+# Usage: [ROWS=<regex>] [WEFT=<binary>] bench/checkpoint/async.sh [ROUNDS [STEPS]]   (default 2 26)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source bench/common.sh
@@ -49,6 +49,13 @@ rows=(
   "gpt2-124m-1t|1|8|configs/models/gpt2-124m.toml|v50257|train.threads=1 train.micro_batch=4 train.global_batch=4 train.seq_len=64"
   "pipe-8l|2|4|configs/models/pipe-8l.toml|v4096|train.threads=1 parallel.pp=2 parallel.schedule=1f1b train.micro_batch=2 train.global_batch=16 train.seq_len=128"
 )
+# ROWS=<regex>: only the rows whose name matches (e.g. ROWS=gpt2-124m$ for one A/B of two binaries,
+# WEFT=<binary> naming the other).
+if [ -n "${ROWS:-}" ]; then
+  kept=()
+  for row in "${rows[@]}"; do [[ ${row%%|*} =~ $ROWS ]] && kept+=("$row"); done
+  rows=("${kept[@]}")
+fi
 modes=("none|train.save_every=0" "foreground|train.async_checkpoint=false" "background|train.async_checkpoint=true")
 
 : >"$tmp/runs.jsonl"
