@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -224,12 +223,10 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
                            (w1 - w0) * int64_t{sizeof(float)},
                            piece->offset + w0 * int64_t{sizeof(float)});
       if (!r.ok()) return r;
-      const auto bad =
-          std::find_if(buf.begin(), buf.end(), [](float x) { return !std::isfinite(x); });
-      if (bad != buf.end()) {
+      if (const float* bad = first_non_finite(buf.data(), static_cast<int64_t>(buf.size()))) {
         return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
                                          path, *bad, piece->name, piece->group,
-                                         piece->begin + w0 + (bad - buf.begin())));
+                                         piece->begin + w0 + (bad - buf.data())));
       }
       for (const Job& j : piece_jobs) {
         for (const Copy& c : j.copies) {
