@@ -581,8 +581,10 @@ TEST(ShardWriting, AFileHoldsTheBytesGivenWhateverTheirAlignment) {
   ASSERT_EQ(files.value().shards.size(), 2u);
   for (const ShardInfo& sh : files.value().shards) {
     const std::string& want = expected.at(sh.file);
-    std::ifstream f(fs::path(dir) / sh.file, std::ios::binary);
-    const std::string got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const fs::path path = fs::path(dir) / sh.file;
+    std::string got(fs::file_size(path), '\0');
+    std::ifstream(path, std::ios::binary)
+        .read(got.data(), static_cast<std::streamsize>(got.size()));
     EXPECT_EQ(sh.bytes, static_cast<int64_t>(want.size())) << sh.file;
     ASSERT_EQ(got.size(), want.size()) << sh.file;
     EXPECT_TRUE(got == want) << sh.file << ": the bytes differ";

@@ -14,23 +14,29 @@ namespace weft::test {
 inline void reference_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                            const std::vector<float>& A, int64_t lda, const std::vector<float>& B,
                            int64_t ldb, double beta, std::vector<double>& C, int64_t ldc) {
-  std::vector<double> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(N * K));
+  std::vector<double> a_rows(static_cast<size_t>(M * K)), b_rows(static_cast<size_t>(N * K));
+  // Raw pointers: test code compiles at -O0 (tests/CMakeLists.txt), where each vector index is a
+  // call.
+  double *a = a_rows.data(), *b = b_rows.data(), *c = C.data();
+  const float *src_a = A.data(), *src_b = B.data();
   // Each copy walks its source in memory order (a transposed operand row by row of the source).
   for (int64_t r = 0; r < (ta ? K : M); ++r) {
-    for (int64_t c = 0; c < (ta ? M : K); ++c) {
-      (ta ? a[c * K + r] : a[r * K + c]) = A[r * lda + c];
+    for (int64_t col = 0; col < (ta ? M : K); ++col) {
+      (ta ? a[col * K + r] : a[r * K + col]) = src_a[r * lda + col];
     }
   }
   for (int64_t r = 0; r < (tb ? N : K); ++r) {
-    for (int64_t c = 0; c < (tb ? K : N); ++c) {
-      (tb ? b[r * K + c] : b[c * K + r]) = B[r * ldb + c];
+    for (int64_t col = 0; col < (tb ? K : N); ++col) {
+      (tb ? b[r * K + col] : b[col * K + r]) = src_b[r * ldb + col];
     }
   }
   for (int64_t i = 0; i < M; ++i) {
     for (int64_t j = 0; j < N; ++j) {
+      const double* x = a + i * K;
+      const double* y = b + j * K;
       double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) acc += a[i * K + k] * b[j * K + k];
-      C[i * ldc + j] = alpha * acc + beta * C[i * ldc + j];
+      for (int64_t k = 0; k < K; ++k) acc += x[k] * y[k];
+      c[i * ldc + j] = alpha * acc + beta * c[i * ldc + j];
     }
   }
 }
