@@ -25,10 +25,7 @@ INSTANTIATE_TEST_SUITE_P(Recording, Conformance,
 // for size > 1 without MPI. It counts what reaches it.
 class FakeGroup final : public Communicator {
  public:
-  FakeGroup(int size, std::string name) : size_(size), name_(std::move(name)) {}
-  int rank() const override { return 0; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
+  FakeGroup(int size, std::string name) : Communicator(std::move(name), 0, size) {}
   Work all_reduce_async(void*, int64_t, DataType, ReduceOp) override { return forwarded(); }
   Work reduce_scatter_async(void*, const void*, int64_t, DataType) override { return forwarded(); }
   Work all_gather_async(void*, const void*, int64_t, DataType) override { return forwarded(); }
@@ -46,8 +43,6 @@ class FakeGroup final : public Communicator {
     ++calls;
     return Work([] {});
   }
-  int size_;
-  std::string name_;
 };
 
 struct Recorded {

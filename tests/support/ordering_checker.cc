@@ -153,18 +153,19 @@ class Pending {
   bool finished_ = false;
 };
 
+const Communicator& wrapped(const std::unique_ptr<Communicator>& inner) {
+  WEFT_CHECK(inner != nullptr, "make_ordering_checker needs a communicator to wrap");
+  return *inner;
+}
+
 class OrderingChecker : public Communicator {
  public:
+  // The waits happen in the inner communicator: the base is a copy of it.
   OrderingChecker(std::unique_ptr<Communicator> inner, std::shared_ptr<Violations> violations)
-      : inner_(std::move(inner)), violations_(std::move(violations)) {
-    WEFT_CHECK(inner_ != nullptr, "make_ordering_checker needs a communicator to wrap");
-    set_timeout_seconds(inner_->timeout_seconds());  // the waits happen in the inner one
-  }
+      : Communicator(wrapped(inner)),
+        inner_(std::move(inner)),
+        violations_(std::move(violations)) {}
   const Violations& violations() const { return *violations_; }
-
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& name() const override { return inner_->name(); }
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Region buf = region(data, n, t);

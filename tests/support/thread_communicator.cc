@@ -270,12 +270,9 @@ constexpr size_t kTileBytes = 16384;
 
 class ThreadCommunicator final : public Communicator {
  public:
-  ThreadCommunicator(std::shared_ptr<Group> g, int rank, std::string name)
-      : g_(std::move(g)), rank_(rank), name_(std::move(name)) {}
-
-  int rank() const override { return rank_; }
-  int size() const override { return g_->size; }
-  const std::string& name() const override { return name_; }
+  ThreadCommunicator(std::shared_ptr<Group> g, int rank, std::string name,
+                     std::optional<double> timeout_s = {})
+      : Communicator(std::move(name), rank, g->size, timeout_s), g_(std::move(g)) {}
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const auto round =
@@ -289,7 +286,7 @@ class ThreadCommunicator final : public Communicator {
     const int64_t per_rank = (n + size() - 1) / size();
     const int64_t line = std::max<int64_t>(16, 64 / static_cast<int64_t>(es));
     const int64_t slice = (per_rank + line - 1) / line * line;
-    const int64_t lo = std::min(n, rank_ * slice), hi = std::min(n, lo + slice);
+    const int64_t lo = std::min(n, rank() * slice), hi = std::min(n, lo + slice);
     alignas(64) std::byte tile[kTileBytes];
     const int64_t per_tile = static_cast<int64_t>(kTileBytes / es);
     const auto& posts = round->posts;
@@ -310,7 +307,7 @@ class ThreadCommunicator final : public Communicator {
     std::vector<std::byte> sum(static_cast<size_t>(std::max<int64_t>(n, 0)) * es);
     const auto round =
         arrive({.kind = Kind::ReduceScatter, .dtype = t, .n = n, .out = out, .in = in});
-    const size_t off = static_cast<size_t>(rank_) * sum.size();
+    const size_t off = static_cast<size_t>(rank()) * sum.size();
     const auto& posts = round->posts;
     if (!sum.empty()) fold(sum.data(), posts, off, n, t, ReduceOp::Sum);
     leave();
@@ -336,7 +333,7 @@ class ThreadCommunicator final : public Communicator {
     const auto round = arrive(
         {.kind = Kind::Broadcast, .dtype = t, .n = n, .root = root, .out = data, .in = data});
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 0)) * dtype_size(t);
-    if (rank_ != root && bytes > 0) std::memcpy(data, round->posts[root].in, bytes);
+    if (rank() != root && bytes > 0) std::memcpy(data, round->posts[root].in, bytes);
     leave();
     return {};
   }
@@ -344,7 +341,7 @@ class ThreadCommunicator final : public Communicator {
   Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) override {
     check_p2p("send", n, peer, tag);
     const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
-    const ChannelKey key{peer, rank_, tag};
+    const ChannelKey key{peer, rank(), tag};
     // Eager: the data is copied now (into a waiting receive, or into the mailbox) and the send is
     // complete; the pipeline runner relies on a send never waiting for its receiver.
     std::lock_guard lock(g_->mail_mu);
@@ -367,7 +364,7 @@ class ThreadCommunicator final : public Communicator {
     auto ticket = std::make_shared<Ticket>();
     ticket->data = data;
     ticket->bytes = static_cast<size_t>(n) * dtype_size(t);
-    const ChannelKey key{rank_, peer, tag};
+    const ChannelKey key{rank(), peer, tag};
     bool matched = false;
     {
       std::lock_guard lock(g_->mail_mu);
@@ -400,16 +397,14 @@ class ThreadCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
     const auto round = arrive({.kind = Kind::Split, .color = color, .key = key});
-    const auto& [group, rank] = round->split[rank_];
-    auto c = std::make_unique<ThreadCommunicator>(group, rank, name);
-    c->set_timeout_seconds(timeout_seconds());
-    return c;
+    const auto& [group, sub_rank] = round->split[rank()];
+    return std::make_unique<ThreadCommunicator>(group, sub_rank, name, timeout_seconds());
   }
 
  private:
   // "all_reduce on group 'tp' (rank 1 of 2)", as the MPI backend names an operation.
   std::string where(const char* what) const {
-    return fmt::format("{} on group '{}' (rank {} of {})", what, name_, rank_, size());
+    return fmt::format("{} on group '{}' (rank {} of {})", what, name(), rank(), size());
   }
   static std::string detail(const Post& p) {
     return has_buffer(p.kind) ? fmt::format(" ({} {})", p.n, dtype_name(p.dtype)) : "";
@@ -436,13 +431,13 @@ class ThreadCommunicator final : public Communicator {
     if (!g_->broken.empty()) {
       throw Error(fmt::format("{}: the group is unusable: {}", where(what), g_->broken));
     }
-    if (g_->posts[rank_]) {
+    if (g_->posts[rank()]) {
       throw Error(
           fmt::format("{}: this rank already has a collective in flight (a thread "
                       "communicator is used by one thread only)",
                       where(what)));
     }
-    g_->posts[rank_] = p;
+    g_->posts[rank()] = p;
     const uint64_t gen = g_->generation;
     if (++g_->arrived == g_->size) {
       auto round = std::make_shared<Round>();
@@ -464,12 +459,12 @@ class ThreadCommunicator final : public Communicator {
         // Not everyone came: withdraw (no peer has read our pointers: they are read only once
         // all have arrived) and make the group unusable, since its ranks no longer agree on
         // which collective is which.
-        g_->posts[rank_].reset();
+        g_->posts[rank()].reset();
         --g_->arrived;
         if (!g_->broken.empty()) {
           throw Error(fmt::format("{}: the group is unusable: {}", where(what), g_->broken));
         }
-        g_->broken = fmt::format("rank {} timed out in {}", rank_, what);
+        g_->broken = fmt::format("rank {} timed out in {}", rank(), what);
         g_->cv.notify_all();
         throw Error(fmt::format("{} timed out after {:g} s{}", where(what), timeout_s, detail(p)));
       }
@@ -495,8 +490,6 @@ class ThreadCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Group> g_;
-  int rank_;
-  std::string name_;
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 #include "weft/checkpoint/placement.h"
@@ -60,10 +62,8 @@ Result<std::string> convert(const std::string& in, const std::string& out_root,
             buffers.emplace_back(n);
             (g == 0 ? state.params : g == 1 ? state.m : state.v) = buffers.back().data();
           }
-          auto r = read_pieces(place, state);
-          targets.insert(targets.end(), r.begin(), r.end());
-          auto w = write_pieces(place, state);
-          pieces.insert(pieces.end(), w.begin(), w.end());
+          std::ranges::move(host_pieces<ReadPiece>(place, state), std::back_inserter(targets));
+          std::ranges::move(host_pieces<WritePiece>(place, state), std::back_inserter(pieces));
         }
         Status loaded = load_pieces(dir.value(), src, cfg, targets);
         if (!loaded.ok()) return fail(loaded);

@@ -432,12 +432,7 @@ Result<model::GptConfig> config_from_json(const nlohmann::json& j, const std::st
   } catch (const FieldError& e) {
     return Status::error(fmt::format("{}: bad model config: {}", origin, e.message));
   }
-  Status s = model::validate(c);
-  if (!s.ok()) {
-    Status out;
-    for (const auto& p : s.problems()) out.add(origin + ": model: " + p);
-    return out;
-  }
+  if (Status s = model::validate(c); !s.ok()) return s.prefixed(origin + ": model");
   return c;
 }
 

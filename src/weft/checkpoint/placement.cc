@@ -1,47 +1,11 @@
 #include "weft/checkpoint/placement.h"
 
-#include "weft/core/check.h"
 #include "weft/optim/shards.h"
 
 namespace weft::checkpoint {
+namespace {
 
-std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool moments) {
-  WEFT_CHECK(c.layout != nullptr, "a chunk's place needs its layout");
-  const model::ParamLayout& L = *c.layout;
-  std::vector<StatePiece> out;
-  if (writing && c.zero == 0 && c.dp_rank != 0) return out;
-  const auto parts = optim::zero_owned_parts(L, c.zero, c.dp, c.dp_rank);
-  for (int g = 0; g < (moments ? 3 : 1); ++g) {
-    for (const optim::OwnedPart& p : parts) {
-      const std::string& name = L.buffer.slices()[p.slice].name;
-      if (writing && L.splits[p.slice].replicated() && L.tp_rank != 0) continue;
-      if (writing && name == "wte" && !c.stage.embedding) continue;  // the tied copy
-      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kStateGroups[g]), g, p.at});
-    }
-  }
-  return out;
-}
-
-std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers& state) {
-  WEFT_CHECK(state.params != nullptr, "a chunk's state needs its parameters");
-  const float* const buffers[] = {state.params, state.m, state.v};
-  std::vector<WritePiece> out;
-  for (StatePiece& p : state_pieces(chunk, true, state.m != nullptr && state.v != nullptr)) {
-    out.push_back({std::move(p.tensor), buffers[p.group] + p.at, {}});
-  }
-  return out;
-}
-
-std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& state) {
-  WEFT_CHECK(state.params != nullptr, "a chunk's state needs its parameters");
-  float* const buffers[] = {state.params, state.m, state.v};
-  std::vector<ReadPiece> out;
-  for (StatePiece& p : state_pieces(chunk, false, state.m != nullptr && state.v != nullptr)) {
-    out.push_back({std::move(p.tensor), buffers[p.group] + p.at, {}});
-  }
-  return out;
-}
-
+// Elements [begin, begin + n) of slice `slice` of the layout, as a piece of its global tensor.
 TensorInfo tensor_piece(const model::ParamLayout& layout, size_t slice, int64_t begin, int64_t n,
                         const char* group) {
   TensorInfo t;
@@ -59,6 +23,25 @@ TensorInfo tensor_piece(const model::ParamLayout& layout, size_t slice, int64_t 
   t.begin = begin;
   t.count = n;
   return t;
+}
+
+}  // namespace
+
+std::vector<StatePiece> state_pieces(const ChunkPlace& c, bool writing, bool moments) {
+  WEFT_CHECK(c.layout != nullptr, "a chunk's place needs its layout");
+  const model::ParamLayout& L = *c.layout;
+  std::vector<StatePiece> out;
+  if (writing && c.zero == 0 && c.dp_rank != 0) return out;
+  const auto parts = optim::zero_owned_parts(L, c.zero, c.dp, c.dp_rank);
+  for (int g = 0; g < (moments ? 3 : 1); ++g) {
+    for (const optim::OwnedPart& p : parts) {
+      const std::string& name = L.buffer.slices()[p.slice].name;
+      if (writing && L.splits[p.slice].replicated() && L.tp_rank != 0) continue;
+      if (writing && name == "wte" && !c.stage.embedding) continue;  // the tied copy
+      out.push_back({tensor_piece(L, p.slice, p.begin, p.n, kStateGroups[g]), g, p.at});
+    }
+  }
+  return out;
 }
 
 }  // namespace weft::checkpoint

@@ -7,9 +7,12 @@
 // its parts, replicated and tied copies included: load_pieces finds them wherever they were
 // written, under whatever layout.
 
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/check.h"
 #include "weft/model/param_layout.h"
 
 namespace weft::checkpoint {
@@ -40,12 +43,18 @@ struct StatePiece {
 };
 std::vector<StatePiece> state_pieces(const ChunkPlace& chunk, bool writing, bool moments = true);
 
-// The same, for a state in host memory: the pieces point into the buffers.
-std::vector<WritePiece> write_pieces(const ChunkPlace& chunk, const StateBuffers& state);
-std::vector<ReadPiece> read_pieces(const ChunkPlace& chunk, const StateBuffers& state);
-
-// Elements [begin, begin + n) of slice `slice` of the layout, as a piece of its global tensor.
-TensorInfo tensor_piece(const model::ParamLayout& layout, size_t slice, int64_t begin, int64_t n,
-                        const char* group);
+// The same, for a state in host memory: the pieces point into the buffers. Piece: WritePiece (the
+// pieces this rank writes) or ReadPiece (all it reads).
+template <typename Piece>
+std::vector<Piece> host_pieces(const ChunkPlace& chunk, const StateBuffers& state) {
+  WEFT_CHECK(state.params != nullptr, "a chunk's state needs its parameters");
+  float* const buffers[] = {state.params, state.m, state.v};
+  std::vector<Piece> out;
+  for (StatePiece& p : state_pieces(chunk, std::is_same_v<Piece, WritePiece>,
+                                    state.m != nullptr && state.v != nullptr)) {
+    out.push_back({std::move(p.tensor), buffers[p.group] + p.at, {}});
+  }
+  return out;
+}
 
 }  // namespace weft::checkpoint

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "weft/checkpoint/checkpoint.h"
+#include "weft/core/pending_file.h"
 
 namespace weft::checkpoint {
 namespace {
@@ -80,19 +81,6 @@ std::string config_diff(const model::GptConfig& a, const model::GptConfig& b) {
   if (a.norm_eps != b.norm_eps)
     d.push_back(fmt::format("norm_eps {} vs {}", a.norm_eps, b.norm_eps));
   return fmt::format("{}", fmt::join(d, ", "));
-}
-
-// Reads bytes [offset, offset + n) of a file.
-Status pread_all(int fd, const std::string& path, char* p, int64_t n, int64_t offset) {
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, static_cast<size_t>(std::min<int64_t>(n, 1 << 30)), offset);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Status::error(fmt::format("{}: short read: {}", path, strerror(errno)));
-    p += r;
-    offset += r;
-    n -= r;
-  }
-  return {};
 }
 
 }  // namespace
@@ -219,10 +207,11 @@ Status load_pieces(const std::string& dir, const Metadata& m, const model::GptCo
     for (int64_t w0 = lo; w0 < hi; w0 += kLoadWindowFloats) {
       const int64_t w1 = std::min(hi, w0 + kLoadWindowFloats);
       buf.resize(static_cast<size_t>(w1 - w0));
-      Status r = pread_all(fd_it->second, path, reinterpret_cast<char*>(buf.data()),
-                           (w1 - w0) * int64_t{sizeof(float)},
-                           piece->offset + w0 * int64_t{sizeof(float)});
-      if (!r.ok()) return r;
+      const int64_t bytes = (w1 - w0) * int64_t{sizeof(float)};
+      if (read_fully(fd_it->second, buf.data(), bytes,
+                     piece->offset + w0 * int64_t{sizeof(float)}) != bytes) {
+        return Status::error(fmt::format("{}: short read: {}", path, strerror(errno)));
+      }
       if (const float* bad = first_non_finite(buf.data(), static_cast<int64_t>(buf.size()))) {
         return Status::error(fmt::format("{}: non-finite value {} in tensor {} ({}), element {}",
                                          path, *bad, piece->name, piece->group,

@@ -126,26 +126,11 @@ Status check_prefix(uint64_t n, int64_t size, std::string_view origin) {
   return {};
 }
 
-// Reads up to n bytes at byte `at` of fd into dst, through short reads; returns the bytes read.
-int64_t pread_full(int fd, char* dst, int64_t n, int64_t at) {
-  int64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, dst + done,
-                              static_cast<size_t>(std::min<int64_t>(n - done, 1 << 30)), at + done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    done += r;
-  }
-  return done;
-}
-
 }  // namespace
 
 const SafetensorsTensor* SafetensorsHeader::find(std::string_view name) const {
-  for (const auto& t : tensors) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  const auto it = std::ranges::find(tensors, name, &SafetensorsTensor::name);
+  return it == tensors.end() ? nullptr : &*it;
 }
 
 int64_t safetensors_dtype_bytes(std::string_view dtype) {
@@ -255,7 +240,7 @@ Result<SafetensorsReader> SafetensorsReader::open(const std::string& path) {
   if (size >= 8 && ::pread(fd, &n, 8, 0) != 8) n = 0;
   Status s = check_prefix(n, size, path);
   std::string header(s.ok() ? n : 0, '\0');
-  const int64_t got = pread_full(fd, header.data(), static_cast<int64_t>(header.size()), 8);
+  const int64_t got = read_fully(fd, header.data(), static_cast<int64_t>(header.size()), 8);
   ::close(fd);
   if (!s.ok()) return s;
   if (got != static_cast<int64_t>(header.size())) {
@@ -283,7 +268,7 @@ Status SafetensorsReader::read(const SafetensorsTensor& t, float* out) const {
   }
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error(fmt::format("{}: cannot open: {}", path_, strerror(errno)));
-  const int64_t done = pread_full(fd, dst, bytes, header_.data_start() + t.begin);
+  const int64_t done = read_fully(fd, dst, bytes, header_.data_start() + t.begin);
   ::close(fd);
   if (done != bytes) {
     return Status::error(

@@ -65,7 +65,6 @@ class SafetensorsReader {
  public:
   static Result<SafetensorsReader> open(const std::string& path);
   const SafetensorsHeader& header() const { return header_; }
-  const std::string& path() const { return path_; }
   // Reads tensor `t` into out[numel(t.shape)] as float (F32 as is; F16 and BF16 widened exactly).
   Status read(const SafetensorsTensor& t, float* out) const;
 

@@ -154,11 +154,8 @@ double timeout_from_env() {
 // Size 1: every collective's result is this rank's own input.
 class LocalCommunicator final : public Communicator {
  public:
-  explicit LocalCommunicator(std::string name) : name_(std::move(name)) {}
-
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  const std::string& name() const override { return name_; }
+  explicit LocalCommunicator(std::string name, std::optional<double> timeout_s = {})
+      : Communicator(std::move(name), 0, 1, timeout_s) {}
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     check_count("all_reduce", n);
@@ -180,39 +177,40 @@ class LocalCommunicator final : public Communicator {
   }
   Work broadcast_async(void* data, int64_t n, DataType t, int root) override {
     check_count("broadcast", n);
-    WEFT_CHECK(root == 0, "broadcast on group '", name_, "' (size 1) from root ", root);
+    WEFT_CHECK(root == 0, "broadcast on group '", name(), "' (size 1) from root ", root);
     return {};
   }
   Work send_async(const void* data, int64_t n, DataType t, int peer, int tag) override {
     throw Error(
-        fmt::format("send to rank {} on group '{}': a group of size 1 has no peer", peer, name_));
+        fmt::format("send to rank {} on group '{}': a group of size 1 has no peer", peer, name()));
   }
   Work recv_async(void* data, int64_t n, DataType t, int peer, int tag) override {
-    throw Error(
-        fmt::format("recv from rank {} on group '{}': a group of size 1 has no peer", peer, name_));
+    throw Error(fmt::format("recv from rank {} on group '{}': a group of size 1 has no peer", peer,
+                            name()));
   }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
-    WEFT_CHECK(color >= 0, "split of group '", name_, "': color ", color, " must be >= 0");
-    auto sub = std::make_unique<LocalCommunicator>(name);
-    sub->set_timeout_seconds(timeout_seconds());
-    return sub;
+    WEFT_CHECK(color >= 0, "split of group '", this->name(), "': color ", color, " must be >= 0");
+    return std::make_unique<LocalCommunicator>(name, timeout_seconds());
   }
 
  private:
   void check_count(const char* op, int64_t n) const {
-    WEFT_CHECK(n >= 0, op, " on group '", name_, "': negative count ", n);
+    WEFT_CHECK(n >= 0, op, " on group '", name(), "': negative count ", n);
   }
-  std::string where(const char* op) const { return fmt::format("{} on group '{}'", op, name_); }
+  std::string where(const char* op) const { return fmt::format("{} on group '{}'", op, name()); }
   static void copy(void* out, const void* in, int64_t n, DataType t) {
     if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * dtype_size(t));
   }
-  std::string name_;
 };
 
 }  // namespace
 
-Communicator::Communicator() : timeout_s_(timeout_from_env()) {}
+Communicator::Communicator(std::string name, int rank, int size, std::optional<double> timeout_s)
+    : name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      timeout_s_(timeout_s ? *timeout_s : timeout_from_env()) {}
 
 std::unique_ptr<Communicator> make_local_communicator(const std::string& name) {
   return std::make_unique<LocalCommunicator>(name);

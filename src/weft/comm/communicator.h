@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "weft/core/dtype.h"
@@ -93,30 +95,18 @@ inline void reduce_into(void* dst, const void* src, int64_t n, DataType t, Reduc
   reduce_into(dst, dst, src, n, t, op);
 }
 
+// The DataType of the element type T.
 template <typename T>
-constexpr DataType data_type_of();
-template <>
-constexpr DataType data_type_of<float>() {
-  return DataType::F32;
-}
-template <>
-constexpr DataType data_type_of<double>() {
-  return DataType::F64;
-}
-template <>
-constexpr DataType data_type_of<int32_t>() {
-  return DataType::I32;
-}
-template <>
-constexpr DataType data_type_of<int64_t>() {
-  return DataType::I64;
-}
-template <>
-constexpr DataType data_type_of<uint8_t>() {
-  return DataType::U8;
-}
-template <>
-constexpr DataType data_type_of<BF16>() {
+constexpr DataType data_type_of() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                    std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+                    std::is_same_v<T, uint8_t> || std::is_same_v<T, BF16>,
+                "no DataType for this element type");
+  if constexpr (std::is_same_v<T, float>) return DataType::F32;
+  if constexpr (std::is_same_v<T, double>) return DataType::F64;
+  if constexpr (std::is_same_v<T, int32_t>) return DataType::I32;
+  if constexpr (std::is_same_v<T, int64_t>) return DataType::I64;
+  if constexpr (std::is_same_v<T, uint8_t>) return DataType::U8;
   return DataType::BF16;
 }
 
@@ -175,10 +165,10 @@ class Communicator {
  public:
   virtual ~Communicator() = default;
 
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   // The group's name in messages and recordings ("world", "tp", "dp", "pp", ...).
-  virtual const std::string& name() const = 0;
+  const std::string& name() const { return name_; }
 
   // ---- the backend's primitives (untyped; the typed wrappers below are what callers use) ----
   // In place: data[n] = op over ranks of data[n].
@@ -232,9 +222,15 @@ class Communicator {
   }
 
  protected:
-  Communicator();
+  // A group's rank and size never change. The timeout starts as `timeout_s` (a wrapper's: its inner
+  // communicator's; a split's: its parent's), else WEFT_COMM_TIMEOUT or 300.
+  Communicator(std::string name, int rank, int size, std::optional<double> timeout_s = {});
+  // A wrapper's: a copy of the communicator it wraps (its group, and its timeout to start from).
+  Communicator(const Communicator&) = default;
 
  private:
+  std::string name_;
+  int rank_, size_;
   double timeout_s_;
 };
 

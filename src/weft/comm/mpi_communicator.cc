@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -522,29 +524,33 @@ class Ring {
   std::unique_ptr<Pending> send_, recv_;  // after the buffers: destroyed (cancelled) first
 };
 
-// The world rank of each rank of `comm`.
-std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
-  std::vector<int> mine(static_cast<size_t>(size)), world(static_cast<size_t>(size), -1);
+// The group of `comm`, named `name`, with the world rank of each of its ranks.
+std::shared_ptr<const Group> group_of(MPI_Comm comm, std::string name) {
+  auto g = std::make_shared<Group>();
+  g->name = std::move(name);
+  MPI_Comm_rank(comm, &g->rank);
+  MPI_Comm_size(comm, &g->size);
+  std::vector<int> mine(static_cast<size_t>(g->size));
   std::iota(mine.begin(), mine.end(), 0);
+  g->world_ranks.assign(mine.size(), -1);
   MPI_Group group, world_group;
-  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return world;
+  if (MPI_Comm_group(comm, &group) != MPI_SUCCESS) return g;
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  MPI_Group_translate_ranks(group, size, mine.data(), world_group, world.data());
+  MPI_Group_translate_ranks(group, g->size, mine.data(), world_group, g->world_ranks.data());
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
-  return world;
+  return g;
 }
 
 class MpiCommunicator final : public Communicator {
  public:
   // Takes ownership of `comm` (MPI_Comm_free) when `owned`; MPI_COMM_WORLD is not owned.
-  MpiCommunicator(MPI_Comm comm, bool owned, std::string name) : comm_(comm), owned_(owned) {
-    auto g = std::make_shared<Group>();
-    g->name = std::move(name);
-    MPI_Comm_rank(comm_, &g->rank);
-    MPI_Comm_size(comm_, &g->size);
-    g->world_ranks = world_ranks_of(comm_, g->size);
-    group_ = std::move(g);
+  MpiCommunicator(MPI_Comm comm, bool owned, std::shared_ptr<const Group> g,
+                  std::optional<double> timeout_s = {})
+      : Communicator(g->name, g->rank, g->size, timeout_s),
+        comm_(comm),
+        owned_(owned),
+        group_(std::move(g)) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
   ~MpiCommunicator() override {
@@ -554,10 +560,6 @@ class MpiCommunicator final : public Communicator {
   }
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
-
-  int rank() const override { return group_->rank; }
-  int size() const override { return group_->size; }
-  const std::string& name() const override { return group_->name; }
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);
@@ -640,9 +642,7 @@ class MpiCommunicator final : public Communicator {
     meet(o);
     MPI_Comm sub = MPI_COMM_NULL;
     o.check(MPI_Comm_split(comm_, color, key, &sub));
-    auto c = std::make_unique<MpiCommunicator>(sub, true, name);
-    c->set_timeout_seconds(timeout_seconds());
-    return c;
+    return std::make_unique<MpiCommunicator>(sub, true, group_of(sub, name), timeout_seconds());
   }
 
  private:
@@ -698,10 +698,8 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 bool launched_by_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
+  return std::ranges::any_of(std::array{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"},
+                             [](const char* var) { return std::getenv(var) != nullptr; });
 }
 
 MpiSession::MpiSession(bool roll_call) {
@@ -750,7 +748,8 @@ MpiSession::~MpiSession() {
 }
 
 std::unique_ptr<Communicator> MpiSession::world() const {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world");
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false,
+                                           group_of(MPI_COMM_WORLD, "world"));
 }
 
 void abort_job(const std::string& message, int exit_code) {

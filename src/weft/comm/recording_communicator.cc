@@ -31,12 +31,7 @@ void CommRecorder::add_seconds(size_t index, double seconds) {
 }
 
 double CommRecorder::seconds(const std::string& group) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  double total = 0;
-  for (const CommRecord& r : records_) {
-    if (group.empty() || r.group == group) total += r.seconds;
-  }
-  return total;
+  return total<double>(std::nullopt, group, [](const CommRecord& r) { return r.seconds; });
 }
 
 std::vector<CommRecord> CommRecorder::records() const {
@@ -50,30 +45,25 @@ void CommRecorder::clear() {
 }
 
 int64_t CommRecorder::bytes(CommOp op, const std::string& group) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t total = 0;
-  for (const CommRecord& r : records_) {
-    if (r.op == op && (group.empty() || r.group == group)) total += r.bytes;
-  }
-  return total;
+  return total<int64_t>(op, group, [](const CommRecord& r) { return r.bytes; });
 }
 
 int64_t CommRecorder::count(CommOp op, const std::string& group) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  int64_t total = 0;
-  for (const CommRecord& r : records_) {
-    if (r.op == op && (group.empty() || r.group == group)) ++total;
-  }
-  return total;
+  return total<int64_t>(op, group, [](const CommRecord&) { return 1; });
 }
 
+namespace {
+const Communicator& wrapped(const std::unique_ptr<Communicator>& inner) {
+  WEFT_CHECK(inner != nullptr, "RecordingCommunicator needs a communicator to wrap");
+  return *inner;
+}
+}  // namespace
+
+// The waits happen in the inner communicator: the base is a copy of it.
 RecordingCommunicator::RecordingCommunicator(std::unique_ptr<Communicator> inner,
                                              std::shared_ptr<CommRecorder> rec)
-    : inner_(std::move(inner)), rec_(std::move(rec)) {
-  WEFT_CHECK(inner_ != nullptr, "RecordingCommunicator needs a communicator to wrap");
+    : Communicator(wrapped(inner)), inner_(std::move(inner)), rec_(std::move(rec)) {
   WEFT_CHECK(rec_ != nullptr, "RecordingCommunicator needs a recorder");
-  // The waits happen in the inner communicator; start from its timeout.
-  set_timeout_seconds(inner_->timeout_seconds());
 }
 
 Work RecordingCommunicator::record(CommOp op, DataType t, int64_t elements,

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,17 @@ class CommRecorder {
   double seconds(const std::string& group = "") const;
 
  private:
+  // The sum of value(r) over the records of `op` (any: nullopt) on `group` ("" = any).
+  template <typename T, typename Value>
+  T total(std::optional<CommOp> op, const std::string& group, Value value) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    T sum = 0;
+    for (const CommRecord& r : records_) {
+      if ((!op || r.op == *op) && (group.empty() || r.group == group)) sum += value(r);
+    }
+    return sum;
+  }
+
   mutable std::mutex mu_;
   std::vector<CommRecord> records_;
 };
@@ -60,9 +72,6 @@ class RecordingCommunicator : public Communicator {
   const CommRecorder& recorder() const { return *rec_; }
   std::shared_ptr<CommRecorder> shared_recorder() const { return rec_; }
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::string& name() const override { return inner_->name(); }
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override;
   Work reduce_scatter_async(void* out, const void* in, int64_t n, DataType t) override;
   Work all_gather_async(void* out, const void* in, int64_t n, DataType t) override;

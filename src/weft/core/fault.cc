@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <ranges>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -31,26 +33,18 @@ int signal_named(const std::string& name) {
 std::vector<Fault> parse(const char* spec) {
   std::vector<Fault> faults;
   if (spec == nullptr) return faults;
-  const std::string all = spec;
-  for (size_t start = 0; start < all.size();) {
-    size_t end = all.find(',', start);
-    if (end == std::string::npos) end = all.size();
+  for (const auto entry : std::string_view(spec) | std::views::split(',')) {
     std::vector<std::string> fields;
-    for (size_t a = start; a <= end;) {
-      size_t b = all.find(':', a);
-      if (b == std::string::npos || b > end) b = end;
-      fields.push_back(all.substr(a, b - a));
-      a = b + 1;
+    for (const auto field : entry | std::views::split(':')) {
+      fields.emplace_back(field.begin(), field.end());
     }
-    if (fields.size() >= 2) {
-      Fault f;
-      f.point = fields[0];
-      f.index = std::atoll(fields[1].c_str());
-      if (fields.size() > 2 && !fields[2].empty()) f.rank = std::atoi(fields[2].c_str());
-      if (fields.size() > 3) f.signal = signal_named(fields[3]);
-      faults.push_back(f);
-    }
-    start = end + 1;
+    if (fields.size() < 2) continue;
+    Fault f;
+    f.point = fields[0];
+    f.index = std::atoll(fields[1].c_str());
+    if (fields.size() > 2 && !fields[2].empty()) f.rank = std::atoi(fields[2].c_str());
+    if (fields.size() > 3) f.signal = signal_named(fields[3]);
+    faults.push_back(f);
   }
   return faults;
 }

@@ -28,13 +28,7 @@ Result<PendingFile> PendingFile::create(const std::string& path) {
   return f;
 }
 
-PendingFile::PendingFile(PendingFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      temp_path_(std::move(other.temp_path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      size_(other.size_),
-      buffer_(std::move(other.buffer_)),
-      committed_(std::exchange(other.committed_, true)) {}
+PendingFile::PendingFile(PendingFile&& other) noexcept { *this = std::move(other); }
 
 PendingFile& PendingFile::operator=(PendingFile&& other) noexcept {
   if (this != &other) {
@@ -95,14 +89,8 @@ Status PendingFile::write_at(int64_t offset, const void* bytes, int64_t n) {
 Status PendingFile::read_at(int64_t offset, void* bytes, int64_t n) {
   WEFT_CHECK(fd_ >= 0, temp_path_, " is closed");
   if (auto s = flush(); !s.ok()) return s;
-  char* p = static_cast<char*>(bytes);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd_, p, static_cast<size_t>(n), offset);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return Status::error(temp_path_ + ": read back failed: " + std::string(std::strerror(errno)));
-    p += r, offset += r, n -= r;
-  }
+  if (read_fully(fd_, bytes, n, offset) != n)
+    return Status::error(temp_path_ + ": read back failed: " + std::string(std::strerror(errno)));
   return {};
 }
 
@@ -160,6 +148,19 @@ int write_fully(int fd, const void* bytes, int64_t n, int64_t offset) {
     if (offset >= 0) offset += w;
   }
   return 0;
+}
+
+int64_t read_fully(int fd, void* bytes, int64_t n, int64_t offset) {
+  char* p = static_cast<char*>(bytes);
+  int64_t done = 0;
+  while (done < n) {
+    const size_t want = static_cast<size_t>(std::min<int64_t>(n - done, int64_t{1} << 30));
+    const ssize_t r = ::pread(fd, p + done, want, offset + done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += r;
+  }
+  return done;
 }
 
 }  // namespace weft

@@ -65,5 +65,8 @@ inline constexpr int64_t kDirectStageBytes = int64_t{16} << 20;
 // Writes all n bytes to fd, at the file's position (offset < 0) or at `offset`, through partial
 // writes and EINTR. 0, or the errno of the write that failed.
 int write_fully(int fd, const void* bytes, int64_t n, int64_t offset = -1);
+// Reads n bytes of fd at `offset` into `bytes`, through partial reads and EINTR. The count read:
+// less than n at the end of the file or on an error (errno says which).
+int64_t read_fully(int fd, void* bytes, int64_t n, int64_t offset);
 
 }  // namespace weft

@@ -6,12 +6,7 @@
 namespace weft {
 
 uint64_t stream_key(uint64_t seed, std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  uint64_t z = h ^ (seed + 0x9e3779b97f4a7c15ull);  // splitmix64 finalizer
+  uint64_t z = fnv1a(name) ^ (seed + 0x9e3779b97f4a7c15ull);  // splitmix64 finalizer
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);

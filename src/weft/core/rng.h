@@ -10,7 +10,13 @@
 
 namespace weft {
 
-// 64-bit FNV-1a of a name, mixed with the seed by splitmix64: the Philox key of a stream.
+// 64-bit FNV-1a of `data`, continuing from `h` (a hash of what came before).
+inline uint64_t fnv1a(std::string_view data, uint64_t h = 0xcbf29ce484222325ull) {
+  for (const char c : data) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// fnv1a of a name, mixed with the seed by splitmix64: the Philox key of a stream.
 uint64_t stream_key(uint64_t seed, std::string_view name);
 
 // Philox4x32-10 block for a 128-bit counter and 64-bit key.

@@ -3,6 +3,7 @@
 // A Status carries every problem found, so validation reports them together:
 //   Status s; if (C % NH) s.add("C=768 is not divisible by NH=5"); ... return s;
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,6 +34,15 @@ class Status {
     return s;
   }
   const std::vector<std::string>& problems() const { return problems_; }
+  // The first `max` problems, then "... and N more problems": a broken input would otherwise
+  // print thousands of lines.
+  Status capped(size_t max) const {
+    if (problems_.size() <= max) return *this;
+    Status s;
+    s.problems_.assign(problems_.begin(), problems_.begin() + static_cast<std::ptrdiff_t>(max));
+    s.add("... and " + std::to_string(problems_.size() - max) + " more problems");
+    return s;
+  }
 
   // All problems, one per line, under a heading such as "invalid model config (gpt2.toml)".
   std::string message(const std::string& heading = "") const {

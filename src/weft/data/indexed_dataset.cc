@@ -31,13 +31,6 @@ std::optional<TokenType> token_type_from_megatron_code(uint8_t code) {
 }
 
 template <typename T>
-T load(const std::byte* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-template <typename T>
 void store(std::byte* p, T v) {
   std::memcpy(p, &v, sizeof v);
 }
@@ -193,23 +186,21 @@ Status IndexedDatasetWriter::finish(const std::string& sidecar_json) {
     }
   }
   // Make everything durable before the first rename, so a late failure renames nothing.
-  if (auto st = s.bin.close(); !st.ok()) return st;
-  if (json) {
-    if (auto st = json->close(); !st.ok()) return st;
+  std::vector<PendingFile*> files = {&s.bin};
+  if (json) files.push_back(&*json);
+  files.push_back(&s.idx);
+  for (PendingFile* f : files) {
+    if (auto st = f->close(); !st.ok()) return st;
   }
-  if (auto st = s.idx.close(); !st.ok()) return st;
-  if (auto st = s.bin.commit(); !st.ok()) return st;
-  if (json) {
-    if (auto st = json->commit(); !st.ok()) return st;
+  for (PendingFile* f : files) {
+    if (auto st = f->commit(); !st.ok()) return st;
   }
-  if (auto st = s.idx.commit(); !st.ok()) return st;
   s.finished = true;
   return {};
 }
 
 int64_t IndexedDatasetWriter::num_tokens() const { return s_->num_tokens; }
 int64_t IndexedDatasetWriter::num_documents() const { return s_->num_documents; }
-const std::string& IndexedDatasetWriter::prefix() const { return s_->prefix; }
 
 // ---- reader ----
 
@@ -234,11 +225,11 @@ Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::st
     return fail("not a Megatron indexed dataset index: magic \"" + seen +
                 "\", expected \"MMIDIDX\\x00\\x00\"");
   }
-  const auto version = load<uint64_t>(p + 9);
+  const auto version = load_at<uint64_t>(p + 9);
   if (version != 1) {
     return fail(fmt::format("unsupported MMIDIDX version {} (weft reads version 1)", version));
   }
-  const auto code = load<uint8_t>(p + 17);
+  const auto code = load_at<uint8_t>(p + 17);
   const auto type = token_type_from_megatron_code(code);
   if (!type) {
     return fail(code == 6 || code == 7
@@ -246,8 +237,8 @@ Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::st
                                   code == 6 ? "float64" : "float32")
                     : fmt::format("unknown dtype code {} (Megatron's codes are 1 to 8)", code));
   }
-  const auto S = load<uint64_t>(p + 18);
-  const auto D = load<uint64_t>(p + 26);
+  const auto S = load_at<uint64_t>(p + 18);
+  const auto D = load_at<uint64_t>(p + 26);
   // Bound the counts by the file size before multiplying, so that no product can overflow.
   const auto body = static_cast<uint64_t>(size - kMmidIdxHeaderBytes);
   if (S > body / 12 || D > body / 8 || 12 * S + 8 * D > body) {
@@ -279,8 +270,8 @@ Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::st
   const int64_t width = token_type_size(*type);
   int64_t expected_pointer = 0;
   for (int64_t i = 0; i < index.num_sequences; ++i) {
-    const auto len = load<int32_t>(lengths + 4 * i);
-    const auto ptr = load<int64_t>(pointers + 8 * i);
+    const auto len = load_at<int32_t>(lengths, i);
+    const auto ptr = load_at<int64_t>(pointers, i);
     if (len < 0) return fail(fmt::format("sequence {} has negative length {}", i, len));
     if (ptr != expected_pointer) {
       return fail(fmt::format(
@@ -296,7 +287,7 @@ Result<MmidIdxIndex> parse_mmididx_index(std::span<const std::byte> idx, std::st
   }
   int64_t previous = 0;
   for (int64_t i = 0; i <= index.num_documents; ++i) {
-    const auto d = load<int64_t>(documents + 8 * i);
+    const auto d = load_at<int64_t>(documents, i);
     if ((i == 0 && d != 0) || d < previous || d > index.num_sequences) {
       return fail(fmt::format(
           "document index entry {} is {}: entries must start at 0 and rise to the sequence "
@@ -352,17 +343,17 @@ Result<std::unique_ptr<IndexedDataset>> IndexedDataset::open(const std::string& 
 
 int32_t IndexedDataset::sequence_length(int64_t i) const {
   WEFT_CHECK(i >= 0 && i < num_sequences_, "sequence ", i, " of ", num_sequences_);
-  return load<int32_t>(idx_.data() + kMmidIdxHeaderBytes + 4 * i);
+  return load_at<int32_t>(idx_.data() + kMmidIdxHeaderBytes + 4 * i);
 }
 
 int64_t IndexedDataset::sequence_pointer(int64_t i) const {
   WEFT_CHECK(i >= 0 && i < num_sequences_, "sequence ", i, " of ", num_sequences_);
-  return load<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 4 * num_sequences_ + 8 * i);
+  return load_at<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 4 * num_sequences_ + 8 * i);
 }
 
 int64_t IndexedDataset::document_index(int64_t i) const {
   WEFT_CHECK(i >= 0 && i <= num_documents_, "document index entry ", i, " of ", num_documents_ + 1);
-  return load<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 12 * num_sequences_ + 8 * i);
+  return load_at<int64_t>(idx_.data() + kMmidIdxHeaderBytes + 12 * num_sequences_ + 8 * i);
 }
 
 std::string IndexedDataset::describe() const {

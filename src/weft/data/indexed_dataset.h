@@ -59,7 +59,6 @@ class IndexedDatasetWriter {
 
   int64_t num_tokens() const;
   int64_t num_documents() const;
-  const std::string& prefix() const;
 
  private:
   struct State;

@@ -2,17 +2,7 @@
 
 #include <fmt/core.h>
 
-#include <cstring>
-
 namespace weft::data {
-
-namespace {
-int32_t header_int(const std::byte* p, int i) {
-  int32_t v;
-  std::memcpy(&v, p + 4 * i, sizeof v);
-  return v;
-}
-}  // namespace
 
 Result<std::unique_ptr<LlmcDataset>> LlmcDataset::open(const std::string& path,
                                                        std::optional<Sidecar> sidecar) {
@@ -25,9 +15,9 @@ Result<std::unique_ptr<LlmcDataset>> LlmcDataset::open(const std::string& path,
     return fail(fmt::format("truncated: {} bytes, but the llm.c header alone takes {}", size,
                             kLlmcHeaderBytes));
   }
-  const int32_t magic = header_int(file.data(), 0);
-  const int32_t version = header_int(file.data(), 1);
-  const int32_t count = header_int(file.data(), 2);
+  const int32_t magic = load_at<int32_t>(file.data(), 0);
+  const int32_t version = load_at<int32_t>(file.data(), 1);
+  const int32_t count = load_at<int32_t>(file.data(), 2);
   if (magic != kLlmcMagic) {
     return fail(fmt::format("not an llm.c token file: magic {}, expected {}{}", magic, kLlmcMagic,
                             magic == 20240801 ? " (20240801 is llm.c's LLaMA-3 format, which "
@@ -55,11 +45,7 @@ Result<std::unique_ptr<LlmcDataset>> LlmcDataset::open(const std::string& path,
   const int32_t eod = sidecar ? sidecar->eod : kGpt2EndOfText;
   const std::byte* tokens = ds->file_.data() + kLlmcHeaderBytes;
   int64_t docs = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    uint16_t t;
-    std::memcpy(&t, tokens + 2 * i, sizeof t);
-    docs += t == eod;
-  }
+  for (int64_t i = 0; i < count; ++i) docs += load_at<uint16_t>(tokens, i) == eod;
   ds->num_documents_ = docs > 0 ? docs : (count > 0 ? 1 : 0);
   if (Status st = ds->set_sidecar(std::move(sidecar), path); !st.ok()) return st;
   return ds;

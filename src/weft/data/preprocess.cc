@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,20 +111,9 @@ int32_t decode_before(std::string_view text, size_t end) {
 bool is_solid(int32_t cp) {
   if (cp >= 0x21 && cp <= 0x7E) return true;
   if (cp < 0xA0) return false;  // ASCII controls, space, DEL, C1 controls, invalid (-1)
-  switch (cp) {
-    case 0xA0:
-    case 0x1680:
-    case 0x180E:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000:
-    case 0xFEFF:
-      return false;
-    default:
-      return !(cp >= 0x2000 && cp <= 0x200A);
-  }
+  constexpr int32_t kSpaces[] = {0xA0,   0x1680, 0x180E, 0x2028, 0x2029,
+                                 0x202F, 0x205F, 0x3000, 0xFEFF};
+  return std::ranges::find(kSpaces, cp) == std::end(kSpaces) && !(cp >= 0x2000 && cp <= 0x200A);
 }
 
 }  // namespace

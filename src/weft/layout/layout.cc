@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <ranges>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,11 +15,6 @@
 namespace weft::layout {
 
 namespace {
-
-bool parse_int(std::string_view v, int& out) {
-  const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
-  return ec == std::errc() && ptr == v.data() + v.size();
-}
 
 // The keys whose value is an integer field.
 constexpr std::pair<std::string_view, int Layout::*> kIntKeys[] = {
@@ -33,12 +29,8 @@ Result<Layout> parse(std::string_view text, int world) {
   bool dp_given = false;
   const std::vector<std::string> keys = {"tp",       "pp",        "dp", "vp",  "mb",
                                          "schedule", "recompute", "sp", "zero"};
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view item = text.substr(pos, end - pos);
-    pos = end + 1;
+  for (const auto part : text | std::views::split(',')) {
+    std::string_view item(part.begin(), part.end());
     while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
     while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
     if (item.empty()) continue;  // "" (or a trailing comma): the defaults
@@ -50,7 +42,10 @@ Result<Layout> parse(std::string_view text, int world) {
     const std::string key(item.substr(0, eq));
     const std::string_view value = item.substr(eq + 1);
     auto integer = [&](int& out) {
-      if (!parse_int(value, out)) s.add(fmt::format("{}={} must be an integer", key, value));
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+      if (ec != std::errc() || end != value.data() + value.size()) {
+        s.add(fmt::format("{}={} must be an integer", key, value));
+      }
     };
     const auto field = std::find_if(std::begin(kIntKeys), std::end(kIntKeys),
                                     [&](const auto& k) { return k.first == key; });

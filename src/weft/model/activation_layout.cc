@@ -51,15 +51,9 @@ bool has_layer_activation(const GptConfig& cfg, const std::string& name) {
 }
 
 bool kept_per_layer(const std::string& name, Recompute mode, Precision precision) {
-  switch (mode) {
-    case Recompute::None:
-      return true;
-    case Recompute::Selective:
-      return name != "att" || precision != Precision::FP32;
-    case Recompute::Full:
-      return name == "out";
-  }
-  return true;
+  if (mode == Recompute::Full) return name == "out";
+  // Selective: all but fp32 attention's [B,NH,T,T] probabilities.
+  return mode == Recompute::None || name != "att" || precision != Precision::FP32;
 }
 
 ActivationLayout gpt_activation_layout(const GptConfig& cfg, int B, int T, Recompute mode,

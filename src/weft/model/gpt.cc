@@ -141,18 +141,14 @@ void Gpt::set_params(std::span<const float> host) {
   refresh_read_copy(0, n);
 }
 
-void Gpt::get_params(std::span<float> host) const {
-  const int64_t n = layout_.buffer.total();
-  WEFT_CHECK(params_.size() == n && static_cast<int64_t>(host.size()) == n, "get_params: room for ",
-             host.size(), " values, the layout has ", n);
-  be_.download(host.data(), params_.data(), n * 4);
-}
+void Gpt::get_params(std::span<float> host) const { download(params_, host, "get_params"); }
+void Gpt::get_grads(std::span<float> host) const { download(grads_, host, "get_grads"); }
 
-void Gpt::get_grads(std::span<float> host) const {
+void Gpt::download(const FlatBuffer& from, std::span<float> host, const char* what) const {
   const int64_t n = layout_.buffer.total();
-  WEFT_CHECK(grads_.size() == n && static_cast<int64_t>(host.size()) == n, "get_grads: room for ",
+  WEFT_CHECK(from.size() == n && static_cast<int64_t>(host.size()) == n, what, ": room for ",
              host.size(), " values, the layout has ", n);
-  be_.download(host.data(), grads_.data(), n * 4);
+  be_.download(host.data(), from.data(), n * 4);
 }
 
 void Gpt::refresh_read_copy(int64_t at, int64_t n) {

@@ -74,7 +74,6 @@ class Gpt final : public optim::Params {
 
   const GptConfig& config() const { return cfg_; }
   const ParamLayout& param_layout() const override { return layout_; }
-  Recompute recompute() const { return recompute_; }
   const parallel::TensorParallel& tensor_parallel() const { return tp_; }
   const StageSpec& stage() const { return stage_; }
   int slots() const { return static_cast<int>(acts_.size()); }
@@ -171,6 +170,8 @@ class Gpt final : public optim::Params {
     float* f32(const std::string& name) const { return f32_base + layout.f32.at(name).offset; }
   };
   Blocks allocate(ActivationLayout layout);
+  // get_params and get_grads: `from` (params_ or grads_) into host, checked for size.
+  void download(const FlatBuffer& from, std::span<float> host, const char* what) const;
   struct LayerActs;
   LayerActs layer_acts(const Blocks& acts, int l) const;
   void layer_forward(int l, const kernels::Act* in, const LayerActs& a, int B, int T);

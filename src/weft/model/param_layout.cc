@@ -101,10 +101,8 @@ bool is_layernorm_param(const std::string& name) {
 }
 
 int ParamLayout::unit_index(const std::string& name) const {
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (units[u].name == name) return static_cast<int>(u);
-  }
-  return -1;
+  const auto it = std::ranges::find(units, name, &optim::ParamUnit::name);
+  return it == units.end() ? -1 : static_cast<int>(it - units.begin());
 }
 
 ParamLayout gpt_param_layout(const GptConfig& cfg, int tp, int tp_rank, StageSpec stage,
@@ -182,33 +180,25 @@ void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t 
                 float* out) {
   const SliceSpec& s = layout.buffer.slices()[slice];
   const ParamInit& init = layout.init[slice];
-  switch (init.kind) {
-    case ParamInit::Kind::Zeros:
-      std::fill(out, out + n, 0.0f);
-      break;
-    case ParamInit::Kind::Ones:
-      std::fill(out, out + n, 1.0f);
-      break;
-    case ParamInit::Kind::Normal: {
-      // Global elements at or beyond `live` (padding rows) stay zero.
-      const Shape& g = layout.global_shapes[slice];
-      int64_t live = numel(g);
-      if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
-      const uint64_t key = stream_key(seed, s.name);
-      for (const ShardRun& r : layout.runs(slice, begin, begin + n)) {
-        const int64_t normal = std::clamp<int64_t>(live - r.global, 0, r.n);
-        fill_normal(out + r.local, normal, key, static_cast<uint64_t>(r.global), 0.0f, init.std);
-        std::fill(out + r.local + normal, out + r.local + r.n, 0.0f);
-      }
-      break;
-    }
+  if (init.kind != ParamInit::Kind::Normal) {
+    std::fill(out, out + n, init.kind == ParamInit::Kind::Ones ? 1.0f : 0.0f);
+    return;
+  }
+  // Global elements at or beyond `live` (padding rows) stay zero.
+  const Shape& g = layout.global_shapes[slice];
+  int64_t live = numel(g);
+  if (init.live_rows >= 0) live = init.live_rows * (live / g[0]);
+  const uint64_t key = stream_key(seed, s.name);
+  for (const ShardRun& r : layout.runs(slice, begin, begin + n)) {
+    const int64_t normal = std::clamp<int64_t>(live - r.global, 0, r.n);
+    fill_normal(out + r.local, normal, key, static_cast<uint64_t>(r.global), 0.0f, init.std);
+    std::fill(out + r.local + normal, out + r.local + r.n, 0.0f);
   }
 }
 
-void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed, size_t first_slice,
-                 size_t end_slice) {
+void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed) {
   const auto& slices = layout.buffer.slices();
-  for (size_t i = first_slice; i < std::min(end_slice, slices.size()); ++i) {
+  for (size_t i = 0; i < slices.size(); ++i) {
     init_slice(layout, i, seed, 0, slices[i].numel, params.data() + slices[i].offset);
   }
 }

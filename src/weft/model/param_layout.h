@@ -113,10 +113,8 @@ ParamLayout gpt_param_layout(const GptConfig& cfg, int tp = 1, int tp_rank = 0,
 // N(0, 0.01) for wpe, N(0, 0.02/sqrt(2L)) for the residual projections (attn.proj, mlp.proj), zero
 // biases, norm weight 1 (Megatron-LM initializes its Llama-style models the same way). Element i of
 // parameter `name` is normal_at(stream_key(seed, name), i): the value depends only on (seed, name,
-// global index), whatever the layout: a shard holds exactly its slice of the serial model. Only
-// slices [first_slice, end_slice) when given (ZeRO-3 initializes one unit at a time).
-void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed,
-                 size_t first_slice = 0, size_t end_slice = SIZE_MAX);
+// global index), whatever the layout: a shard holds exactly its slice of the serial model.
+void init_params(FlatBuffer& params, const ParamLayout& layout, uint64_t seed);
 // The same values for elements [begin, begin + n) of slice `slice` only, into out[0, n) (ZeRO
 // initializes just the parts a rank owns: optim/shards.h).
 void init_slice(const ParamLayout& layout, size_t slice, uint64_t seed, int64_t begin, int64_t n,

@@ -226,8 +226,7 @@ void DistributedOptimizer::backward_done() {
   // ZeRO 2/3: the next pass adds into the same units, so nothing of them may still be in flight.
   // ZeRO 0/1 reduce after the last pass only: their reductions may run on into other chunks'
   // passes.
-  if (zero_ < 2) return;
-  while (!pending_.empty()) complete_oldest();
+  if (zero_ >= 2) finish_reduction();
 }
 
 void DistributedOptimizer::finish_reduction() {

@@ -58,22 +58,12 @@ Status check_shape(Kind kind, const Shape& shape) {
 Result<Schedule> make_schedule(Kind kind, const Shape& shape) {
   Status status = check_shape(kind, shape);
   if (!status.ok()) return status;
-  Schedule schedule{.kind = kind, .shape = shape, .programs = {}};
-  switch (kind) {
-    case Kind::GPipe:
-      schedule.programs = detail::gpipe_programs(shape);
-      break;
-    case Kind::OneFOneB:
-      schedule.programs = detail::one_f_one_b_programs(shape, /*split_backward=*/false);
-      break;
-    case Kind::Interleaved:
-      schedule.programs = detail::interleaved_programs(shape);
-      break;
-    case Kind::ZeroBubbleH1:
-      schedule.programs = detail::one_f_one_b_programs(shape, /*split_backward=*/true);
-      break;
-  }
-  return schedule;
+  // 1F1B and ZB-H1 are one generator: ZB-H1 splits each backward into I and W.
+  std::vector<Program> programs =
+      kind == Kind::GPipe         ? detail::gpipe_programs(shape)
+      : kind == Kind::Interleaved ? detail::interleaved_programs(shape)
+                                  : detail::one_f_one_b_programs(shape, kind == Kind::ZeroBubbleH1);
+  return Schedule{.kind = kind, .shape = shape, .programs = std::move(programs)};
 }
 
 }  // namespace weft::schedule

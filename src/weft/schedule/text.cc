@@ -128,10 +128,8 @@ Result<Schedule> parse_text(std::string_view text) {
   Schedule schedule;
   bool have_header = false;
   int line_number = 0;
-  while (!text.empty()) {
-    const std::size_t newline = text.find('\n');
-    const std::string_view line = trim(text.substr(0, newline));
-    text.remove_prefix(newline == std::string_view::npos ? text.size() : newline + 1);
+  for (const auto part : text | std::views::split('\n')) {
+    const std::string_view line = trim({part.begin(), part.end()});
     ++line_number;
     if (line.empty() || line.front() == '#') continue;
     if (!have_header) {

@@ -21,19 +21,13 @@ class Problems {
  public:
   template <typename... Args>
   void add(fmt::format_string<Args...> f, Args&&... args) {
-    if (count_++ < kMaxProblems) status_.add(fmt::format(f, std::forward<Args>(args)...));
+    status_.add(fmt::format(f, std::forward<Args>(args)...));
   }
-  bool ok() const { return count_ == 0; }
-  Status take() {
-    if (count_ > kMaxProblems) {
-      status_.add(fmt::format("... and {} more problems", count_ - kMaxProblems));
-    }
-    return std::move(status_);
-  }
+  bool ok() const { return status_.ok(); }
+  Status take() const { return status_.capped(kMaxProblems); }
 
  private:
   Status status_;
-  int count_ = 0;
 };
 
 std::string at(int rank, int index, const Instr& in) {

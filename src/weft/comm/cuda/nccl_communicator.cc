@@ -287,8 +287,9 @@ class NcclCommunicator final : public Communicator {
   // Operations run on a non-blocking stream of the communicator's own, ordered against `compute`
   // (nullptr: the legacy default stream).
   NcclCommunicator(std::shared_ptr<Group> group, double timeout_s, Stream compute)
-      : group_(std::move(group)), compute_(compute != nullptr ? compute : cudaStreamLegacy) {
-    set_timeout_seconds(timeout_s);
+      : Communicator(group->name, group->rank, group->size, timeout_s),
+        group_(std::move(group)),
+        compute_(compute != nullptr ? compute : cudaStreamLegacy) {
     DeviceGuard on(group_->device);
     stream_ = make_stream();
     after_compute_ = make_event();  // on the group's device, as the stream
@@ -300,10 +301,6 @@ class NcclCommunicator final : public Communicator {
   }
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
-
-  int rank() const override { return group_->rank; }
-  int size() const override { return group_->size; }
-  const std::string& name() const override { return group_->name; }
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const Op o = make_op("all_reduce", t, n);

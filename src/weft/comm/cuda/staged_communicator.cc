@@ -57,32 +57,23 @@ struct Staging {
   MessagePool messages;
   Stream stream;
 
-  // Copies `bytes` device -> host (or host -> device) on the stream and waits for it.
-  void to_host(void* host, const void* device, size_t bytes) const {
-    if (bytes == 0) return;
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+  // Copies `rows` rows of `width` bytes, `src_pitch` apart at src, to rows `dst_pitch` apart at
+  // dst (device -> host or host -> device: `kind`) on the stream, and waits for it.
+  void copy(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+            size_t rows, cudaMemcpyKind kind) const {
+    if (width == 0 || rows == 0) return;
+    if (rows == 1) {
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(dst, src, width, kind, stream));
+    } else {
+      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, kind, stream));
+    }
     WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  void to_host(void* host, const void* device, size_t bytes) const {
+    copy(host, bytes, device, bytes, bytes, 1, cudaMemcpyDeviceToHost);
   }
   void to_device(void* device, const void* host, size_t bytes) const {
-    if (bytes == 0) return;
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  // `rows` rows of `width` bytes, `src_pitch` apart on the device, packed on the host.
-  void rows_to_host(void* host, const void* device, size_t src_pitch, size_t width,
-                    size_t rows) const {
-    if (width == 0 || rows == 0) return;
-    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(host, width, device, src_pitch, width, rows,
-                                      cudaMemcpyDeviceToHost, stream));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  // The reverse: packed rows on the host to rows `dst_pitch` apart on the device.
-  void rows_to_device(void* device, size_t dst_pitch, const void* host, size_t width,
-                      size_t rows) const {
-    if (width == 0 || rows == 0) return;
-    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(device, dst_pitch, host, width, width, rows,
-                                      cudaMemcpyHostToDevice, stream));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(stream));
+    copy(device, bytes, host, bytes, bytes, 1, cudaMemcpyHostToDevice);
   }
 };
 
@@ -127,13 +118,7 @@ struct RecvState {
 class StagedCommunicator final : public Communicator {
  public:
   StagedCommunicator(std::unique_ptr<Communicator> host, std::shared_ptr<Staging> staging)
-      : host_(std::move(host)), staging_(std::move(staging)) {
-    set_timeout_seconds(host_->timeout_seconds());
-  }
-
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
-  const std::string& name() const override { return host_->name(); }
+      : Communicator(*host), host_(std::move(host)), staging_(std::move(staging)) {}
 
   Work all_reduce_async(void* data, int64_t n, DataType t, ReduceOp op) override {
     const size_t es = begin("all_reduce", n, t);
@@ -154,7 +139,8 @@ class StagedCommunicator final : public Communicator {
     char* host = bytes_of(staging_->buffer.data());
     for_chunks(n, per_chunk("reduce_scatter", t, p + 1), [&](int64_t off, int64_t k) {
       char* host_out = host + p * k * es;
-      staging_->rows_to_host(host, bytes_of(in) + off * es, n * es, k * es, p);
+      staging_->copy(host, k * es, bytes_of(in) + off * es, n * es, k * es, p,
+                     cudaMemcpyDeviceToHost);
       host_->reduce_scatter_async(host_out, host, k, t).wait();
       staging_->to_device(bytes_of(out) + off * es, host_out, k * es);
     });
@@ -171,7 +157,8 @@ class StagedCommunicator final : public Communicator {
       char* host_out = host + k * es;
       staging_->to_host(host, bytes_of(in) + off * es, k * es);
       host_->all_gather_async(host_out, host, k, t).wait();
-      staging_->rows_to_device(bytes_of(out) + off * es, n * es, host_out, k * es, p);
+      staging_->copy(bytes_of(out) + off * es, n * es, host_out, k * es, k * es, p,
+                     cudaMemcpyHostToDevice);
     });
     return {};
   }
@@ -228,9 +215,7 @@ class StagedCommunicator final : public Communicator {
     host_->set_timeout_seconds(timeout_seconds());
     std::unique_ptr<Communicator> sub = host_->split(color, key, name);
     if (sub == nullptr) return nullptr;
-    auto c = std::make_unique<StagedCommunicator>(std::move(sub), staging_);
-    c->set_timeout_seconds(timeout_seconds());
-    return c;
+    return std::make_unique<StagedCommunicator>(std::move(sub), staging_);
   }
 
  private:
