@@ -247,7 +247,7 @@ void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
   // The ceiling's buffers come before the engine: the model's memory is what follows.
   if (b.host) b.ceiling.emplace(b.cfg.model, L.micro_batch, b.cfg.train.seq_len);
   b.engine = runtime::make_engine(b.cfg, b.groups, world, on).value_or_throw("cannot build");
-  b.engine->init(static_cast<uint64_t>(b.cfg.train.seed));
+  b.engine->runner().init(static_cast<uint64_t>(b.cfg.train.seed));
 }
 
 // What the timed steps measured on this rank.

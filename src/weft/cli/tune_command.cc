@@ -124,7 +124,7 @@ TrialEngine make_trial_engine(const config::RunConfig& run, const std::string& d
   t.backend = make_device(device, t.cfg, world);
   if (t.backend) on = {.backend = t.backend.get(), .group = device_group_maker(device, *t.backend)};
   t.engine = runtime::make_engine(t.cfg, groups, world, on).value_or_throw("the layout's engine");
-  t.engine->init(static_cast<uint64_t>(t.cfg.train.seed));
+  t.engine->runner().init(static_cast<uint64_t>(t.cfg.train.seed));
   return t;
 }
 
