@@ -16,10 +16,8 @@
 namespace weft::planner {
 
 const TrialResult* CandidateRecord::latest() const {
-  for (auto it = trials.rbegin(); it != trials.rend(); ++it) {
-    if (it->ok && !it->stopped) return &*it;
-  }
-  return nullptr;
+  auto done = successful();
+  return done.empty() ? nullptr : &done.back();
 }
 
 namespace {
@@ -34,8 +32,7 @@ double median(std::vector<double> v) {
 
 double CandidateRecord::figure() const {
   std::vector<double> steps;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     const size_t n = static_cast<size_t>(std::max(t.steps, 1));
     if (t.step_series_seconds.size() >= n) {  // the timed steps: the series' last n
       steps.insert(steps.end(), t.step_series_seconds.end() - static_cast<std::ptrdiff_t>(n),
@@ -49,8 +46,7 @@ double CandidateRecord::figure() const {
 
 double CandidateRecord::fastest() const {
   double f = 0;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     const double s = t.fastest_seconds > 0 ? t.fastest_seconds : t.step_seconds;
     f = f > 0 ? std::min(f, s) : s;
   }
@@ -60,8 +56,7 @@ double CandidateRecord::fastest() const {
 CandidateRecord::Memory CandidateRecord::least_memory() const {
   Memory m;
   bool any = false;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     m.peak_bytes = any ? std::min(m.peak_bytes, t.peak_bytes) : t.peak_bytes;
     m.rank0_bytes = any ? std::min(m.rank0_bytes, t.rank0_bytes) : t.rank0_bytes;
     any = true;
@@ -71,9 +66,7 @@ CandidateRecord::Memory CandidateRecord::least_memory() const {
 
 int CandidateRecord::timed_steps() const {
   int n = 0;
-  for (const TrialResult& t : trials) {
-    if (t.ok && !t.stopped) n += t.steps;
-  }
+  for (const TrialResult& t : successful()) n += t.steps;
   return n;
 }
 
@@ -108,8 +101,7 @@ double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, 
   double overhead = 0;
   int measured = 0;
   for (const CandidateRecord& r : out.records) {
-    for (const TrialResult& t : r.trials) {
-      if (!t.ok || t.stopped) continue;
+    for (const TrialResult& t : r.successful()) {
       if (r.candidate.predicted_seconds > 0) {
         ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
       }
