@@ -159,13 +159,10 @@ void run_train(const TrainOptions& o) {
     if (leader) fmt::print(stderr, "weft: error: {}\n", e.what());
     throw ExitQuietly{1};
   }
-  if (world == nullptr || world->size() == 1) {
-    train(o, std::move(*in), world, signals);
-    return;
-  }
   try {
     train(o, std::move(*in), world, signals);
   } catch (const std::exception& e) {
+    if (world == nullptr || world->size() == 1) throw;
     comm::abort_job(e.what());
   }
 }
