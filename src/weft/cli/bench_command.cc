@@ -23,7 +23,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "weft/cli/commands.h"
@@ -222,10 +221,7 @@ void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
   }
   config::validate_layout(b.cfg).throw_if_error("invalid layout");
   const parallel::Topology topo(L.grid());
-  b.threads =
-      o.threads > 0
-          ? o.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / b.world_size);
+  b.threads = o.threads > 0 ? o.threads : threads_per_process(b.world_size);
   kernels::set_num_threads(b.threads);
   b.bf16 = b.host && o.precision == "bf16";
   kernels::set_matmul_precision(b.bf16 ? kernels::MatmulPrecision::BF16
