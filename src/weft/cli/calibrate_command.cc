@@ -71,7 +71,7 @@ std::vector<Measured> measure_gemms(bool quick) {
   for (const auto& [M, N, K] : mnk) {
     shapes.push_back({.name = fmt::format("{}x{}x{}", M, N, K), .M = M, .N = N, .K = K});
   }
-  const runtime::GemmCeiling ceiling = runtime::measure_gemm_ceiling(shapes, quick ? 3 : 5);
+  const runtime::GemmCeiling ceiling = runtime::GemmCeilingMeter(shapes).measure(quick ? 3 : 5);
   std::vector<Measured> out;
   for (const auto& t : ceiling.timings) out.push_back({t.shape.M, t.shape.N, t.shape.K, t.seconds});
   return out;
@@ -214,15 +214,14 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     px.push_back(n * 4.0);
     py.push_back(seconds_since(t0) / reps / 2);
   }
-  LinkFit f;
-  auto [a, b] = fit_line(xs, ys);
-  f.allreduce = {.bandwidth = b > 0 ? 1 / b : 0, .latency = a / (2.0 * (p - 1))};
-  auto [pa, pb] = fit_line(px, py);
-  f.p2p = {.bandwidth = pb > 0 ? 1 / pb : 0, .latency = pa};
-  const double rs = fit_line(cx, rsy).second, ag = fit_line(cx, agy).second;
-  f.allreduce.reduce_scatter_bandwidth = rs > 0 ? 1 / rs : 0;
-  f.allreduce.all_gather_bandwidth = ag > 0 ? 1 / ag : 0;
-  return f;
+  const auto bandwidth = [](double beta) { return beta > 0 ? 1 / beta : 0; };  // of s per byte
+  const auto [a, b] = fit_line(xs, ys);
+  const auto [pa, pb] = fit_line(px, py);
+  return {.allreduce = {.bandwidth = bandwidth(b),
+                        .latency = a / (2.0 * (p - 1)),
+                        .reduce_scatter_bandwidth = bandwidth(fit_line(cx, rsy).second),
+                        .all_gather_bandwidth = bandwidth(fit_line(cx, agy).second)},
+          .p2p = {.bandwidth = bandwidth(pb), .latency = pa}};
 }
 
 // What one training process holds beyond its model's buffers (Cluster::runtime_bytes, the term

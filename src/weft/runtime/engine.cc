@@ -37,9 +37,9 @@ double gemm_ceiling_of(const model::GptConfig& cfg, int B, int T, bool fresh) {
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find(key);
   if (!fresh && it != cache.end()) return it->second;
-  const double rate =
-      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
-          .rate();
+  const double rate = GemmCeilingMeter(model::training_gemm_shapes(cfg, B, T))
+                          .measure(3, kernels::matmul_precision())
+                          .rate();
   if (it == cache.end()) cache.emplace(key, rate);
   return rate;
 }
@@ -122,15 +122,13 @@ Engine::Memory Engine::memory() const {
 }
 
 CheckpointJob Engine::checkpoint_job() {
-  CheckpointJob job;
-  job.model = cfg_.model;
-  job.layout = cfg_.parallel;
-  job.tp_rank = me_.tp;
-  job.dp_rank = me_.dp;
-  job.pp_rank = me_.pp;
-  job.state = state_.get();
-  job.world = world_;
-  return job;
+  return {.model = cfg_.model,
+          .layout = cfg_.parallel,
+          .tp_rank = me_.tp,
+          .dp_rank = me_.dp,
+          .pp_rank = me_.pp,
+          .state = state_.get(),
+          .world = world_};
 }
 
 Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,
