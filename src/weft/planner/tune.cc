@@ -15,11 +15,6 @@
 
 namespace weft::planner {
 
-const TrialResult* CandidateRecord::latest() const {
-  auto done = successful();
-  return done.empty() ? nullptr : &done.back();
-}
-
 namespace {
 
 double median(std::vector<double> v) {
@@ -28,7 +23,51 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The expected wall time of the next trial of `c`, from what the search has measured so far.
+double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
+                              int steps) {
+  std::vector<double> ratios;
+  double overhead = 0;
+  int measured = 0;
+  for (const CandidateRecord& r : out.records) {
+    for (const TrialResult& t : r.successful()) {
+      if (r.candidate.predicted_seconds > 0) {
+        ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
+      }
+      // Building and tearing down the engine, and the warm-up's first-touch cost.
+      overhead += std::max(0.0, t.wall_seconds - (warmup + t.steps) * t.step_seconds);
+      ++measured;
+    }
+  }
+  const TrialResult* last = c.latest();
+  const double ratio = ratios.empty() ? 1.0 : median(ratios);
+  const double step = last ? last->step_seconds : c.candidate.predicted_seconds * ratio;
+  return (warmup + steps) * step + (measured > 0 ? overhead / measured : 0.0);
+}
+
+// The comment that ends a TOML line ("  # ..."), outside double-quoted strings; "" if none.
+std::string trailing_comment(const std::string& line) {
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && quoted) {
+      ++i;
+    } else if (line[i] == '"') {
+      quoted = !quoted;
+    } else if (line[i] == '#' && !quoted) {
+      size_t start = i;
+      while (start > 0 && (line[start - 1] == ' ' || line[start - 1] == '\t')) --start;
+      return line.substr(start);
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+const TrialResult* CandidateRecord::latest() const {
+  auto done = successful();
+  return done.empty() ? nullptr : &done.back();
+}
 
 double CandidateRecord::figure() const {
   std::vector<double> steps;
@@ -91,32 +130,6 @@ int initial_candidates(int candidates, const HalvingOptions& o) {
   while (o.max_trials > 0 && r > 1 && halving_trials(r) > o.max_trials) --r;
   return r;
 }
-
-namespace {
-
-// The expected wall time of the next trial of `c`, from what the search has measured so far.
-double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
-                              int steps) {
-  std::vector<double> ratios;
-  double overhead = 0;
-  int measured = 0;
-  for (const CandidateRecord& r : out.records) {
-    for (const TrialResult& t : r.successful()) {
-      if (r.candidate.predicted_seconds > 0) {
-        ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
-      }
-      // Building and tearing down the engine, and the warm-up's first-touch cost.
-      overhead += std::max(0.0, t.wall_seconds - (warmup + t.steps) * t.step_seconds);
-      ++measured;
-    }
-  }
-  const TrialResult* last = c.latest();
-  const double ratio = ratios.empty() ? 1.0 : median(ratios);
-  const double step = last ? last->step_seconds : c.candidate.predicted_seconds * ratio;
-  return (warmup + steps) * step + (measured > 0 ? overhead / measured : 0.0);
-}
-
-}  // namespace
 
 std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n) {
   std::vector<bool> taken(ranked.size(), false);
@@ -237,27 +250,6 @@ std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_conf
         {"recompute", quoted(model::recompute_name(c.recompute))}}},
   };
 }
-
-namespace {
-
-// The comment that ends a TOML line ("  # ..."), outside double-quoted strings; "" if none.
-std::string trailing_comment(const std::string& line) {
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '\\' && quoted) {
-      ++i;
-    } else if (line[i] == '"') {
-      quoted = !quoted;
-    } else if (line[i] == '#' && !quoted) {
-      size_t start = i;
-      while (start > 0 && (line[start - 1] == ' ' || line[start - 1] == '\t')) --start;
-      return line.substr(start);
-    }
-  }
-  return "";
-}
-
-}  // namespace
 
 std::string set_toml_keys(
     const std::string& text,
