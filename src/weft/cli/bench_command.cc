@@ -319,13 +319,10 @@ nlohmann::json job_figures(Bench& b, const BenchOptions& o, Timed& t) {
   const DpReductions dp = L.dp > 1 ? dp_reductions(runner, o.steps, m) : DpReductions{};
   // Per rank: measured memory (host: peak resident above the start, the ceilings' bursts set
   // aside; a device: its allocated bytes) over its prediction; the job's worst rank.
-  const runtime::Engine::Memory mem = b.engine->memory();
-  double measured = mem.used, predicted = mem.predicted, mem_ratio = measured / predicted;
-  if (world) {
-    world->all_reduce(&measured, 1, comm::ReduceOp::Max);
-    world->all_reduce(&predicted, 1, comm::ReduceOp::Max);
-    world->all_reduce(&mem_ratio, 1, comm::ReduceOp::Max);
-  }
+  const runtime::Engine::Memory mine = b.engine->memory();
+  double mem[3] = {mine.used, mine.predicted, mine.used / mine.predicted};
+  if (world) world->all_reduce(mem, 3, comm::ReduceOp::Max);
+  const double measured = mem[0], predicted = mem[1], mem_ratio = mem[2];
   const double flops = model::model_flops_per_step(b.cfg.model, double(B) * m * L.dp, T);
   const double gemm_ratio = b.ceiling ? b.ceiling->median_ratio(flops, t.times) : 0.0;
   std::sort(t.times.begin(), t.times.end());

@@ -142,8 +142,6 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
   r.steps = steps;
   std::vector<double> times;
   int64_t peak = 0;
-  std::string error;
-  bool stopped = false;
   {
     // Built and destroyed inside this scope: nothing of one trial outlives it.
     parallel::ProcessGroups groups;
@@ -165,12 +163,12 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
       loop = std::make_unique<runtime::StepLoop>(*trial->engine, trial->cfg,
                                                  runtime::batches_of(*sampler), world);
     } catch (const std::exception& e) {
-      error = e.what();
+      r.error = e.what();
     }
-    error = agree_message(world, error);
-    for (int k = 0; error.empty() && k < warmup + steps; ++k) {
+    r.error = agree_message(world, r.error);
+    for (int k = 0; r.error.empty() && k < warmup + steps; ++k) {
       if (any_rank(world, signals.heard())) {
-        stopped = true;
+        r.stopped = true;
         break;
       }
       std::string mine;
@@ -180,7 +178,7 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
       } catch (const std::exception& e) {
         mine = e.what();
       }
-      error = agree_message(world, mine);
+      r.error = agree_message(world, mine);
       times.push_back(dt);
     }
     if (trial) {
@@ -188,11 +186,8 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
     }
   }  // torn down
   malloc_trim(0);
-  r.stopped = stopped;
-  if (!error.empty()) {
-    r.ok = false;
-    r.error = error;
-  } else if (!stopped) {
+  r.ok = r.error.empty();
+  if (r.ok && !r.stopped) {
     // The slowest rank's time is the step's; the median timed step is the trial's (TrialResult).
     if (world)
       world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
