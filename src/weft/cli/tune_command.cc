@@ -196,17 +196,14 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
     std::sort(times.begin(), times.end());
     r.step_seconds = times[times.size() / 2];
     r.fastest_seconds = times.front();
-    double most = static_cast<double>(peak), first = most;
+    r.peak_bytes = r.rank0_bytes = static_cast<double>(peak);
     if (world) {
-      world->all_reduce(&most, 1, comm::ReduceOp::Max);
-      world->broadcast(&first, 1, 0);
+      world->all_reduce(&r.peak_bytes, 1, comm::ReduceOp::Max);
+      world->broadcast(&r.rank0_bytes, 1, 0);
     }
-    r.peak_bytes = most;
-    r.rank0_bytes = first;
   }
-  double wall = seconds_since(t0);
-  if (world) world->broadcast(&wall, 1, 0);
-  r.wall_seconds = wall;
+  r.wall_seconds = seconds_since(t0);
+  if (world) world->broadcast(&r.wall_seconds, 1, 0);
   return r;
 }
 
