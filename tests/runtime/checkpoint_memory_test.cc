@@ -88,7 +88,7 @@ TEST(CheckpointMemory, ADeviceEngineSavesAndLoadsThroughItsBufferNotACopyOfTheSt
   // memory, here host memory): no shadow copy of the state for checkpoints.
   const int64_t before_engine = current_resident_bytes();
   auto engine = make_engine(cfg, none, nullptr, device).value_or_throw("engine");
-  engine->init(static_cast<uint64_t>(cfg.train.seed));
+  engine->runner().init(static_cast<uint64_t>(cfg.train.seed));
   const int64_t engine_host = current_resident_bytes() - before_engine;
   RankState& st = *engine->checkpoint_job().state;
   const int64_t state = state_bytes(st);
@@ -120,7 +120,7 @@ TEST(CheckpointMemory, ADeviceEngineSavesAndLoadsThroughItsBufferNotACopyOfTheSt
   // load_pieces' window and its run buffer, and the state arrives bit for bit.
   const std::vector<float> want[3] = {read_all(st, 0), read_all(st, 1), read_all(st, 2)};
   auto other = make_engine(cfg, none, nullptr, device).value_or_throw("engine");
-  other->init(99);
+  other->runner().init(99);
   const int64_t before_load = current_resident_bytes();
   ASSERT_TRUE(reset_peak_resident());
   checkpoint::TrainState loaded_ts;
@@ -157,7 +157,7 @@ TEST(CheckpointMemory, CheckpointsGoFromTheCpuToTheDeviceAndBackBitForBit) {
   auto backend = kernels::make_host_backend(Precision::BF16Mixed);
   parallel::ProcessGroups none;
   auto cpu = make_engine(cfg, none, nullptr, {}).value_or_throw("cpu engine");
-  cpu->init(7);
+  cpu->runner().init(7);
   checkpoint::TrainState ts;
   ts.step = 1;
   auto first = save_checkpoint(cpu->checkpoint_job(), dir + "/a", ts, 0);

@@ -3,13 +3,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <array>
-#include <cstdint>
 #include <optional>
 
 #include "weft/cli/device.h"
 #include "weft/cli/launch_check.h"
 #include "weft/core/node.h"
+#include "weft/layout/layout.h"
 #include "weft/planner/auto_layout.h"
 #include "weft/planner/stage_costs.h"
 
@@ -79,23 +78,13 @@ void apply_parallel_auto(config::RunConfig& cfg, int world_size, const std::stri
       why = e.what();
     }
   }
-  // Rank 0's verdict for every rank: found, tp, pp, dp, vp, schedule, zero, sequence parallelism.
-  std::array<int64_t, 8> c{};
-  if (choice) {
-    const layout::Layout& l = choice->best.config;
-    const auto kind = static_cast<int64_t>(l.schedule);
-    c = {1, l.tp, l.pp, l.dp, l.vp, kind, l.zero, l.sequence_parallel};
-  }
-  if (world != nullptr && world->size() > 1) world->broadcast(c.data(), c.size(), 0);
-  if (c[0] == 0) throw Error(leader ? why : "parallel.auto found no layout (rank 0 says why)");
-  layout::Layout& l = cfg.parallel;
-  l.tp = static_cast<int>(c[1]);
-  l.pp = static_cast<int>(c[2]);
-  l.dp = static_cast<int>(c[3]);
-  l.vp = static_cast<int>(c[4]);
-  l.schedule = static_cast<schedule::Kind>(c[5]);
-  l.zero = static_cast<int>(c[6]);
-  l.sequence_parallel = c[7] != 0;
+  // Rank 0's verdict for every rank: the layout it chose, as text (layout::parse reads it back
+  // whole), or "" when none.
+  const std::string chosen =
+      comm::all_gather_strings(world, choice ? layout::to_string(choice->best.config) : "")[0];
+  if (chosen.empty()) throw Error(leader ? why : "parallel.auto found no layout (rank 0 says why)");
+  cfg.parallel = layout::parse(chosen, world_size).value_or_throw("parallel.auto (a bug)");
+  const layout::Layout& l = cfg.parallel;
   if (!leader) return;
   const planner::Prediction& p = choice->best;
   fmt::print(stderr,

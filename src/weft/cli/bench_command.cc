@@ -23,7 +23,6 @@
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "weft/cli/commands.h"
@@ -222,10 +221,7 @@ void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
   }
   config::validate_layout(b.cfg).throw_if_error("invalid layout");
   const parallel::Topology topo(L.grid());
-  b.threads =
-      o.threads > 0
-          ? o.threads
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / b.world_size);
+  b.threads = o.threads > 0 ? o.threads : threads_per_process(b.world_size);
   kernels::set_num_threads(b.threads);
   b.bf16 = b.host && o.precision == "bf16";
   kernels::set_matmul_precision(b.bf16 ? kernels::MatmulPrecision::BF16
@@ -247,7 +243,7 @@ void build_bench(Bench& b, const BenchOptions& o, comm::Communicator* world) {
   // The ceiling's buffers come before the engine: the model's memory is what follows.
   if (b.host) b.ceiling.emplace(b.cfg.model, L.micro_batch, b.cfg.train.seq_len);
   b.engine = runtime::make_engine(b.cfg, b.groups, world, on).value_or_throw("cannot build");
-  b.engine->init(static_cast<uint64_t>(b.cfg.train.seed));
+  b.engine->runner().init(static_cast<uint64_t>(b.cfg.train.seed));
 }
 
 // What the timed steps measured on this rank.
@@ -323,13 +319,10 @@ nlohmann::json job_figures(Bench& b, const BenchOptions& o, Timed& t) {
   const DpReductions dp = L.dp > 1 ? dp_reductions(runner, o.steps, m) : DpReductions{};
   // Per rank: measured memory (host: peak resident above the start, the ceilings' bursts set
   // aside; a device: its allocated bytes) over its prediction; the job's worst rank.
-  const runtime::Engine::Memory mem = b.engine->memory();
-  double measured = mem.used, predicted = mem.predicted, mem_ratio = measured / predicted;
-  if (world) {
-    world->all_reduce(&measured, 1, comm::ReduceOp::Max);
-    world->all_reduce(&predicted, 1, comm::ReduceOp::Max);
-    world->all_reduce(&mem_ratio, 1, comm::ReduceOp::Max);
-  }
+  const runtime::Engine::Memory mine = b.engine->memory();
+  double mem[3] = {mine.used, mine.predicted, mine.used / mine.predicted};
+  if (world) world->all_reduce(mem, 3, comm::ReduceOp::Max);
+  const double measured = mem[0], predicted = mem[1], mem_ratio = mem[2];
   const double flops = model::model_flops_per_step(b.cfg.model, double(B) * m * L.dp, T);
   const double gemm_ratio = b.ceiling ? b.ceiling->median_ratio(flops, t.times) : 0.0;
   std::sort(t.times.begin(), t.times.end());

@@ -20,7 +20,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +29,7 @@
 #include "weft/comm/mpi_communicator.h"
 #include "weft/core/clock.h"
 #include "weft/core/memory_usage.h"
+#include "weft/core/pending_file.h"
 #include "weft/core/status.h"
 #include "weft/core/weft_files.h"
 #include "weft/kernels/backend.h"
@@ -44,8 +44,6 @@
 
 namespace weft::cli {
 namespace {
-
-using clock_type = SteadyClock;
 
 struct CalibrateOptions {
   std::string output = "configs/clusters/this-machine.toml";
@@ -73,7 +71,7 @@ std::vector<Measured> measure_gemms(bool quick) {
   for (const auto& [M, N, K] : mnk) {
     shapes.push_back({.name = fmt::format("{}x{}x{}", M, N, K), .M = M, .N = N, .K = K});
   }
-  const runtime::GemmCeiling ceiling = runtime::measure_gemm_ceiling(shapes, quick ? 3 : 5);
+  const runtime::GemmCeiling ceiling = runtime::GemmCeilingMeter(shapes).measure(quick ? 3 : 5);
   std::vector<Measured> out;
   for (const auto& t : ceiling.timings) out.push_back({t.shape.M, t.shape.N, t.shape.K, t.seconds});
   return out;
@@ -82,11 +80,8 @@ std::vector<Measured> measure_gemms(bool quick) {
 // Fits the GEMM model: the best measured rate is the peak (the source says so); tile size,
 // k_half and efficiency by least squares on log time over a small grid.
 void fit_gemm(planner::Cluster& c, const std::vector<Measured>& m, int units) {
-  double best_rate = 0, min_time = 1e9;
-  for (const auto& x : m) {
-    best_rate = std::max(best_rate, 2.0 * x.M * x.N * x.K / x.seconds);
-    min_time = std::min(min_time, x.seconds);
-  }
+  double best_rate = 0;
+  for (const auto& x : m) best_rate = std::max(best_rate, 2.0 * x.M * x.N * x.K / x.seconds);
   c.peak_fp32 = best_rate;
   c.gemm.compute_units = units;
   c.gemm.min_time = 0;
@@ -97,18 +92,15 @@ void fit_gemm(planner::Cluster& c, const std::vector<Measured>& m, int units) {
       trial.gemm.tile_m = trial.gemm.tile_n = tile;
       trial.gemm.k_half = k_half;
       trial.gemm.efficiency = 1;
+      const auto log_ratio = [&](const Measured& x) {  // log(measured / model)
+        return std::log(x.seconds / planner::gemm_time(trial, best_rate, x.M, x.N, x.K));
+      };
       // log(measured) = log(model at efficiency 1) - log(efficiency): the mean gives efficiency.
       double sum = 0;
-      for (const auto& x : m) {
-        sum += std::log(x.seconds / planner::gemm_time(trial, best_rate, x.M, x.N, x.K));
-      }
-      const double efficiency = std::clamp(std::exp(-sum / m.size()), 0.05, 1.0);
-      trial.gemm.efficiency = efficiency;
+      for (const auto& x : m) sum += log_ratio(x);
+      trial.gemm.efficiency = std::clamp(std::exp(-sum / m.size()), 0.05, 1.0);
       double error = 0;
-      for (const auto& x : m) {
-        const double r = std::log(x.seconds / planner::gemm_time(trial, best_rate, x.M, x.N, x.K));
-        error += r * r;
-      }
+      for (const auto& x : m) error += log_ratio(x) * log_ratio(x);
       if (error < best_error) {
         best_error = error;
         c.gemm = trial.gemm;
@@ -124,7 +116,7 @@ double measure_copy_bandwidth(bool quick) {
   std::vector<char> a(n, 1), b(n, 0);
   double best = 0;
   for (int rep = 0; rep < (quick ? 3 : 7); ++rep) {
-    const auto t0 = clock_type::now();
+    const auto t0 = SteadyClock::now();
 #pragma omp parallel
     {
       const size_t threads = omp_get_num_threads(), id = omp_get_thread_num();
@@ -146,7 +138,7 @@ double measure_optimizer_bandwidth(bool quick) {
   std::vector<float> p(n, 0.5f), g(n, 1e-3f), m(n, 0.f), v(n, 0.f);
   double best = 0;
   for (int t = 1; t <= (quick ? 3 : 7); ++t) {
-    const auto t0 = clock_type::now();
+    const auto t0 = SteadyClock::now();
     kernels::cpu::adamw_update(p.data(), g.data(), m.data(), v.data(), n, 1e-4f, 0.9f, 0.95f, 1e-8f,
                                0.1f, t);
     if (t > 1) best = std::max(best, 28.0 * n / seconds_since(t0));  // the first touches pages
@@ -192,7 +184,7 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     auto timed = [&](auto&& op) {  // seconds per call, after one untimed call
       op();
       world.barrier();
-      const auto start = clock_type::now();
+      const auto start = SteadyClock::now();
       for (int i = 0; i < reps; ++i) op();
       return seconds_since(start) / reps;
     };
@@ -209,7 +201,7 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     agy.push_back(timed([&] { world.all_gather(full, shard, part); }));
     // Ping-pong between ranks 0 and 1: half the round trip.
     world.barrier();
-    const auto t0 = clock_type::now();
+    const auto t0 = SteadyClock::now();
     for (int i = 0; i < reps; ++i) {
       if (world.rank() == 0) {
         world.send(buf.data(), n, 1);
@@ -222,15 +214,14 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
     px.push_back(n * 4.0);
     py.push_back(seconds_since(t0) / reps / 2);
   }
-  LinkFit f;
-  auto [a, b] = fit_line(xs, ys);
-  f.allreduce = {.bandwidth = b > 0 ? 1 / b : 0, .latency = a / (2.0 * (p - 1))};
-  auto [pa, pb] = fit_line(px, py);
-  f.p2p = {.bandwidth = pb > 0 ? 1 / pb : 0, .latency = pa};
-  const double rs = fit_line(cx, rsy).second, ag = fit_line(cx, agy).second;
-  f.allreduce.reduce_scatter_bandwidth = rs > 0 ? 1 / rs : 0;
-  f.allreduce.all_gather_bandwidth = ag > 0 ? 1 / ag : 0;
-  return f;
+  const auto bandwidth = [](double beta) { return beta > 0 ? 1 / beta : 0; };  // of s per byte
+  const auto [a, b] = fit_line(xs, ys);
+  const auto [pa, pb] = fit_line(px, py);
+  return {.allreduce = {.bandwidth = bandwidth(b),
+                        .latency = a / (2.0 * (p - 1)),
+                        .reduce_scatter_bandwidth = bandwidth(fit_line(cx, rsy).second),
+                        .all_gather_bandwidth = bandwidth(fit_line(cx, agy).second)},
+          .p2p = {.bandwidth = bandwidth(pb), .latency = pa}};
 }
 
 // What one training process holds beyond its model's buffers (Cluster::runtime_bytes, the term
@@ -244,7 +235,7 @@ LinkFit measure_links(comm::Communicator& world, bool quick) {
 // counts (the busiest rank is the one a prediction must cover).
 struct RuntimeMeasure {
   int64_t runtime_bytes = 0;
-  int64_t measured = 0, predicted_model = 0;  // the step's peak above the baseline; the rest
+  int64_t measured = 0;  // the step's peak above the baseline
 };
 RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
   model::GptConfig cfg;
@@ -257,7 +248,7 @@ RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
   constexpr int kB = 4, kT = 64, kSteps = 4;
   const int64_t baseline = current_resident_bytes();
   reset_peak_resident();
-  RuntimeMeasure r;
+  double both[2] = {0, 0};  // this rank's runtime_bytes and measured, then the largest of each
   {
     runtime::PipelineRunner runner(cfg,
                                    runtime::runner_schedule(cfg, schedule::Kind::OneFOneB, 1, 1, 1)
@@ -269,22 +260,15 @@ RuntimeMeasure measure_runtime_bytes(comm::Communicator* world) {
       tokens[i] = static_cast<int32_t>((i * 2654435761u) % cfg.vocab_size);
     }
     for (int s = 0; s < kSteps; ++s) runner.step(tokens.data(), tokens.data() + 1, 3e-4f, 1.0);
-    r.measured = peak_resident_bytes() - baseline;
-    const model::MemoryEstimate e = runner.predicted_memory();  // with kDefaultRuntimeBytes
-    r.predicted_model = e.total() - model::kDefaultRuntimeBytes;
+    const int64_t measured = peak_resident_bytes() - baseline;
+    // What the estimate counts besides the runtime (it prices that at kDefaultRuntimeBytes).
+    const int64_t model_bytes = runner.predicted_memory().total() - model::kDefaultRuntimeBytes;
+    both[0] = static_cast<double>(std::max<int64_t>(0, measured - model_bytes));
+    both[1] = static_cast<double>(measured);
   }
   malloc_trim(0);  // the probe's buffers back before the GEMM measurements
-  double mine = static_cast<double>(std::max<int64_t>(0, r.measured - r.predicted_model));
-  double measured = static_cast<double>(r.measured);
-  if (world != nullptr && world->size() > 1) {
-    double both[2] = {mine, measured};
-    world->all_reduce(both, 2, comm::ReduceOp::Max);
-    mine = both[0];
-    measured = both[1];
-  }
-  r.runtime_bytes = static_cast<int64_t>(mine);
-  r.measured = static_cast<int64_t>(measured);
-  return r;
+  if (world != nullptr && world->size() > 1) world->all_reduce(both, 2, comm::ReduceOp::Max);
+  return {static_cast<int64_t>(both[0]), static_cast<int64_t>(both[1])};
 }
 
 void run_calibrate(const CalibrateOptions& o) {
@@ -384,9 +368,7 @@ void run_calibrate(const CalibrateOptions& o) {
         (std::filesystem::path(find_weft_file(asked.parent_path().string())) / asked.filename())
             .string();
   }
-  std::ofstream out(target);
-  out << text;
-  if (!out) throw Error(fmt::format("cannot write '{}'", target));
+  write_file_atomic(target, text).throw_if_error(fmt::format("cannot write '{}'", target));
   fmt::print("peak fp32 {:.1f} GFLOP/s (best GEMM), GEMM efficiency {:.2f}, tile {}, k_half {}\n",
              c.peak_fp32 / 1e9, c.gemm.efficiency, c.gemm.tile_m, c.gemm.k_half);
   fmt::print("memory {:.1f} GB/s (copy), {:.1f} GB/s (AdamW); runtime {:.2f} MiB per process\n",

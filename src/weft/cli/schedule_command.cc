@@ -6,14 +6,15 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
-#include <fstream>
 #include <memory>
+#include <optional>
 #include <ranges>
-#include <sstream>
 #include <string>
 
 #include "weft/cli/commands.h"
+#include "weft/core/pending_file.h"
 #include "weft/core/status.h"
+#include "weft/core/text_file.h"
 #include "weft/schedule/schedule.h"
 #include "weft/schedule/simulate.h"
 #include "weft/schedule/svg.h"
@@ -32,19 +33,16 @@ struct ScheduleOptions {
 };
 
 void write_file(const std::string& path, const std::string& contents, const std::string& what) {
-  std::ofstream out(path);
-  out << contents;
-  if (!out) throw Error(fmt::format("cannot write the {} to '{}'", what, path));
+  write_file_atomic(path, contents)
+      .throw_if_error(fmt::format("cannot write the {} to '{}'", what, path));
 }
 
 schedule::Schedule build(const ScheduleOptions& o, bool pp_given, bool m_given) {
   using namespace schedule;
   if (!o.from.empty()) {
-    std::ifstream in(o.from);
-    if (!in) throw Error(fmt::format("cannot read --from '{}'", o.from));
-    std::stringstream text;
-    text << in.rdbuf();
-    Schedule s = parse_text(text.str()).value_or_throw(fmt::format("cannot parse '{}'", o.from));
+    const std::optional<std::string> text = read_text_file(o.from);
+    if (!text) throw Error(fmt::format("cannot read --from '{}'", o.from));
+    Schedule s = parse_text(*text).value_or_throw(fmt::format("cannot parse '{}'", o.from));
     check_structure(s).throw_if_error(fmt::format("malformed schedule in '{}'", o.from));
     return s;
   }

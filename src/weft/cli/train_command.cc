@@ -57,16 +57,16 @@ struct Checked {
 
 Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
   const int world_size = world != nullptr ? world->size() : 1;
-  auto cfg = config::load_run_config(o.run_path, o.sets)
-                 .value_or_throw(fmt::format("invalid run config ({})", o.run_path));
+  const std::string invalid_config = fmt::format("invalid run config ({})", o.run_path);
+  const std::string invalid_run = fmt::format("invalid run ({})", o.run_path);
+  auto cfg = config::load_run_config(o.run_path, o.sets).value_or_throw(invalid_config);
   apply_parallel_auto(cfg, world_size, o.device, o.cluster, world);
-  config::validate_world(cfg, world_size)
-      .throw_if_error(fmt::format("invalid run config ({})", o.run_path));
+  config::validate_world(cfg, world_size).throw_if_error(invalid_config);
   // The GPU trainer keeps its state in the device's arena, sized and checked as it is made; on
   // the host it needs room for its checkpoint snapshots (check_host_memory).
   const PlannedRun run =
       planned_run(cfg, world_size, o.device == "cpu" ? Precision::FP32 : Precision::BF16Mixed)
-          .value_or_throw(fmt::format("invalid run ({})", o.run_path));
+          .value_or_throw(invalid_run);
   check_host_memory(run, local_processes(world_size), fmt::format("the run {}", o.run_path), world)
       .throw_if_error("cannot launch");
   auto dataset = data::open_token_dataset(cfg.data.train)
@@ -84,10 +84,8 @@ Checked check_inputs(const TrainOptions& o, comm::Communicator* world) {
       tokenizer_spec = std::filesystem::absolute(cfg.data.tokenizer).lexically_normal().string();
     }
   }
-  config::validate_data(cfg, *dataset, identity, tokenizer_vocab)
-      .throw_if_error(fmt::format("invalid run ({})", o.run_path));
-  check_dataset_ids(cfg, *dataset, world)
-      .throw_if_error(fmt::format("invalid run ({})", o.run_path));
+  config::validate_data(cfg, *dataset, identity, tokenizer_vocab).throw_if_error(invalid_run);
+  check_dataset_ids(cfg, *dataset, world).throw_if_error(invalid_run);
   return {std::move(cfg), std::move(dataset), identity, tokenizer_spec};
 }
 
@@ -159,13 +157,10 @@ void run_train(const TrainOptions& o) {
     if (leader) fmt::print(stderr, "weft: error: {}\n", e.what());
     throw ExitQuietly{1};
   }
-  if (world == nullptr || world->size() == 1) {
-    train(o, std::move(*in), world, signals);
-    return;
-  }
   try {
     train(o, std::move(*in), world, signals);
   } catch (const std::exception& e) {
+    if (world == nullptr || world->size() == 1) throw;
     comm::abort_job(e.what());
   }
 }

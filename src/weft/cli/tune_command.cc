@@ -124,7 +124,7 @@ TrialEngine make_trial_engine(const config::RunConfig& run, const std::string& d
   t.backend = make_device(device, t.cfg, world);
   if (t.backend) on = {.backend = t.backend.get(), .group = device_group_maker(device, *t.backend)};
   t.engine = runtime::make_engine(t.cfg, groups, world, on).value_or_throw("the layout's engine");
-  t.engine->init(static_cast<uint64_t>(t.cfg.train.seed));
+  t.engine->runner().init(static_cast<uint64_t>(t.cfg.train.seed));
   return t;
 }
 
@@ -142,8 +142,6 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
   r.steps = steps;
   std::vector<double> times;
   int64_t peak = 0;
-  std::string error;
-  bool stopped = false;
   {
     // Built and destroyed inside this scope: nothing of one trial outlives it.
     parallel::ProcessGroups groups;
@@ -165,12 +163,12 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
       loop = std::make_unique<runtime::StepLoop>(*trial->engine, trial->cfg,
                                                  runtime::batches_of(*sampler), world);
     } catch (const std::exception& e) {
-      error = e.what();
+      r.error = e.what();
     }
-    error = agree_message(world, error);
-    for (int k = 0; error.empty() && k < warmup + steps; ++k) {
+    r.error = agree_message(world, r.error);
+    for (int k = 0; r.error.empty() && k < warmup + steps; ++k) {
       if (any_rank(world, signals.heard())) {
-        stopped = true;
+        r.stopped = true;
         break;
       }
       std::string mine;
@@ -180,7 +178,7 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
       } catch (const std::exception& e) {
         mine = e.what();
       }
-      error = agree_message(world, mine);
+      r.error = agree_message(world, mine);
       times.push_back(dt);
     }
     if (trial) {
@@ -188,11 +186,8 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
     }
   }  // torn down
   malloc_trim(0);
-  r.stopped = stopped;
-  if (!error.empty()) {
-    r.ok = false;
-    r.error = error;
-  } else if (!stopped) {
+  r.ok = r.error.empty();
+  if (r.ok && !r.stopped) {
     // The slowest rank's time is the step's; the median timed step is the trial's (TrialResult).
     if (world)
       world->all_reduce(times.data(), static_cast<int64_t>(times.size()), comm::ReduceOp::Max);
@@ -201,17 +196,14 @@ planner::TrialResult run_trial(const config::RunConfig& cfg, const std::string& 
     std::sort(times.begin(), times.end());
     r.step_seconds = times[times.size() / 2];
     r.fastest_seconds = times.front();
-    double most = static_cast<double>(peak), first = most;
+    r.peak_bytes = r.rank0_bytes = static_cast<double>(peak);
     if (world) {
-      world->all_reduce(&most, 1, comm::ReduceOp::Max);
-      world->broadcast(&first, 1, 0);
+      world->all_reduce(&r.peak_bytes, 1, comm::ReduceOp::Max);
+      world->broadcast(&r.rank0_bytes, 1, 0);
     }
-    r.peak_bytes = most;
-    r.rank0_bytes = first;
   }
-  double wall = seconds_since(t0);
-  if (world) world->broadcast(&wall, 1, 0);
-  r.wall_seconds = wall;
+  r.wall_seconds = seconds_since(t0);
+  if (world) world->broadcast(&r.wall_seconds, 1, 0);
   return r;
 }
 

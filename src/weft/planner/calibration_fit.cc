@@ -100,21 +100,6 @@ double mean_abs(const std::vector<double>& v) {
   return v.empty() ? 0 : sum / v.size();
 }
 
-}  // namespace
-
-std::vector<double> step_time_errors(const Cluster& cluster,
-                                     const std::vector<TrialMeasurement>& trials) {
-  check_trials(trials);
-  ScheduleCache cache;
-  const std::vector<double> predicted = predicted_times(cluster, trials, cache);
-  std::vector<double> out;
-  for (size_t i = 0; i < trials.size(); ++i) {
-    out.push_back(predicted[i] / trials[i].step_seconds - 1);
-  }
-  return out;
-}
-
-namespace {
 constexpr double kMaxLogScale = 13.8;  // log(1e6)
 
 // Twice the weighted standard deviation of what is left of `x` after the best weighted least
@@ -345,6 +330,18 @@ std::string refit_note(const Cluster& fitted, size_t n, const Identified& fit, d
 }
 
 }  // namespace
+
+std::vector<double> step_time_errors(const Cluster& cluster,
+                                     const std::vector<TrialMeasurement>& trials) {
+  check_trials(trials);
+  ScheduleCache cache;
+  const std::vector<double> predicted = predicted_times(cluster, trials, cache);
+  std::vector<double> out;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    out.push_back(predicted[i] / trials[i].step_seconds - 1);
+  }
+  return out;
+}
 
 std::string refit_refusal(int processes, int threads, int cores) {
   if (int64_t{processes} * threads <= cores) return "";

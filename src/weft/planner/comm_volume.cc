@@ -48,64 +48,6 @@ void add(OpVolume& v, int64_t ops, int64_t elements_each, int64_t element_bytes)
   v.bytes += ops * elements_each * element_bytes;
 }
 
-}  // namespace
-
-StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int r) {
-  StepVolume v;
-  const model::GptConfig& m = job.model;
-  const int64_t b = c.micro_batch, s = job.seq_len, h = m.n_embd;
-  const int64_t n = b * s * h;
-  const int64_t layers = m.n_layer / c.pp;
-  const int64_t e = precision_bytes(job.precision).activation;
-  if (c.tp > 1) {
-    // `ops` reductions of an activation over tp: all-reduces, or under sequence parallelism as
-    // many all-gathers and reduce-scatters.
-    const auto reduce = [&](int64_t ops) {
-      if (c.sequence_parallel) {
-        add(v.tp.all_gather, ops, n, e);
-        add(v.tp.reduce_scatter, ops, n, e);
-      } else {
-        add(v.tp.all_reduce, ops, n, e);
-      }
-    };
-    // Forward passes that run the layer's collectives: the forward, plus the recomputed one.
-    const int64_t forwards = c.recompute == model::Recompute::Full ? 2 : 1;
-    reduce(layers * 2 * (forwards + 1));
-    if (r == 0) reduce(1);  // vocab-parallel embedding
-    if (r == c.pp - 1) {
-      // Vocab-parallel cross-entropy: one all-gather of 3 fp32 statistics per row
-      // (kernels/vocab_parallel_ce.h), t * 3bs elements gathered; then the LM head (under
-      // sequence parallelism ln_f's output is gathered for it).
-      add(v.tp.all_gather, 1, c.tp * 3 * b * s, 4);
-      reduce(1);
-    }
-  }
-  if (c.pp > 1) {
-    // With tp > 1 a stage boundary tensor goes as 1/t of its rows per tp rank: split already
-    // under sequence parallelism, else scattered and all-gathered over tp on arrival (weft's
-    // runtime always does the PTD-P paper's scatter/gather, section 4.1).
-    const int64_t message = n / c.tp;
-    const int64_t gathers = c.tp > 1 && !c.sequence_parallel ? 1 : 0;
-    const int stages = c.pp * c.vp;
-    for (int chunk = 0; chunk < c.vp; ++chunk) {
-      const int stage = chunk * c.pp + r;
-      if (stage < stages - 1) {  // activation out, gradient in
-        add(v.pp.send, 1, message, e);
-        add(v.pp.recv, 1, message, e);
-        add(v.tp.all_gather, gathers, n, e);
-      }
-      if (stage > 0) {  // activation in, gradient out
-        add(v.pp.recv, 1, message, e);
-        add(v.pp.send, 1, message, e);
-        add(v.tp.all_gather, gathers, n, e);
-      }
-    }
-  }
-  return v;
-}
-
-namespace {
-
 // The data-parallel traffic of optim::DistributedOptimizer on pipeline rank r, unit by unit
 // (optim::ParamUnit: wte, wpe, each layer, ln_f, lm_head; those the variant has), each unit
 // padded for dp equal shards:
@@ -161,6 +103,60 @@ void scale(GroupVolume& g, int64_t k) {
 }
 
 }  // namespace
+
+StepVolume microbatch_volume(const Job& job, const layout::Layout& c, int r) {
+  StepVolume v;
+  const model::GptConfig& m = job.model;
+  const int64_t b = c.micro_batch, s = job.seq_len, h = m.n_embd;
+  const int64_t n = b * s * h;
+  const int64_t layers = m.n_layer / c.pp;
+  const int64_t e = precision_bytes(job.precision).activation;
+  if (c.tp > 1) {
+    // `ops` reductions of an activation over tp: all-reduces, or under sequence parallelism as
+    // many all-gathers and reduce-scatters.
+    const auto reduce = [&](int64_t ops) {
+      if (c.sequence_parallel) {
+        add(v.tp.all_gather, ops, n, e);
+        add(v.tp.reduce_scatter, ops, n, e);
+      } else {
+        add(v.tp.all_reduce, ops, n, e);
+      }
+    };
+    // Forward passes that run the layer's collectives: the forward, plus the recomputed one.
+    const int64_t forwards = c.recompute == model::Recompute::Full ? 2 : 1;
+    reduce(layers * 2 * (forwards + 1));
+    if (r == 0) reduce(1);  // vocab-parallel embedding
+    if (r == c.pp - 1) {
+      // Vocab-parallel cross-entropy: one all-gather of 3 fp32 statistics per row
+      // (kernels/vocab_parallel_ce.h), t * 3bs elements gathered; then the LM head (under
+      // sequence parallelism ln_f's output is gathered for it).
+      add(v.tp.all_gather, 1, c.tp * 3 * b * s, 4);
+      reduce(1);
+    }
+  }
+  if (c.pp > 1) {
+    // With tp > 1 a stage boundary tensor goes as 1/t of its rows per tp rank: split already
+    // under sequence parallelism, else scattered and all-gathered over tp on arrival (weft's
+    // runtime always does the PTD-P paper's scatter/gather, section 4.1).
+    const int64_t message = n / c.tp;
+    const int64_t gathers = c.tp > 1 && !c.sequence_parallel ? 1 : 0;
+    const int stages = c.pp * c.vp;
+    for (int chunk = 0; chunk < c.vp; ++chunk) {
+      const int stage = chunk * c.pp + r;
+      if (stage < stages - 1) {  // activation out, gradient in
+        add(v.pp.send, 1, message, e);
+        add(v.pp.recv, 1, message, e);
+        add(v.tp.all_gather, gathers, n, e);
+      }
+      if (stage > 0) {  // activation in, gradient out
+        add(v.pp.recv, 1, message, e);
+        add(v.pp.send, 1, message, e);
+        add(v.tp.all_gather, gathers, n, e);
+      }
+    }
+  }
+  return v;
+}
 
 StepVolume step_volume(const Job& job, const layout::Layout& c, int pp_rank, int dp_rank) {
   StepVolume v = microbatch_volume(job, c, pp_rank);

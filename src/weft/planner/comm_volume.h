@@ -47,13 +47,6 @@ struct OpVolume {
 
 struct GroupVolume {
   OpVolume all_reduce, reduce_scatter, all_gather, send, recv;
-  int64_t elements() const {
-    return all_reduce.elements + reduce_scatter.elements + all_gather.elements + send.elements +
-           recv.elements;
-  }
-  int64_t bytes() const {
-    return all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + send.bytes + recv.bytes;
-  }
   bool operator==(const GroupVolume&) const = default;
 };
 

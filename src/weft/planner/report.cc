@@ -110,14 +110,11 @@ std::string format_prediction(const Prediction& p, const Cluster& cluster, const
       m.snapshot > 0 ? " + checkpoint snapshot " + format_bytes(m.snapshot) : "",
       format_bytes(cluster.memory_bytes), format_bytes(cluster.usable_memory()));
   if (!p.in_flight.empty()) {
-    std::string list;
-    for (size_t r = 0; r < p.in_flight.size(); ++r) {
-      list += fmt::format("{}{}", r ? " " : "", p.in_flight[r]);
-      if (r == 15 && p.in_flight.size() > 17) {
-        list += fmt::format(" ... {}", p.in_flight.back());
-        break;
-      }
-    }
+    // At most 16 ranks, then the last one.
+    const size_t shown = p.in_flight.size() > 17 ? 16 : p.in_flight.size();
+    std::string list =
+        fmt::format("{}", fmt::join(p.in_flight.begin(), p.in_flight.begin() + shown, " "));
+    if (shown < p.in_flight.size()) list += fmt::format(" ... {}", p.in_flight.back());
     out += fmt::format("in flight       {}  ((stage, microbatch) pairs per pipeline rank)\n", list);
   }
   auto group = [&](const char* name, const GroupLink& g) {

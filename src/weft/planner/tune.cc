@@ -15,13 +15,6 @@
 
 namespace weft::planner {
 
-const TrialResult* CandidateRecord::latest() const {
-  for (auto it = trials.rbegin(); it != trials.rend(); ++it) {
-    if (it->ok && !it->stopped) return &*it;
-  }
-  return nullptr;
-}
-
 namespace {
 
 double median(std::vector<double> v) {
@@ -30,12 +23,55 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The expected wall time of the next trial of `c`, from what the search has measured so far.
+double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
+                              int steps) {
+  std::vector<double> ratios;
+  double overhead = 0;
+  int measured = 0;
+  for (const CandidateRecord& r : out.records) {
+    for (const TrialResult& t : r.successful()) {
+      if (r.candidate.predicted_seconds > 0) {
+        ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
+      }
+      // Building and tearing down the engine, and the warm-up's first-touch cost.
+      overhead += std::max(0.0, t.wall_seconds - (warmup + t.steps) * t.step_seconds);
+      ++measured;
+    }
+  }
+  const TrialResult* last = c.latest();
+  const double ratio = ratios.empty() ? 1.0 : median(ratios);
+  const double step = last ? last->step_seconds : c.candidate.predicted_seconds * ratio;
+  return (warmup + steps) * step + (measured > 0 ? overhead / measured : 0.0);
+}
+
+// The comment that ends a TOML line ("  # ..."), outside double-quoted strings; "" if none.
+std::string trailing_comment(const std::string& line) {
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] == '\\' && quoted) {
+      ++i;
+    } else if (line[i] == '"') {
+      quoted = !quoted;
+    } else if (line[i] == '#' && !quoted) {
+      size_t start = i;
+      while (start > 0 && (line[start - 1] == ' ' || line[start - 1] == '\t')) --start;
+      return line.substr(start);
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+const TrialResult* CandidateRecord::latest() const {
+  auto done = successful();
+  return done.empty() ? nullptr : &done.back();
+}
 
 double CandidateRecord::figure() const {
   std::vector<double> steps;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     const size_t n = static_cast<size_t>(std::max(t.steps, 1));
     if (t.step_series_seconds.size() >= n) {  // the timed steps: the series' last n
       steps.insert(steps.end(), t.step_series_seconds.end() - static_cast<std::ptrdiff_t>(n),
@@ -49,8 +85,7 @@ double CandidateRecord::figure() const {
 
 double CandidateRecord::fastest() const {
   double f = 0;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     const double s = t.fastest_seconds > 0 ? t.fastest_seconds : t.step_seconds;
     f = f > 0 ? std::min(f, s) : s;
   }
@@ -60,8 +95,7 @@ double CandidateRecord::fastest() const {
 CandidateRecord::Memory CandidateRecord::least_memory() const {
   Memory m;
   bool any = false;
-  for (const TrialResult& t : trials) {
-    if (!t.ok || t.stopped) continue;
+  for (const TrialResult& t : successful()) {
     m.peak_bytes = any ? std::min(m.peak_bytes, t.peak_bytes) : t.peak_bytes;
     m.rank0_bytes = any ? std::min(m.rank0_bytes, t.rank0_bytes) : t.rank0_bytes;
     any = true;
@@ -71,9 +105,7 @@ CandidateRecord::Memory CandidateRecord::least_memory() const {
 
 int CandidateRecord::timed_steps() const {
   int n = 0;
-  for (const TrialResult& t : trials) {
-    if (t.ok && !t.stopped) n += t.steps;
-  }
+  for (const TrialResult& t : successful()) n += t.steps;
   return n;
 }
 
@@ -98,33 +130,6 @@ int initial_candidates(int candidates, const HalvingOptions& o) {
   while (o.max_trials > 0 && r > 1 && halving_trials(r) > o.max_trials) --r;
   return r;
 }
-
-namespace {
-
-// The expected wall time of the next trial of `c`, from what the search has measured so far.
-double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,
-                              int steps) {
-  std::vector<double> ratios;
-  double overhead = 0;
-  int measured = 0;
-  for (const CandidateRecord& r : out.records) {
-    for (const TrialResult& t : r.trials) {
-      if (!t.ok || t.stopped) continue;
-      if (r.candidate.predicted_seconds > 0) {
-        ratios.push_back(t.step_seconds / r.candidate.predicted_seconds);
-      }
-      // Building and tearing down the engine, and the warm-up's first-touch cost.
-      overhead += std::max(0.0, t.wall_seconds - (warmup + t.steps) * t.step_seconds);
-      ++measured;
-    }
-  }
-  const TrialResult* last = c.latest();
-  const double ratio = ratios.empty() ? 1.0 : median(ratios);
-  const double step = last ? last->step_seconds : c.candidate.predicted_seconds * ratio;
-  return (warmup + steps) * step + (measured > 0 ? overhead / measured : 0.0);
-}
-
-}  // namespace
 
 std::vector<int> first_round(const std::vector<TuneCandidate>& ranked, int n) {
   std::vector<bool> taken(ranked.size(), false);
@@ -245,27 +250,6 @@ std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_conf
         {"recompute", quoted(model::recompute_name(c.recompute))}}},
   };
 }
-
-namespace {
-
-// The comment that ends a TOML line ("  # ..."), outside double-quoted strings; "" if none.
-std::string trailing_comment(const std::string& line) {
-  bool quoted = false;
-  for (size_t i = 0; i < line.size(); ++i) {
-    if (line[i] == '\\' && quoted) {
-      ++i;
-    } else if (line[i] == '"') {
-      quoted = !quoted;
-    } else if (line[i] == '#' && !quoted) {
-      size_t start = i;
-      while (start > 0 && (line[start - 1] == ' ' || line[start - 1] == '\t')) --start;
-      return line.substr(start);
-    }
-  }
-  return "";
-}
-
-}  // namespace
 
 std::string set_toml_keys(
     const std::string& text,

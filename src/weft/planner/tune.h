@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <ranges>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +98,10 @@ struct CandidateRecord {
   std::vector<TrialResult> trials;  // in order; failed and stopped ones included
   int last_round = -1;              // the last round it ran in (-1: never ran)
   bool failed = false;              // a trial failed: out of the search from then on
+  // Its successful trials (neither failed nor stopped), in order.
+  auto successful() const {
+    return trials | std::views::filter([](const TrialResult& t) { return t.ok && !t.stopped; });
+  }
   // Its latest successful measurement (the longest trial), if any.
   const TrialResult* latest() const;
   // The layout's figure: the median of the timed steps of all its successful trials, pooled

@@ -69,17 +69,6 @@ std::vector<Piece> rank_pieces(RankState& st, bool moments) {
   return out;
 }
 
-}  // namespace
-
-std::string CheckpointIo::summary() const {
-  std::string text = fmt::format("{:.1f} MB in {:.2f} s, {:.2f} GB/s", bytes / 1e6, seconds,
-                                 seconds > 0 ? bytes / seconds / 1e9 : 0.0);
-  if (background) text += fmt::format("; in the background, training held {:.2f} s", held);
-  return text;
-}
-
-namespace {
-
 // A save's three parts: rank 0 makes the temporary directory, named after its process
 // (collective); every rank writes its files there (local: the writer thread of an asynchronous
 // save); rank 0 commits what every rank wrote (collective).
@@ -165,6 +154,13 @@ std::string step_dir(const std::string& root, int64_t step) {
 void lower_this_threads_priority() { (void)::setpriority(PRIO_PROCESS, ::gettid(), 10); }
 
 }  // namespace
+
+std::string CheckpointIo::summary() const {
+  std::string text = fmt::format("{:.1f} MB in {:.2f} s, {:.2f} GB/s", bytes / 1e6, seconds,
+                                 seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+  if (background) text += fmt::format("; in the background, training held {:.2f} s", held);
+  return text;
+}
 
 Result<CheckpointIo> save_checkpoint(const CheckpointJob& job, const std::string& root,
                                      const checkpoint::TrainState& state, int keep_last) {

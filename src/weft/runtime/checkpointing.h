@@ -4,15 +4,15 @@
 // load has every rank read its part from a checkpoint written under any layout. Collective over
 // the job's ranks.
 //
-// The state is read where the optimizer holds it (RankState, implemented by the engines): a state
-// in host memory (the CPU engine's optim::DistributedOptimizer) is written straight from its
-// buffers; a state in a device's memory (a PipelineRunner on a GPU) is streamed through the
-// engine's bounded staging buffer, window after window, and a load comes back the same way through
-// load_pieces' bounded window. No host copy of the model state exists: host memory per rank during
-// a save or a load is O(buffer), not O(parameters) (tests/runtime/checkpoint_memory_test.cc
-// measures it). The format is the same either way, so checkpoints of either engine load on the
-// other under any layout.
+// The state is read where the optimizer holds it (RankState): a state in host memory (the CPU
+// engine's optim::DistributedOptimizer) is written straight from its buffers; a state in a device's
+// memory (a PipelineRunner on a GPU) is streamed through the engine's bounded staging buffer,
+// window after window, and a load comes back the same way through load_pieces' bounded window. No
+// host copy of the model state exists: host memory per rank during a save or a load is O(buffer),
+// not O(parameters) (tests/runtime/checkpoint_memory_test.cc measures it). The format is the same
+// either way, so checkpoints of either engine load on the other under any layout.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,41 +27,80 @@
 #include "weft/checkpoint/placement.h"
 #include "weft/comm/communicator.h"
 #include "weft/core/status.h"
+#include "weft/model/gpt.h"
 #include "weft/model/gpt_config.h"
 #include "weft/optim/adamw.h"
+#include "weft/optim/distributed_optimizer.h"
 
 namespace weft::runtime {
 
-// A rank's training state, wherever it lives. Chunk j's state is three groups (0: the fp32
-// parameters, from ZeRO 1 on the master shard; 1: AdamW's m; 2: its v), each indexed by
-// OwnedPart::at of optim::zero_owned_parts of place(j) (checkpoint/placement.h).
+// A rank's training state: its chunks' optim::DistributedOptimizer buffers
+// (DistributedOptimizer::state()), in its backend's memory. Chunk j's state is three groups (0: the
+// fp32 parameters, from ZeRO 1 on the master shard; 1: AdamW's m; 2: its v), each indexed by
+// OwnedPart::at of optim::zero_owned_parts of place(j) (checkpoint/placement.h). They are read and
+// written in place where that is host memory, else streamed a window at a time through a host
+// buffer of `staging_bytes`, allocated at the first checkpoint (a run that never saves never holds
+// it). No host copy of the model state exists either way.
 class RankState {
  public:
-  virtual ~RankState() = default;
-  virtual int num_chunks() const = 0;
-  virtual checkpoint::ChunkPlace place(int j) const = 0;
+  RankState(std::span<model::Gpt* const> chunks, std::span<optim::DistributedOptimizer* const> opts,
+            const layout::Layout& p, int dp_rank, int64_t staging_bytes)
+      : chunks_(chunks),
+        opts_(opts),
+        zero_(p.zero),
+        dp_(p.dp),
+        dp_rank_(dp_rank),
+        staging_floats_(std::max<int64_t>(staging_bytes / int64_t{sizeof(float)}, 1)) {}
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  checkpoint::ChunkPlace place(int j) const {
+    const model::Gpt& g = *chunks_[j];
+    return {&g.param_layout(), g.stage(), zero_, dp_, dp_rank_};
+  }
   // The group's buffer when it is in host memory (read and written in place); null: it is reached
   // through read() and write() only.
-  virtual float* host_buffer(int j, int group) = 0;
+  float* host_buffer(int j, int group) {
+    if (!opts_[j]->backend().host_memory()) return nullptr;
+    const optim::DistributedOptimizer::StateView s = opts_[j]->state();
+    return group == 0 ? s.params : group == 1 ? s.m : s.v;
+  }
   // Elements [at, at + n) of a group to or from host memory (n at most staging().size()).
-  virtual void read(int j, int group, int64_t at, int64_t n, float* out) = 0;
-  virtual void write(int j, int group, int64_t at, int64_t n, const float* in) = 0;
+  void read(int j, int group, int64_t at, int64_t n, float* out) {
+    opts_[j]->read_state(group, at, n, out);
+  }
+  void write(int j, int group, int64_t at, int64_t n, const float* in) {
+    opts_[j]->write_state(group, at, n, in);
+  }
   // The bounded host buffer a state outside host memory goes through (on CUDA it would be pinned,
   // for the copy engines' full bandwidth); empty when every group has a host_buffer.
-  virtual std::span<float> staging() = 0;
+  std::span<float> staging() {
+    if (opts_[0]->backend().host_memory()) return {};
+    if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
+    return staging_;
+  }
   // Asynchronous saves: the floats of each of chunk j's groups (the whole buffer read() indexes),
   // a copy of a whole group into host memory (group_floats(j) floats; a device's copy is complete
   // after wait_snapshot(), and the next step's update is ordered after it), and host memory for
   // such copies (page-locked on CUDA).
-  virtual int64_t group_floats(int j) const = 0;
-  virtual void snapshot(int j, int group, float* out) = 0;
-  virtual void wait_snapshot() = 0;
-  virtual std::shared_ptr<void> allocate_host(int64_t bytes) = 0;
-  virtual int step_count() const = 0;
-  virtual optim::AdamWConfig adamw() const = 0;
+  int64_t group_floats(int j) const { return opts_[j]->state_floats(); }
+  void snapshot(int j, int group, float* out) { opts_[j]->snapshot_state(group, out); }
+  void wait_snapshot() { opts_[0]->backend().wait_downloads(); }
+  std::shared_ptr<void> allocate_host(int64_t bytes) {
+    return opts_[0]->backend().allocate_host(bytes);
+  }
+  int step_count() const { return opts_[0]->step_count(); }
+  optim::AdamWConfig adamw() const { return opts_[0]->config(); }
   // After a checkpoint was loaded into the state, on every rank: the step count, and whatever the
-  // engine derives from the state (ZeRO's model copies, a device's bf16 weights).
-  virtual void loaded(int step_count) = 0;
+  // optimizers derive from the state (ZeRO's model copies, a device's bf16 weights).
+  void loaded(int step_count) {
+    for (optim::DistributedOptimizer* opt : opts_) opt->state_loaded(step_count);
+  }
+
+ private:
+  std::span<model::Gpt* const> chunks_;
+  std::span<optim::DistributedOptimizer* const> opts_;
+  int zero_, dp_, dp_rank_;
+  int64_t staging_floats_;
+  std::vector<float> staging_;
 };
 
 struct CheckpointJob {

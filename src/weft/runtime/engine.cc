@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <span>
 #include <tuple>
-#include <vector>
 
 #include "weft/core/memory_usage.h"
 #include "weft/core/node.h"
@@ -39,9 +37,9 @@ double gemm_ceiling_of(const model::GptConfig& cfg, int B, int T, bool fresh) {
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find(key);
   if (!fresh && it != cache.end()) return it->second;
-  const double rate =
-      measure_gemm_ceiling(model::training_gemm_shapes(cfg, B, T), 3, kernels::matmul_precision())
-          .rate();
+  const double rate = GemmCeilingMeter(model::training_gemm_shapes(cfg, B, T))
+                          .measure(3, kernels::matmul_precision())
+                          .rate();
   if (it == cache.end()) cache.emplace(key, rate);
   return rate;
 }
@@ -52,67 +50,6 @@ Result<schedule::Schedule> run_schedule(const config::RunConfig& cfg) {
   const auto& p = cfg.parallel;
   return runner_schedule(cfg.model, p.schedule, p.pp, p.vp, cfg.microbatches());
 }
-
-namespace {
-
-// A rank's training state: its chunks' optim::DistributedOptimizer buffers
-// (DistributedOptimizer::state()), in its backend's memory: read and written in place where that
-// is host memory, else streamed a window at a time through a host buffer of `staging_bytes`,
-// allocated at the first checkpoint (a run that never saves never holds it). No host copy of the
-// model state exists either way.
-class OptimizerState final : public RankState {
- public:
-  OptimizerState(std::span<model::Gpt* const> chunks,
-                 std::span<optim::DistributedOptimizer* const> opts, const layout::Layout& p,
-                 int dp_rank, int64_t staging_bytes)
-      : chunks_(chunks),
-        opts_(opts),
-        zero_(p.zero),
-        dp_(p.dp),
-        dp_rank_(dp_rank),
-        staging_floats_(std::max<int64_t>(staging_bytes / int64_t{sizeof(float)}, 1)) {}
-  int num_chunks() const override { return static_cast<int>(chunks_.size()); }
-  checkpoint::ChunkPlace place(int j) const override {
-    const model::Gpt& g = *chunks_[j];
-    return {&g.param_layout(), g.stage(), zero_, dp_, dp_rank_};
-  }
-  float* host_buffer(int j, int group) override {
-    if (!opts_[j]->backend().host_memory()) return nullptr;
-    const optim::DistributedOptimizer::StateView s = opts_[j]->state();
-    return group == 0 ? s.params : group == 1 ? s.m : s.v;
-  }
-  void read(int j, int group, int64_t at, int64_t n, float* out) override {
-    opts_[j]->read_state(group, at, n, out);
-  }
-  void write(int j, int group, int64_t at, int64_t n, const float* in) override {
-    opts_[j]->write_state(group, at, n, in);
-  }
-  std::span<float> staging() override {
-    if (opts_[0]->backend().host_memory()) return {};
-    if (staging_.empty()) staging_.resize(static_cast<size_t>(staging_floats_));
-    return staging_;
-  }
-  int64_t group_floats(int j) const override { return opts_[j]->state_floats(); }
-  void snapshot(int j, int group, float* out) override { opts_[j]->snapshot_state(group, out); }
-  void wait_snapshot() override { opts_[0]->backend().wait_downloads(); }
-  std::shared_ptr<void> allocate_host(int64_t bytes) override {
-    return opts_[0]->backend().allocate_host(bytes);
-  }
-  int step_count() const override { return opts_[0]->step_count(); }
-  optim::AdamWConfig adamw() const override { return opts_[0]->config(); }
-  void loaded(int step_count) override {
-    for (optim::DistributedOptimizer* opt : opts_) opt->state_loaded(step_count);
-  }
-
- private:
-  std::span<model::Gpt* const> chunks_;
-  std::span<optim::DistributedOptimizer* const> opts_;
-  int zero_, dp_, dp_rank_;
-  int64_t staging_floats_;
-  std::vector<float> staging_;
-};
-
-}  // namespace
 
 Engine::Engine(const config::RunConfig& cfg, const parallel::Coord& me, comm::Communicator* world,
                const parallel::ProcessGroups& groups, const schedule::Schedule& program,
@@ -132,13 +69,11 @@ Engine::Engine(const config::RunConfig& cfg, const parallel::Coord& me, comm::Co
       cfg.model, program,
       pipeline_options(groups, layout::rank_shape(cfg.parallel, cfg.train.seq_len, me.pp),
                        cfg.adamw(), device_, data_group));
-  state_ = std::make_unique<OptimizerState>(runner_->chunks(), runner_->optimizers(), cfg.parallel,
-                                            me.dp, device_ != nullptr ? device.staging_bytes : 0);
+  state_ = std::make_unique<RankState>(runner_->chunks(), runner_->optimizers(), cfg.parallel,
+                                       me.dp, device_ != nullptr ? device.staging_bytes : 0);
 }
 
 Engine::~Engine() = default;
-
-void Engine::init(uint64_t seed) { runner_->init(seed); }
 
 std::string Engine::describe() const {
   const auto& p = cfg_.parallel;
@@ -187,15 +122,13 @@ Engine::Memory Engine::memory() const {
 }
 
 CheckpointJob Engine::checkpoint_job() {
-  CheckpointJob job;
-  job.model = cfg_.model;
-  job.layout = cfg_.parallel;
-  job.tp_rank = me_.tp;
-  job.dp_rank = me_.dp;
-  job.pp_rank = me_.pp;
-  job.state = state_.get();
-  job.world = world_;
-  return job;
+  return {.model = cfg_.model,
+          .layout = cfg_.parallel,
+          .tp_rank = me_.tp,
+          .dp_rank = me_.dp,
+          .pp_rank = me_.pp,
+          .state = state_.get(),
+          .world = world_};
 }
 
 Result<std::unique_ptr<Engine>> make_engine(const config::RunConfig& cfg,

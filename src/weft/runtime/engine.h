@@ -50,9 +50,6 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // GPT-2 initialization of this rank's chunks (a fresh run; a resume loads the state instead).
-  void init(uint64_t seed);
-
   // Where the job runs, for the start line: "tp=2 pp=1 dp=1, 2 ranks x 1 thread; " (CPU) or
   // "host, bf16 mixed precision; " (a device).
   std::string describe() const;
@@ -76,9 +73,9 @@ class Engine {
   // holds it: a save streams it from there, a load into it.
   CheckpointJob checkpoint_job();
 
-  // The pipeline runner itself: what steps and evaluates (PipelineRunner::step, evaluate), and
-  // what benchmarks read of it (its optimizers' reduction times, the time it waited on other
-  // stages, its memory prediction term by term).
+  // The pipeline runner itself: what initializes a fresh run, steps and evaluates
+  // (PipelineRunner::init, step, evaluate), and what benchmarks read of it (its optimizers'
+  // reduction times, the time it waited on other stages, its memory prediction term by term).
   PipelineRunner& runner() { return *runner_; }
 
  private:
@@ -91,7 +88,7 @@ class Engine {
   // Before the runner: its groups on the device's memory outlive the runner's sends in flight.
   std::vector<std::unique_ptr<comm::Communicator>> device_groups_;
   std::unique_ptr<PipelineRunner> runner_;
-  std::unique_ptr<RankState> state_;  // the runner's optimizers' state (engine.cc)
+  std::unique_ptr<RankState> state_;  // the runner's optimizers' state
 };
 
 // This rank's engine for `cfg` (validated: run_config.h):

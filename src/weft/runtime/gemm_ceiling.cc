@@ -28,11 +28,6 @@ GemmCeilingMeter::GemmCeilingMeter(std::vector<model::GemmShape> shapes)
   std::fill_n(out_.data(), out_.size(), 0.0f);
 }
 
-GemmCeiling measure_gemm_ceiling(const std::vector<model::GemmShape>& shapes, int reps,
-                                 kernels::MatmulPrecision precision) {
-  return GemmCeilingMeter(shapes).measure(reps, precision);
-}
-
 GemmCeiling GemmCeilingMeter::measure(int reps, kernels::MatmulPrecision precision) {
   const auto gemm =
       precision == kernels::MatmulPrecision::BF16 ? kernels::sgemm_bf16 : kernels::sgemm;

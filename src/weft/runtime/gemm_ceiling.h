@@ -42,9 +42,4 @@ class GemmCeilingMeter {
   AlignedBuffer<float> a_, b_, out_;  // the largest shape's operands
 };
 
-// GemmCeilingMeter(shapes).measure(reps, precision): one measurement.
-GemmCeiling measure_gemm_ceiling(
-    const std::vector<model::GemmShape>& shapes, int reps = 5,
-    kernels::MatmulPrecision precision = kernels::MatmulPrecision::F32);
-
 }  // namespace weft::runtime

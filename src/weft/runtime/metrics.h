@@ -54,7 +54,6 @@ class MetricsWriter {
   // keep_through = 0 starts a fresh file.
   static Result<MetricsWriter> open(const std::string& path, int64_t keep_through);
   Status write(const StepRecord& r);
-  const std::string& path() const { return path_; }
 
  private:
   struct Closer {

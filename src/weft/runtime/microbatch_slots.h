@@ -1,6 +1,6 @@
 #pragma once
 // The pipeline runtime's bookkeeping (pipeline_runner.h): which activation slot of its pool each
-// (chunk, microbatch) of a step holds, and the tag of each message between stages.
+// (chunk, microbatch) of a step holds.
 
 #include <vector>
 
@@ -43,11 +43,5 @@ class MicrobatchSlots {
   std::vector<int> slot_of_;  // per (chunk, microbatch)
   std::vector<int> free_;
 };
-
-// The tag of the message carrying stage `stage`'s input activation (or, grad, the gradient of
-// its output) for microbatch mb of a step of m: one tag per (stage, microbatch, direction).
-inline int stage_message_tag(int stage, int mb, int m, bool grad) {
-  return (stage * m + mb) * 2 + (grad ? 1 : 0);
-}
 
 }  // namespace weft::runtime

@@ -24,10 +24,6 @@ int64_t PipelineRunner::boundary_elements() const {
   return (o_.shape.tp.sequence_parallel && tp > 1 ? N / tp : N) * cfg_.n_embd;
 }
 
-int PipelineRunner::tag(int stage, int mb, bool grad) const {
-  return stage_message_tag(stage, mb, m_, grad);
-}
-
 void PipelineRunner::read_held(SendPool& pool, int stage, int mb, kernels::Act* dst) {
   backend_.copy(dst, pool.held(stage, mb), boundary_bytes());
   pool.read(stage, mb);

@@ -147,13 +147,12 @@ int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule
   return device_bytes(cfg, schedule, shape).total() + gemm + (int64_t{64} << 20);
 }
 
-double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                           int reps) {
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T) {
   double flops = 0, seconds = 0;
   for (const model::GemmShape& g : model::training_gemm_shapes(cfg, B, T)) {
     if (g.trans_a || !g.trans_b) continue;  // the forward shapes: [M,K] @ [N,K]^T
     const double s = backend.linear_forward_seconds(static_cast<int>(g.M), static_cast<int>(g.K),
-                                                    static_cast<int>(g.N), reps);
+                                                    static_cast<int>(g.N), /*reps=*/5);
     flops += g.flops();
     seconds += s * g.count;
   }
@@ -162,7 +161,7 @@ double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cf
 
 model::MemoryEstimate PipelineRunner::predicted_memory(bool snapshot) const {
   return rank_memory(cfg_, schedule_, o_.shape,
-                     {.precision = backend().precision(),
+                     {.precision = backend_.precision(),
                       .threads = kernels::num_threads(),
                       .runtime_bytes = kernels::host_runtime_bytes(),
                       .snapshot = snapshot});

@@ -111,7 +111,6 @@ class PipelineRunner : public StageRunner {
   // ZeRO 2/3: the units in use of all chunks (empty below ZeRO 2).
   const optim::UnitPool& unit_pool() const { return *unit_pool_; }
   const schedule::Schedule& schedule() const { return schedule_; }
-  kernels::Backend& backend() const { return backend_; }
   int step_count() const { return opts_.front()->step_count(); }
 
   // GPT-2 initialization of every chunk (ZeRO 1-3: each rank its shards).
@@ -177,7 +176,9 @@ class PipelineRunner : public StageRunner {
   // Copies the boundary `pool` holds for (stage, microbatch) into `dst` (a chunk's memory on this
   // rank: the next stage reads it there) and frees the buffer.
   void read_held(SendPool& pool, int stage, int microbatch, kernels::Act* dst);
-  int tag(int stage, int microbatch, bool grad) const;
+  // The tag of the message carrying stage `stage`'s input activation (or, grad, the gradient of
+  // its output) for a microbatch of the step: one tag per (stage, microbatch, direction).
+  int tag(int stage, int mb, bool grad) const { return (stage * m_ + mb) * 2 + (grad ? 1 : 0); }
   int64_t boundary_elements() const;  // a stage's input or output on this rank: [Ns, C]
   int64_t boundary_bytes() const { return boundary_elements() * act_bytes_; }
   // How `elements` activations go to a communicator (comm::payload_of).
@@ -239,8 +240,7 @@ int64_t device_arena_bytes(const model::GptConfig& cfg, const schedule::Schedule
 // The backend's GEMM ceiling for this model (FLOP/s): the forward linear layers of a step at micro
 // batch B and length T (training_gemm_shapes' ".fwd" shapes, each weighted by its count), timed
 // through Backend::linear_forward. The input- and weight-gradient GEMMs have the same sizes
-// transposed; the forward ones stand for them.
-double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T,
-                           int reps = 5);
+// transposed; the forward ones stand for them. Five timed repetitions each.
+double device_gemm_ceiling(kernels::Backend& backend, const model::GptConfig& cfg, int B, int T);
 
 }  // namespace weft::runtime

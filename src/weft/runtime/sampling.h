@@ -13,10 +13,7 @@ namespace weft::runtime {
 // logits: V values. temperature <= 0 picks the most likely token (greedy). top_k > 0 keeps only
 // the k largest logits. u in [0, 1).
 inline int32_t sample_token(const float* logits, int V, double temperature, int top_k, double u) {
-  int32_t best = 0;
-  for (int i = 1; i < V; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
+  const auto best = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   if (temperature <= 0) return best;
   // The k-th largest logit is the cut: ties at the cut are all kept (they are equally likely).
   double cut = -INFINITY;

@@ -35,15 +35,6 @@ const char* signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGUSR1";
 }
 
-}  // namespace
-
-Trainer::Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
-    : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
-
-Trainer::~Trainer() = default;
-
-namespace {
-
 // Every rank's memory, measured against predicted (Engine::memory), on rank 0's progress output.
 void report_memory(const Engine::Memory& mem, Progress& progress, const parallel::Topology& topo,
                    comm::Communicator* world) {
@@ -108,6 +99,11 @@ std::vector<std::string> changed_since(const config::RunConfig& cfg,
 }
 
 }  // namespace
+
+Trainer::Trainer(config::RunConfig cfg, const data::TokenDataset& dataset, TrainerOptions options)
+    : cfg_(std::move(cfg)), dataset_(&dataset), options_(std::move(options)) {}
+
+Trainer::~Trainer() = default;
 
 // MFU's two reference lines for a run (docs/training.md). The job's GEMM ceiling is measured at
 // the start and again at every validation, when the run pauses anyway (on rank 0, which writes
@@ -248,7 +244,7 @@ Status Trainer::build(Run& run, const parallel::Coord& me) {
   engine_ = std::move(made).value();
   // A resume loads every parameter and moment (padding stays zero): initializing first would only
   // cost time, most of a restart's for a large model (bench/results/checkpoint-*.md).
-  if (run.resume_dir.empty()) engine_->init(static_cast<uint64_t>(t.seed));
+  if (run.resume_dir.empty()) engine_->runner().init(static_cast<uint64_t>(t.seed));
 
   std::FILE* const progress_out = options_.progress && run.leader ? stderr : nullptr;
   run.progress.emplace(0, t.steps, t.log_every, Progress::stderr_is_tty(), progress_out);
