@@ -16,19 +16,13 @@
 // the compilers' contraction choices cannot set them apart.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
-#include <span>
-#include <string>
 #include <vector>
 
 #include "weft/core/check.h"
-#include "weft/core/clock.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
@@ -39,7 +33,6 @@
 namespace weft::kernels {
 namespace {
 
-inline float to_float(BF16 x) { return x.to_float(); }
 inline BF16 round_bf16(float x) { return BF16::from_float(x); }
 
 // GeLU, tanh approximation (Hendrycks & Gimpel 2016), in float as the CUDA kernels' gelu and
@@ -129,11 +122,6 @@ void layernorm_row(BF16* y, float* mean, float* rstd, const float* x, const BF16
 
 class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
  public:
-  std::string name() const override { return "host"; }
-
-  // ---- ops
-  // ---------------------------------------------------------------------------------------
-
   void convert(BF16* out, const float* in, int64_t n) {
     WEFT_CHECK(n >= 0, "negative element count ", n);
 #pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
@@ -154,28 +142,6 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       }
       const BF16* p = wpe + (n % T) * C;  // [C]
       for (int c = 0; c < C; ++c) o[c] = round_bf16(to_float(e[c]) + to_float(p[c]));
-    }
-  }
-
-  // Tensor-parallel rank's partial embedding: the expression of embedding_forward with the rows
-  // this rank does not hold read as 0, so rank 0 (which passes wpe) writes exactly
-  // embedding_forward's value for its own tokens, and every other partial is one bf16 row
-  // (exact): the fp32 sum over ranks, rounded, is embedding_forward's output.
-  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
-                               int B, int T, int C, int v0, int Vl) {
-    check_embedding_shard(B, T, C, v0, Vl);
-    const int64_t N = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static) if (N * C >= kHostMinParallel)
-    for (int64_t n = 0; n < N; ++n) {
-      BF16* o = out + n * C;  // [C]
-      const int64_t row = static_cast<int64_t>(tokens[n]) - v0;
-      const BF16* e = row >= 0 && row < Vl ? wte + row * C : nullptr;  // [C] or none
-      const BF16* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;    // [C] or none
-      for (int c = 0; c < C; ++c) {
-        const float x = e != nullptr ? to_float(e[c]) : 0.f;
-        const float y = p != nullptr ? to_float(p[c]) : 0.f;
-        o[c] = round_bf16(x + y);
-      }
     }
   }
 
@@ -554,14 +520,14 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     }
   }
 
-  bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
   // The flash formulation's lse[B,NH,T].
   int64_t attention_saved_floats(int B, int T, int NH) const override {
     return int64_t{B} * NH * T;
   }
 
-  // As the CUDA kernel, with the max and the sum in two passes instead of online: loss =
-  // (max - z_y) + log(sum), gradient dloss * (exp(z - max) / sum - onehot) rounded.
+  // The vocabulary-parallel cross-entropy's row arithmetic (kernels/vocab_parallel_ce.h) with one
+  // rank, a row at a time: as the CUDA kernel, with the max and the sum in two passes instead of
+  // online: loss = (max - z_y) + log(sum), gradient dloss * (exp(z - max) / sum - onehot) rounded.
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) {
     WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V,
@@ -569,69 +535,19 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vp >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
       BF16* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp], first V real
-      const int32_t y = targets[n];
-      if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
-        const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
-        losses[n] = fill;
-        for (int j = 0; j < Vp; ++j) z[j] = round_bf16(j < V ? fill : 0.f);
-        continue;
-      }
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < V; ++j) m = std::max(m, to_float(z[j]));
-      float s = 0.f;
-      for (int j = 0; j < V; ++j) s += std::exp(to_float(z[j]) - m);
-      losses[n] = (m - to_float(z[y])) + std::log(s);
-      const float inv_s = 1.f / s;
-      for (int j = 0; j < V; ++j) {
-        const float p = std::exp(to_float(z[j]) - m) * inv_s;
-        z[j] = round_bf16(dloss * (p - (j == y ? 1.f : 0.f)));
-      }
-      for (int j = V; j < Vp; ++j) z[j] = round_bf16(0.f);
+      float stats[vocab_ce::kStats];
+      vocab_ce::row_stats(stats, z, V, targets[n]);
+      losses[n] = vocab_ce::finish_row(z, stats, 0, 1, targets[n], dloss, V, Vp, V, 0);
     }
-  }
-
-  // The vocabulary-parallel cross-entropy of kernels/vocab_parallel_ce.h, whose arithmetic it
-  // calls: with tp = 1 and v0 = 0 the bits of softmax_cross_entropy.
-  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
-                                 int Vl, int Vv, int v0) {
-    check_cross_entropy_shard(N, Vl, Vv, v0);
-    vocab_ce::host_stats(stats, logits, targets, N, Vl, Vv, v0, [](BF16 x) { return to_float(x); });
-  }
-  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
-                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
-                                  int v0) {
-    check_cross_entropy_shard(N, Vl, Vv, v0);
-    WEFT_CHECK(tp >= 1 && V > 0 && Vv == vocab_ce::real_columns(V, v0, Vl),
-               "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
-               " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
-    vocab_ce::host_finish(
-        losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0,
-        [](BF16 x) { return to_float(x); }, [](float x) { return round_bf16(x); });
   }
 
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
     check_linear_dims(N, IC, OC);
     WEFT_CHECK(N > 0 && reps >= 1, "linear_forward_seconds with N=", N, " reps=", reps);
-    const BF16 small = round_bf16(0.01f);
-    std::vector<BF16> inp(static_cast<size_t>(N) * IC, small);
-    std::vector<BF16> weight(static_cast<size_t>(OC) * IC, small);
-    std::vector<BF16> out(static_cast<size_t>(N) * OC);
-    linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC, OC);  // warm-up
-    std::vector<double> seconds(static_cast<size_t>(reps));
-    for (double& s : seconds) {
-      const auto start = std::chrono::steady_clock::now();
-      linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC, OC);
-      s = seconds_since(start);
-    }
-    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
-    return seconds[static_cast<size_t>(reps / 2)];
+    return time_linear_forward(N, IC, OC, reps);
   }
 
  private:
-  static void check_embedding_shard(int B, int T, int C, int v0, int Vl) {
-    WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
-               " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
-  }
   static void check_swiglu_dims(int N, int F) {
     WEFT_CHECK(N >= 0 && F > 0, "SwiGLU with N=", N, " F=", F);
   }
@@ -639,10 +555,6 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     WEFT_CHECK(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0 && HS % 2 == 0,
                "rotary embedding with B=", B, " T=", T, " NH=", NH, " NKV=", NKV, " HS=", HS,
                " (HS must be even)");
-  }
-  static void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
-    WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
-               "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
   }
 
   // dwte[token - v0, :] += the dout[N, C] rows of the positions whose token is in [v0, v0 + Vl),
