@@ -12,8 +12,7 @@
 //
 // Three implementations:
 //   make_host_backend(Precision::FP32) (cpu/host_fp32.cc, named "host"): the optimized CPU kernels
-//   of ops.inc
-//     (OpenMP + oneDNN GEMM), on host memory;
+//     of ops.inc (OpenMP + oneDNN GEMM), on host memory;
 //   make_host_backend(Precision::BF16Mixed) (cpu/host_bf16.cc): the bf16 ops on host memory with
 //     rounding at the points the GPU rounds, computed in fp32 by the CPU kernels. It tests the
 //     mixed-precision orchestration on machines without a GPU and is the reference the GPU
@@ -406,8 +405,6 @@ class TypedBackend : public Backend {
  protected:
   static A* t(Act* p) { return reinterpret_cast<A*>(p); }
   static const A* t(const Act* p) { return reinterpret_cast<const A*>(p); }
-
- private:
   Impl& self() { return static_cast<Impl&>(*this); }
 };
 

@@ -2,6 +2,7 @@
 // Row-major single-precision GEMM through oneDNN (docs/gemm-backend.md says why oneDNN):
 // C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X or X^T.
 
+#include <algorithm>
 #include <cstdint>
 
 namespace weft::kernels {
@@ -15,6 +16,22 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 // and each thread's slab must be at least kGemmMinSlab long along the split side.
 inline constexpr double kGemmMinSplitFlops = double{1 << 24};
 inline constexpr int64_t kGemmMinSlab = 128;
+// Whether C[M,N] (K deep) is split over `threads` threads (one slab each along max(M, N)).
+inline bool gemm_splits(int64_t M, int64_t N, int64_t K, int threads) {
+  return threads > 1 && 2.0 * M * N * K >= kGemmMinSplitFlops &&
+         std::max(M, N) >= kGemmMinSlab * threads;
+}
+// Part `id` of `parts` near-equal parts of [0, extent): [begin, end), boundaries on multiples of
+// 16 (a 64-byte line of fp32, so a thread's columns start on a vector boundary; one register tile
+// of a transposed conversion).
+struct Slab {
+  int64_t begin, end;
+};
+inline Slab slab(int64_t extent, int id, int parts) {
+  const int64_t units = (extent + 15) / 16;
+  return {std::min(extent, units * id / parts * 16),
+          std::min(extent, units * (id + 1) / parts * 16)};
+}
 
 // The same GEMM with A and B rounded to bfloat16 (round to nearest even) and the products
 // accumulated in fp32 (C stays fp32), through oneDNN's bf16 matmul: about twice sgemm's rate on

@@ -2,7 +2,8 @@
 // The vocabulary-parallel cross-entropy (Megatron-LM, Shoeybi et al. 2019, §3): the ONE algorithm
 // every backend runs (kernels/backend.h: cross_entropy_shard_stats and _finish),
 // and the arithmetic on its statistics, written once here for the host and the CUDA kernels
-// (kernels/cuda/ops.cu includes this header; __CUDACC__ makes the functions __host__ __device__).
+// (kernels/cuda/ops.cu includes this header; __CUDACC__ makes the functions __host__ __device__;
+// the host's row loops are cpu/host_backend.h's).
 //
 // Rank r of a tp group of size t holds columns [v0, v0 + Vl) of the padded vocabulary's logits,
 // the first Vv = max(0, min(Vl, V - v0)) of them real. Per row n:
@@ -38,13 +39,10 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
 #if defined(__CUDACC__)
 #define WEFT_VOCAB_CE_HD __host__ __device__ __forceinline__
 #else
-#include <algorithm>
-#include <vector>
 #define WEFT_VOCAB_CE_HD inline
 #endif
 
@@ -99,64 +97,6 @@ WEFT_VOCAB_CE_HD float loss(const Totals& t) { return (t.max - t.target) + logf(
 WEFT_VOCAB_CE_HD float grad(float x, float max, float inv_sum, float dloss, bool is_target) {
   return dloss * (expf(x - max) * inv_sum - (is_target ? 1.f : 0.f));
 }
-
-#if !defined(__CUDACC__)
-// Step 1 on the host, for one row z[0, Vv) of a rank's logits (any element type, read through
-// to_float): the max, then the sum in column order (two passes; the CUDA kernel folds per
-// thread, then across the block, the same contract). y: the target's local column.
-template <typename T, typename ToFloat>
-void row_stats(float* out, const T* z, int64_t Vv, int64_t y, ToFloat to_float) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < Vv; ++j) m = std::max(m, to_float(z[j]));
-  float s = 0.f;
-  for (int64_t j = 0; j < Vv; ++j) s += std::exp(to_float(z[j]) - m);
-  out[0] = m;
-  out[1] = s;
-  out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
-}
-
-// Steps 1 and 3 on the host for rows of any element type T (float or BF16): the two ops of
-// Backend (backend.h) that the host backends run, reading through to_float and writing the
-// gradient through from_float.
-// stats[N,3] = row_stats of each row's Vv real columns.
-template <typename T, typename ToFloat>
-void host_stats(float* stats, const T* logits, const int32_t* targets, int N, int Vl, int Vv,
-                int v0, ToFloat to_float) {
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= (int64_t{1} << 15))
-  for (int n = 0; n < N; ++n) {
-    row_stats(stats + int64_t{kStats} * n, logits + int64_t{n} * Vl, Vv, int64_t{targets[n]} - v0,
-              to_float);
-  }
-}
-
-// totals() of every rank's stats (all_stats[tp,N,3]), then losses[N] and the logits[N,Vl]
-// OVERWRITTEN with grad() in the Vv real columns, 0 in the padding; an ignored row (target < 0)
-// gets loss 0 and gradient 0, a target >= V NaN (visible).
-template <typename T, typename ToFloat, typename FromFloat>
-void host_finish(float* losses, T* logits, const float* all_stats, int tp, const int32_t* targets,
-                 float dloss, int N, int V, int Vl, int Vv, int v0, ToFloat to_float,
-                 FromFloat from_float) {
-  const int64_t stride = int64_t{kStats} * N;  // between ranks in all_stats
-#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= (int64_t{1} << 15))
-  for (int n = 0; n < N; ++n) {
-    T* z = logits + static_cast<int64_t>(n) * Vl;  // [Vl], first Vv real
-    const int32_t y = targets[n];
-    if (y < 0 || y >= V) {
-      const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
-      losses[n] = fill;
-      for (int j = 0; j < Vl; ++j) z[j] = from_float(j < Vv ? fill : 0.f);
-      continue;
-    }
-    const Totals t = totals(all_stats + int64_t{kStats} * n, stride, tp);
-    losses[n] = loss(t);
-    const float inv_s = 1.f / t.sum;
-    const int64_t local_y = static_cast<int64_t>(y) - v0;
-    for (int j = 0; j < Vv; ++j)
-      z[j] = from_float(grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y));
-    for (int j = Vv; j < Vl; ++j) z[j] = from_float(0.f);
-  }
-}
-#endif
 
 }  // namespace weft::kernels::vocab_ce
 

@@ -15,7 +15,6 @@
 #include <dnnl.h>
 #include <omp.h>
 
-#include <algorithm>
 #include <vector>
 
 #include "weft/core/check.h"
@@ -54,23 +53,18 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   }
 
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const bool by_rows = M >= N;  // split the longer side of C
-  const int64_t extent = by_rows ? M : N;
-  if (threads == 1 || 2.0 * M * N * K < kGemmMinSplitFlops || extent < kGemmMinSlab * threads) {
+  if (!gemm_splits(M, N, K, threads)) {
     check_status(dnnl_sgemm(op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
                  trans_a, trans_b, M, N, K, lda, ldb, ldc);
     return;
   }
 
+  const bool by_rows = M >= N;  // split the longer side of C
   std::vector<dnnl_status_t> status(static_cast<size_t>(threads), dnnl_success);
 #pragma omp parallel num_threads(threads)
   {
-    const int parts = omp_get_num_threads();
     const int id = omp_get_thread_num();
-    // Slab boundaries on multiples of 16 (one 64-byte line of C for a column split).
-    const int64_t units = (extent + 15) / 16;
-    const int64_t begin = std::min(extent, units * id / parts * 16);
-    const int64_t end = std::min(extent, units * (id + 1) / parts * 16);
+    const auto [begin, end] = slab(by_rows ? M : N, id, omp_get_num_threads());
     if (end > begin) {
       dnnl_status_t s;
       if (by_rows) {  // C[begin:end, :] = op(A)[begin:end, :] op(B)

@@ -34,8 +34,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #if defined(__AVX512BF16__)
@@ -258,14 +256,6 @@ Matmul cached_matmul(const Key& k) {
 // Per-thread scratch: `first` holds A (or a thread's own slab), `second` B (or the shared operand).
 thread_local Scratch first_scratch, second_scratch;
 
-// Rows [begin, end) of [0, extent) for thread `id` of `parts`, on multiples of 16 (one 64-byte line
-// of fp32 C for a column split, one register tile of a transposed conversion).
-std::pair<int64_t, int64_t> slab(int64_t extent, int id, int parts) {
-  const int64_t units = (extent + 15) / 16;
-  return {std::min(extent, units * id / parts * 16),
-          std::min(extent, units * (id + 1) / parts * 16)};
-}
-
 // op(A)[M, K] as dense row-major bf16 (A row-major with leading dimension lda, stored [K, M] when
 // trans_a): the oneDNN kernels are much faster on a plain source than on a transposed one.
 // Parallel when called outside an OpenMP region.
@@ -287,11 +277,7 @@ void convert_a(bool trans_a, const float* A, int64_t lda, int64_t M, int64_t K, 
 
 // op(B)[K, N] as dense bf16 in B's orientation ([N, K] when trans_b; the kernels handle both).
 void convert_b(bool trans_b, const float* B, int64_t ldb, int64_t K, int64_t N, uint16_t* b) {
-  if (trans_b) {
-    convert_block(B, ldb, N, K, b);
-  } else {
-    convert_block(B, ldb, K, N, b);
-  }
+  convert_block(B, ldb, trans_b ? N : K, trans_b ? K : N, b);
 }
 
 // Whether this CPU has a oneDNN bf16 matmul: oneDNN 2.6 has none below avx512_core (an AVX2-only
@@ -354,9 +340,7 @@ void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                 int64_t ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const bool by_rows = M >= N;  // split the longer side of C
-  const int64_t extent = by_rows ? M : N;
-  if (threads == 1 || 2.0 * M * N * K < kGemmMinSplitFlops || extent < kGemmMinSlab * threads) {
+  if (!gemm_splits(M, N, K, threads)) {
     uint16_t* a = first_scratch.bf16(M * K);
     uint16_t* b = second_scratch.bf16(K * N);
     convert_a(trans_a, A, lda, M, K, a);
@@ -366,6 +350,7 @@ void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
   }
 
   // By rows the threads share B and each converts its rows of A; by columns the other way round.
+  const bool by_rows = M >= N;  // split the longer side of C
   uint16_t* shared = second_scratch.bf16(by_rows ? K * N : M * K);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
 #pragma omp parallel num_threads(threads)
@@ -382,16 +367,12 @@ void gemm_block(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     } else {
       const auto [m0, m1] = slab(M, id, parts);
       if (m1 > m0) {
-        if (trans_a) {
-          convert_transposed(A + m0, lda, K, m1 - m0, shared + m0 * K);
-        } else {
-          convert_block(A + m0 * lda, lda, m1 - m0, K, shared + m0 * K);
-        }
+        convert_a(trans_a, trans_a ? A + m0 : A + m0 * lda, lda, m1 - m0, K, shared + m0 * K);
       }
     }
 #pragma omp barrier
     // 2. this thread's slab of C
-    const auto [begin, end] = slab(extent, id, parts);
+    const auto [begin, end] = slab(by_rows ? M : N, id, parts);
     const int64_t len = end - begin;
     if (len > 0) {
       try {
@@ -443,12 +424,8 @@ void sgemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                 int64_t ldc) {
   WEFT_CHECK(M >= 0 && N >= 0 && K >= 0, "sgemm_bf16: negative size M=", M, " N=", N, " K=", K);
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // C = beta C
-    for (int64_t i = 0; i < M; ++i) {
-      float* row = C + i * ldc;
-      for (int64_t j = 0; j < N; ++j) row[j] = beta == 0.f ? 0.f : beta * row[j];
-    }
+  if (M == 0 || N == 0 || K == 0) {  // nothing to round: sgemm's C = beta C
+    sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   if (M * K <= kMaxChunk && K * N <= kMaxChunk) {

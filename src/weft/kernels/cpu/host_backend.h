@@ -1,35 +1,94 @@
 #pragma once
 // What the two host backends (host_fp32.cc, host_bf16.cc) share: host memory handed out and
 // counted as the CUDA arena hands it out and counts it, AdamW over segments with the arithmetic of
-// cpu::adamw_update, and the sum of squares of cpu::sum_squares. Internal to kernels/cpu.
+// cpu::adamw_update, the sum of squares of cpu::sum_squares, and the ops whose one expression
+// serves both element types (read through to_float, written through from_float<A>: bf16 rounded
+// once). Internal to kernels/cpu.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <sys/mman.h>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/core/dtype.h"
 #include "weft/core/memory_usage.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/kernels.h"
+#include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels {
 
-// The two host backends (make_host_backend picks one).
-std::unique_ptr<Backend> make_host_fp32_backend();
+// The host BF16Mixed backend (make_host_backend's, for that precision).
 std::unique_ptr<Backend> make_host_bf16_backend();
 
 inline constexpr int64_t kHostAlignment = 256;  // what cuBLASLt prefers; the CUDA arena's default
 // Element-wise loops on fewer elements than this stay on the calling thread.
 inline constexpr int64_t kHostMinParallel = int64_t{1} << 15;
+
+inline float to_float(float x) { return x; }
+inline float to_float(BF16 x) { return x.to_float(); }
+template <typename A>
+A from_float(float x) {
+  if constexpr (sizeof(A) == 4) {
+    return x;
+  } else {
+    return BF16::from_float(x);
+  }
+}
+
+// The host's rows of the vocabulary-parallel cross-entropy (kernels/vocab_parallel_ce.h).
+namespace vocab_ce {
+
+// Step 1 for one row z[0, Vv) of a rank's logits: the max, then the sum in column order (two
+// passes; the CUDA kernel folds per thread, then across the block, the same contract). y: the
+// target's local column.
+template <typename A>
+void row_stats(float* out, const A* z, int64_t Vv, int64_t y) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < Vv; ++j) m = std::max(m, to_float(z[j]));
+  float s = 0.f;
+  for (int64_t j = 0; j < Vv; ++j) s += std::exp(to_float(z[j]) - m);
+  out[0] = m;
+  out[1] = s;
+  out[2] = y >= 0 && y < Vv ? to_float(z[y]) : 0.f;
+}
+
+// Step 3 for one row z[0, Vl) (first Vv real) of target y: totals() of the ranks' statistics of
+// the row (rank r's at row + r * rank_stride), then z OVERWRITTEN with grad() in the real
+// columns, 0 in the padding; returns the row's loss. An ignored row (y < 0) gets loss 0 and
+// gradient 0, a target >= V NaN (visible).
+template <typename A>
+float finish_row(A* z, const float* row, int64_t rank_stride, int tp, int32_t y, float dloss, int V,
+                 int Vl, int Vv, int v0) {
+  if (y < 0 || y >= V) {
+    const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
+    for (int j = 0; j < Vl; ++j) z[j] = from_float<A>(j < Vv ? fill : 0.f);
+    return fill;
+  }
+  const Totals t = totals(row, rank_stride, tp);
+  const float inv_s = 1.f / t.sum;
+  const int64_t local_y = static_cast<int64_t>(y) - v0;
+  for (int j = 0; j < Vv; ++j) {
+    z[j] = from_float<A>(grad(to_float(z[j]), t.max, inv_s, dloss, j == local_y));
+  }
+  for (int j = Vv; j < Vl; ++j) z[j] = from_float<A>(0.f);
+  return loss(t);
+}
+
+}  // namespace vocab_ce
 
 class HostAdamW final : public Backend::AdamW {
  public:
@@ -61,10 +120,14 @@ class HostAdamW final : public Backend::AdamW {
   std::vector<Backend::AdamWSegment> segments_;
 };
 
-// The memory calls, sum_squares and plan_adamw of a host backend whose ops Impl writes with A.
+// The memory calls, sum_squares, plan_adamw and the shared ops of a host backend whose other ops
+// Impl writes with A.
 template <typename Impl, typename A>
 class HostBackend : public TypedBackend<Impl, A> {
  public:
+  std::string name() const override { return "host"; }
+  bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
+
   // ---- memory ----------------------------------------------------------------------------------
 
   // glibc's mmap threshold fixed before the first block: the memory model prices the host's heap
@@ -140,8 +203,7 @@ class HostBackend : public TypedBackend<Impl, A> {
 
   void add_mean(double* sum, const float* x, int64_t n, int64_t count) override {
     WEFT_CHECK(n >= 0 && count > 0, "add_mean of ", n, " elements over ", count);
-    double s = 0.0;
-    for (int64_t i = 0; i < n; ++i) s += x[i];
+    const double s = std::accumulate(x, x + n, 0.0);
     *sum += static_cast<float>(s / static_cast<double>(count));
   }
 
@@ -164,7 +226,92 @@ class HostBackend : public TypedBackend<Impl, A> {
     return std::make_unique<HostAdamW>(segments);
   }
 
+  // ---- ops -------------------------------------------------------------------------------------
+
+  // Tensor-parallel rank's partial embedding (Megatron-LM's VocabParallelEmbedding): the
+  // expression of embedding_forward with the rows this rank does not hold read as 0, so rank 0
+  // (which passes wpe) writes exactly embedding_forward's value for its own tokens, and every other
+  // partial is one row of wte (exact): the fp32 sum over ranks, rounded, is embedding_forward's
+  // output.
+  void embedding_forward_shard(A* out, const int32_t* tokens, const A* wte, const A* wpe, int B,
+                               int T, int C, int v0, int Vl) {
+    check_embedding_shard(B, T, C, v0, Vl);
+    const int64_t N = static_cast<int64_t>(B) * T;
+#pragma omp parallel for schedule(static) if (N * C >= kHostMinParallel)
+    for (int64_t n = 0; n < N; ++n) {
+      A* o = out + n * C;  // [C]
+      const int64_t row = static_cast<int64_t>(tokens[n]) - v0;
+      const A* e = row >= 0 && row < Vl ? wte + row * C : nullptr;  // [C] or none
+      const A* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;    // [C] or none
+      for (int c = 0; c < C; ++c) {
+        const float x = e != nullptr ? to_float(e[c]) : 0.f;
+        const float y = p != nullptr ? to_float(p[c]) : 0.f;
+        o[c] = from_float<A>(x + y);
+      }
+    }
+  }
+
+  // The vocabulary-parallel cross-entropy of kernels/vocab_parallel_ce.h, a row at a time: with
+  // tp = 1 and v0 = 0 the bf16 backend's bits are those of its softmax_cross_entropy.
+  // stats[N,3] = row_stats of each row's Vv real columns.
+  void cross_entropy_shard_stats(float* stats, const A* logits, const int32_t* targets, int N,
+                                 int Vl, int Vv, int v0) {
+    check_cross_entropy_shard(N, Vl, Vv, v0);
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vv >= kHostMinParallel)
+    for (int n = 0; n < N; ++n) {
+      vocab_ce::row_stats(stats + int64_t{vocab_ce::kStats} * n, logits + int64_t{n} * Vl, Vv,
+                          int64_t{targets[n]} - v0);
+    }
+  }
+  // finish_row of every row of logits[N,Vl] from every rank's stats (all_stats[tp,N,3]).
+  void cross_entropy_shard_finish(float* losses, A* logits, const float* all_stats, int tp,
+                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
+                                  int v0) {
+    check_cross_entropy_shard(N, Vl, Vv, v0);
+    WEFT_CHECK(tp >= 1 && V > 0 && Vv == vocab_ce::real_columns(V, v0, Vl),
+               "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
+               " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
+#pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vl >= kHostMinParallel)
+    for (int n = 0; n < N; ++n) {
+      losses[n] =
+          vocab_ce::finish_row(logits + int64_t{n} * Vl, all_stats + int64_t{vocab_ce::kStats} * n,
+                               int64_t{vocab_ce::kStats} * N, tp, targets[n], dloss, V, Vl, Vv, v0);
+    }
+  }
+
+ protected:
+  static void check_embedding_shard(int B, int T, int C, int v0, int Vl) {
+    WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
+               " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
+  }
+
+  // The median of `reps` timed linear_forward calls of [N,IC] x [OC,IC]^T after a warm-up, on
+  // buffers of its own (the caller checks the sizes).
+  double time_linear_forward(int N, int IC, int OC, int reps) {
+    std::vector<A> inp(static_cast<size_t>(N) * IC, from_float<A>(0.01f));
+    std::vector<A> weight(static_cast<size_t>(OC) * IC, from_float<A>(0.01f));
+    std::vector<A> out(static_cast<size_t>(N) * OC);
+    auto run = [&] {
+      this->self().linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC,
+                                  OC);
+    };
+    run();  // warm-up
+    std::vector<double> seconds(static_cast<size_t>(reps));
+    for (double& s : seconds) {
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      s = seconds_since(start);
+    }
+    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
+    return seconds[static_cast<size_t>(reps / 2)];
+  }
+
  private:
+  static void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
+    WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
+               "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
+  }
+
   // `bytes` (whole huge pages) on a huge-page boundary, advised as huge; null when the system has
   // no memory for it. The slack that aligned it is unmapped at once.
   static void* map_huge(int64_t bytes) {

@@ -16,19 +16,13 @@
 // the compilers' contraction choices cannot set them apart.
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
-#include <new>
-#include <span>
-#include <string>
 #include <vector>
 
 #include "weft/core/check.h"
-#include "weft/core/clock.h"
 #include "weft/core/dtype.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
@@ -39,7 +33,6 @@
 namespace weft::kernels {
 namespace {
 
-inline float to_float(BF16 x) { return x.to_float(); }
 inline BF16 round_bf16(float x) { return BF16::from_float(x); }
 
 // GeLU, tanh approximation (Hendrycks & Gimpel 2016), in float as the CUDA kernels' gelu and
@@ -56,16 +49,18 @@ inline float gelu_grad(float x) {
   return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * du_dx;
 }
 
-// out[n] = float(in[n])
-void widen(float* out, const BF16* in, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
-  for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
-}
-
 // Grows a scratch buffer to at least n floats and returns it.
 float* scratch(std::vector<float>& buf, int64_t n) {
   if (static_cast<int64_t>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
+}
+
+// scratch(buf, n) holding float(in[i]) for i < n.
+const float* widen(std::vector<float>& buf, const BF16* in, int64_t n) {
+  float* out = scratch(buf, n);
+#pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
+  for (int64_t i = 0; i < n; ++i) out[i] = to_float(in[i]);
+  return out;
 }
 
 // dst[c] += sum_n src[n, c] (src [N, cols] bf16), each column summed in row order in fp32 and
@@ -79,16 +74,13 @@ void add_column_sums(float* dst, const BF16* src, int64_t N, int64_t cols) {
   }
 }
 
-void check_layernorm_dims(int N, int C) {
+void check_layernorm(int N, int C, const float* mean, const void* bias, Norm norm) {
   WEFT_CHECK(N >= 0 && C > 0, "LayerNorm with N=", N, " C=", C);
+  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
 }
 
 void check_linear_dims(int N, int IC, int OC) {
   WEFT_CHECK(N >= 0 && IC > 0 && OC > 0, "linear layer with N=", N, " IC=", IC, " OC=", OC);
-}
-
-void check_layernorm_norm(const float* mean, const void* bias, Norm norm) {
-  WEFT_CHECK(!norm.rms || (mean == nullptr && bias == nullptr), "RMSNorm has no mean or bias");
 }
 
 void check_attention_dims(int B, int T, int C, int NH, int NKV) {
@@ -97,43 +89,50 @@ void check_attention_dims(int B, int T, int C, int NH, int NKV) {
              " (C must be divisible by NH, NH by NKV)");
 }
 
-// One row of LayerNorm on x[C] (fp32 values of bf16 inputs): two passes for mean and variance,
-// as the CUDA kernel (one warp per row) and ref::layernorm_forward. RMSNorm: the mean pass is
-// skipped and taken as 0, so the second pass sums squares; mean (null) is not written. A null
-// bias adds nothing (not +0, which would turn a -0 into +0), in a loop of its own so that the
-// compiler's contraction of the biased expression into an fma is what it always was.
-void layernorm_row(BF16* y, float* mean, float* rstd, const float* x, const BF16* weight,
-                   const BF16* bias, int C, Norm norm) {
-  float m = 0.f;
-  if (!norm.rms) {
-    float sum = 0.f;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    m = sum / static_cast<float>(C);
-  }
-  float var = 0.f;
-  for (int c = 0; c < C; ++c) {
-    const float d = x[c] - m;
-    var += d * d;
-  }
-  const float s = 1.f / std::sqrt(var / static_cast<float>(C) + norm.eps);
-  if (bias != nullptr) {  // today's expression, as written before RMSNorm: the same bits
-    for (int c = 0; c < C; ++c) {
-      y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]) + to_float(bias[c]));
+// LayerNorm of the N rows of out[N,C], row n computed from x[C], the fp32 values of bf16 inputs
+// that read_row(n * C, x) writes: two passes for mean and variance, as the CUDA kernel (one warp
+// per row) and ref::layernorm_forward. RMSNorm: the mean pass is skipped and taken as 0, so the
+// second pass sums squares; mean (null) is not written. A null bias adds nothing (not +0, which
+// would turn a -0 into +0), in a loop of its own so that the compiler's contraction of the biased
+// expression into an fma is what it always was.
+template <typename ReadRow>
+void layernorm_rows(BF16* out, float* mean, float* rstd, const BF16* weight, const BF16* bias,
+                    int N, int C, Norm norm, ReadRow read_row) {
+#pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
+  {
+    std::vector<float> row(static_cast<size_t>(C));  // [C]
+    const float* x = row.data();
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      read_row(static_cast<int64_t>(n) * C, row.data());
+      BF16* y = out + static_cast<int64_t>(n) * C;  // [C]
+      float m = 0.f;
+      if (!norm.rms) {
+        float sum = 0.f;
+        for (int c = 0; c < C; ++c) sum += x[c];
+        m = sum / static_cast<float>(C);
+      }
+      float var = 0.f;
+      for (int c = 0; c < C; ++c) {
+        const float d = x[c] - m;
+        var += d * d;
+      }
+      const float s = 1.f / std::sqrt(var / static_cast<float>(C) + norm.eps);
+      if (bias != nullptr) {  // today's expression, as written before RMSNorm: the same bits
+        for (int c = 0; c < C; ++c) {
+          y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]) + to_float(bias[c]));
+        }
+      } else {
+        for (int c = 0; c < C; ++c) y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]));
+      }
+      if (mean != nullptr) mean[n] = m;
+      rstd[n] = s;
     }
-  } else {
-    for (int c = 0; c < C; ++c) y[c] = round_bf16((x[c] - m) * s * to_float(weight[c]));
   }
-  if (mean != nullptr) *mean = m;
-  *rstd = s;
 }
 
 class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
  public:
-  std::string name() const override { return "host"; }
-
-  // ---- ops
-  // ---------------------------------------------------------------------------------------
-
   void convert(BF16* out, const float* in, int64_t n) {
     WEFT_CHECK(n >= 0, "negative element count ", n);
 #pragma omp parallel for schedule(static) if (n >= kHostMinParallel)
@@ -157,41 +156,18 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     }
   }
 
-  // Tensor-parallel rank's partial embedding: the expression of embedding_forward with the rows
-  // this rank does not hold read as 0, so rank 0 (which passes wpe) writes exactly
-  // embedding_forward's value for its own tokens, and every other partial is one bf16 row
-  // (exact): the fp32 sum over ranks, rounded, is embedding_forward's output.
-  void embedding_forward_shard(BF16* out, const int32_t* tokens, const BF16* wte, const BF16* wpe,
-                               int B, int T, int C, int v0, int Vl) {
-    check_embedding_shard(B, T, C, v0, Vl);
-    const int64_t N = static_cast<int64_t>(B) * T;
-#pragma omp parallel for schedule(static) if (N * C >= kHostMinParallel)
-    for (int64_t n = 0; n < N; ++n) {
-      BF16* o = out + n * C;  // [C]
-      const int64_t row = static_cast<int64_t>(tokens[n]) - v0;
-      const BF16* e = row >= 0 && row < Vl ? wte + row * C : nullptr;  // [C] or none
-      const BF16* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;    // [C] or none
-      for (int c = 0; c < C; ++c) {
-        const float x = e != nullptr ? to_float(e[c]) : 0.f;
-        const float y = p != nullptr ? to_float(p[c]) : 0.f;
-        o[c] = round_bf16(x + y);
-      }
-    }
-  }
-
   // As the CUDA kernels: each token's rows are summed in position order in fp32 and the total is
   // added to dwte[token] once; dwpe[t] += the sum over b, in order (dwpe may be null).
   void embedding_backward(float* dwte, float* dwpe, const BF16* dout, const int32_t* tokens_host,
                           int B, int T, int C) {
     WEFT_CHECK(B >= 0 && T >= 0 && C > 0, "embedding with B=", B, " T=", T, " C=", C);
     const int64_t N = static_cast<int64_t>(B) * T;
-    if (N == 0) return;
     for (int64_t i = 0; i < N; ++i) {  // as the CUDA plan (host_plans.h: group_tokens) rejects
       WEFT_CHECK(tokens_host[i] >= 0, "token ", tokens_host[i], " at position ", i, " is negative");
     }
-    add_token_rows(dwte, dout, tokens_host, N, C, 0,
-                   int64_t{std::numeric_limits<int32_t>::max()} + 1);
-    if (dwpe != nullptr) add_position_sums(dwpe, dout, B, T, C);
+    // Each token is below the vocabulary's size, so below 2^31 - 1: the shard of all tokens.
+    embedding_backward_shard(dwte, dwpe, dout, tokens_host, B, T, C, 0,
+                             std::numeric_limits<int32_t>::max());
   }
 
   // The same sums as embedding_backward, restricted to this rank's rows: a token's total is
@@ -203,24 +179,16 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     const int64_t N = static_cast<int64_t>(B) * T;
     if (N == 0) return;
     add_token_rows(dwte, dout, tokens_host, N, C, v0, Vl);
-    if (dwpe != nullptr) add_position_sums(dwpe, dout, B, T, C);
+    // dwpe[T, C] += the sum over b of dout[B, T, C]
+    if (dwpe != nullptr) add_column_sums(dwpe, dout, B, static_cast<int64_t>(T) * C);
   }
 
   void layernorm_forward(BF16* out, float* mean, float* rstd, const BF16* inp, const BF16* weight,
                          const BF16* bias, int N, int C, Norm norm) {
-    check_layernorm_dims(N, C);
-    check_layernorm_norm(mean, bias, norm);
-#pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
-    {
-      std::vector<float> x(static_cast<size_t>(C));  // [C] the row in fp32
-#pragma omp for schedule(static)
-      for (int n = 0; n < N; ++n) {
-        const int64_t row = static_cast<int64_t>(n) * C;
-        for (int c = 0; c < C; ++c) x[c] = to_float(inp[row + c]);
-        layernorm_row(out + row, mean != nullptr ? mean + n : nullptr, rstd + n, x.data(), weight,
-                      bias, C, norm);
-      }
-    }
+    check_layernorm(N, C, mean, bias, norm);
+    layernorm_rows(out, mean, rstd, weight, bias, N, C, norm, [&](int64_t row, float* x) {
+      for (int c = 0; c < C; ++c) x[c] = to_float(inp[row + c]);
+    });
   }
 
   void residual_forward(BF16* out, const BF16* a, const BF16* b, int64_t n) {
@@ -231,24 +199,15 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   void fused_residual_layernorm_forward(BF16* residual, BF16* out, float* mean, float* rstd,
                                         const BF16* a, const BF16* b, const BF16* weight,
                                         const BF16* bias, int N, int C, Norm norm) {
-    check_layernorm_dims(N, C);
-    check_layernorm_norm(mean, bias, norm);
+    check_layernorm(N, C, mean, bias, norm);
     WEFT_CHECK(residual != nullptr, "fused_residual_layernorm_forward needs a residual output");
-#pragma omp parallel if (static_cast <int64_t>(N) * C >= kHostMinParallel)
-    {
-      std::vector<float> x(static_cast<size_t>(C));  // [C] the rounded residual row in fp32
-#pragma omp for schedule(static)
-      for (int n = 0; n < N; ++n) {
-        const int64_t row = static_cast<int64_t>(n) * C;
-        for (int c = 0; c < C; ++c) {
-          const BF16 r = round_bf16(to_float(a[row + c]) + to_float(b[row + c]));
-          residual[row + c] = r;
-          x[c] = to_float(r);  // normalize the rounded value, as layernorm_forward(residual)
-        }
-        layernorm_row(out + row, mean != nullptr ? mean + n : nullptr, rstd + n, x.data(), weight,
-                      bias, C, norm);
+    layernorm_rows(out, mean, rstd, weight, bias, N, C, norm, [&](int64_t row, float* x) {
+      for (int c = 0; c < C; ++c) {
+        const BF16 r = round_bf16(to_float(a[row + c]) + to_float(b[row + c]));
+        residual[row + c] = r;
+        x[c] = to_float(r);  // normalize the rounded value, as layernorm_forward(residual)
       }
-    }
+    });
   }
 
   // dinp += rstd * (dnorm - mean_c(dnorm) - norm * mean_c(dnorm * norm)), dnorm = dout * weight,
@@ -258,8 +217,7 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   void layernorm_backward(BF16* dinp, float* dweight, float* dbias, const BF16* dout,
                           const BF16* inp, const BF16* weight, const float* mean, const float* rstd,
                           int N, int C, Norm norm) {
-    check_layernorm_dims(N, C);
-    check_layernorm_norm(mean, dbias, norm);
+    check_layernorm(N, C, mean, dbias, norm);
     if (N == 0) return;
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * C >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
@@ -308,11 +266,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     const int64_t in_size = static_cast<int64_t>(N) * IC;
     const int64_t w_size = static_cast<int64_t>(OC) * IC;
     const int64_t out_size = static_cast<int64_t>(N) * OC;
-    float* x = scratch(scratch_a_, in_size);     // [N, IC]
-    float* w = scratch(scratch_b_, w_size);      // [OC, IC]
-    float* acc = scratch(scratch_c_, out_size);  // [N, OC]
-    widen(x, inp, in_size);
-    widen(w, weight, w_size);
+    const float* x = widen(scratch_a_, inp, in_size);    // [N, IC]
+    const float* w = widen(scratch_b_, weight, w_size);  // [OC, IC]
+    float* acc = scratch(scratch_c_, out_size);          // [N, OC]
     sgemm(false, true, N, OC, IC, 1.f, x, IC, w, IC, 0.f, acc, OC);
     // The epilogue, on the fp32 accumulator: + bias, then (with pre_gelu) GeLU.
 #pragma omp parallel for schedule(static) if (out_size >= kHostMinParallel)
@@ -340,13 +296,11 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       if (dbias != nullptr) add_column_sums(dbias, dout, N, OC);
       return;
     }
-    float* dy = scratch(scratch_a_, out_size);  // [N, OC]
-    widen(dy, dout, out_size);
+    const float* dy = widen(scratch_a_, dout, out_size);  // [N, OC]
     if (dinp != nullptr) {
       const int64_t w_size = static_cast<int64_t>(OC) * IC;
-      float* w = scratch(scratch_b_, w_size);     // [OC, IC]
-      float* acc = scratch(scratch_c_, in_size);  // [N, IC]
-      widen(w, weight, w_size);
+      const float* w = widen(scratch_b_, weight, w_size);  // [OC, IC]
+      float* acc = scratch(scratch_c_, in_size);           // [N, IC]
       sgemm(false, false, N, IC, OC, 1.f, dy, OC, w, IC, 0.f, acc, IC);
       // With GeLU, as the GPU: the product rounded to bf16 (the GEMM's output type), then times
       // gelu'(pre), rounded again. The CUDA fallback writes the product and a GeLU-backward kernel
@@ -360,8 +314,7 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
       }
     }
     if (dweight != nullptr) {
-      float* x = scratch(scratch_b_, in_size);  // [N, IC]
-      widen(x, inp, in_size);
+      const float* x = widen(scratch_b_, inp, in_size);  // [N, IC]
       // dweight[OC, IC] += dout^T @ inp, straight into the fp32 gradient (beta = 1).
       sgemm(true, false, OC, IC, N, 1.f, dy, OC, x, IC, 1.f, dweight, IC);
     }
@@ -398,7 +351,9 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
   // when inverse): cos a and sin a from double, rounded to float; x1' = fma(x1, c, -(x2 s)),
   // x2' = fma(x2, c, x1 s), rounded once, as the CUDA kernel.
   void rope(BF16* qkv, int B, int T, int NH, int NKV, int HS, float theta, bool inverse) {
-    check_rope_dims(B, T, NH, NKV, HS);
+    WEFT_CHECK(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0 && HS % 2 == 0,
+               "rotary embedding with B=", B, " T=", T, " NH=", NH, " NKV=", NKV, " HS=", HS,
+               " (HS must be even)");
     const int half = HS / 2, heads = NH + NKV;  // q's and k's heads are contiguous in a row
     const int64_t W = static_cast<int64_t>(NH + 2 * NKV) * HS, N = static_cast<int64_t>(B) * T;
     std::vector<float> cs(static_cast<size_t>(T) * half * 2);  // [T, half, {cos, sin}]
@@ -554,14 +509,14 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
     }
   }
 
-  bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
   // The flash formulation's lse[B,NH,T].
   int64_t attention_saved_floats(int B, int T, int NH) const override {
     return int64_t{B} * NH * T;
   }
 
-  // As the CUDA kernel, with the max and the sum in two passes instead of online: loss =
-  // (max - z_y) + log(sum), gradient dloss * (exp(z - max) / sum - onehot) rounded.
+  // The vocabulary-parallel cross-entropy's row arithmetic (kernels/vocab_parallel_ce.h) with one
+  // rank, a row at a time: as the CUDA kernel, with the max and the sum in two passes instead of
+  // online: loss = (max - z_y) + log(sum), gradient dloss * (exp(z - max) / sum - onehot) rounded.
   void softmax_cross_entropy(float* losses, BF16* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) {
     WEFT_CHECK(N >= 0 && V > 0 && Vp >= V, "softmax cross-entropy with N=", N, " V=", V,
@@ -569,80 +524,21 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
 #pragma omp parallel for schedule(static) if (static_cast <int64_t>(N) * Vp >= kHostMinParallel)
     for (int n = 0; n < N; ++n) {
       BF16* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp], first V real
-      const int32_t y = targets[n];
-      if (y < 0 || y >= V) {  // ignored row: loss 0, gradient 0; bad target: NaN (visible)
-        const float fill = y < 0 ? 0.f : std::numeric_limits<float>::quiet_NaN();
-        losses[n] = fill;
-        for (int j = 0; j < Vp; ++j) z[j] = round_bf16(j < V ? fill : 0.f);
-        continue;
-      }
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = 0; j < V; ++j) m = std::max(m, to_float(z[j]));
-      float s = 0.f;
-      for (int j = 0; j < V; ++j) s += std::exp(to_float(z[j]) - m);
-      losses[n] = (m - to_float(z[y])) + std::log(s);
-      const float inv_s = 1.f / s;
-      for (int j = 0; j < V; ++j) {
-        const float p = std::exp(to_float(z[j]) - m) * inv_s;
-        z[j] = round_bf16(dloss * (p - (j == y ? 1.f : 0.f)));
-      }
-      for (int j = V; j < Vp; ++j) z[j] = round_bf16(0.f);
+      float stats[vocab_ce::kStats];
+      vocab_ce::row_stats(stats, z, V, targets[n]);
+      losses[n] = vocab_ce::finish_row(z, stats, 0, 1, targets[n], dloss, V, Vp, V, 0);
     }
-  }
-
-  // The vocabulary-parallel cross-entropy of kernels/vocab_parallel_ce.h, whose arithmetic it
-  // calls: with tp = 1 and v0 = 0 the bits of softmax_cross_entropy.
-  void cross_entropy_shard_stats(float* stats, const BF16* logits, const int32_t* targets, int N,
-                                 int Vl, int Vv, int v0) {
-    check_cross_entropy_shard(N, Vl, Vv, v0);
-    vocab_ce::host_stats(stats, logits, targets, N, Vl, Vv, v0, [](BF16 x) { return to_float(x); });
-  }
-  void cross_entropy_shard_finish(float* losses, BF16* logits, const float* all_stats, int tp,
-                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
-                                  int v0) {
-    check_cross_entropy_shard(N, Vl, Vv, v0);
-    WEFT_CHECK(tp >= 1 && V > 0 && Vv == vocab_ce::real_columns(V, v0, Vl),
-               "vocabulary-parallel cross-entropy with tp=", tp, " V=", V, " v0=", v0, " Vl=", Vl,
-               " Vv=", Vv, " (Vv must be max(0, min(Vl, V - v0)))");
-    vocab_ce::host_finish(
-        losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0,
-        [](BF16 x) { return to_float(x); }, [](float x) { return round_bf16(x); });
   }
 
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
     check_linear_dims(N, IC, OC);
     WEFT_CHECK(N > 0 && reps >= 1, "linear_forward_seconds with N=", N, " reps=", reps);
-    const BF16 small = round_bf16(0.01f);
-    std::vector<BF16> inp(static_cast<size_t>(N) * IC, small);
-    std::vector<BF16> weight(static_cast<size_t>(OC) * IC, small);
-    std::vector<BF16> out(static_cast<size_t>(N) * OC);
-    linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC, OC);  // warm-up
-    std::vector<double> seconds(static_cast<size_t>(reps));
-    for (double& s : seconds) {
-      const auto start = std::chrono::steady_clock::now();
-      linear_forward(out.data(), nullptr, inp.data(), weight.data(), nullptr, N, IC, OC);
-      s = seconds_since(start);
-    }
-    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
-    return seconds[static_cast<size_t>(reps / 2)];
+    return time_linear_forward(N, IC, OC, reps);
   }
 
  private:
-  static void check_embedding_shard(int B, int T, int C, int v0, int Vl) {
-    WEFT_CHECK(B >= 0 && T >= 0 && C > 0 && v0 >= 0 && Vl >= 0, "embedding shard with B=", B,
-               " T=", T, " C=", C, " v0=", v0, " Vl=", Vl);
-  }
   static void check_swiglu_dims(int N, int F) {
     WEFT_CHECK(N >= 0 && F > 0, "SwiGLU with N=", N, " F=", F);
-  }
-  static void check_rope_dims(int B, int T, int NH, int NKV, int HS) {
-    WEFT_CHECK(B >= 0 && T >= 0 && NH > 0 && NKV > 0 && HS > 0 && HS % 2 == 0,
-               "rotary embedding with B=", B, " T=", T, " NH=", NH, " NKV=", NKV, " HS=", HS,
-               " (HS must be even)");
-  }
-  static void check_cross_entropy_shard(int N, int Vl, int Vv, int v0) {
-    WEFT_CHECK(N >= 0 && Vl > 0 && Vv >= 0 && Vv <= Vl && v0 >= 0,
-               "vocabulary-parallel cross-entropy with N=", N, " Vl=", Vl, " Vv=", Vv, " v0=", v0);
   }
 
   // dwte[token - v0, :] += the dout[N, C] rows of the positions whose token is in [v0, v0 + Vl),
@@ -679,17 +575,6 @@ class HostBf16Backend final : public HostBackend<HostBf16Backend, BF16> {
         }
         row[c] += acc;
       }
-    }
-  }
-
-  // dwpe[T, C] += the sum over b of dout[B, T, C], b in order.
-  static void add_position_sums(float* dwpe, const BF16* dout, int B, int T, int C) {
-    const int64_t TC = static_cast<int64_t>(T) * C;
-#pragma omp parallel for schedule(static) if (B * TC >= kHostMinParallel)
-    for (int64_t i = 0; i < TC; ++i) {
-      float acc = 0.f;
-      for (int b = 0; b < B; ++b) acc += to_float(dout[b * TC + i]);
-      dwpe[i] += acc;
     }
   }
 

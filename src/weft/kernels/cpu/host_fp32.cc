@@ -8,29 +8,24 @@
 // them), so under selective recomputation the model drops exactly them; the bf16 backends keep
 // only lse[B,NH,T] (backend.h).
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <string>
-#include <vector>
 
 #include "weft/core/check.h"
-#include "weft/core/clock.h"
 #include "weft/kernels/backend.h"
 #include "weft/kernels/cpu/host_backend.h"
 #include "weft/kernels/kernels.h"
-#include "weft/kernels/vocab_parallel_ce.h"
 
 namespace weft::kernels {
 namespace {
 
 class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
  public:
-  std::string name() const override { return "host"; }
-
-  void convert(float* out, const float* in, int64_t n) { copy_floats(out, in, n); }
+  void convert(float* out, const float* in, int64_t n) {
+    WEFT_CHECK(n >= 0, "negative element count ", n);
+    if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+  }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) {
@@ -41,23 +36,6 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
     cpu::embedding_backward(dwte, dwpe, dout, tokens_host, B, T, C);
   }
 
-  // Rank's partial embedding, rows it does not hold read as 0 (Megatron-LM's
-  // VocabParallelEmbedding): summed over the tp ranks, one of which passes wpe, it is the serial
-  // embedding.
-  void embedding_forward_shard(float* out, const int32_t* tokens, const float* wte,
-                               const float* wpe, int B, int T, int C, int v0, int Vl) {
-    const int64_t N = int64_t{B} * T;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* o = out + n * C;  // [C]
-      const int64_t v = tokens[n] - int64_t{v0};
-      const float* p = wpe != nullptr ? wpe + (n % T) * C : nullptr;  // [C] or none
-      for (int c = 0; c < C; ++c) {
-        const float e = (v >= 0 && v < Vl) ? wte[v * C + c] : 0.0f;
-        o[c] = e + (p != nullptr ? p[c] : 0.0f);
-      }
-    }
-  }
   // dwte[Vl,C] += the rows of dout whose token is this rank's; dwpe[T,C] += sum over b (when not
   // null). Each thread owns whole columns and walks the rows in order: deterministic, no races.
   void embedding_backward_shard(float* dwte, float* dwpe, const float* dout,
@@ -95,12 +73,8 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
 
   void linear_forward(float* out, float* pre_gelu, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) {
-    if (pre_gelu == nullptr) {
-      cpu::matmul_forward(out, inp, weight, bias, N, IC, OC);
-      return;
-    }
-    cpu::matmul_forward(pre_gelu, inp, weight, bias, N, IC, OC);
-    cpu::gelu_forward(out, pre_gelu, int64_t{N} * OC);
+    cpu::matmul_forward(pre_gelu != nullptr ? pre_gelu : out, inp, weight, bias, N, IC, OC);
+    if (pre_gelu != nullptr) cpu::gelu_forward(out, pre_gelu, int64_t{N} * OC);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* gelu_pre, int N, int IC,
@@ -132,54 +106,24 @@ class HostFp32Backend final : public HostBackend<HostFp32Backend, float> {
   int64_t attention_saved_floats(int B, int T, int NH) const override {
     return int64_t{B} * NH * T * T;
   }
-  bool attention_supports(int C, int NH) const override { return NH > 0 && C > 0 && C % NH == 0; }
 
   void softmax_cross_entropy(float* losses, float* logits, const int32_t* targets, float dloss,
                              int N, int V, int Vp) {
     cpu::softmax_cross_entropy_fused(losses, logits, targets, dloss, N, V, Vp);
   }
-  void cross_entropy_shard_stats(float* stats, const float* logits, const int32_t* targets, int N,
-                                 int Vl, int Vv, int v0) {
-    vocab_ce::host_stats(stats, logits, targets, N, Vl, Vv, v0, [](float x) { return x; });
-  }
-  void cross_entropy_shard_finish(float* losses, float* logits, const float* all_stats, int tp,
-                                  const int32_t* targets, float dloss, int N, int V, int Vl, int Vv,
-                                  int v0) {
-    vocab_ce::host_finish(
-        losses, logits, all_stats, tp, targets, dloss, N, V, Vl, Vv, v0, [](float x) { return x; },
-        [](float x) { return x; });
-  }
 
   double linear_forward_seconds(int N, int IC, int OC, int reps) override {
     WEFT_CHECK(N > 0 && IC > 0 && OC > 0 && reps >= 1, "linear_forward_seconds with N=", N,
                " IC=", IC, " OC=", OC, " reps=", reps);
-    std::vector<float> inp(static_cast<size_t>(N) * IC, 0.01f);
-    std::vector<float> weight(static_cast<size_t>(OC) * IC, 0.01f);
-    std::vector<float> out(static_cast<size_t>(N) * OC);
-    cpu::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, IC, OC);  // warm-up
-    std::vector<double> seconds(static_cast<size_t>(reps));
-    for (double& s : seconds) {
-      const auto start = std::chrono::steady_clock::now();
-      cpu::matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, IC, OC);
-      s = seconds_since(start);
-    }
-    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
-    return seconds[static_cast<size_t>(reps / 2)];
-  }
-
- private:
-  static void copy_floats(float* out, const float* in, int64_t n) {
-    WEFT_CHECK(n >= 0, "negative element count ", n);
-    if (out != in && n > 0) std::memmove(out, in, static_cast<size_t>(n) * sizeof(float));
+    return time_linear_forward(N, IC, OC, reps);
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_host_fp32_backend() { return std::make_unique<HostFp32Backend>(); }
-
 std::unique_ptr<Backend> make_host_backend(Precision precision) {
-  return precision == Precision::FP32 ? make_host_fp32_backend() : make_host_bf16_backend();
+  if (precision == Precision::FP32) return std::make_unique<HostFp32Backend>();
+  return make_host_bf16_backend();
 }
 
 Backend& host_fp32() {

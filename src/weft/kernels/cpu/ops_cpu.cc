@@ -71,27 +71,23 @@ float* scratch(std::vector<float>& buf, int64_t n) {
   return buf.data();
 }
 
+// max(z[0, n)), n >= 1
+float row_max(const float* z, int n) {
+  float mx = z[0];
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < n; ++j) mx = z[j] > mx ? z[j] : mx;
+  return mx;
+}
+
 thread_local std::vector<float> tl_attention_scratch;  // [T, T] per thread
 thread_local std::vector<float> tl_layernorm_partial;  // [chunks, 2, C] on the calling thread
-
-// [begin, end) of part `idx` of `parts` near-equal parts of [0, total), boundaries rounded to a
-// multiple of `align` so that each thread's columns start on a vector boundary.
-struct Range {
-  int64_t begin, end;
-};
-Range split(int64_t total, int parts, int idx, int64_t align) {
-  const int64_t units = (total + align - 1) / align;
-  const int64_t b = units * idx / parts * align;
-  const int64_t e = units * (idx + 1) / parts * align;
-  return {std::min(b, total), std::min(e, total)};
-}
 
 // dst[c] += sum_n src[n, c] over rows in order; each thread owns a range of columns, so the sum
 // order per column is fixed (and the same as a plain loop over n).
 void add_column_sums(float* dst, const float* src, int64_t N, int64_t cols) {
 #pragma omp parallel if (N * cols >= kMinParallel)
   {
-    const Range r = split(cols, omp_get_num_threads(), omp_get_thread_num(), 16);
+    const Slab r = slab(cols, omp_get_thread_num(), omp_get_num_threads());
     for (int64_t n = 0; n < N; ++n) {
       const float* row = src + n * cols;
 #pragma omp simd
@@ -128,7 +124,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   // and every element sums its contributions in the order of a plain loop over (b, t).
 #pragma omp parallel if (N * C >= kMinParallel)
   {
-    const Range r = split(C, omp_get_num_threads(), omp_get_thread_num(), 16);
+    const Slab r = slab(C, omp_get_thread_num(), omp_get_num_threads());
     for (int64_t n = 0; n < N; ++n) {
       const float* d = dout + n * C;                          // [C]
       float* w = dwte + static_cast<int64_t>(tokens[n]) * C;  // [C]
@@ -223,7 +219,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       }
     }
     // Combine the chunk partials in chunk order (the implicit barrier above makes them complete).
-    const Range r = split(C, omp_get_num_threads(), omp_get_thread_num(), 16);
+    const Slab r = slab(C, omp_get_thread_num(), omp_get_num_threads());
     for (int k = 0; k < nchunks; ++k) {
       const float* pw = partial + static_cast<int64_t>(k) * 2 * C;
       const float* pb = pw + C;
@@ -314,9 +310,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             T);
       for (int t = r0; t < r1; ++t) {
         float* row = a + static_cast<int64_t>(t) * T;  // [T]
-        float mx = row[0];
-#pragma omp simd reduction(max : mx)
-        for (int j = 0; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;
+        const float mx = row_max(row, t + 1);
         float sum = 0.f;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j <= t; ++j) {
@@ -497,25 +491,12 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n) {
 
 // ---- fused softmax + cross-entropy over a padded vocabulary ---------------------------------
 
-namespace {
-void check_targets(const int32_t* targets, int N, int V, int Vp) {
+void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
+                                 int N, int V, int Vp) {
   WEFT_CHECK(V > 0 && V <= Vp, "need 0 < V <= Vp, got V=", V, " Vp=", Vp);
   for (int n = 0; n < N; ++n) {
     WEFT_CHECK(targets[n] < V, "target ", targets[n], " at row ", n, " is not below V=", V);
   }
-}
-
-float row_max(const float* z, int V) {
-  float mx = z[0];
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
-  return mx;
-}
-}  // namespace
-
-void softmax_cross_entropy_fused(float* losses, float* logits, const int32_t* targets, float dloss,
-                                 int N, int V, int Vp) {
-  check_targets(targets, N, V, Vp);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     float* z = logits + static_cast<int64_t>(n) * Vp;  // [Vp]; becomes the gradient
