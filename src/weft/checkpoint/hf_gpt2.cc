@@ -117,10 +117,7 @@ Result<model::GptConfig> gpt_config_from_hf(const nlohmann::json& hf, std::strin
                       want.dump()));
     }
   };
-  const std::string type = hf.contains("model_type") && hf["model_type"].is_string()
-                               ? hf["model_type"].get<std::string>()
-                               : "";
-  if (type != "gpt2") {
+  if (!hf.contains("model_type") || hf["model_type"] != "gpt2") {
     add(fmt::format("model_type is {}, not \"gpt2\"",
                     hf.contains("model_type") ? hf["model_type"].dump() : "missing"));
   }

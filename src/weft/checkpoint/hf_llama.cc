@@ -129,10 +129,7 @@ Result<model::GptConfig> llama_config_from_hf(const json& hf, std::string_view o
     }
     return hf[key].get<bool>();
   };
-  const std::string type = hf.contains("model_type") && hf["model_type"].is_string()
-                               ? hf["model_type"].get<std::string>()
-                               : "";
-  if (type != "llama") {
+  if (!hf.contains("model_type") || hf["model_type"] != "llama") {
     add(fmt::format("model_type is {}, not \"llama\"",
                     hf.contains("model_type") ? hf["model_type"].dump() : "missing"));
   }

@@ -33,6 +33,7 @@
 #include "weft/comm/mpi_communicator.h"
 #include "weft/comm/recording_communicator.h"
 #include "weft/config/run_config.h"
+#include "weft/core/clock.h"
 #include "weft/core/node.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/kernels.h"
@@ -74,11 +75,6 @@ std::vector<int32_t> bench_tokens(int vocab, size_t n) {
     tokens[i] = static_cast<int32_t>(uniform_at(key, i) * vocab) % vocab;
   }
   return tokens;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The run a benchmark times, as `weft train` would run it: the model at --batch x --seq, the
@@ -325,8 +321,7 @@ nlohmann::json job_figures(Bench& b, const BenchOptions& o, Timed& t) {
   const double measured = mem[0], predicted = mem[1], mem_ratio = mem[2];
   const double flops = model::model_flops_per_step(b.cfg.model, double(B) * m * L.dp, T);
   const double gemm_ratio = b.ceiling ? b.ceiling->median_ratio(flops, t.times) : 0.0;
-  std::sort(t.times.begin(), t.times.end());
-  const double step_s = t.times[t.times.size() / 2], achieved = flops / step_s;
+  const double step_s = median(t.times), achieved = flops / step_s;
   // The reference lines: a host's interleaved ceiling (and its bf16 twin with --precision bf16),
   // a device's forward GEMM shapes measured once; the spec peak when given.
   const double ceiling = b.ceiling ? b.ceiling->rate() : b.engine->gemm_ceiling(true);
@@ -364,7 +359,7 @@ nlohmann::json job_figures(Bench& b, const BenchOptions& o, Timed& t) {
       {"recompute", o.recompute},
       {"precision", b.host ? o.precision : std::string("bf16-mixed")},
       {"ms_median", step_s * 1e3},
-      {"ms_min", t.times.front() * 1e3},
+      {"ms_min", std::ranges::min(t.times) * 1e3},
       {"tokens_per_s", double(m) * B * T * L.dp / step_s},
       {"model_flops_per_step", flops},
       {"model_gflops", achieved / 1e9},

@@ -316,24 +316,20 @@ int64_t gemm_packing_bytes(int64_t M, int64_t N, int64_t K, bool trans_b) {
 
 int64_t gemm_packing_resident(const GptConfig& cfg, int B, int T, TpShape tp, int threads,
                               const StageSpec& stage) {
-  // kernels/cpu/gemm.cc's split: one dnnl_sgemm per thread along C's longer side, in slabs of a
-  // multiple of 16, when the GEMM has at least 2^24 flops and 128 rows or columns per thread.
+  // kernels/cpu/gemm.cc's split, by its own rules (kernels/gemm.h): one dnnl_sgemm per thread
+  // along C's longer side, in slabs of a multiple of 16, when the GEMM is large enough.
   const int64_t N = int64_t{B} * T, C = cfg.n_embd, t = tp.tp;
   std::vector<int64_t> most(std::max(1, threads), 0);  // per thread: its largest buffer
   auto forward = [&](int64_t out, int64_t in) {        // x[N, in] W^T -> [N, out]
-    const int64_t extent = std::max(N, out);
-    if (threads == 1 || 2.0 * N * out * in < kernels::kGemmMinSplitFlops ||
-        extent < kernels::kGemmMinSlab * threads) {
+    if (!kernels::gemm_splits(N, out, in, threads)) {
       most[0] = std::max(most[0], gemm_packing_bytes(N, out, in, true));
       return;
     }
-    const int64_t units = (extent + 15) / 16;
     for (int i = 0; i < threads; ++i) {
-      const int64_t slab = std::min(extent, units * (i + 1) / threads * 16) -
-                           std::min(extent, units * i / threads * 16);
-      if (slab <= 0) continue;
-      const int64_t bytes = N >= out ? gemm_packing_bytes(slab, out, in, true)
-                                     : gemm_packing_bytes(N, slab, in, true);
+      const auto [begin, end] = kernels::slab(std::max(N, out), i, threads);
+      if (end <= begin) continue;
+      const int64_t bytes = N >= out ? gemm_packing_bytes(end - begin, out, in, true)
+                                     : gemm_packing_bytes(N, end - begin, in, true);
       most[i] = std::max(most[i], bytes);
     }
   };

@@ -10,18 +10,13 @@
 #include <sstream>
 #include <tuple>
 
+#include "weft/core/clock.h"
 #include "weft/core/xml.h"
 #include "weft/schedule/instr.h"
 
 namespace weft::planner {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // The expected wall time of the next trial of `c`, from what the search has measured so far.
 double estimate_trial_seconds(const TuneOutcome& out, const CandidateRecord& c, int warmup,

@@ -53,8 +53,7 @@ GemmCeiling GemmCeilingMeter::measure(int reps, kernels::MatmulPrecision precisi
       for (int i = 0; i < calls; ++i) call();
       t.push_back(seconds_since(t0) / calls);
     }
-    std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-    GemmTiming timing{s, t[reps / 2]};
+    GemmTiming timing{s, median(t)};
     c.flops += s.flops();
     c.seconds += timing.seconds * s.count;
     c.timings.push_back(timing);

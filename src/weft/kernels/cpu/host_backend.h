@@ -302,8 +302,7 @@ class HostBackend : public TypedBackend<Impl, A> {
       run();
       s = seconds_since(start);
     }
-    std::nth_element(seconds.begin(), seconds.begin() + reps / 2, seconds.end());
-    return seconds[static_cast<size_t>(reps / 2)];
+    return median(std::move(seconds));
   }
 
  private:

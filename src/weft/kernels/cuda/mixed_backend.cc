@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "weft/core/check.h"
+#include "weft/core/clock.h"
 #include "weft/core/dtype.h"
 #include "weft/core/rng.h"
 #include "weft/kernels/cuda/arena.h"
@@ -350,9 +351,7 @@ class CudaBackend final : public TypedBackend<CudaBackend, BF16> {
       WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms, e.start, e.stop));
       seconds.push_back(1e-3 * ms);
     }
-    std::nth_element(seconds.begin(), seconds.begin() + static_cast<ptrdiff_t>(reps / 2),
-                     seconds.end());
-    return seconds[static_cast<size_t>(reps / 2)];
+    return median(std::move(seconds));
   }
 
  private:
