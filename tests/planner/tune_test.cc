@@ -347,6 +347,23 @@ TEST(TuneTest, TheWinnersKeysReplaceTheRunConfigsOwn) {
   EXPECT_EQ(out.find("micro_batch = 4"), std::string::npos) << out;
 }
 
+// Headers with blanks and comments, keys without blanks; comments, other tables' keys and lines
+// that only begin like a header are left alone.
+TEST(TuneTest, TheRunConfigsLinesAreReadAsTomlHasThem) {
+  const std::string run =
+      "# micro_batch = 3\n[data]\nmicro_batch = 9\nname = \"[train]\"\n"
+      " [ train ]\t# tuned\n[data] x = 1\nmicro_batch=4\n";
+  layout::Layout c;
+  c.micro_batch = 2;
+  const std::string out = set_toml_keys(run, run_config_keys_of(c));
+  EXPECT_EQ(out.rfind("# micro_batch = 3\n[data]\nmicro_batch = 9\nname = \"[train]\"\n", 0), 0u)
+      << out;
+  // "[data] x = 1" is no header, so the line after it is still [train]'s.
+  EXPECT_NE(out.find(" [ train ]\t# tuned\nrecompute = \"none\"\n[data] x = 1\nmicro_batch = 2\n"),
+            std::string::npos)
+      << out;
+}
+
 TEST(TuneTest, TheChartDrawsEveryTrialAndTheDiagonal) {
   FakeMachine m{{4e-3, 3e-3, 2e-3, 1e-3}};
   const TuneOutcome o = successive_halving(ranked(4), {.initial = 4}, m.runner(), m.clock());

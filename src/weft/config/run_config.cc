@@ -380,9 +380,9 @@ const std::vector<KeyInfo>& run_config_keys() {
           [](auto* p) -> std::string {
             using T = std::remove_pointer_t<decltype(p)>;
             if constexpr (std::is_enum_v<T>) {
-              return "\"" + name_of(*p) + "\"";
+              return fmt::format("\"{}\"", name_of(*p));
             } else if constexpr (std::is_same_v<T, std::string>) {
-              return p->empty() ? "" : "\"" + *p + "\"";
+              return p->empty() ? "" : fmt::format("\"{}\"", *p);
             } else if constexpr (std::is_same_v<T, bool>) {
               return *p ? "true" : "false";
             } else {

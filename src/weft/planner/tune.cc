@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
-#include <regex>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
 #include "weft/core/clock.h"
@@ -55,6 +56,41 @@ std::string trailing_comment(const std::string& line) {
     }
   }
   return "";
+}
+
+size_t skip_blanks(std::string_view line, size_t at) {
+  while (at < line.size() && std::isspace(static_cast<unsigned char>(line[at]))) ++at;
+  return at;
+}
+
+// The bare name at `at` ([A-Za-z0-9_-]+, and '.' in a section's, `dotted`); `at` is moved past it.
+std::string_view bare_name(std::string_view line, size_t& at, bool dotted) {
+  const size_t begin = at;
+  while (at < line.size() && (std::isalnum(static_cast<unsigned char>(line[at])) ||
+                              line[at] == '_' || line[at] == '-' || (dotted && line[at] == '.'))) {
+    ++at;
+  }
+  return line.substr(begin, at - begin);
+}
+
+// The section a table header `[name]  # comment` opens; "" for any other line.
+std::string_view toml_header(std::string_view line) {
+  size_t at = skip_blanks(line, 0);
+  if (at == line.size() || line[at] != '[') return {};
+  at = skip_blanks(line, at + 1);
+  const std::string_view name = bare_name(line, at, true);
+  at = skip_blanks(line, at);
+  if (name.empty() || at == line.size() || line[at] != ']') return {};
+  at = skip_blanks(line, at + 1);
+  return at == line.size() || line[at] == '#' ? name : std::string_view{};
+}
+
+// The key a `key = value` line sets; "" for any other line.
+std::string_view toml_key(std::string_view line) {
+  size_t at = skip_blanks(line, 0);
+  const std::string_view key = bare_name(line, at, false);
+  at = skip_blanks(line, at);
+  return at < line.size() && line[at] == '=' ? key : std::string_view{};
 }
 
 }  // namespace
@@ -249,8 +285,6 @@ std::map<std::string, std::vector<std::pair<std::string, std::string>>> run_conf
 std::string set_toml_keys(
     const std::string& text,
     const std::map<std::string, std::vector<std::pair<std::string, std::string>>>& keys) {
-  static const std::regex header(R"(^\s*\[\s*([A-Za-z0-9_.-]+)\s*\]\s*(#.*)?$)");
-  static const std::regex key_line(R"(^\s*([A-Za-z0-9_-]+)\s*=)");
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -258,17 +292,16 @@ std::string set_toml_keys(
   std::map<std::string, size_t> header_at;
   std::string section;
   for (size_t i = 0; i < lines.size(); ++i) {
-    std::smatch m;
-    if (std::regex_search(lines[i], m, header)) {
-      section = m[1];
+    if (const std::string_view h = toml_header(lines[i]); !h.empty()) {
+      section = h;
       header_at[section] = i;
       continue;
     }
-    if (!std::regex_search(lines[i], m, key_line)) continue;
+    // A copy: the view points into lines[i], which the loop may rewrite.
+    const std::string key(toml_key(lines[i]));
+    if (key.empty()) continue;
     auto s = keys.find(section);
     if (s == keys.end()) continue;
-    // A copy: m points into lines[i], which the loop may rewrite.
-    const std::string key = m[1];
     for (const auto& [k, v] : s->second) {
       if (k == key) {
         lines[i] = fmt::format("{} = {}{}", k, v, trailing_comment(lines[i]));
