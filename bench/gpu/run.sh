@@ -8,7 +8,9 @@
 #   3. gpu_trainer_test and gpu_equivalence_test (the trainer against the fp32 CPU trainer; tp, pp,
 #      dp with the ranks as threads on the one GPU);
 #   4. bench/gpu/train_smoke.sh: `weft train --device cuda` on real text, stopped and resumed,
-#      against the same 60 steps on the CPU; then `weft tune --device cuda` on GPT-2 124M;
+#      against the same 60 steps on the CPU; bench/gpu/hang_smoke.sh: a rank of 4 on the GPU
+#      stopped (SIGSTOP) and named, under the bundle's Open MPI; then `weft tune --device cuda` on
+#      GPT-2 124M;
 #   5. end to end per shape, GPT-2 124M (B=32), 350M (B=16), 1.5B (B=8) and the Llama-style
 #      llama-1b (B=8; configs/models/llama-1b.toml) at T=1024: `weft bench step --device cuda
 #      --profile`, then ../shared/bench/torch_gpt.py, or bench/gpu/torch_llama.py for llama-1b
@@ -78,13 +80,33 @@ if [[ "${1:-}" == "--pack" ]]; then
       cp "$(find "$BUILD/tests" -name "$t" -type f -perm -u+x | head -1)" "$BUNDLE/bin/"
     fi
   done
+  # Open MPI's launcher for several ranks on the device's one GPU (bench/gpu/hang_smoke.sh): the
+  # device has no MPI. Its directories are relative to its prefix, so OPAL_PREFIX moves it (run
+  # below); mpirun with its components and help files, and PMIx's (seen working here with the
+  # system's copies hidden by bind mounts: a 2-rank pp=2 run trained).
+  multiarch=$(gcc -print-multiarch)
+  ompi_lib=/usr/lib/$multiarch
+  if [[ -x /usr/bin/orterun && -d $ompi_lib/openmpi/lib && -d $ompi_lib/pmix2 ]]; then
+    ompi=$(mktemp -d)
+    mkdir -p "$ompi/bin" "$ompi/lib/$multiarch" "$ompi/share"
+    cp /usr/bin/orterun "$ompi/bin/mpirun"
+    cp -a "$ompi_lib/openmpi" "$ompi_lib/pmix2" "$ompi/lib/$multiarch/"
+    rm -rf "$ompi/lib/$multiarch/openmpi/include"
+    cp -a /usr/share/openmpi "$ompi/share/"
+    tar -czf "$BUNDLE/ompi.tar.gz" -C "$ompi" .
+    ldd "$ompi/bin/mpirun" >"$BUNDLE/mpirun.ldd"
+    rm -rf "$ompi"
+  else
+    log "no Debian Open MPI (orterun, $ompi_lib/openmpi, pmix2) to pack: no multi-rank GPU runs"
+  fi
   # Every shared library the programs load that is not in a base system: oneDNN, fmt, toml++, Open
   # MPI and its dependencies (hwloc, libevent, pmix...), libgomp... The C/C++ runtime stays out
   # (the device's is newer, and two copies in one process break), and so do the CUDA libraries,
   # which the device has in the version its driver matches.
   skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libstdc\+\+|libgcc_s|libpthread|libdl\.so|librt\.so'
   skip+='|libcudart|libcublasLt|libcublas\.so|libnccl|libcuda\.so)'
-  for bin in "$BUNDLE"/bin/*; do ldd "$bin"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
+  { for bin in "$BUNDLE"/bin/*; do ldd "$bin"; done
+    cat "$BUNDLE/mpirun.ldd" 2>/dev/null; } | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
     sort -u | while read -r name path; do
       [[ "$name" =~ $skip ]] || cp -L "$path" "$BUNDLE/lib/$name"
     done
@@ -102,6 +124,7 @@ if [[ "${1:-}" == "--pack" ]]; then
   # libdnnl alone is about 40 MB: compressed, the libraries take a third of that (unpacked on
   # the device in a second).
   tar -czf "$BUNDLE/lib.tar.gz" -C "$BUNDLE" lib
+  rm -f "$BUNDLE/mpirun.ldd"
   lib_list=$(ls "$BUNDLE/lib")
   rm -rf "${BUNDLE:?}/lib"
   # The PyTorch baseline: ../shared beside the checkout does not travel to the device.
@@ -508,6 +531,38 @@ if [[ -n "$WEFT_BIN" && "${WEFT_GPU_SMOKE:-1}" == 1 ]] && ((T_SMOKE >= 30)); the
 else
   log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
   printf 'train_smoke\tskipped\t-\t\n' >>"$VERDICTS"
+fi
+# 4a. A hung rank on the GPU path (issue 38): four ranks sharing the GPU (staged communicators),
+# world rank 3 stopped; named, the job ended, the resume with the same losses. Under the bundle's
+# Open MPI, moved to build/gpu-ompi by OPAL_PREFIX (the device has no MPI of its own), or an
+# mpirun found here.
+HANG_MPIRUN=""
+if [[ -f "$BUNDLE/ompi.tar.gz" ]]; then
+  OMPI=$ROOT/build/gpu-ompi
+  rm -rf "$OMPI" && mkdir -p "$OMPI" && tar -xzf "$BUNDLE/ompi.tar.gz" -C "$OMPI"
+  ma=$(ls "$OMPI/lib")
+  HANG_MPIRUN="env OPAL_PREFIX=$OMPI PMIX_INSTALL_PREFIX=$OMPI/lib/$ma/pmix2"
+  HANG_MPIRUN+=" PMIX_MCA_mca_base_component_path=$OMPI/lib/$ma/pmix2/lib/pmix"
+  HANG_MPIRUN+=" OMPI_MCA_mca_base_component_show_load_errors=0"
+  HANG_MPIRUN+=" LD_LIBRARY_PATH=$(path_join "$OMPI/lib/$ma/openmpi/lib" "$OMPI/lib/$ma/pmix2/lib" ${WEFT_LD//:/ })"
+  HANG_MPIRUN+=" $OMPI/bin/mpirun"
+elif command -v mpirun >/dev/null; then
+  HANG_MPIRUN="env LD_LIBRARY_PATH=$WEFT_LD mpirun"
+fi
+HANG_MPIRUN+=" --allow-run-as-root --oversubscribe --mca pml ob1 --mca btl self,vader"
+HANG_MPIRUN+=" --mca btl_vader_single_copy_mechanism none"
+T_HANG=$(budget 75)
+if [[ -n "$WEFT_BIN" && "$HANG_MPIRUN" == env* ]] && ((T_HANG >= 45)) &&
+  $HANG_MPIRUN -n 1 "$WEFT_BIN" --version >"$LOGS/mpirun-check.log" 2>&1; then
+  WEFT_MPIRUN="$HANG_MPIRUN" timeout -k 5 "$T_HANG" bash bench/gpu/hang_smoke.sh "$WEFT_BIN" \
+    "$LOGS/hang-smoke" 2>&1 | tail -14
+  HANG_RC=${PIPESTATUS[0]}
+  log "hang smoke: exit $HANG_RC after $(($(date +%s) - START)) s"
+  printf 'hang_smoke\t%s\t-\t\n' "$([[ $HANG_RC -eq 0 ]] && echo pass || echo "FAIL (exit $HANG_RC)")" >>"$VERDICTS"
+else
+  log "hang smoke: skipped (${WEFT_BIN:-no weft binary}, $T_HANG s left, mpirun: ${HANG_MPIRUN%% --allow*})"
+  head -5 "$LOGS/mpirun-check.log" 2>/dev/null
+  printf 'hang_smoke\tskipped\t-\t\n' >>"$VERDICTS"
 fi
 # 4b. `weft tune --device cuda` (issue #16 on the GPU): the planner's best layouts of GPT-2 124M at
 # T=1024, global batch 32, on one GPU (micro-batch x recomputation; tp, pp and dp are 1 on one

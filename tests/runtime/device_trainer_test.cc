@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -211,6 +212,49 @@ TEST_F(DeviceTrainerTest, TheStateRoundTripsThroughTheHostBitForBit) {
   a.model().get_params(pa);
   b.model().get_params(pb);
   EXPECT_EQ(pa, pb);
+}
+
+// An asynchronous checkpoint's snapshot (runtime/checkpointing.h) holds the state of the step it
+// was taken at, though the next step is queued before it is complete: on CUDA the copies run on a
+// side stream into page-locked memory and the next update waits for them
+// (Backend::order_after_downloads). The snapshot changes nothing in the step after it.
+TEST_F(DeviceTrainerTest, ASnapshotHoldsItsStepsStateWhileTheNextStepRuns) {
+  const int n = kB * kT;
+  runtime::PipelineRunner a(cfg_, one_process(cfg_), on(*backend_));
+  runtime::PipelineRunner b(cfg_, one_process(cfg_), on(*backend_));
+  a.init(11);
+  b.init(11);
+  for (int s = 0; s < 3; ++s) {
+    const auto t = batch(s, n + 1, cfg_.vocab_size);
+    a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
+    b.step(t.data(), t.data() + 1, 1e-3f, 1.0);
+  }
+  optim::DistributedOptimizer& opt = *a.optimizers()[0];
+  const int64_t total = opt.state_floats();
+  const auto bytes = static_cast<size_t>(3 * total) * sizeof(float);
+  std::vector<float> expect(static_cast<size_t>(3 * total));  // [3 groups, total]: p, m, v
+  for (int group = 0; group < 3; ++group) opt.read_state(group, 0, total, &expect[group * total]);
+  const std::shared_ptr<void> host = backend_->allocate_host(static_cast<int64_t>(bytes));
+  float* const snapshot = static_cast<float*>(host.get());
+  for (int group = 0; group < 3; ++group) opt.snapshot_state(group, snapshot + group * total);
+  const auto t = batch(3, n + 1, cfg_.vocab_size);
+  const runtime::StepStats sa = a.step(t.data(), t.data() + 1, 1e-3f, 1.0);
+  backend_->wait_downloads();
+  EXPECT_EQ(std::memcmp(snapshot, expect.data(), bytes), 0) << "the snapshot is not step 3's";
+  const runtime::StepStats sb = b.step(t.data(), t.data() + 1, 1e-3f, 1.0);
+  EXPECT_EQ(sa.loss, sb.loss);
+  EXPECT_EQ(sa.grad_norm, sb.grad_norm);
+  std::vector<float> after(static_cast<size_t>(3 * total)), unsnapped(after.size());
+  for (int group = 0; group < 3; ++group) {
+    opt.read_state(group, 0, total, &after[group * total]);
+    b.optimizers()[0]->read_state(group, 0, total, &unsnapped[group * total]);
+  }
+  EXPECT_EQ(std::memcmp(after.data(), unsnapped.data(), bytes), 0);
+  // Step 4 moved every group, so the first check tells the two steps' states apart.
+  for (int group = 0; group < 3; ++group) {
+    EXPECT_NE(std::memcmp(&after[group * total], &expect[group * total], total * sizeof(float)), 0)
+        << "group " << group;
+  }
 }
 
 TEST_F(DeviceTrainerTest, FullRecomputationGivesTheSameBitsInLessMemory) {
