@@ -87,6 +87,12 @@ struct World {
   int rank = 0, size = 1;
   std::vector<std::string> hosts;  // of each world rank (MPI_Get_processor_name)
   bool called = false;             // this process held or answered a roll call
+  // The notes' payload: when this rank joined the roll call, and when each other rank did, as
+  // heard (system clock, ms since the epoch). Kept here, not on a stack: a send to a stopped rank
+  // never completes, and a receive still open after the grace is cancelled, so their buffers
+  // outlive the call.
+  int64_t joined_ms = 0;
+  std::vector<int64_t> heard_ms;
 };
 World g_world;
 constexpr int kRollCallTag = 1;
@@ -107,24 +113,45 @@ bool roll_called() {
   return flag != 0;
 }
 
-// The roll call, once per process: an empty note to every other rank, then the others' notes for
-// `grace_s`. Returns the ranks that did not answer, as a message's tail. The notes carry nothing
-// (count 0), so no buffer has to outlive a send to a stopped rank, which is never completed, or a
-// receive cancelled after the grace.
+// "; the roll was called 7.1 s before this rank answered ..." when this rank joined it more than
+// `grace_s` after the earliest rank it heard from: it was stopped or hung and has just woken, as
+// a stopped rank does when the launcher ends the job (the others name it too). Hosts' clocks
+// agree to well under the grace of 2 s or more.
+std::string late_answer(const std::vector<bool>& heard, double grace_s) {
+  int64_t began_ms = g_world.joined_ms;
+  for (int r = 0; r < g_world.size; ++r) {
+    if (r != g_world.rank && heard[r]) began_ms = std::min(began_ms, g_world.heard_ms[r]);
+  }
+  const double behind_s = static_cast<double>(g_world.joined_ms - began_ms) / 1e3;
+  if (behind_s <= grace_s) return "";
+  return fmt::format(
+      "; the roll was called {:.1f} s before this rank answered, past the {:g}-s grace: the job "
+      "waited for this rank (stopped, hung, or computing for longer)",
+      behind_s, grace_s);
+}
+
+// The roll call, once per process: a note to every other rank, then the others' notes for
+// `grace_s`. Returns the ranks that did not answer, as a message's tail, and whether this rank
+// was the late one. A note is the time its rank joined (World::joined_ms).
 std::string roll_call(double grace_s) {
   if (g_world.roll_call == MPI_COMM_NULL || g_world.called || g_world.size < 2) return "";
   g_world.called = true;
   const int n = g_world.size, me = g_world.rank;
+  g_world.joined_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  g_world.heard_ms.assign(static_cast<size_t>(n), 0);
   std::vector<MPI_Request> reqs(static_cast<size_t>(n), MPI_REQUEST_NULL);
   std::vector<bool> heard(static_cast<size_t>(n), false);
   heard[me] = true;
   for (int r = 0; r < n; ++r) {
     if (r == me) continue;
     MPI_Request req;
-    if (MPI_Isend(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &req) == MPI_SUCCESS) {
+    if (MPI_Isend(&g_world.joined_ms, 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &req) ==
+        MPI_SUCCESS) {
       MPI_Request_free(&req);
     }
-    MPI_Irecv(nullptr, 0, MPI_BYTE, r, kRollCallTag, g_world.roll_call, &reqs[r]);
+    MPI_Irecv(&g_world.heard_ms[r], 1, MPI_INT64_T, r, kRollCallTag, g_world.roll_call, &reqs[r]);
   }
   poll_until(grace_s, [&] {
     bool all = true;
@@ -146,13 +173,15 @@ std::string roll_call(double grace_s) {
       MPI_Request_free(&reqs[r]);
     }
   }
+  const std::string late = late_answer(heard, grace_s);
   if (missing.empty()) {
-    return fmt::format("; every rank answered the roll call within {:g} s", grace_s);
+    return late.empty() ? fmt::format("; every rank answered the roll call within {:g} s", grace_s)
+                        : late;
   }
   return fmt::format(
       "; {} did not answer the roll call within {:g} s (stopped, hung, cut off, or computing for "
-      "longer): the rank{} the job waits for",
-      fmt::join(missing, ", "), grace_s, missing.size() > 1 ? "s" : "");
+      "longer): the rank{} the job waits for{}",
+      fmt::join(missing, ", "), grace_s, missing.size() > 1 ? "s" : "", late);
 }
 
 // How long a roll call waits for the answers: a tenth of the timeout, at least 2 s and at most
