@@ -120,7 +120,10 @@ bool roll_called() {
 std::string late_answer(const std::vector<bool>& heard, double grace_s) {
   int64_t began_ms = g_world.joined_ms;
   for (int r = 0; r < g_world.size; ++r) {
-    if (r != g_world.rank && heard[r]) began_ms = std::min(began_ms, g_world.heard_ms[r]);
+    // (0: a receive that ended in an error, no note)
+    if (r != g_world.rank && heard[r] && g_world.heard_ms[r] > 0) {
+      began_ms = std::min(began_ms, g_world.heard_ms[r]);
+    }
   }
   const double behind_s = static_cast<double>(g_world.joined_ms - began_ms) / 1e3;
   if (behind_s <= grace_s) return "";
