@@ -28,20 +28,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/weft-async-bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cut -d' ' -f1-3 /proc/loadavg >"$tmp/loadavg"
 
-# A synthetic llm.c token file with its sidecar: 200k ids below VOCAB.
-/usr/bin/python3 - "$tmp" <<'PY'
-import json, struct, sys
-tmp = sys.argv[1]
-for name, vocab in (("v50257", 50257), ("v4096", 4096)):
-    n = 200_000
-    ids = [(i * 7919 + (i // 64) * 31) % (vocab - 1) for i in range(n)]
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, n
-    with open(f"{tmp}/{name}.bin", "wb") as f:
-        f.write(struct.pack("<256i", *header) + struct.pack(f"<{n}H", *ids))
-    json.dump({"tokenizer": "none", "vocab_size": vocab, "eod": vocab - 1, "documents": 1,
-               "tokens": n, "source": "synthetic"}, open(f"{tmp}/{name}.json", "w"))
-PY
+# Synthetic llm.c token files with their sidecars: 200k ids below each vocabulary.
+/usr/bin/python3 bench/synthetic_tokens.py "$tmp/v50257.bin" 50257 200000
+/usr/bin/python3 bench/synthetic_tokens.py "$tmp/v4096.bin" 4096 200000
 
 # row: NAME|RANKS|SAVE_EVERY|MODEL|DATA|weft train --set args
 rows=(

@@ -24,17 +24,7 @@ mkdir -p "$D"
 
 # 40k synthetic tokens below 512 (an llm.c token file and its sidecar): the test is of the hang,
 # not of the text.
-python3 - "$D" <<'PY'
-import json, struct, sys
-d, n, vocab = sys.argv[1], 40_000, 512
-ids = [(i * 7919 + (i // 64) * 31) % (vocab - 1) for i in range(n)]
-header = [0] * 256
-header[0], header[1], header[2] = 20240520, 1, n
-with open(f"{d}/syn.bin", "wb") as f:
-    f.write(struct.pack("<256i", *header) + struct.pack(f"<{n}H", *ids))
-json.dump({"tokenizer": "none", "vocab_size": vocab, "eod": vocab - 1, "documents": 1,
-           "tokens": n, "source": "synthetic"}, open(f"{d}/syn.json", "w"))
-PY
+python3 "$(dirname "$0")/../synthetic_tokens.py" "$D/syn.bin" 512 40000
 # Heads of 64 (what the CUDA attention takes), one per tp rank; a layer per pipeline stage.
 cat >"$D/run.toml" <<EOF
 [model]

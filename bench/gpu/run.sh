@@ -519,18 +519,27 @@ done
 for t in gpu_trainer_test gpu_equivalence_test; do
   [[ " ${WEFT_GPU_TESTS:-$ALL_TESTS} " == *" $t "* ]] && test_prog "$t" 120
 done
+# A smoke script (steps 4 and 4a) under its time limit: the end of its output shown, its verdict
+# recorded.
+run_smoke() {  # name, time limit, lines shown, command...
+  local name=$1 limit=$2 lines=$3 rc
+  shift 3
+  timeout -k 5 "$limit" "$@" 2>&1 | tail -"$lines"
+  rc=${PIPESTATUS[0]}
+  log "${name/_/ }: exit $rc after $(($(date +%s) - START)) s"
+  printf '%s\t%s\t-\t\n' "$name" "$([[ $rc -eq 0 ]] && echo pass || echo "FAIL (exit $rc)")" >>"$VERDICTS"
+}
+skip_smoke() {  # name, why
+  log "${1/_/ }: skipped ($2)"
+  printf '%s\tskipped\t-\t\n' "$1" >>"$VERDICTS"
+}
 # 4. `weft train --device cuda` on real text against the same run on the CPU, stopped and resumed.
-SMOKE_RC=0
 T_SMOKE=$(budget 90)
 if [[ -n "$WEFT_BIN" && "${WEFT_GPU_SMOKE:-1}" == 1 ]] && ((T_SMOKE >= 30)); then
-  WEFT_LD="$WEFT_LD" timeout -k 5 "$T_SMOKE" bash bench/gpu/train_smoke.sh "$WEFT_BIN" \
-    "$LOGS/train-smoke" 2>&1 | tail -12
-  SMOKE_RC=${PIPESTATUS[0]}
-  log "train smoke: exit $SMOKE_RC after $(($(date +%s) - START)) s"
-  printf 'train_smoke\t%s\t-\t\n' "$([[ $SMOKE_RC -eq 0 ]] && echo pass || echo "FAIL (exit $SMOKE_RC)")" >>"$VERDICTS"
+  run_smoke train_smoke "$T_SMOKE" 12 env WEFT_LD="$WEFT_LD" bash bench/gpu/train_smoke.sh \
+    "$WEFT_BIN" "$LOGS/train-smoke"
 else
-  log "train smoke: skipped (${WEFT_BIN:-no weft binary}, $T_SMOKE s left)"
-  printf 'train_smoke\tskipped\t-\t\n' >>"$VERDICTS"
+  skip_smoke train_smoke "${WEFT_BIN:-no weft binary}, $T_SMOKE s left"
 fi
 # 4a. A hung rank on the GPU path (issue 38): four ranks sharing the GPU (staged communicators),
 # world rank 3 stopped; named, the job ended, the resume with the same losses. Under the bundle's
@@ -554,15 +563,11 @@ HANG_MPIRUN+=" --mca btl_vader_single_copy_mechanism none"
 T_HANG=$(budget 75)
 if [[ -n "$WEFT_BIN" && "$HANG_MPIRUN" == env* ]] && ((T_HANG >= 45)) &&
   $HANG_MPIRUN -n 1 "$WEFT_BIN" --version >"$LOGS/mpirun-check.log" 2>&1; then
-  WEFT_MPIRUN="$HANG_MPIRUN" timeout -k 5 "$T_HANG" bash bench/gpu/hang_smoke.sh "$WEFT_BIN" \
-    "$LOGS/hang-smoke" 2>&1 | tail -14
-  HANG_RC=${PIPESTATUS[0]}
-  log "hang smoke: exit $HANG_RC after $(($(date +%s) - START)) s"
-  printf 'hang_smoke\t%s\t-\t\n' "$([[ $HANG_RC -eq 0 ]] && echo pass || echo "FAIL (exit $HANG_RC)")" >>"$VERDICTS"
+  run_smoke hang_smoke "$T_HANG" 14 env WEFT_MPIRUN="$HANG_MPIRUN" bash bench/gpu/hang_smoke.sh \
+    "$WEFT_BIN" "$LOGS/hang-smoke"
 else
-  log "hang smoke: skipped (${WEFT_BIN:-no weft binary}, $T_HANG s left, mpirun: ${HANG_MPIRUN%% --allow*})"
+  skip_smoke hang_smoke "${WEFT_BIN:-no weft binary}, $T_HANG s left, mpirun: ${HANG_MPIRUN%% --allow*}"
   head -5 "$LOGS/mpirun-check.log" 2>/dev/null
-  printf 'hang_smoke\tskipped\t-\t\n' >>"$VERDICTS"
 fi
 # 4b. `weft tune --device cuda` (issue #16 on the GPU): the planner's best layouts of GPT-2 124M at
 # T=1024, global batch 32, on one GPU (micro-batch x recomputation; tp, pp and dp are 1 on one
@@ -573,17 +578,7 @@ T_TUNE=$(budget "${WEFT_GPU_TUNE_CAP:-110}")
 if [[ -n "$WEFT_BIN" && "${WEFT_GPU_TUNE:-1}" == 1 ]] && ((T_TUNE >= 40)); then
   mkdir -p "$LOGS/tune"
   # Random GPT-2 ids in an llm.c token file (a step's time does not depend on the tokens).
-  python3 - "$LOGS/tune/tokens.bin" <<'PY'
-import array, random, struct, sys
-n = 1 << 20
-random.seed(1)
-toks = array.array("H", (random.randrange(1, 50257) for _ in range(n)))
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(toks.tobytes())
-with open(sys.argv[1][:-len(".bin")] + ".json", "w") as f:
-    f.write('{"tokenizer": "none", "vocab_size": 50257, "eod": 0, "documents": 1, "tokens": %d}' % n)
-PY
+  python3 bench/synthetic_tokens.py "$LOGS/tune/tokens.bin" 50257 $((1 << 20)) --random 1
   { sed -n '/^\[model\]/,$p' configs/models/gpt2-124m.toml
     printf '[data]\ntrain = "%s"\ntokenizer = "none"\n' "$LOGS/tune/tokens.bin"
     printf '[train]\nseq_len = 1024\nmicro_batch = 8\nglobal_batch = 32\nsteps = 100\n'

@@ -37,18 +37,7 @@ if [ -s data/austen.idx ]; then
 else
   data=$work/synthetic.bin
   data_note="a synthetic llm.c token file (no data/austen: run scripts/demo.sh for the real one)"
-  /usr/bin/python3 - "$data" <<'PY'
-import random, struct, sys
-n = 200_000
-random.seed(1)
-toks = [random.randrange(1, 4096) for _ in range(n)]  # 0 is the end of document: none here
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *toks))
-# The sidecar says which vocabulary made the ids (without one an llm.c file is taken for GPT-2's).
-with open(sys.argv[1][:-len(".bin")] + ".json", "w") as f:
-    f.write(f'{{"tokenizer": "none", "vocab_size": 4096, "eod": 0, "documents": 1, "tokens": {n}}}')
-PY
+  /usr/bin/python3 bench/synthetic_tokens.py "$data" 4096 200000 --random 1
 fi
 cat >"$work/run.toml" <<EOF
 [model]
